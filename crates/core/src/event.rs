@@ -1,0 +1,75 @@
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+use crate::TaskId;
+
+/// What an event-log entry records.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EventKind {
+    Create,
+    SandboxStart,
+    Exec,
+    Cp,
+    Destroy,
+    SandboxLost,
+}
+
+impl EventKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventKind::Create => "create",
+            EventKind::SandboxStart => "sandbox_start",
+            EventKind::Exec => "exec",
+            EventKind::Cp => "cp",
+            EventKind::Destroy => "destroy",
+            EventKind::SandboxLost => "sandbox_lost",
+        }
+    }
+}
+
+impl FromStr for EventKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        use EventKind::*;
+        [Create, SandboxStart, Exec, Cp, Destroy, SandboxLost]
+            .into_iter()
+            .find(|k| k.as_str() == s)
+            .ok_or_else(|| format!("unknown event kind {s:?}"))
+    }
+}
+
+impl fmt::Display for EventKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// An entry to append to a task's log.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct NewEvent {
+    pub task: TaskId,
+    pub kind: EventKind,
+    /// Who asked for it (`cli:alice`, `api`, `daemon`).
+    pub actor: String,
+    /// The arguments of the request, as given.
+    pub args: serde_json::Value,
+    pub exit_code: Option<i32>,
+    pub duration_ms: Option<u64>,
+}
+
+/// A stored event-log entry.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Event {
+    /// Position in the task's log, from 1, without gaps.
+    pub seq: u64,
+    pub task: TaskId,
+    pub time_ms: i64,
+    pub kind: EventKind,
+    pub actor: String,
+    pub args: serde_json::Value,
+    pub exit_code: Option<i32>,
+    pub duration_ms: Option<u64>,
+}

@@ -1,0 +1,22 @@
+//! Cairn's domain: what a task is, which states it moves through, the limits
+//! and configuration it carries, and the events its log records.
+//!
+//! This crate does no I/O. Every other crate speaks in these types, so the
+//! rules that must hold everywhere (valid ids, legal state transitions,
+//! well-formed limits) are written once, here.
+
+mod error;
+mod event;
+mod id;
+mod limits;
+mod state;
+mod task;
+
+pub use error::Error;
+pub use event::{Event, EventKind, NewEvent};
+pub use id::TaskId;
+pub use limits::{parse_bytes, parse_duration, Bytes, Limits};
+pub use state::{SandboxState, TaskState};
+pub use task::{
+    check_image_name, check_name, check_workdir, EnvVar, ExecExit, Task, TaskConfig, DEFAULT_IMAGE, DEFAULT_WORKDIR,
+};

@@ -1,0 +1,145 @@
+use serde::{Deserialize, Serialize};
+
+use crate::{Error, Limits, SandboxState, TaskId, TaskState};
+
+pub const DEFAULT_IMAGE: &str = "host";
+pub const DEFAULT_WORKDIR: &str = "/workspace";
+
+/// One `KEY=VALUE` environment variable.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EnvVar {
+    pub key: String,
+    pub value: String,
+}
+
+impl EnvVar {
+    pub fn parse(s: &str) -> Result<EnvVar, Error> {
+        let (key, value) = s.split_once('=').ok_or_else(|| Error::EnvVar(s.to_owned()))?;
+        let valid_key = !key.is_empty()
+            && !key.starts_with(|c: char| c.is_ascii_digit())
+            && key.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+        if !valid_key || value.contains('\0') {
+            return Err(Error::EnvVar(s.to_owned()));
+        }
+        Ok(EnvVar { key: key.to_owned(), value: value.to_owned() })
+    }
+
+    pub fn to_pair(&self) -> String {
+        format!("{}={}", self.key, self.value)
+    }
+}
+
+/// Checks an in-sandbox working directory: absolute, no `..`, no NUL.
+pub fn check_workdir(s: &str) -> Result<(), Error> {
+    let ok = s.starts_with('/') && !s.contains('\0') && !s.split('/').any(|c| c == "..") && s.len() < 4096;
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::Workdir(s.to_owned()))
+    }
+}
+
+/// Checks a task name: what a user may type instead of the id.
+pub fn check_name(s: &str) -> Result<(), Error> {
+    let ok = !s.is_empty()
+        && s.len() <= 63
+        && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        && !TaskId::looks_like(s);
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::Name(s.to_owned()))
+    }
+}
+
+/// Checks an image name.
+pub fn check_image_name(s: &str) -> Result<(), Error> {
+    let ok = !s.is_empty()
+        && s.len() <= 63
+        && !s.starts_with('.')
+        && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'-' | b'_' | b'.'));
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::ImageName(s.to_owned()))
+    }
+}
+
+/// The environment a task's sandbox is built from.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskConfig {
+    pub image: String,
+    pub limits: Limits,
+    pub env: Vec<EnvVar>,
+    pub workdir: String,
+}
+
+impl Default for TaskConfig {
+    fn default() -> Self {
+        TaskConfig {
+            image: DEFAULT_IMAGE.to_owned(),
+            limits: Limits::default(),
+            env: Vec::new(),
+            workdir: DEFAULT_WORKDIR.to_owned(),
+        }
+    }
+}
+
+/// The durable record of a task.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Task {
+    pub id: TaskId,
+    pub name: Option<String>,
+    pub state: TaskState,
+    pub config: TaskConfig,
+    pub step: u64,
+    pub memory: String,
+    /// Unix time in milliseconds.
+    pub created_ms: i64,
+    pub last_activity_ms: i64,
+    pub sandbox: SandboxState,
+    /// Why the sandbox is in its state, when that is worth telling (e.g. lost).
+    pub sandbox_note: Option<String>,
+}
+
+/// How a command ended.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExecExit {
+    /// The code `cairn exec` exits with: the command's code, 128+signal when it
+    /// was killed, or [`ExecExit::TIMEOUT_CODE`] when it ran out of time.
+    pub exit_code: i32,
+    pub signal: Option<i32>,
+    pub oom_killed: bool,
+    pub timed_out: bool,
+    pub duration_ms: u64,
+}
+
+impl ExecExit {
+    /// Exit code on timeout, as `timeout(1)` uses.
+    pub const TIMEOUT_CODE: i32 = 124;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn env_vars() {
+        assert_eq!(EnvVar::parse("A=b=c").unwrap(), EnvVar { key: "A".into(), value: "b=c".into() });
+        assert_eq!(EnvVar::parse("EMPTY=").unwrap().value, "");
+        for bad in ["noequals", "=v", "1A=v", "A-B=v", "A B=v"] {
+            assert!(EnvVar::parse(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn names_and_paths() {
+        assert!(check_workdir("/workspace").is_ok());
+        assert!(check_workdir("relative").is_err() && check_workdir("/a/../b").is_err());
+        assert!(check_name("my-task_1").is_ok());
+        assert!(check_name("").is_err() && check_name("a/b").is_err());
+        assert!(check_name(TaskId::random().as_str()).is_err(), "a name must not look like an id");
+        assert!(check_image_name("alpine-3.20").is_ok());
+        assert!(check_image_name("../x").is_err() && check_image_name("UP").is_err() && check_image_name(".hidden").is_err());
+    }
+}

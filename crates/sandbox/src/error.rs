@@ -1,0 +1,86 @@
+use std::io;
+use std::path::PathBuf;
+
+use thiserror::Error;
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong while building, using or tearing down a
+/// sandbox. Variants carry the path or object they concern.
+#[derive(Debug, Error)]
+pub enum Error {
+    // --- images ---
+    #[error("unknown image {0:?} (see `cairn image list`)")]
+    UnknownImage(String),
+    #[error("image {0:?} already exists")]
+    ImageExists(String),
+    #[error("image {0:?} is built in and cannot be removed")]
+    ImageBuiltIn(String),
+    #[error("cannot import image from {0}: {1}")]
+    ImageSource(PathBuf, String),
+    #[error("unsafe image archive entry {entry:?}: {reason}")]
+    UnsafeEntry { entry: String, reason: &'static str },
+    #[error("image I/O on {0}: {1}")]
+    ImageIo(PathBuf, io::Error),
+
+    // --- cgroups ---
+    #[error("no usable cgroup hierarchy: {0}")]
+    CgroupDetect(String),
+    #[error("cgroup {0}: {1}")]
+    Cgroup(PathBuf, io::Error),
+    #[error("cannot move pid {1} into cgroup {0}: {2}")]
+    CgroupMove(PathBuf, i32, io::Error),
+    #[error("cgroup {0} still has processes after kill")]
+    CgroupBusy(PathBuf),
+
+    // --- seccomp / capabilities ---
+    #[error("seccomp filter: {0}")]
+    Seccomp(String),
+    #[error("capabilities: {0}")]
+    Caps(String),
+
+    // --- disk ---
+    #[error("disk image {0}: {1}")]
+    Disk(PathBuf, io::Error),
+    #[error("mkfs.ext4 for {0} failed: {1}")]
+    Mkfs(PathBuf, String),
+    #[error("loop device for {0}: {1}")]
+    Loop(PathBuf, io::Error),
+
+    // --- rootfs and processes ---
+    #[error("mount {target}: {err}")]
+    Mount { target: PathBuf, err: io::Error },
+    #[error("unmount {0}: {1}")]
+    Umount(PathBuf, io::Error),
+    #[error("{what}: {err}")]
+    Sys { what: &'static str, err: io::Error },
+    #[error("sandbox helper failed: {0}")]
+    Helper(String),
+    #[error("no free uid range for a new sandbox")]
+    NoUidRange,
+
+    // --- exec and files ---
+    #[error("sandbox of task {0} is not running")]
+    NotRunning(String),
+    #[error("sandbox control: {0}")]
+    Control(io::Error),
+    #[error("protocol: {0}")]
+    Protocol(String),
+    #[error("path {0:?} is outside the sandbox or goes through a symlink that points out")]
+    PathEscape(String),
+    #[error("{0}: {1}")]
+    Io(String, io::Error),
+}
+
+impl Error {
+    /// Wraps the current `errno` of a failed syscall.
+    pub fn sys(what: &'static str, err: impl Into<io::Error>) -> Error {
+        Error::Sys { what, err: err.into() }
+    }
+}
+
+impl From<nix::Error> for Error {
+    fn from(e: nix::Error) -> Self {
+        Error::Sys { what: "syscall", err: io::Error::from(e) }
+    }
+}
