@@ -115,6 +115,7 @@ pub fn parse_duration(s: &str) -> Result<Duration, Error> {
 }
 
 /// Formats a byte count with the largest binary unit that divides it.
+#[derive(Debug)]
 pub struct Bytes(pub u64);
 
 impl fmt::Display for Bytes {

@@ -1,1 +1,12 @@
-//! placeholder
+//! Cairn's durable task state: tasks, their sandbox slots and their
+//! append-only event logs, in SQLite (a file under `$CAIRN_HOME`).
+//!
+//! Every write is one statement or one transaction, so a crash at any point
+//! leaves either the old or the new state. The database runs in WAL mode with
+//! `synchronous=FULL`: a call that returned has reached the disk.
+
+mod error;
+mod sqlite;
+
+pub use error::{Error, Result};
+pub use sqlite::{now_ms, SandboxRow, Store};

@@ -1,0 +1,403 @@
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use cairn_core::{Event, EventKind, NewEvent, SandboxState, Task, TaskConfig, TaskId, TaskState};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow, SqliteSynchronous};
+use sqlx::{Row, SqlitePool};
+
+use crate::{Error, Result};
+
+/// Milliseconds since the Unix epoch.
+pub fn now_ms() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+}
+
+/// The live sandbox of a task, as recorded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SandboxRow {
+    pub task: TaskId,
+    pub uid_slot: u32,
+    pub init_pid: Option<i32>,
+    pub init_start_time: Option<u64>,
+    pub started_ms: i64,
+}
+
+/// Handle on the task database.
+#[derive(Clone, Debug)]
+pub struct Store {
+    pool: SqlitePool,
+    path: PathBuf,
+}
+
+impl Store {
+    /// Opens (creating if needed) the database at `path` and applies
+    /// migrations.
+    pub async fn open(path: &Path) -> Result<Store> {
+        let opts = SqliteConnectOptions::new()
+            .filename(path)
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Full)
+            .foreign_keys(true)
+            .busy_timeout(Duration::from_secs(10));
+        let pool = SqlitePoolOptions::new()
+            .max_connections(4)
+            .connect_with(opts)
+            .await
+            .map_err(|e| Error::Open(path.to_owned(), e))?;
+        sqlx::migrate!("./migrations").run(&pool).await.map_err(|e| Error::Migrate(path.to_owned(), e))?;
+        Ok(Store { pool, path: path.to_owned() })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+
+    pub async fn insert_task(&self, task: &Task) -> Result<()> {
+        let config = serde_json::to_string(&task.config).map_err(|e| Error::Corrupt("config", e.to_string()))?;
+        let res = sqlx::query(
+            "INSERT INTO tasks (id, name, state, config, step, memory, created_ms, last_activity_ms, sandbox_state, sandbox_note)
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        )
+        .bind(task.id.as_str())
+        .bind(task.name.as_deref())
+        .bind(task.state.as_str())
+        .bind(config)
+        .bind(task.step as i64)
+        .bind(&task.memory)
+        .bind(task.created_ms)
+        .bind(task.last_activity_ms)
+        .bind(task.sandbox.as_str())
+        .bind(task.sandbox_note.as_deref())
+        .execute(&self.pool)
+        .await;
+        match res {
+            Ok(_) => Ok(()),
+            Err(sqlx::Error::Database(e)) if e.is_unique_violation() && e.message().contains("tasks.name") => {
+                Err(Error::NameTaken(task.name.clone().unwrap_or_default()))
+            }
+            Err(e) => Err(Error::Query("insert task", e)),
+        }
+    }
+
+    /// Finds a task by id or by name.
+    pub async fn find_task(&self, id_or_name: &str) -> Result<Task> {
+        let row = if TaskId::looks_like(id_or_name) {
+            sqlx::query("SELECT * FROM tasks WHERE id = ?").bind(id_or_name).fetch_optional(&self.pool).await
+        } else {
+            sqlx::query("SELECT * FROM tasks WHERE name = ?").bind(id_or_name).fetch_optional(&self.pool).await
+        }
+        .map_err(|e| Error::Query("find task", e))?;
+        row.map(|r| task_from_row(&r)).transpose()?.ok_or_else(|| Error::UnknownTask(id_or_name.to_owned()))
+    }
+
+    pub async fn list_tasks(&self) -> Result<Vec<Task>> {
+        let rows = sqlx::query("SELECT * FROM tasks ORDER BY created_ms, id")
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| Error::Query("list tasks", e))?;
+        rows.iter().map(task_from_row).collect()
+    }
+
+    pub async fn set_state(&self, id: &TaskId, state: TaskState) -> Result<()> {
+        self.exec_one(
+            "set task state",
+            sqlx::query("UPDATE tasks SET state = ?, last_activity_ms = ? WHERE id = ?")
+                .bind(state.as_str())
+                .bind(now_ms())
+                .bind(id.as_str()),
+            id,
+        )
+        .await
+    }
+
+    pub async fn set_sandbox_state(&self, id: &TaskId, state: SandboxState, note: Option<&str>) -> Result<()> {
+        self.exec_one(
+            "set sandbox state",
+            sqlx::query("UPDATE tasks SET sandbox_state = ?, sandbox_note = ? WHERE id = ?")
+                .bind(state.as_str())
+                .bind(note)
+                .bind(id.as_str()),
+            id,
+        )
+        .await
+    }
+
+    /// Increments the step counter and returns the new value.
+    pub async fn bump_step(&self, id: &TaskId) -> Result<u64> {
+        let row = sqlx::query("UPDATE tasks SET step = step + 1, last_activity_ms = ? WHERE id = ? RETURNING step")
+            .bind(now_ms())
+            .bind(id.as_str())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(|e| Error::Query("bump step", e))?
+            .ok_or_else(|| Error::UnknownTask(id.to_string()))?;
+        Ok(row.get::<i64, _>(0) as u64)
+    }
+
+    pub async fn touch(&self, id: &TaskId) -> Result<()> {
+        self.exec_one(
+            "touch task",
+            sqlx::query("UPDATE tasks SET last_activity_ms = ? WHERE id = ?").bind(now_ms()).bind(id.as_str()),
+            id,
+        )
+        .await
+    }
+
+    /// Appends an event; returns its sequence number in the task's log.
+    pub async fn append_event(&self, ev: &NewEvent) -> Result<u64> {
+        let row = sqlx::query(
+            "INSERT INTO events (task_id, seq, time_ms, kind, actor, args, exit_code, duration_ms)
+             VALUES (?1, (SELECT COALESCE(MAX(seq), 0) + 1 FROM events WHERE task_id = ?1), ?2, ?3, ?4, ?5, ?6, ?7)
+             RETURNING seq",
+        )
+        .bind(ev.task.as_str())
+        .bind(now_ms())
+        .bind(ev.kind.as_str())
+        .bind(&ev.actor)
+        .bind(ev.args.to_string())
+        .bind(ev.exit_code)
+        .bind(ev.duration_ms.map(|d| d as i64))
+        .fetch_one(&self.pool)
+        .await
+        .map_err(|e| Error::Query("append event", e))?;
+        Ok(row.get::<i64, _>(0) as u64)
+    }
+
+    pub async fn events(&self, id: &TaskId) -> Result<Vec<Event>> {
+        let rows = sqlx::query("SELECT * FROM events WHERE task_id = ? ORDER BY seq")
+            .bind(id.as_str())
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| Error::Query("read events", e))?;
+        rows.iter().map(event_from_row).collect()
+    }
+
+    /// Records a new sandbox for `id` on the lowest free uid slot and returns
+    /// the slot. One statement, so two concurrent starts never share a slot.
+    pub async fn claim_sandbox_slot(&self, id: &TaskId) -> Result<u32> {
+        let row = sqlx::query(
+            "INSERT INTO sandboxes (task_id, uid_slot, started_ms)
+             VALUES (?, (SELECT MIN(s.slot) FROM
+                          (SELECT 0 AS slot UNION SELECT uid_slot + 1 FROM sandboxes) s
+                          WHERE s.slot NOT IN (SELECT uid_slot FROM sandboxes)), ?)
+             RETURNING uid_slot",
+        )
+        .bind(id.as_str())
+        .bind(now_ms())
+        .fetch_one(&self.pool)
+        .await
+        .map_err(|e| Error::Query("claim sandbox slot", e))?;
+        Ok(row.get::<i64, _>(0) as u32)
+    }
+
+    pub async fn set_sandbox_init(&self, id: &TaskId, pid: i32, start_time: u64) -> Result<()> {
+        self.exec_one(
+            "record sandbox init",
+            sqlx::query("UPDATE sandboxes SET init_pid = ?, init_start_time = ? WHERE task_id = ?")
+                .bind(pid)
+                .bind(start_time as i64)
+                .bind(id.as_str()),
+            id,
+        )
+        .await
+    }
+
+    pub async fn sandbox(&self, id: &TaskId) -> Result<Option<SandboxRow>> {
+        let row = sqlx::query("SELECT * FROM sandboxes WHERE task_id = ?")
+            .bind(id.as_str())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(|e| Error::Query("read sandbox", e))?;
+        row.map(|r| sandbox_from_row(&r)).transpose()
+    }
+
+    pub async fn sandboxes(&self) -> Result<Vec<SandboxRow>> {
+        let rows = sqlx::query("SELECT * FROM sandboxes ORDER BY uid_slot")
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| Error::Query("list sandboxes", e))?;
+        rows.iter().map(sandbox_from_row).collect()
+    }
+
+    /// Forgets the sandbox of `id`, freeing its uid slot. Absent is fine.
+    pub async fn release_sandbox(&self, id: &TaskId) -> Result<()> {
+        sqlx::query("DELETE FROM sandboxes WHERE task_id = ?")
+            .bind(id.as_str())
+            .execute(&self.pool)
+            .await
+            .map_err(|e| Error::Query("release sandbox", e))?;
+        Ok(())
+    }
+
+    async fn exec_one<'q>(
+        &self,
+        what: &'static str,
+        q: sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments<'q>>,
+        id: &TaskId,
+    ) -> Result<()> {
+        let res = q.execute(&self.pool).await.map_err(|e| Error::Query(what, e))?;
+        if res.rows_affected() == 0 {
+            return Err(Error::UnknownTask(id.to_string()));
+        }
+        Ok(())
+    }
+}
+
+fn task_from_row(r: &SqliteRow) -> Result<Task> {
+    let id: String = r.get("id");
+    let state: String = r.get("state");
+    let config: String = r.get("config");
+    let sandbox: String = r.get("sandbox_state");
+    Ok(Task {
+        id: id.parse().map_err(|_| Error::Corrupt("task id", id.clone()))?,
+        name: r.get("name"),
+        state: TaskState::from_str(&state).map_err(|e| Error::Corrupt("task state", e))?,
+        config: serde_json::from_str::<TaskConfig>(&config).map_err(|e| Error::Corrupt("task config", e.to_string()))?,
+        step: r.get::<i64, _>("step") as u64,
+        memory: r.get("memory"),
+        created_ms: r.get("created_ms"),
+        last_activity_ms: r.get("last_activity_ms"),
+        sandbox: SandboxState::from_str(&sandbox).map_err(|e| Error::Corrupt("sandbox state", e))?,
+        sandbox_note: r.get("sandbox_note"),
+    })
+}
+
+fn event_from_row(r: &SqliteRow) -> Result<Event> {
+    let task: String = r.get("task_id");
+    let kind: String = r.get("kind");
+    let args: String = r.get("args");
+    Ok(Event {
+        seq: r.get::<i64, _>("seq") as u64,
+        task: task.parse().map_err(|_| Error::Corrupt("event task id", task.clone()))?,
+        time_ms: r.get("time_ms"),
+        kind: EventKind::from_str(&kind).map_err(|e| Error::Corrupt("event kind", e))?,
+        actor: r.get("actor"),
+        args: serde_json::from_str(&args).map_err(|e| Error::Corrupt("event args", e.to_string()))?,
+        exit_code: r.get("exit_code"),
+        duration_ms: r.get::<Option<i64>, _>("duration_ms").map(|d| d as u64),
+    })
+}
+
+fn sandbox_from_row(r: &SqliteRow) -> Result<SandboxRow> {
+    let task: String = r.get("task_id");
+    Ok(SandboxRow {
+        task: task.parse().map_err(|_| Error::Corrupt("sandbox task id", task.clone()))?,
+        uid_slot: r.get::<i64, _>("uid_slot") as u32,
+        init_pid: r.get("init_pid"),
+        init_start_time: r.get::<Option<i64>, _>("init_start_time").map(|v| v as u64),
+        started_ms: r.get("started_ms"),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cairn_core::Limits;
+
+    fn task(name: Option<&str>) -> Task {
+        let now = now_ms();
+        Task {
+            id: TaskId::random(),
+            name: name.map(str::to_owned),
+            state: TaskState::Created,
+            config: TaskConfig { limits: Limits::default(), ..TaskConfig::default() },
+            step: 0,
+            memory: String::new(),
+            created_ms: now,
+            last_activity_ms: now,
+            sandbox: SandboxState::None,
+            sandbox_note: None,
+        }
+    }
+
+    fn event(id: &TaskId, kind: EventKind) -> NewEvent {
+        NewEvent {
+            task: id.clone(),
+            kind,
+            actor: "test".into(),
+            args: serde_json::json!({"argv": ["true"]}),
+            exit_code: Some(0),
+            duration_ms: Some(3),
+        }
+    }
+
+    #[tokio::test]
+    async fn tasks_and_events_survive_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("cairn.db");
+        let t = task(Some("demo"));
+        {
+            let store = Store::open(&db).await.unwrap();
+            store.insert_task(&t).await.unwrap();
+            store.set_state(&t.id, TaskState::Running).await.unwrap();
+            assert_eq!(store.bump_step(&t.id).await.unwrap(), 1);
+            assert_eq!(store.append_event(&event(&t.id, EventKind::Create)).await.unwrap(), 1);
+            assert_eq!(store.append_event(&event(&t.id, EventKind::Exec)).await.unwrap(), 2);
+            store.close().await;
+        }
+        let store = Store::open(&db).await.unwrap();
+        let back = store.find_task("demo").await.unwrap();
+        assert_eq!((back.id.clone(), back.state, back.step), (t.id.clone(), TaskState::Running, 1));
+        assert_eq!(store.find_task(t.id.as_str()).await.unwrap().name.as_deref(), Some("demo"));
+        let evs = store.events(&t.id).await.unwrap();
+        assert_eq!(evs.iter().map(|e| (e.seq, e.kind)).collect::<Vec<_>>(), [(1, EventKind::Create), (2, EventKind::Exec)]);
+        assert_eq!(evs[1].args["argv"][0], "true");
+    }
+
+    #[tokio::test]
+    async fn errors_name_what_was_wrong() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("cairn.db")).await.unwrap();
+        store.insert_task(&task(Some("same"))).await.unwrap();
+        assert!(matches!(store.insert_task(&task(Some("same"))).await, Err(Error::NameTaken(n)) if n == "same"));
+        assert!(matches!(store.find_task("nope").await, Err(Error::UnknownTask(_))));
+        let ghost = TaskId::random();
+        assert!(matches!(store.bump_step(&ghost).await, Err(Error::UnknownTask(_))));
+        assert!(matches!(store.set_state(&ghost, TaskState::Running).await, Err(Error::UnknownTask(_))));
+        assert_eq!(store.list_tasks().await.unwrap().len(), 1, "failed calls changed nothing");
+    }
+
+    #[tokio::test]
+    async fn event_log_is_append_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("cairn.db")).await.unwrap();
+        let t = task(None);
+        store.insert_task(&t).await.unwrap();
+        store.append_event(&event(&t.id, EventKind::Create)).await.unwrap();
+        let upd = sqlx::query("UPDATE events SET actor = 'mallory'").execute(&store.pool).await;
+        assert!(upd.unwrap_err().to_string().contains("append-only"));
+        let del = sqlx::query("DELETE FROM events").execute(&store.pool).await;
+        assert!(del.unwrap_err().to_string().contains("append-only"));
+        assert_eq!(store.events(&t.id).await.unwrap()[0].actor, "test");
+    }
+
+    #[tokio::test]
+    async fn sandbox_slots_are_unique_and_reused() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("cairn.db")).await.unwrap();
+        let ts: Vec<Task> = (0..3).map(|_| task(None)).collect();
+        for t in &ts {
+            store.insert_task(t).await.unwrap();
+        }
+        let mut slots = Vec::new();
+        for t in &ts {
+            slots.push(store.claim_sandbox_slot(&t.id).await.unwrap());
+        }
+        assert_eq!(slots, [0, 1, 2]);
+        assert!(store.claim_sandbox_slot(&ts[0].id).await.is_err(), "one sandbox per task");
+        store.release_sandbox(&ts[1].id).await.unwrap();
+        store.release_sandbox(&ts[1].id).await.unwrap();
+        let t4 = task(None);
+        store.insert_task(&t4).await.unwrap();
+        assert_eq!(store.claim_sandbox_slot(&t4.id).await.unwrap(), 1, "lowest free slot is reused");
+        store.set_sandbox_init(&t4.id, 4242, 99).await.unwrap();
+        let row = store.sandbox(&t4.id).await.unwrap().unwrap();
+        assert_eq!((row.uid_slot, row.init_pid, row.init_start_time), (1, Some(4242), Some(99)));
+    }
+}
