@@ -22,6 +22,10 @@ pub enum Error {
     UnsafeEntry { entry: String, reason: &'static str },
     #[error("image I/O on {0}: {1}")]
     ImageIo(PathBuf, io::Error),
+    #[error("{0}")]
+    InvalidImageName(cairn_core::Error),
+    #[error("cannot write image entry {entry:?}: {err}")]
+    ImageEntry { entry: String, err: io::Error },
 
     // --- cgroups ---
     #[error("no usable cgroup hierarchy: {0}")]
@@ -32,10 +36,18 @@ pub enum Error {
     CgroupMove(PathBuf, i32, io::Error),
     #[error("cgroup {0} still has processes after kill")]
     CgroupBusy(PathBuf),
+    #[error("invalid cgroup name {0:?}: expected a single path component")]
+    CgroupName(String),
+    #[error("cgroup {0}: timed out waiting to {1}")]
+    CgroupTimeout(PathBuf, &'static str),
+    #[error("cgroup {0}: cannot {1}: no hierarchy on this host supports it")]
+    CgroupUnsupported(PathBuf, &'static str),
 
     // --- seccomp / capabilities ---
     #[error("seccomp filter: {0}")]
     Seccomp(String),
+    #[error("cannot install seccomp filter: {0}")]
+    SeccompInstall(io::Error),
     #[error("capabilities: {0}")]
     Caps(String),
 

@@ -17,10 +17,12 @@
 pub mod caps;
 pub mod cgroup;
 pub mod disk;
+pub mod files;
 mod error;
 pub mod image;
-pub mod native;
-pub mod process;
+// pub mod native; (enabled once images and seccomp land)
+pub mod net;
+// pub mod process;
 pub mod proto;
 pub mod rootfs;
 pub mod seccomp;

@@ -1,1 +1,298 @@
-//! (being written)
+//! The `native` isolation driver: one sandbox per task from Linux
+//! namespaces, an overlay root on a per-task ext4 disk, cgroup limits and a
+//! seccomp filter.
+//!
+//! Called from the daemon (blocking calls; run them off the async runtime).
+//! Building the namespaces happens in the `__sandbox-start` helper process,
+//! never in the daemon's own threads.
+
+use std::fs;
+use std::io::Write;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::unix::fs::DirBuilderExt;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use cairn_core::TaskConfig;
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+
+use crate::cgroup::{CgroupLayout, TaskCgroup};
+use crate::disk::{self, DiskPool};
+use crate::image::Image;
+use crate::process::spawn::{process_start_time, HelperReport, SandboxSpec};
+use crate::proto::{self, ExecRequest, Reply, Request};
+use crate::rootfs::Layer;
+use crate::uidmap::IdRange;
+use crate::{Error, Result};
+
+/// The hidden subcommand of the `cairn` binary that runs [`crate::process::spawn::helper_main`].
+pub const HELPER_SUBCOMMAND: &str = "__sandbox-start";
+
+/// Where one task's sandbox lives on the host.
+#[derive(Clone, Debug)]
+pub struct TaskPaths {
+    /// Mount points, control socket, init log. Removed on destroy.
+    pub run_dir: PathBuf,
+    /// The ext4 image holding the writable layer.
+    pub disk_image: PathBuf,
+    /// Where that image is mounted on the host.
+    pub disk_mount: PathBuf,
+    pub control_socket: PathBuf,
+}
+
+/// A live sandbox's init, as recorded in the store.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct InitProcess {
+    pub pid: i32,
+    pub start_time: u64,
+}
+
+impl InitProcess {
+    /// True while the very process we started (not a pid reuser) is alive
+    /// and not a zombie.
+    pub fn alive(&self) -> bool {
+        process_start_time(self.pid) == Some(self.start_time) && !is_zombie(self.pid)
+    }
+}
+
+fn is_zombie(pid: i32) -> bool {
+    fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| s.rfind(')').map(|i| s[i + 2..].starts_with('Z')))
+        .unwrap_or(false)
+}
+
+/// A command started in a sandbox: the connection to await its exit on, and
+/// the pty master if it has a terminal.
+#[derive(Debug)]
+pub struct RunningCommand {
+    pub conn: UnixStream,
+    pub pid: i32,
+    pub pty_master: Option<OwnedFd>,
+}
+
+#[derive(Debug)]
+pub struct NativeDriver {
+    run_root: PathBuf,
+    disk_root: PathBuf,
+    cgroups: CgroupLayout,
+    pool: DiskPool,
+    helper: PathBuf,
+}
+
+impl NativeDriver {
+    /// `home` is `$CAIRN_HOME`; `helper` the `cairn` executable.
+    pub fn new(home: &Path, helper: PathBuf, default_disk: u64, pool_target: usize) -> Result<NativeDriver> {
+        let run_root = home.join("run");
+        let disk_root = home.join("disks");
+        for d in [&run_root, &disk_root] {
+            fs::DirBuilder::new().recursive(true).mode(0o700).create(d).map_err(|e| Error::Io(d.display().to_string(), e))?;
+        }
+        let pool = DiskPool::new(disk_root.join("pool"), default_disk, pool_target)?;
+        Ok(NativeDriver { run_root, disk_root, cgroups: CgroupLayout::detect()?, pool, helper })
+    }
+
+    pub fn cgroups(&self) -> &CgroupLayout {
+        &self.cgroups
+    }
+
+    pub fn pool(&self) -> &DiskPool {
+        &self.pool
+    }
+
+    pub fn paths(&self, task: &str) -> TaskPaths {
+        let run_dir = self.run_root.join(task);
+        TaskPaths {
+            disk_image: self.disk_root.join(format!("{task}.img")),
+            disk_mount: run_dir.join("disk"),
+            control_socket: run_dir.join("ctl.sock"),
+            run_dir,
+        }
+    }
+
+    pub fn cgroup(&self, task: &str) -> Result<TaskCgroup> {
+        self.cgroups.open(task)
+    }
+
+    /// Builds and starts the sandbox of `task` on uid slot `slot`. On failure
+    /// everything it made is removed again.
+    pub fn start(&self, task: &str, config: &TaskConfig, image: &Image, slot: u32) -> Result<InitProcess> {
+        let result = self.start_inner(task, config, image, slot);
+        if result.is_err() {
+            let _ = self.destroy(task, None);
+        }
+        result
+    }
+
+    fn start_inner(&self, task: &str, config: &TaskConfig, image: &Image, slot: u32) -> Result<InitProcess> {
+        let paths = self.paths(task);
+        let ids = IdRange::for_slot(slot)?;
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&paths.run_dir)
+            .map_err(|e| Error::Io(paths.run_dir.display().to_string(), e))?;
+        if !paths.disk_image.exists() {
+            self.pool.take(&paths.disk_image, config.limits.disk_bytes)?;
+        }
+        if !disk::is_mounted(&paths.disk_mount) {
+            disk::attach_and_mount(&paths.disk_image, &paths.disk_mount)?;
+        }
+        let cgroup = self.cgroups.create(task, &config.limits)?;
+        let mut layers = vec![Layer { lower: image.rootfs.clone(), at: "/".into() }];
+        layers.extend(image.projections.iter().map(|p| Layer { lower: p.host_path.clone(), at: p.at.clone() }));
+        let spec = SandboxSpec {
+            hostname: task.to_owned(),
+            ids,
+            run_dir: paths.run_dir.clone(),
+            disk: paths.disk_mount.clone(),
+            layers,
+            cgroup_procs: cgroup.paths().into_iter().map(|p| p.join("cgroup.procs")).collect(),
+            workdir: config.workdir.clone(),
+            // tmpfs pages are charged to the task's memory cgroup anyway.
+            tmp_bytes: config.limits.memory_bytes,
+        };
+        let report = self.run_helper(&spec)?;
+        Ok(InitProcess { pid: report.init_pid, start_time: report.init_start_time })
+    }
+
+    fn run_helper(&self, spec: &SandboxSpec) -> Result<HelperReport> {
+        let mut child = Command::new(&self.helper)
+            .arg(HELPER_SUBCOMMAND)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .env_clear()
+            .spawn()
+            .map_err(|e| Error::Helper(format!("cannot run {}: {e}", self.helper.display())))?;
+        let input = serde_json::to_vec(spec).map_err(|e| Error::Helper(e.to_string()))?;
+        if let Some(mut stdin) = child.stdin.take() {
+            stdin.write_all(&input).map_err(|e| Error::Helper(format!("cannot send spec: {e}")))?;
+        }
+        let out = child.wait_with_output().map_err(|e| Error::Helper(e.to_string()))?;
+        if !out.status.success() {
+            let msg = String::from_utf8_lossy(&out.stderr).trim().to_owned();
+            return Err(Error::Helper(if msg.is_empty() { format!("helper exited with {}", out.status) } else { msg }));
+        }
+        serde_json::from_slice(&out.stdout).map_err(|e| Error::Helper(format!("malformed helper report: {e}")))
+    }
+
+    fn connect(&self, task: &str) -> Result<UnixStream> {
+        let sock = self.paths(task).control_socket;
+        UnixStream::connect(&sock).map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused => Error::NotRunning(task.to_owned()),
+            _ => Error::Control(e),
+        })
+    }
+
+    /// Checks that the init answers on its control socket.
+    pub fn ping(&self, task: &str) -> Result<i32> {
+        let conn = self.connect(task)?;
+        conn.set_read_timeout(Some(Duration::from_secs(2))).map_err(Error::Control)?;
+        proto::send(&conn, &Request::Ping, &[])?;
+        match proto::recv::<Reply>(&conn)? {
+            Some((Reply::Pong { pid }, _)) => Ok(pid),
+            other => Err(Error::Protocol(format!("unexpected answer to ping: {other:?}"))),
+        }
+    }
+
+    /// Starts a command. `stdio` (stdin, stdout, stderr) is empty when the
+    /// request asks for a tty.
+    pub fn exec(&self, task: &str, req: &ExecRequest, stdio: &[RawFd]) -> Result<std::result::Result<RunningCommand, String>> {
+        let conn = self.connect(task)?;
+        proto::send(&conn, &Request::Exec(req.clone()), stdio)?;
+        match proto::recv::<Reply>(&conn)? {
+            Some((Reply::Started { pid }, fds)) => {
+                Ok(Ok(RunningCommand { conn, pid, pty_master: fds.into_iter().next() }))
+            }
+            Some((Reply::Failed { message, .. }, _)) => Ok(Err(message)),
+            Some((other, _)) => Err(Error::Protocol(format!("unexpected answer to exec: {other:?}"))),
+            None => Err(Error::NotRunning(task.to_owned())),
+        }
+    }
+
+    /// A descriptor of the sandbox's root directory, for resolving paths
+    /// inside it (see [`crate::fs`]).
+    pub fn open_root(&self, init: InitProcess) -> Result<OwnedFd> {
+        if !init.alive() {
+            return Err(Error::NotRunning(format!("pid {}", init.pid)));
+        }
+        let path = format!("/proc/{}/root", init.pid);
+        let f = fs::File::open(&path).map_err(|e| Error::Io(path, e))?;
+        Ok(f.into())
+    }
+
+    /// Kills every process of the sandbox and removes its cgroups, mounts,
+    /// loop device, disk image and run directory. Safe to repeat, and on a
+    /// half-built sandbox.
+    pub fn destroy(&self, task: &str, init: Option<InitProcess>) -> Result<()> {
+        let paths = self.paths(task);
+        let cgroup = self.cgroups.open(task)?;
+        if cgroup.exists() {
+            cgroup.kill_all()?;
+        }
+        if let Some(init) = init.filter(|i| i.alive()) {
+            let _ = kill(Pid::from_raw(init.pid), Signal::SIGKILL);
+        }
+        if let Some(init) = init {
+            wait_gone(init);
+        }
+        disk::unmount(&paths.disk_mount)?;
+        disk::detach_backing(&paths.disk_image)?;
+        cgroup.remove()?;
+        remove_path(&paths.run_dir)?;
+        remove_path(&paths.disk_image)?;
+        Ok(())
+    }
+
+    /// Tasks that have something on this host (a run directory, a disk or a
+    /// cgroup), for reconciling with the store after a restart.
+    pub fn leftovers(&self) -> Result<Vec<String>> {
+        let mut names: Vec<String> = self.cgroups.list()?;
+        for dir in [&self.run_root, &self.disk_root] {
+            if let Ok(entries) = fs::read_dir(dir) {
+                for e in entries.flatten() {
+                    let name = e.file_name().to_string_lossy().trim_end_matches(".img").to_owned();
+                    if cairn_core::TaskId::looks_like(&name) {
+                        names.push(name);
+                    }
+                }
+            }
+        }
+        names.sort();
+        names.dedup();
+        Ok(names)
+    }
+}
+
+/// Waits (bounded) until the init has exited, reaping it if it is our child
+/// (the daemon is a subreaper for the sandboxes it starts).
+fn wait_gone(init: InitProcess) {
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < deadline {
+        let _ = nix::sys::wait::waitpid(Pid::from_raw(init.pid), Some(nix::sys::wait::WaitPidFlag::WNOHANG));
+        if process_start_time(init.pid) != Some(init.start_time) {
+            return;
+        }
+        thread::sleep(Duration::from_millis(5));
+    }
+}
+
+fn remove_path(p: &Path) -> Result<()> {
+    let res = match fs::symlink_metadata(p) {
+        Ok(m) if m.is_dir() => fs::remove_dir_all(p),
+        Ok(_) => fs::remove_file(p),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e),
+    };
+    res.map_err(|e| Error::Io(format!("remove {}", p.display()), e))
+}
+
+/// Keeps the borrow checker honest about descriptors passed by number.
+pub fn raw_fds(fds: &[&OwnedFd]) -> Vec<RawFd> {
+    fds.iter().map(|f| f.as_raw_fd()).collect()
+}

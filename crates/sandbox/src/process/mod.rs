@@ -1,1 +1,11 @@
-//! (being written)
+//! The processes of a sandbox.
+//!
+//! - [`spawn`]: `cairn __sandbox-start`, the single-threaded helper that
+//!   creates the namespaces, mounts the root and forks the init.
+//! - [`init`]: pid 1 of the sandbox: reaps orphans and runs commands sent
+//!   over its control socket.
+//! - [`exec`]: what happens between `fork` and `execve` of one command.
+
+pub mod exec;
+pub mod init;
+pub mod spawn;

@@ -1,0 +1,281 @@
+//! `cairn __sandbox-start`: builds one sandbox and leaves its init running.
+//!
+//! The daemon runs this as a child process with a [`SandboxSpec`] on stdin and
+//! reads a [`HelperReport`] from stdout. It is single-threaded, which is what
+//! makes `fork` and `unshare` safe here. The steps, in order:
+//!
+//! 1. H (this process, host root): private mount namespace; join the task's
+//!    cgroups (children inherit them, and the cgroup namespace is rooted
+//!    there); bind the control socket.
+//! 2. H forks C. C unshares a user namespace; H writes its id maps, then
+//!    builds the overlay root with lowers idmapped through C's namespace.
+//! 3. C becomes root of its user namespace, unshares mount, pid, net, uts,
+//!    ipc and cgroup namespaces and forks I, pid 1 of the new pid namespace;
+//!    C reports I's host pid and exits.
+//! 4. I mounts `/proc`, `/dev`, `/tmp`, pivots into the root, sets hostname
+//!    and `lo`, bounds its capabilities, sets no_new_privs and seccomp, says
+//!    "ready" and serves commands ([`super::init`]).
+
+use std::fs::{self, File};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::UnixListener;
+use std::path::PathBuf;
+
+use nix::mount::{mount, MsFlags};
+use nix::sched::{unshare, CloneFlags};
+use nix::sys::wait::waitpid;
+use nix::unistd::{fork, ForkResult, Pid};
+use serde::{Deserialize, Serialize};
+
+use crate::rootfs::{self, Kernel, Layer};
+use crate::uidmap::IdRange;
+use crate::{caps, net, seccomp, Error, Result};
+
+/// Everything the helper needs to build a sandbox.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct SandboxSpec {
+    pub hostname: String,
+    pub ids: IdRange,
+    /// Host directory for this sandbox's mounts and control socket.
+    pub run_dir: PathBuf,
+    /// Mounted task disk holding the upper and work directories.
+    pub disk: PathBuf,
+    pub layers: Vec<Layer>,
+    /// `cgroup.procs` files of the task's cgroups.
+    pub cgroup_procs: Vec<PathBuf>,
+    pub workdir: String,
+    pub tmp_bytes: u64,
+}
+
+impl SandboxSpec {
+    pub fn control_socket(&self) -> PathBuf {
+        self.run_dir.join("ctl.sock")
+    }
+}
+
+/// What the helper prints when the sandbox is ready.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct HelperReport {
+    /// Host pid of the sandbox's init.
+    pub init_pid: i32,
+    /// Its start time (clock ticks since boot), which tells it apart from a
+    /// later process that reuses the pid.
+    pub init_start_time: u64,
+}
+
+/// Entry point of `cairn __sandbox-start`. Returns the process exit code.
+pub fn helper_main() -> i32 {
+    let mut input = String::new();
+    if let Err(e) = std::io::stdin().read_to_string(&mut input) {
+        eprintln!("cannot read sandbox spec: {e}");
+        return 2;
+    }
+    let spec: SandboxSpec = match serde_json::from_str(&input) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("malformed sandbox spec: {e}");
+            return 2;
+        }
+    };
+    match build(&spec) {
+        Ok(report) => {
+            println!("{}", serde_json::to_string(&report).unwrap_or_default());
+            0
+        }
+        Err(e) => {
+            eprintln!("{e}");
+            1
+        }
+    }
+}
+
+/// Start time of `pid` from `/proc/PID/stat` (field 22).
+pub fn process_start_time(pid: i32) -> Option<u64> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may contain spaces and parentheses; the
+    // fields after the last ')' are plain.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    rest.split(' ').nth(19)?.parse().ok()
+}
+
+fn build(spec: &SandboxSpec) -> Result<HelperReport> {
+    // Our mounts must not propagate back to the host.
+    unshare(CloneFlags::CLONE_NEWNS).map_err(|e| Error::sys("unshare mount namespace", e))?;
+    mount(None::<&str>, "/", None::<&str>, MsFlags::MS_REC | MsFlags::MS_PRIVATE, None::<&str>)
+        .map_err(|e| Error::sys("make / private", e))?;
+    for procs in &spec.cgroup_procs {
+        fs::write(procs, std::process::id().to_string())
+            .map_err(|e| Error::CgroupMove(procs.clone(), std::process::id() as i32, e))?;
+    }
+    fs::create_dir_all(&spec.run_dir).map_err(|e| Error::Io(spec.run_dir.display().to_string(), e))?;
+    let sock_path = spec.control_socket();
+    let _ = fs::remove_file(&sock_path);
+    let listener = UnixListener::bind(&sock_path).map_err(|e| Error::Io(format!("bind {}", sock_path.display()), e))?;
+    fs::set_permissions(&sock_path, fs::Permissions::from_mode(0o600))
+        .map_err(|e| Error::Io(sock_path.display().to_string(), e))?;
+    // Built before forking: the init applies it as its last step.
+    let filter = seccomp::sandbox_filter()?;
+
+    let (ready_r, ready_w) = std::io::pipe().map_err(|e| Error::sys("pipe", e))?;
+    let (go_r, go_w) = std::io::pipe().map_err(|e| Error::sys("pipe", e))?;
+
+    // SAFETY: this process is single-threaded (the helper never starts
+    // threads), so the child may run arbitrary code after fork.
+    let child = match unsafe { fork() }.map_err(|e| Error::sys("fork", e))? {
+        ForkResult::Child => {
+            drop(ready_r);
+            drop(go_w);
+            let code = match in_userns_child(spec, &listener, &filter, ready_w.try_clone().ok().map(OwnedFd::from), go_r) {
+                Ok(()) => 0,
+                Err(e) => {
+                    let _ = writeln!(File::from(OwnedFd::from(ready_w)), "e{}", e.to_string().replace('\n', " "));
+                    1
+                }
+            };
+            // SAFETY: _exit ends the child without running the parent's
+            // atexit handlers or flushing its buffers twice.
+            unsafe { libc::_exit(code) }
+        }
+        ForkResult::Parent { child } => child,
+    };
+    drop(ready_w);
+    drop(go_r);
+    drop(listener);
+
+    let result = parent_side(spec, child, ready_r, go_w);
+    let _ = waitpid(child, None);
+    result
+}
+
+fn parent_side(spec: &SandboxSpec, child: Pid, ready_r: std::io::PipeReader, mut go_w: std::io::PipeWriter) -> Result<HelperReport> {
+    let mut lines = BufReader::new(ready_r);
+    let mut line = String::new();
+    lines.read_line(&mut line).map_err(|e| Error::sys("read from sandbox", e))?;
+    if line.trim() != "u" {
+        return Err(child_error(&line));
+    }
+    spec.ids.write_maps(child.as_raw())?;
+    let userns = File::open(format!("/proc/{}/ns/user", child.as_raw())).map_err(|e| Error::sys("open user namespace", e))?;
+    rootfs::build_overlays(&Kernel, &spec.run_dir, &spec.disk, &spec.layers, spec.ids, userns.as_raw_fd(), &spec.workdir)?;
+    go_w.write_all(b"g").map_err(|e| Error::sys("signal sandbox", e))?;
+    drop(go_w);
+
+    let mut init_pid = None;
+    loop {
+        line.clear();
+        if lines.read_line(&mut line).map_err(|e| Error::sys("read from sandbox", e))? == 0 {
+            return Err(Error::Helper("sandbox init exited before it was ready".into()));
+        }
+        let msg = line.trim_end();
+        if let Some(pid) = msg.strip_prefix('p') {
+            init_pid = pid.parse::<i32>().ok();
+        } else if msg == "r" {
+            let pid = init_pid.ok_or_else(|| Error::Helper("sandbox init did not report its pid".into()))?;
+            let start = process_start_time(pid).ok_or_else(|| Error::Helper(format!("sandbox init {pid} vanished")))?;
+            return Ok(HelperReport { init_pid: pid, init_start_time: start });
+        } else {
+            if let Some(pid) = init_pid {
+                let _ = nix::sys::signal::kill(Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
+            }
+            return Err(child_error(msg));
+        }
+    }
+}
+
+fn child_error(line: &str) -> Error {
+    let msg = line.trim().strip_prefix('e').unwrap_or(line.trim());
+    Error::Helper(if msg.is_empty() { "sandbox process exited during setup".into() } else { msg.to_owned() })
+}
+
+/// C: enters the user namespace, then forks the init into the rest.
+fn in_userns_child(
+    spec: &SandboxSpec,
+    listener: &UnixListener,
+    filter: &seccompiler::BpfProgram,
+    ready_w: Option<OwnedFd>,
+    mut go_r: std::io::PipeReader,
+) -> Result<()> {
+    let mut ready = File::from(ready_w.ok_or_else(|| Error::Helper("lost the ready pipe".into()))?);
+    unshare(CloneFlags::CLONE_NEWUSER).map_err(|e| Error::sys("unshare user namespace", e))?;
+    ready.write_all(b"u\n").map_err(|e| Error::sys("report userns", e))?;
+    let mut go = [0u8; 1];
+    if go_r.read(&mut go).map_err(|e| Error::sys("wait for id maps", e))? != 1 {
+        return Err(Error::Helper("helper gave up before the id maps were written".into()));
+    }
+    drop(go_r);
+    become_root()?;
+    unshare(
+        CloneFlags::CLONE_NEWNS
+            | CloneFlags::CLONE_NEWPID
+            | CloneFlags::CLONE_NEWNET
+            | CloneFlags::CLONE_NEWUTS
+            | CloneFlags::CLONE_NEWIPC
+            | CloneFlags::CLONE_NEWCGROUP,
+    )
+    .map_err(|e| Error::sys("unshare namespaces", e))?;
+    // SAFETY: single-threaded process (forked from the single-threaded helper).
+    match unsafe { fork() }.map_err(|e| Error::sys("fork init", e))? {
+        ForkResult::Parent { child } => {
+            writeln!(ready, "p{}", child.as_raw()).map_err(|e| Error::sys("report init pid", e))?;
+            Ok(())
+        }
+        ForkResult::Child => {
+            let result = init_setup(spec, &mut ready, filter);
+            match result {
+                Ok(()) => {
+                    let _ = ready.write_all(b"r\n");
+                    drop(ready);
+                    super::init::serve(listener)
+                }
+                Err(e) => {
+                    let _ = writeln!(ready, "e{}", e.to_string().replace('\n', " "));
+                    // SAFETY: end the half-built init immediately.
+                    unsafe { libc::_exit(1) }
+                }
+            }
+        }
+    }
+}
+
+/// Switches to uid and gid 0 of the new user namespace, dropping the host's
+/// supplementary groups.
+fn become_root() -> Result<()> {
+    nix::unistd::setgroups(&[]).map_err(|e| Error::sys("setgroups", e))?;
+    let root_g = nix::unistd::Gid::from_raw(0);
+    let root_u = nix::unistd::Uid::from_raw(0);
+    nix::unistd::setresgid(root_g, root_g, root_g).map_err(|e| Error::sys("setresgid", e))?;
+    nix::unistd::setresuid(root_u, root_u, root_u).map_err(|e| Error::sys("setresuid", e))?;
+    Ok(())
+}
+
+/// I, before serving: filesystems, identity, then the security bounds.
+fn init_setup(spec: &SandboxSpec, ready: &mut File, filter: &seccompiler::BpfProgram) -> Result<()> {
+    // The init must not hold the daemon's pipes open: its stdio goes to a log.
+    let log = fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(spec.run_dir.join("init.log"))
+        .map_err(|e| Error::Io("init log".into(), e))?;
+    let null = File::open("/dev/null").map_err(|e| Error::Io("/dev/null".into(), e))?;
+    for (src, dst) in [(null.as_raw_fd(), 0), (log.as_raw_fd(), 1), (log.as_raw_fd(), 2)] {
+        nix::unistd::dup2(src, dst).map_err(|e| Error::sys("dup2 init stdio", e))?;
+    }
+    let _ = ready;
+    let root = spec.run_dir.join("root");
+    rootfs::build_inner(&Kernel, &root, spec.tmp_bytes)?;
+    nix::unistd::sethostname(&spec.hostname).map_err(|e| Error::sys("sethostname", e))?;
+    net::loopback_up()?;
+    caps::restrict()?;
+    // SAFETY: prctl with constant arguments; no pointers involved.
+    if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
+        return Err(Error::sys("no_new_privs", std::io::Error::last_os_error()));
+    }
+    // Not dumpable: processes in the sandbox cannot ptrace the init or open
+    // its /proc/1/fd, which holds the control socket.
+    // SAFETY: prctl with constant arguments.
+    unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) };
+    seccomp::apply(filter)?;
+    Ok(())
+}
