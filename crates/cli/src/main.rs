@@ -1,1 +1,280 @@
-fn main() {}
+//! `cairn`: the daemon (`cairn serve`), every client subcommand, the demo,
+//! and the hidden sandbox helper (`cairn __sandbox-start`).
+
+mod client;
+mod cp;
+mod demo;
+mod exec;
+mod output;
+mod progress;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{anyhow, Context, Result};
+use clap::{Args, Parser, Subcommand};
+use serde_json::{json, Value};
+
+use crate::client::Client;
+
+#[derive(Parser, Debug)]
+#[command(name = "cairn", version, about = "Ephemeral sandboxes over durable state for long-running agent tasks")]
+struct Cli {
+    /// Print JSON instead of human output.
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Run the daemon.
+    Serve(ServeArgs),
+    /// Create, list, show tasks.
+    #[command(subcommand)]
+    Task(TaskCmd),
+    /// Run a command in a task's sandbox: cairn exec ID [OPTIONS] -- CMD ARGS...
+    Exec(ExecCli),
+    /// Copy files between a sandbox (ID:/path) and here.
+    Cp { src: String, dst: String },
+    /// Show a task's event log.
+    Log { task: String },
+    /// Destroy a task's sandbox; its records stay.
+    Destroy { task: String },
+    /// Manage base images.
+    #[command(subcommand)]
+    Image(ImageCmd),
+    /// Run everything end to end against an embedded daemon.
+    Demo,
+    #[command(name = "__sandbox-start", hide = true)]
+    SandboxStart,
+}
+
+#[derive(Args, Debug)]
+struct ServeArgs {
+    /// Address to listen on (port 0 picks a free one).
+    #[arg(long)]
+    listen: Option<String>,
+    /// TOML config file.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Formatted task disks kept ready.
+    #[arg(long)]
+    disk_pool: Option<usize>,
+}
+
+#[derive(Subcommand, Debug)]
+enum TaskCmd {
+    /// Create a task and start its sandbox.
+    Create(CreateArgs),
+    List,
+    Show { task: String },
+}
+
+#[derive(Args, Debug)]
+struct CreateArgs {
+    #[arg(long)]
+    image: Option<String>,
+    #[arg(long)]
+    name: Option<String>,
+    /// Memory limit, e.g. 512M.
+    #[arg(long)]
+    memory: Option<String>,
+    /// CPU limit, e.g. 1 or 0.5.
+    #[arg(long)]
+    cpus: Option<String>,
+    /// Process limit.
+    #[arg(long)]
+    pids: Option<String>,
+    /// Size of the writable layer, e.g. 2G.
+    #[arg(long)]
+    disk: Option<String>,
+    #[arg(long = "env", value_name = "K=V")]
+    env: Vec<String>,
+    #[arg(long)]
+    workdir: Option<String>,
+}
+
+#[derive(Args, Debug)]
+struct ExecCli {
+    task: String,
+    #[arg(long = "env", value_name = "K=V")]
+    env: Vec<String>,
+    #[arg(long)]
+    workdir: Option<String>,
+    /// Kill the command after this long (e.g. 30s); exits 124.
+    #[arg(long)]
+    timeout: Option<String>,
+    /// Pass stdin to the command.
+    #[arg(short = 'i', long)]
+    interactive: bool,
+    /// Run the command on a pty.
+    #[arg(short = 't', long)]
+    tty: bool,
+    #[arg(last = true, required = true)]
+    argv: Vec<String>,
+}
+
+#[derive(Subcommand, Debug)]
+enum ImageCmd {
+    List,
+    /// Import a rootfs directory or a tar, tar.gz or tar.zst archive.
+    Import { name: String, path: PathBuf },
+    Rm { name: String },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    if matches!(cli.cmd, Cmd::SandboxStart) {
+        // Single-threaded on purpose: no runtime, no threads before fork.
+        return ExitCode::from(cairn_sandbox::process::spawn::helper_main() as u8);
+    }
+    let json_out = cli.json;
+    let result = match cli.cmd {
+        Cmd::Serve(args) => serve(args),
+        other => {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build();
+            match rt {
+                Ok(rt) => rt.block_on(client_command(other, json_out)),
+                Err(e) => Err(anyhow!("cannot start runtime: {e}")),
+            }
+        }
+    };
+    match result {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            let msg = format!("{e:#}").replace('\n', " ");
+            eprintln!("cairn: {msg}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+}
+
+fn serve(args: ServeArgs) -> Result<u8> {
+    init_logging();
+    let mut config = match &args.config {
+        Some(p) => cairn_server::Config::load(p).map_err(|e| anyhow!(e))?,
+        None => cairn_server::Config::default(),
+    };
+    if let Some(l) = &args.listen {
+        config.listen = cairn_server::config::parse_listen(l).map_err(|e| anyhow!(e))?;
+    }
+    if let Some(n) = args.disk_pool {
+        config.disk_pool = n;
+    }
+    let helper_exe = std::env::current_exe().context("cannot find the cairn executable")?;
+    let home = client::home();
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    rt.block_on(async move {
+        let daemon = cairn_server::Daemon::start(cairn_server::DaemonOptions { home, config, helper_exe }).await?;
+        daemon.run_until_signal().await;
+        Ok::<_, anyhow::Error>(0)
+    })
+}
+
+async fn client_command(cmd: Cmd, json_out: bool) -> Result<u8> {
+    if matches!(cmd, Cmd::Demo) {
+        return demo::run().await;
+    }
+    let client = Client::from_env()?;
+    let print = |v: &Value, human: &dyn Fn(&Value) -> String| {
+        if json_out {
+            println!("{}", serde_json::to_string_pretty(v).unwrap_or_default());
+        } else {
+            let h = human(v);
+            if !h.is_empty() {
+                println!("{h}");
+            }
+        }
+    };
+    match cmd {
+        Cmd::Task(TaskCmd::Create(a)) => {
+            let body = json!({
+                "image": a.image, "name": a.name, "memory": a.memory, "cpus": a.cpus,
+                "pids": a.pids, "disk": a.disk, "env": a.env, "workdir": a.workdir,
+            });
+            let task = client.post("/v1/tasks", &body).await?;
+            if json_out {
+                println!("{}", json!({ "id": task["id"] }));
+            } else {
+                println!("{}", task["id"].as_str().unwrap_or_default());
+            }
+        }
+        Cmd::Task(TaskCmd::List) => {
+            let v: Value = client.get("/v1/tasks").await?;
+            print(&v, &output::task_table);
+        }
+        Cmd::Task(TaskCmd::Show { task }) => {
+            let v: Value = client.get(&format!("/v1/tasks/{task}")).await?;
+            print(&v, &output::task_detail);
+        }
+        Cmd::Exec(a) => {
+            let timeout_ms = a
+                .timeout
+                .as_deref()
+                .map(|t| cairn_core::parse_duration(t).map(|d| d.as_millis() as u64))
+                .transpose()?;
+            let args = exec::ExecArgs {
+                task: a.task,
+                argv: a.argv,
+                env: a.env,
+                workdir: a.workdir,
+                timeout_ms,
+                stdin: a.interactive,
+                tty: a.tty,
+            };
+            let r = exec::run(&client, &args, exec::Sink::Terminal).await?;
+            if let Some(note) = exec::exit_note(&r.exit) {
+                eprintln!("{note}");
+            }
+            if json_out {
+                println!("{}", r.exit);
+            }
+            return Ok(r.code().clamp(0, 255) as u8);
+        }
+        Cmd::Cp { src, dst } => {
+            let v = cp::run(&client, &src, &dst).await?;
+            print(&v, &|_| String::new());
+        }
+        Cmd::Log { task } => {
+            let v: Value = client.get(&format!("/v1/tasks/{task}/events")).await?;
+            print(&v, &output::event_table);
+        }
+        Cmd::Destroy { task } => {
+            let v = client.delete(&format!("/v1/tasks/{task}")).await?;
+            print(&v, &|v| format!("destroyed {}", v["id"].as_str().unwrap_or_default()));
+        }
+        Cmd::Image(ImageCmd::List) => {
+            let v: Value = client.get("/v1/images").await?;
+            print(&v, &output::image_table);
+        }
+        Cmd::Image(ImageCmd::Import { name, path }) => {
+            let abs = std::fs::canonicalize(&path).with_context(|| format!("cannot import {}", path.display()))?;
+            let v = client.post("/v1/images", &json!({ "name": name, "path": abs })).await?;
+            print(&v, &|v| {
+                let d = &v["dropped"];
+                format!(
+                    "imported {} ({} entries, {}; dropped {} device nodes, {} fifos/sockets, {} setuid/setgid bits)",
+                    v["name"].as_str().unwrap_or_default(),
+                    v["files"],
+                    progress::human(v["size_bytes"].as_f64().unwrap_or(0.0)),
+                    d["devices"],
+                    d["fifos_sockets"],
+                    d["setid"]
+                )
+            });
+        }
+        Cmd::Image(ImageCmd::Rm { name }) => {
+            let v = client.delete(&format!("/v1/images/{name}")).await?;
+            print(&v, &|_| format!("removed image {name}"));
+        }
+        Cmd::Serve(_) | Cmd::Demo | Cmd::SandboxStart => unreachable!("handled above"),
+    }
+    Ok(0)
+}

@@ -20,9 +20,9 @@ pub mod disk;
 pub mod files;
 mod error;
 pub mod image;
-// pub mod native; (enabled once images and seccomp land)
+pub mod native;
 pub mod net;
-// pub mod process;
+pub mod process;
 pub mod proto;
 pub mod rootfs;
 pub mod seccomp;

@@ -123,7 +123,7 @@ impl NativeDriver {
     pub fn start(&self, task: &str, config: &TaskConfig, image: &Image, slot: u32) -> Result<InitProcess> {
         let result = self.start_inner(task, config, image, slot);
         if result.is_err() {
-            let _ = self.destroy(task, None);
+            let _ = self.teardown(task, None, true);
         }
         result
     }
@@ -230,6 +230,12 @@ impl NativeDriver {
     /// loop device, disk image and run directory. Safe to repeat, and on a
     /// half-built sandbox.
     pub fn destroy(&self, task: &str, init: Option<InitProcess>) -> Result<()> {
+        self.teardown(task, init, false)
+    }
+
+    /// Like [`Self::destroy`], but with `keep_disk` the task's disk image (its
+    /// writable layer) stays for a later recovery.
+    pub fn teardown(&self, task: &str, init: Option<InitProcess>, keep_disk: bool) -> Result<()> {
         let paths = self.paths(task);
         let cgroup = self.cgroups.open(task)?;
         if cgroup.exists() {
@@ -245,7 +251,9 @@ impl NativeDriver {
         disk::detach_backing(&paths.disk_image)?;
         cgroup.remove()?;
         remove_path(&paths.run_dir)?;
-        remove_path(&paths.disk_image)?;
+        if !keep_disk {
+            remove_path(&paths.disk_image)?;
+        }
         Ok(())
     }
 

@@ -1,1 +1,342 @@
-//! (being written)
+//! Images: the read-only base filesystems sandboxes start from.
+//!
+//! An [`ImageStore`] keeps each image in `<root>/<name>/`: the tree in
+//! `rootfs/` and its description, an [`Image`], in `image.json`. Images are
+//! built in a hidden `.tmp-*` directory and renamed into place complete, so
+//! a crash never leaves a half image visible (see `staging`).
+//!
+//! There are two kinds:
+//! - the built-in `host` image ([`ImageStore::ensure_host`]), a small
+//!   skeleton that borrows the host's `/usr` through a [`Projection`];
+//! - imported images ([`ImageStore::import`]), copied from a directory or
+//!   unpacked from a tar archive. Archives are untrusted: see `archive` and
+//!   `writer` for how their entries are kept inside the image.
+//!
+//! Image contents keep their owners' numeric ids as they are on the host;
+//! the sandbox maps them into its user namespace with an idmapped mount.
+
+mod archive;
+mod copy;
+mod host;
+mod path;
+mod staging;
+mod sys;
+#[cfg(test)]
+mod tests;
+mod writer;
+
+use std::collections::HashSet;
+use std::fs;
+use std::io;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+
+use self::archive::Format;
+use self::copy::{copy_tree, CopyPolicy};
+use self::path::RelPath;
+use self::staging::{discard, fsync_dir, temp_path, Staging};
+use self::writer::TreeWriter;
+use crate::{Error, Result};
+
+/// Name of the built-in image.
+pub const HOST_IMAGE: &str = "host";
+
+const IMAGE_JSON: &str = "image.json";
+const ROOTFS: &str = "rootfs";
+const TMP_PREFIX: &str = ".tmp-";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ImageKind {
+    /// The built-in image made from the host's own userland.
+    Host,
+    /// A self-contained tree, imported.
+    Rootfs,
+}
+
+/// An image, as recorded in its `image.json`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Image {
+    pub name: String,
+    pub kind: ImageKind,
+    /// The image's tree on the host.
+    pub rootfs: PathBuf,
+    /// Host directories to mount read-only into the tree.
+    #[serde(default)]
+    pub projections: Vec<Projection>,
+    /// Total size of the regular files (each hard-linked file once).
+    pub size_bytes: u64,
+    /// Number of entries in the tree (files, directories, links).
+    pub files: u64,
+    /// Unix time in milliseconds.
+    pub created_ms: i64,
+    /// Where it came from: `host`, or the imported path.
+    pub source: String,
+    /// What was left out because an image must not carry it.
+    #[serde(default)]
+    pub dropped: Dropped,
+}
+
+/// A host directory shown read-only at a path inside the image (the host
+/// image projects the host's /usr at /usr).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Projection {
+    pub host_path: PathBuf,
+    /// Absolute path inside the sandbox.
+    pub at: PathBuf,
+}
+
+/// Counts of what an import dropped.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Dropped {
+    /// Character and block devices: the sandbox gets its `/dev` elsewhere.
+    pub devices: u64,
+    /// Fifos and sockets.
+    pub fifos_sockets: u64,
+    /// Entries whose setuid and/or setgid bits were cleared.
+    pub setid: u64,
+}
+
+/// The images under one directory, normally `$CAIRN_HOME/images`.
+#[derive(Clone, Debug)]
+pub struct ImageStore {
+    root: PathBuf,
+}
+
+impl ImageStore {
+    /// Opens the store at `root` (created on first import) and removes what
+    /// interrupted imports and removals left behind.
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        let store = ImageStore { root: root.into() };
+        if let Err(e) = store.cleanup() {
+            tracing::warn!(root = %store.root.display(), "cannot clean up the image store: {e}");
+        }
+        store
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Deletes the `.tmp-*` directories of imports and removals that did
+    /// not finish, except those another process is still building. Returns
+    /// how many were deleted.
+    pub fn cleanup(&self) -> Result<usize> {
+        let entries = match fs::read_dir(&self.root) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(0),
+            Err(e) => return Err(Error::ImageIo(self.root.clone(), e)),
+        };
+        let mut removed = 0;
+        for entry in entries {
+            let entry = entry.map_err(|e| Error::ImageIo(self.root.clone(), e))?;
+            if !entry.file_name().to_string_lossy().starts_with(TMP_PREFIX) {
+                continue;
+            }
+            let path = entry.path();
+            match discard(&path) {
+                Ok(true) => removed += 1,
+                Ok(false) => tracing::debug!(path = %path.display(), "still being built; kept"),
+                Err(e) => return Err(Error::ImageIo(path, e)),
+            }
+        }
+        Ok(removed)
+    }
+
+    /// Returns the built-in `host` image, building it first if needed. Once
+    /// built, this only reads its `image.json`.
+    pub fn ensure_host(&self) -> Result<Image> {
+        self.ensure_host_from(Path::new("/"))
+    }
+
+    /// [`ImageStore::ensure_host`] for a host whose root is `host_root`.
+    fn ensure_host_from(&self, host_root: &Path) -> Result<Image> {
+        match self.load(HOST_IMAGE) {
+            Err(Error::UnknownImage(_)) => {}
+            found => return found,
+        }
+        let staging = Staging::new(&self.root)?;
+        let mut w = TreeWriter::new(&staging.rootfs(), host_root)?;
+        let projections = host::build(host_root, &mut w)?;
+        let dropped = w.finish()?;
+        let image = self.describe(HOST_IMAGE, ImageKind::Host, &staging, projections, dropped, HOST_IMAGE.into())?;
+        match staging.publish(&self.image_dir(HOST_IMAGE), &image) {
+            // Another process built it at the same time: theirs is as good.
+            Err(Error::ImageExists(_)) => self.load(HOST_IMAGE),
+            published => published.map(|()| image),
+        }
+    }
+
+    /// Imports image `name` from `src`: a directory, or a tar archive (plain,
+    /// gzip or zstd, recognised by content). Nothing is visible in the store
+    /// unless the whole import succeeds.
+    pub fn import(&self, name: &str, src: &Path) -> Result<Image> {
+        check_name(name)?;
+        // `host` is reserved even before the host image is built.
+        if name == HOST_IMAGE || self.image_dir(name).exists() {
+            return Err(Error::ImageExists(name.to_owned()));
+        }
+        let format = archive::detect(src)?;
+        if format == Format::Directory {
+            self.check_not_ancestor(src)?;
+        }
+        let staging = Staging::new(&self.root)?;
+        let mut w = TreeWriter::new(&staging.rootfs(), src)?;
+        match format {
+            Format::Directory => copy_tree(src, &RelPath::root(), &mut w, CopyPolicy::EXACT)?,
+            _ => archive::unpack(src, format, &mut w)?,
+        }
+        let dropped = w.finish()?;
+        let source = std::path::absolute(src).unwrap_or_else(|_| src.to_owned()).display().to_string();
+        let image = self.describe(name, ImageKind::Rootfs, &staging, Vec::new(), dropped, source)?;
+        staging.publish(&self.image_dir(name), &image)?;
+        tracing::info!(image = name, files = image.files, bytes = image.size_bytes, dropped = ?image.dropped, "imported image");
+        Ok(image)
+    }
+
+    /// All complete images, sorted by name; the host image once built.
+    pub fn list(&self) -> Result<Vec<Image>> {
+        let entries = match fs::read_dir(&self.root) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(Error::ImageIo(self.root.clone(), e)),
+        };
+        let mut images = Vec::new();
+        for entry in entries {
+            let entry = entry.map_err(|e| Error::ImageIo(self.root.clone(), e))?;
+            let Some(name) = entry.file_name().to_str().map(str::to_owned) else { continue };
+            // Skips `.tmp-*` and anything else that is not an image's name.
+            if check_name(&name).is_err() {
+                continue;
+            }
+            match self.load(&name) {
+                Ok(image) => images.push(image),
+                Err(Error::UnknownImage(_)) => {}
+                Err(e) => tracing::warn!(image = name, "skipping unreadable image: {e}"),
+            }
+        }
+        images.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(images)
+    }
+
+    pub fn get(&self, name: &str) -> Result<Image> {
+        check_name(name)?;
+        self.load(name)
+    }
+
+    /// Removes image `name`. It is first renamed to a `.tmp-*` name, so a
+    /// crash while deleting leaves no half image, only litter for
+    /// [`ImageStore::cleanup`].
+    pub fn remove(&self, name: &str) -> Result<()> {
+        check_name(name)?;
+        if name == HOST_IMAGE {
+            return Err(Error::ImageBuiltIn(name.to_owned()));
+        }
+        self.load(name)?;
+        let trash = temp_path(&self.root);
+        match fs::rename(self.image_dir(name), &trash) {
+            Ok(()) => {}
+            // Removed by someone else in the meantime.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(Error::UnknownImage(name.to_owned())),
+            Err(e) => return Err(Error::ImageIo(self.image_dir(name), e)),
+        }
+        fsync_dir(&self.root).map_err(|e| Error::ImageIo(self.root.clone(), e))?;
+        // The image is gone from the store now; failing to free its space
+        // is only worth a warning, and cleanup will retry.
+        if let Err(e) = discard(&trash) {
+            tracing::warn!(path = %trash.display(), "cannot delete removed image: {e}");
+        }
+        Ok(())
+    }
+
+    fn image_dir(&self, name: &str) -> PathBuf {
+        self.root.join(name)
+    }
+
+    /// Reads a (validly named) image's description. An image directory
+    /// without `image.json` is not an image.
+    fn load(&self, name: &str) -> Result<Image> {
+        let json = self.image_dir(name).join(IMAGE_JSON);
+        let bytes = match fs::read(&json) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(Error::UnknownImage(name.to_owned())),
+            Err(e) => return Err(Error::ImageIo(json, e)),
+        };
+        let mut image: Image = serde_json::from_slice(&bytes)
+            .map_err(|e| Error::ImageIo(json, io::Error::new(io::ErrorKind::InvalidData, e)))?;
+        // The directory is the truth, should the store have been moved.
+        image.name = name.to_owned();
+        image.rootfs = self.image_dir(name).join(ROOTFS);
+        Ok(image)
+    }
+
+    /// Describes the image built in `staging`, as it will be once published.
+    fn describe(
+        &self,
+        name: &str,
+        kind: ImageKind,
+        staging: &Staging,
+        projections: Vec<Projection>,
+        dropped: Dropped,
+        source: String,
+    ) -> Result<Image> {
+        let (size_bytes, files) = measure(&staging.rootfs()).map_err(|e| Error::ImageIo(staging.rootfs(), e))?;
+        Ok(Image {
+            name: name.to_owned(),
+            kind,
+            rootfs: self.image_dir(name).join(ROOTFS),
+            projections,
+            size_bytes,
+            files,
+            created_ms: now_ms(),
+            source,
+            dropped,
+        })
+    }
+
+    /// Refuses to copy a directory that contains the store: the copy would
+    /// include the image being built, and never end.
+    fn check_not_ancestor(&self, src: &Path) -> Result<()> {
+        fs::create_dir_all(&self.root).map_err(|e| Error::ImageIo(self.root.clone(), e))?;
+        let src_abs = fs::canonicalize(src).map_err(|e| Error::ImageSource(src.to_owned(), e.to_string()))?;
+        let root_abs = fs::canonicalize(&self.root).map_err(|e| Error::ImageIo(self.root.clone(), e))?;
+        if root_abs.starts_with(&src_abs) {
+            return Err(Error::ImageSource(src.to_owned(), "contains the image store itself".into()));
+        }
+        Ok(())
+    }
+}
+
+fn check_name(name: &str) -> Result<()> {
+    cairn_core::check_image_name(name).map_err(Error::InvalidImageName)
+}
+
+fn now_ms() -> i64 {
+    let since_epoch = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+    i64::try_from(since_epoch.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// Total bytes of regular files (hard links counted once) and number of
+/// entries below `dir`. Never follows symlinks.
+fn measure(dir: &Path) -> io::Result<(u64, u64)> {
+    let (mut bytes, mut files) = (0, 0);
+    let mut linked = HashSet::new();
+    let mut pending = vec![dir.to_owned()];
+    while let Some(dir) = pending.pop() {
+        for entry in fs::read_dir(&dir)? {
+            let entry = entry?;
+            // DirEntry::metadata does not follow symlinks.
+            let meta = entry.metadata()?;
+            files += 1;
+            if meta.is_dir() {
+                pending.push(entry.path());
+            } else if meta.is_file() && (meta.nlink() == 1 || linked.insert((meta.dev(), meta.ino()))) {
+                bytes += meta.len();
+            }
+        }
+    }
+    Ok((bytes, files))
+}

@@ -1,0 +1,123 @@
+//! The HTTP client side of every subcommand: finds the daemon
+//! (`CAIRN_URL`, else `$CAIRN_HOME/url`) and its token (`CAIRN_TOKEN`, else
+//! `$CAIRN_HOME/token`), and turns every failure into one line.
+
+use std::path::PathBuf;
+
+use anyhow::{anyhow, bail, Context, Result};
+use reqwest::{Method, StatusCode};
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+#[derive(Debug, Clone)]
+pub struct Client {
+    pub base: String,
+    pub token: String,
+    http: reqwest::Client,
+    actor: String,
+}
+
+pub fn home() -> PathBuf {
+    cairn_server::Home::default_root()
+}
+
+impl Client {
+    pub fn new(base: String, token: String) -> Client {
+        let user = std::env::var("USER").unwrap_or_else(|_| "unknown".into());
+        Client { base: base.trim_end_matches('/').to_owned(), token, http: reqwest::Client::new(), actor: format!("cli:{user}") }
+    }
+
+    /// From the environment and the data directory.
+    pub fn from_env() -> Result<Client> {
+        let home = home();
+        let start_hint = "start it with `cairn serve`";
+        let base = match std::env::var("CAIRN_URL").ok().filter(|u| !u.is_empty()) {
+            Some(u) => u,
+            None => {
+                let path = home.join("url");
+                std::fs::read_to_string(&path)
+                    .map(|s| s.trim().to_owned())
+                    .map_err(|_| anyhow!("daemon not running: no {} ({start_hint}, or set CAIRN_URL)", path.display()))?
+            }
+        };
+        let token = match std::env::var("CAIRN_TOKEN").ok().filter(|t| !t.is_empty()) {
+            Some(t) => t,
+            None => {
+                let path = home.join("token");
+                std::fs::read_to_string(&path)
+                    .map(|s| s.trim().to_owned())
+                    .with_context(|| format!("cannot read the daemon's token {} (set CAIRN_TOKEN, or run as the daemon's user)", path.display()))?
+            }
+        };
+        Ok(Client::new(base, token))
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{}", self.base, path)
+    }
+
+    pub fn actor(&self) -> &str {
+        &self.actor
+    }
+
+    pub fn request(&self, method: Method, path: &str) -> reqwest::RequestBuilder {
+        self.http.request(method, self.url(path)).bearer_auth(&self.token).header("x-cairn-actor", &self.actor)
+    }
+
+    /// Sends and decodes, mapping HTTP errors to the daemon's message.
+    pub async fn send<T: DeserializeOwned>(&self, req: reqwest::RequestBuilder) -> Result<T> {
+        let resp = req.send().await.map_err(|e| self.connect_error(e))?;
+        let status = resp.status();
+        let body = resp.bytes().await.map_err(|e| anyhow!("reading the daemon's answer: {e}"))?;
+        if !status.is_success() {
+            bail!("{}", error_message(status, &body));
+        }
+        serde_json::from_slice(&body).map_err(|e| anyhow!("malformed answer from the daemon: {e}"))
+    }
+
+    pub async fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T> {
+        self.send(self.request(Method::GET, path)).await
+    }
+
+    pub async fn post(&self, path: &str, body: &Value) -> Result<Value> {
+        self.send(self.request(Method::POST, path).json(body)).await
+    }
+
+    pub async fn delete(&self, path: &str) -> Result<Value> {
+        self.send(self.request(Method::DELETE, path)).await
+    }
+
+    pub fn connect_error(&self, e: reqwest::Error) -> anyhow::Error {
+        if e.is_connect() {
+            anyhow!("daemon not running at {} (start it with `cairn serve`)", self.base)
+        } else {
+            anyhow!("request to the daemon at {} failed: {e}", self.base)
+        }
+    }
+}
+
+/// The one-line message of an error answer.
+pub fn error_message(status: StatusCode, body: &[u8]) -> String {
+    let msg = serde_json::from_slice::<Value>(body)
+        .ok()
+        .and_then(|v| v.get("error").and_then(|e| e.as_str()).map(str::to_owned))
+        .unwrap_or_else(|| String::from_utf8_lossy(body).trim().to_owned());
+    match status {
+        StatusCode::UNAUTHORIZED => format!("the daemon refused the token: {msg}"),
+        _ if msg.is_empty() => format!("the daemon answered {status}"),
+        _ => msg,
+    }
+}
+
+/// Percent-encodes a query value.
+pub fn query_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-_.~/".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}

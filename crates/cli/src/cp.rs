@@ -1,0 +1,159 @@
+//! `cairn cp`: files and directories in and out of a sandbox, as tar
+//! streams. `ID:PATH` names a path in a task's sandbox; the other side is
+//! local. A destination that is an existing directory receives the source
+//! inside it, by its own name; otherwise the source is copied as the
+//! destination.
+
+use std::io::Write;
+use std::path::{Component, Path, PathBuf};
+
+use anyhow::{anyhow, bail, Context, Result};
+use futures_util::StreamExt;
+use reqwest::Method;
+use serde_json::Value;
+
+use crate::client::{error_message, query_escape, Client};
+
+/// `ID:PATH` or a local path.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Endpoint {
+    Sandbox { task: String, path: String },
+    Local(PathBuf),
+}
+
+pub fn parse_endpoint(s: &str) -> Endpoint {
+    // A local path may contain ':' too; only `NAME:/abs` counts as remote.
+    if let Some((task, path)) = s.split_once(':') {
+        if !task.is_empty() && !task.contains('/') && path.starts_with('/') {
+            return Endpoint::Sandbox { task: task.to_owned(), path: path.to_owned() };
+        }
+    }
+    Endpoint::Local(PathBuf::from(s))
+}
+
+pub async fn run(client: &Client, src: &str, dst: &str) -> Result<Value> {
+    match (parse_endpoint(src), parse_endpoint(dst)) {
+        (Endpoint::Sandbox { task, path }, Endpoint::Local(local)) => download(client, &task, &path, &local).await,
+        (Endpoint::Local(local), Endpoint::Sandbox { task, path }) => upload(client, &local, &task, &path).await,
+        (Endpoint::Local(_), Endpoint::Local(_)) => {
+            bail!("one side of `cairn cp` must be in a sandbox, written ID:/absolute/path")
+        }
+        (Endpoint::Sandbox { .. }, Endpoint::Sandbox { .. }) => bail!("copying between two sandboxes is not supported; copy through a local directory"),
+    }
+}
+
+async fn download(client: &Client, task: &str, path: &str, local: &Path) -> Result<Value> {
+    let req = client.request(Method::GET, &format!("/v1/tasks/{task}/files?path={}", query_escape(path)));
+    let resp = req.send().await.map_err(|e| client.connect_error(e))?;
+    let status = resp.status();
+    if !status.is_success() {
+        let body = resp.bytes().await.unwrap_or_default();
+        bail!("{}", error_message(status, &body));
+    }
+    let (into, rename) = match std::fs::metadata(local) {
+        Ok(m) if m.is_dir() => (local.to_owned(), None),
+        _ => {
+            let parent = local.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+            if !parent.is_dir() {
+                bail!("local directory {} does not exist", parent.display());
+            }
+            let name = local.file_name().ok_or_else(|| anyhow!("invalid local destination {}", local.display()))?;
+            (parent.to_owned(), Some(name.to_owned()))
+        }
+    };
+    // Collect the stream into a temporary file, then unpack it.
+    let mut tmp = tempfile::tempfile().context("temporary file for the download")?;
+    let mut stream = resp.bytes_stream();
+    let mut bytes = 0u64;
+    let progress = crate::progress::Progress::new("copy out");
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|e| anyhow!("download broke off: {e}"))?;
+        bytes += chunk.len() as u64;
+        progress.update(bytes, None);
+        tmp.write_all(&chunk)?;
+    }
+    progress.finish(bytes);
+    use std::io::Seek;
+    tmp.rewind()?;
+    let entries = unpack_local(tmp, &into, rename.as_deref())?;
+    Ok(serde_json::json!({ "entries": entries, "bytes": bytes, "to": local }))
+}
+
+/// Unpacks a tar from the daemon under `into`, renaming its top entry.
+/// Every path must be plain relative components, and nothing is written
+/// through a symlink.
+fn unpack_local(file: std::fs::File, into: &Path, rename: Option<&std::ffi::OsStr>) -> Result<u64> {
+    let mut archive = tar::Archive::new(file);
+    let mut n = 0;
+    for entry in archive.entries()? {
+        let mut entry = entry?;
+        let path = entry.path()?.into_owned();
+        let mut comps = Vec::new();
+        for c in path.components() {
+            match c {
+                Component::Normal(x) => comps.push(x.to_owned()),
+                Component::CurDir => {}
+                _ => bail!("refusing tar entry {}", path.display()),
+            }
+        }
+        if comps.is_empty() {
+            continue;
+        }
+        if let Some(r) = rename {
+            comps[0] = r.to_owned();
+        }
+        let mut dest = into.to_owned();
+        for (i, c) in comps.iter().enumerate() {
+            dest.push(c);
+            if i + 1 < comps.len() && std::fs::symlink_metadata(&dest).map(|m| m.file_type().is_symlink()).unwrap_or(false) {
+                bail!("refusing to write through symlink {}", dest.display());
+            }
+        }
+        entry.set_preserve_permissions(true);
+        entry.unpack(&dest).with_context(|| format!("writing {}", dest.display()))?;
+        n += 1;
+    }
+    Ok(n)
+}
+
+async fn upload(client: &Client, local: &Path, task: &str, path: &str) -> Result<Value> {
+    let meta = std::fs::symlink_metadata(local).with_context(|| format!("cannot read {}", local.display()))?;
+    let name = local
+        .canonicalize()
+        .ok()
+        .and_then(|p| p.file_name().map(|n| n.to_owned()))
+        .ok_or_else(|| anyhow!("cannot copy {}: it has no name", local.display()))?;
+    let total = if meta.is_dir() { None } else { Some(meta.len()) };
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Vec<u8>, std::io::Error>>(16);
+    let local2 = local.to_owned();
+    let name2 = name.clone();
+    let builder = tokio::task::spawn_blocking(move || -> Result<()> {
+        let mut b = tar::Builder::new(crate::progress::ChannelWriter::new(tx, "copy in", total));
+        b.follow_symlinks(false);
+        if meta.is_dir() {
+            b.append_dir_all(&name2, &local2)?;
+        } else {
+            b.append_path_with_name(&local2, &name2)?;
+        }
+        b.into_inner()?.finish();
+        Ok(())
+    });
+    let body = reqwest::Body::wrap_stream(tokio_stream::wrappers::ReceiverStream::new(rx));
+    let url = format!("/v1/tasks/{task}/files?path={}&name={}", query_escape(path), query_escape(&name.to_string_lossy()));
+    let result = client.send::<Value>(client.request(Method::PUT, &url).body(body)).await;
+    builder.await.map_err(|e| anyhow!("{e}"))??;
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoints() {
+        assert_eq!(parse_endpoint("t1:/a/b"), Endpoint::Sandbox { task: "t1".into(), path: "/a/b".into() });
+        assert_eq!(parse_endpoint("./x:y"), Endpoint::Local("./x:y".into()));
+        assert_eq!(parse_endpoint("file"), Endpoint::Local("file".into()));
+        assert_eq!(parse_endpoint("t1:rel"), Endpoint::Local("t1:rel".into()));
+    }
+}

@@ -1,0 +1,200 @@
+//! `cairn exec`: a command over the daemon's WebSocket, with its stdout and
+//! stderr streamed separately as they come, stdin with `-i`, a pty with `-t`.
+
+use std::io::Write;
+use std::os::fd::AsFd;
+
+use anyhow::{anyhow, bail, Result};
+use futures_util::{SinkExt, StreamExt};
+use serde_json::{json, Value};
+use tokio::io::AsyncReadExt;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::Message;
+
+use crate::client::{error_message, Client};
+
+#[derive(Debug, Clone, Default)]
+pub struct ExecArgs {
+    pub task: String,
+    pub argv: Vec<String>,
+    pub env: Vec<String>,
+    pub workdir: Option<String>,
+    pub timeout_ms: Option<u64>,
+    pub stdin: bool,
+    pub tty: bool,
+}
+
+/// How a command ended, as the daemon reported it.
+#[derive(Debug, Clone)]
+pub struct ExecResult {
+    pub exit: Value,
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
+}
+
+impl ExecResult {
+    pub fn code(&self) -> i32 {
+        self.exit["exit_code"].as_i64().unwrap_or(1) as i32
+    }
+}
+
+/// Where output goes: straight to our stdout/stderr, or captured.
+pub enum Sink {
+    Terminal,
+    Capture,
+}
+
+/// Puts the local terminal in raw mode for `-t`; restores it on drop.
+struct RawMode(Option<nix::sys::termios::Termios>);
+
+impl RawMode {
+    fn enable() -> RawMode {
+        let stdin = std::io::stdin();
+        match nix::sys::termios::tcgetattr(stdin.as_fd()) {
+            Ok(orig) => {
+                let mut raw = orig.clone();
+                nix::sys::termios::cfmakeraw(&mut raw);
+                let _ = nix::sys::termios::tcsetattr(stdin.as_fd(), nix::sys::termios::SetArg::TCSANOW, &raw);
+                RawMode(Some(orig))
+            }
+            Err(_) => RawMode(None),
+        }
+    }
+}
+
+impl Drop for RawMode {
+    fn drop(&mut self) {
+        if let Some(orig) = &self.0 {
+            let _ = nix::sys::termios::tcsetattr(std::io::stdin().as_fd(), nix::sys::termios::SetArg::TCSANOW, orig);
+        }
+    }
+}
+
+fn terminal_size() -> (u16, u16) {
+    // SAFETY: winsize is plain old data; TIOCGWINSZ fills it.
+    let mut ws: libc::winsize = unsafe { std::mem::zeroed() };
+    // SAFETY: valid out pointer for TIOCGWINSZ on stdout.
+    if unsafe { libc::ioctl(1, libc::TIOCGWINSZ, &mut ws) } == 0 && ws.ws_row > 0 {
+        (ws.ws_row, ws.ws_col)
+    } else {
+        (24, 80)
+    }
+}
+
+pub async fn run(client: &Client, args: &ExecArgs, sink: Sink) -> Result<ExecResult> {
+    let ws_url = format!("{}/v1/tasks/{}/exec", client.base.replacen("http", "ws", 1), args.task);
+    let mut req = ws_url.as_str().into_client_request().map_err(|e| anyhow!("bad daemon url {ws_url}: {e}"))?;
+    let h = req.headers_mut();
+    h.insert("authorization", format!("Bearer {}", client.token).parse().map_err(|_| anyhow!("token is not a valid header"))?);
+    h.insert("x-cairn-actor", client.actor().parse().map_err(|_| anyhow!("bad actor"))?);
+    let (mut ws, _) = match tokio_tungstenite::connect_async(req).await {
+        Ok(x) => x,
+        Err(tokio_tungstenite::tungstenite::Error::Http(resp)) => {
+            let body = resp.body().clone().unwrap_or_default();
+            bail!("{}", error_message(resp.status(), &body));
+        }
+        Err(tokio_tungstenite::tungstenite::Error::Io(e)) => {
+            bail!("daemon not running at {} (start it with `cairn serve`): {e}", client.base)
+        }
+        Err(e) => bail!("cannot reach the daemon at {}: {e}", client.base),
+    };
+    let tty = args.tty.then(terminal_size);
+    let start = json!({
+        "argv": args.argv,
+        "env": args.env,
+        "workdir": args.workdir,
+        "stdin": args.stdin,
+        "tty": tty.map(|(rows, cols)| json!({"rows": rows, "cols": cols})),
+        "timeout_ms": args.timeout_ms,
+    });
+    ws.send(Message::Text(start.to_string().into())).await?;
+    let _raw = if args.tty && matches!(sink, Sink::Terminal) { Some(RawMode::enable()) } else { None };
+
+    let (mut tx, mut rx) = ws.split();
+    let (stdin_tx, mut stdin_rx) = tokio::sync::mpsc::channel::<Vec<u8>>(8);
+    if args.stdin || args.tty {
+        tokio::spawn(async move {
+            let mut stdin = tokio::io::stdin();
+            let mut buf = vec![0u8; 32 * 1024];
+            loop {
+                match stdin.read(&mut buf).await {
+                    Ok(0) | Err(_) => {
+                        let _ = stdin_tx.send(Vec::new()).await;
+                        break;
+                    }
+                    Ok(n) => {
+                        if stdin_tx.send(buf[..n].to_vec()).await.is_err() {
+                            break;
+                        }
+                    }
+                }
+            }
+        });
+    } else {
+        drop(stdin_tx);
+    }
+    let mut winch = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::window_change()).ok();
+    let mut result = ExecResult { exit: Value::Null, stdout: Vec::new(), stderr: Vec::new() };
+    let mut stdin_open = args.stdin || args.tty;
+    loop {
+        tokio::select! {
+            msg = rx.next() => {
+                match msg {
+                    Some(Ok(Message::Binary(b))) if !b.is_empty() => {
+                        let data = &b[1..];
+                        match (b[0], &sink) {
+                            (1, Sink::Terminal) => { let mut o = std::io::stdout().lock(); let _ = o.write_all(data); let _ = o.flush(); }
+                            (2, Sink::Terminal) => { let mut e = std::io::stderr().lock(); let _ = e.write_all(data); let _ = e.flush(); }
+                            (1, Sink::Capture) => result.stdout.extend_from_slice(data),
+                            (2, Sink::Capture) => result.stderr.extend_from_slice(data),
+                            _ => {}
+                        }
+                    }
+                    Some(Ok(Message::Text(t))) => {
+                        let v: Value = serde_json::from_str(&t).unwrap_or(Value::Null);
+                        match v["type"].as_str() {
+                            Some("exit") => { result.exit = v; break; }
+                            Some("error") => bail!("{}", v["error"].as_str().unwrap_or("exec failed")),
+                            _ => {}
+                        }
+                    }
+                    Some(Ok(Message::Close(_))) | None => bail!("the daemon closed the connection before the command ended"),
+                    Some(Ok(_)) => {}
+                    Some(Err(e)) => bail!("connection to the daemon broke: {e}"),
+                }
+            }
+            data = stdin_rx.recv(), if stdin_open => {
+                match data {
+                    Some(d) => {
+                        let eof = d.is_empty();
+                        let mut frame = vec![0u8];
+                        frame.extend_from_slice(&d);
+                        let _ = tx.send(Message::Binary(frame.into())).await;
+                        if eof { stdin_open = false; }
+                    }
+                    None => stdin_open = false,
+                }
+            }
+            _ = async { match winch.as_mut() { Some(w) => { w.recv().await; } None => std::future::pending().await } }, if args.tty => {
+                let (rows, cols) = terminal_size();
+                let _ = tx.send(Message::Text(json!({"type": "resize", "rows": rows, "cols": cols}).to_string().into())).await;
+            }
+        }
+    }
+    let _ = tx.close().await;
+    Ok(result)
+}
+
+/// The line `cairn exec` prints to stderr when a command did not simply exit.
+pub fn exit_note(exit: &Value) -> Option<String> {
+    if exit["timed_out"].as_bool() == Some(true) {
+        return Some(format!("cairn: command timed out and was killed (exit {})", exit["exit_code"]));
+    }
+    if exit["oom_killed"].as_bool() == Some(true) {
+        return Some(format!(
+            "cairn: command was killed: out of memory (task limit {})",
+            exit["memory_limit"].as_str().unwrap_or("?")
+        ));
+    }
+    None
+}

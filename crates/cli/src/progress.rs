@@ -1,0 +1,90 @@
+//! Progress of long transfers on a terminal: bytes, rate and, when the total
+//! is known, ETA. Silent when stderr is not a terminal or the transfer ends
+//! within a second.
+
+use std::io::{IsTerminal, Write};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+const SHOW_AFTER: Duration = Duration::from_secs(1);
+const EVERY: Duration = Duration::from_millis(200);
+
+#[derive(Debug)]
+pub struct Progress {
+    what: &'static str,
+    began: Instant,
+    last: Mutex<Option<Instant>>,
+    enabled: bool,
+}
+
+pub fn human(bytes: f64) -> String {
+    let units = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = bytes;
+    let mut i = 0;
+    while v >= 1024.0 && i + 1 < units.len() {
+        v /= 1024.0;
+        i += 1;
+    }
+    format!("{v:.1} {}", units[i])
+}
+
+impl Progress {
+    pub fn new(what: &'static str) -> Progress {
+        Progress { what, began: Instant::now(), last: Mutex::new(None), enabled: std::io::stderr().is_terminal() }
+    }
+
+    pub fn update(&self, done: u64, total: Option<u64>) {
+        let elapsed = self.began.elapsed();
+        if !self.enabled || elapsed < SHOW_AFTER {
+            return;
+        }
+        let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+        if last.is_some_and(|l| l.elapsed() < EVERY) {
+            return;
+        }
+        *last = Some(Instant::now());
+        let rate = done as f64 / elapsed.as_secs_f64();
+        let eta = match total {
+            Some(t) if rate > 0.0 && t > done => format!(", ETA {:.0}s", (t - done) as f64 / rate),
+            _ => String::new(),
+        };
+        let of = total.map(|t| format!(" of {}", human(t as f64))).unwrap_or_default();
+        eprint!("\r{}: {}{of} at {}/s{eta}   ", self.what, human(done as f64), human(rate));
+        let _ = std::io::stderr().flush();
+    }
+
+    pub fn finish(&self, done: u64) {
+        if self.enabled && self.last.lock().map(|l| l.is_some()).unwrap_or(false) {
+            eprintln!("\r{}: {} in {:.1}s          ", self.what, human(done as f64), self.began.elapsed().as_secs_f64());
+        }
+    }
+}
+
+/// A `Write` that feeds an HTTP body stream, reporting progress.
+pub struct ChannelWriter {
+    tx: tokio::sync::mpsc::Sender<Result<Vec<u8>, std::io::Error>>,
+    progress: Progress,
+    total: Option<u64>,
+    done: u64,
+}
+
+impl ChannelWriter {
+    pub fn new(tx: tokio::sync::mpsc::Sender<Result<Vec<u8>, std::io::Error>>, what: &'static str, total: Option<u64>) -> Self {
+        ChannelWriter { tx, progress: Progress::new(what), total, done: 0 }
+    }
+    pub fn finish(self) {
+        self.progress.finish(self.done);
+    }
+}
+
+impl Write for ChannelWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.tx.blocking_send(Ok(buf.to_vec())).map_err(|_| std::io::Error::from(std::io::ErrorKind::BrokenPipe))?;
+        self.done += buf.len() as u64;
+        self.progress.update(self.done, self.total);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}

@@ -1,0 +1,201 @@
+//! Importing from tar archives, plain or compressed with gzip or zstd.
+//!
+//! An archive is untrusted input: every entry's path is validated here and
+//! then written by [`TreeWriter`], which resolves it beneath the image root
+//! without following symlinks. The first entry that could escape the image
+//! (or that this code does not understand) refuses the whole archive.
+
+use std::fs::{self, File};
+use std::io::{self, BufReader, Read};
+use std::path::Path;
+
+use flate2::read::MultiGzDecoder;
+use tar::{EntryType, Header};
+
+use super::path::{PathFault, RelPath};
+use super::writer::{Meta, TreeWriter};
+use crate::{Error, Result};
+
+/// What an import source is, judged by its content rather than its name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Format {
+    Directory,
+    Tar,
+    Gzip,
+    Zstd,
+}
+
+/// Looks at `src`: a directory, or a file whose first bytes say which kind
+/// of archive it is.
+pub(super) fn detect(src: &Path) -> Result<Format> {
+    let source_err = |msg: String| Error::ImageSource(src.to_owned(), msg);
+    let meta = fs::metadata(src).map_err(|e| source_err(e.to_string()))?;
+    if meta.is_dir() {
+        return Ok(Format::Directory);
+    }
+    if !meta.is_file() {
+        return Err(source_err("not a directory or a regular file".into()));
+    }
+    let mut head = Vec::with_capacity(512);
+    File::open(src).and_then(|f| f.take(512).read_to_end(&mut head)).map_err(|e| source_err(e.to_string()))?;
+    sniff(&head).map_err(|msg| source_err(msg.into()))
+}
+
+fn sniff(head: &[u8]) -> Result<Format, &'static str> {
+    const GZIP: &[u8] = &[0x1f, 0x8b];
+    const ZSTD: &[u8] = &[0x28, 0xb5, 0x2f, 0xfd];
+    const XZ: &[u8] = &[0xfd, b'7', b'z', b'X', b'Z', 0];
+    const BZIP2: &[u8] = b"BZh";
+    if head.starts_with(GZIP) {
+        Ok(Format::Gzip)
+    } else if head.starts_with(ZSTD) {
+        Ok(Format::Zstd)
+    } else if head.starts_with(XZ) || head.starts_with(BZIP2) {
+        Err("xz and bzip2 archives are not supported; use a plain, gzip or zstd tar archive")
+    } else if is_tar_header(head) {
+        Ok(Format::Tar)
+    } else {
+        Err("not a directory or a tar archive (plain, gzip or zstd)")
+    }
+}
+
+/// Every tar flavour (v7, ustar, GNU, PAX) starts with a 512-byte header
+/// whose checksum field holds the sum of the header's bytes, counting the
+/// field itself as spaces. That identifies tar even without ustar's magic.
+fn is_tar_header(head: &[u8]) -> bool {
+    const CKSUM: std::ops::Range<usize> = 148..156;
+    let Some(header) = head.get(..512) else { return false };
+    let sum: u32 =
+        header.iter().enumerate().map(|(i, &b)| if CKSUM.contains(&i) { u32::from(b' ') } else { u32::from(b) }).sum();
+    parse_octal(&header[CKSUM]) == Some(sum)
+}
+
+/// A tar numeric field: optional leading spaces, octal digits, then a NUL
+/// or space terminator.
+fn parse_octal(field: &[u8]) -> Option<u32> {
+    let digits: String =
+        field.iter().skip_while(|&&b| b == b' ').take_while(|b| b.is_ascii_digit()).map(|&b| b as char).collect();
+    u32::from_str_radix(&digits, 8).ok()
+}
+
+/// Unpacks archive `src` of the given format into the writer's tree.
+pub(super) fn unpack(src: &Path, format: Format, w: &mut TreeWriter) -> Result<()> {
+    let source_err = |e: io::Error| Error::ImageSource(src.to_owned(), e.to_string());
+    let file = BufReader::new(File::open(src).map_err(source_err)?);
+    match format {
+        Format::Tar => unpack_from(src, file, w),
+        // Multi-member: `cat a.gz b.gz` is a valid gzip stream too.
+        Format::Gzip => unpack_from(src, MultiGzDecoder::new(file), w),
+        Format::Zstd => unpack_from(src, zstd::stream::read::Decoder::with_buffer(file).map_err(source_err)?, w),
+        Format::Directory => Err(Error::ImageSource(src.to_owned(), "is a directory, not an archive".into())),
+    }
+}
+
+fn unpack_from<R: Read>(src: &Path, reader: R, w: &mut TreeWriter) -> Result<()> {
+    let corrupt = |e: io::Error| Error::ImageSource(src.to_owned(), format!("unreadable archive: {e}"));
+    let mut archive = tar::Archive::new(reader);
+    for entry in archive.entries().map_err(corrupt)? {
+        unpack_entry(src, &mut entry.map_err(corrupt)?, w)?;
+    }
+    Ok(())
+}
+
+/// Writes one entry. Long names (GNU and PAX) arrive already joined by the
+/// tar crate in `path_bytes`/`link_name_bytes`; PAX uid/gid already
+/// override the header's.
+fn unpack_entry<R: Read>(src: &Path, entry: &mut tar::Entry<'_, R>, w: &mut TreeWriter) -> Result<()> {
+    let raw = entry.path_bytes().into_owned();
+    let name = String::from_utf8_lossy(&raw).into_owned();
+    // Errors name the entry as the archive spells it.
+    let refuse = |reason: &'static str| Error::UnsafeEntry { entry: name.clone(), reason };
+    let path = RelPath::parse(&raw).map_err(|fault| refuse(path_reason(fault)))?;
+    let link = entry.link_name_bytes().map(|l| l.into_owned());
+    let link_target = || link.clone().filter(|l| !l.is_empty()).ok_or_else(|| refuse("link without a target"));
+
+    let kind = entry.header().entry_type();
+    let result = match kind {
+        // Old tars mark directories only with a trailing slash.
+        EntryType::Regular if raw.ends_with(b"/") => w.dir(&path, meta(src, &name, entry.header())?),
+        EntryType::Regular | EntryType::Continuous | EntryType::GNUSparse => {
+            let meta = meta(src, &name, entry.header())?;
+            w.file(&path, meta, entry)
+        }
+        EntryType::Directory => w.dir(&path, meta(src, &name, entry.header())?),
+        EntryType::Symlink => {
+            let target = link_target()?;
+            if target.contains(&0) {
+                return Err(refuse("name contains a NUL byte"));
+            }
+            w.symlink(&path, &target, meta(src, &name, entry.header())?)
+        }
+        EntryType::Link => {
+            let target = RelPath::parse(&link_target()?).map_err(|fault| refuse(link_reason(fault)))?;
+            w.hardlink(&path, &target)
+        }
+        EntryType::Char | EntryType::Block => {
+            w.drop_device(&path);
+            Ok(())
+        }
+        EntryType::Fifo => {
+            w.drop_fifo(&path);
+            Ok(())
+        }
+        // Archive-wide PAX defaults (comments, mtimes): nothing to write.
+        EntryType::XGlobalHeader => Ok(()),
+        _ => Err(refuse("unknown entry type")),
+    };
+    result.map_err(|e| match e {
+        Error::UnsafeEntry { reason, .. } => refuse(reason),
+        e => e,
+    })
+}
+
+/// Owner, mode and mtime from an entry's header. Ids must fit a `uid_t`.
+fn meta(src: &Path, name: &str, header: &Header) -> Result<Meta> {
+    let bad = |e: io::Error| Error::ImageSource(src.to_owned(), format!("entry {name:?} has a bad header: {e}"));
+    let id = |v: u64| {
+        u32::try_from(v).map_err(|_| Error::UnsafeEntry { entry: name.to_owned(), reason: "owner id out of range" })
+    };
+    Ok(Meta {
+        uid: id(header.uid().map_err(bad)?)?,
+        gid: id(header.gid().map_err(bad)?)?,
+        mode: header.mode().map_err(bad)?,
+        mtime_sec: i64::try_from(header.mtime().map_err(bad)?).unwrap_or(i64::MAX),
+        mtime_nsec: 0,
+    })
+}
+
+fn path_reason(fault: PathFault) -> &'static str {
+    match fault {
+        PathFault::Absolute => "absolute path",
+        PathFault::DotDot => "path has a '..' component",
+        PathFault::Nul => "name contains a NUL byte",
+    }
+}
+
+fn link_reason(fault: PathFault) -> &'static str {
+    match fault {
+        PathFault::Absolute => "hard link target is an absolute path",
+        PathFault::DotDot => "hard link target has a '..' component",
+        PathFault::Nul => "name contains a NUL byte",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn sniffs_formats_by_content() {
+        assert_eq!(sniff(&[0x1f, 0x8b, 8, 0]), Ok(Format::Gzip));
+        assert_eq!(sniff(&[0x28, 0xb5, 0x2f, 0xfd, 0]), Ok(Format::Zstd));
+        let mut header = Header::new_ustar();
+        header.set_path("x").unwrap();
+        header.set_cksum();
+        assert_eq!(sniff(header.as_bytes()), Ok(Format::Tar));
+        assert!(sniff(b"just some text").is_err());
+        assert!(sniff(&[0u8; 512]).is_err(), "an all-zero block has no valid checksum");
+        assert!(sniff(b"BZh91AY&SY").is_err());
+    }
+}

@@ -1,0 +1,317 @@
+//! Writes an image's tree, one entry at a time, through directory file
+//! descriptors.
+//!
+//! Every entry's parent directory is looked up with `openat2` beneath the
+//! image root, refusing symlinks, and the entry is then created with the
+//! `*at()` syscalls relative to that parent. No entry is ever resolved as a
+//! path string on the host, so none, however named, can land outside the
+//! image, and a symlink an archive planted earlier is never followed.
+
+use std::ffi::{CStr, CString};
+use std::fmt::Display;
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::path::{Path, PathBuf};
+
+use nix::errno::Errno;
+use nix::fcntl::AtFlags;
+use nix::sys::stat::{fstatat, futimens, mkdirat, utimensat, FileStat, Mode, SFlag, UtimensatFlags};
+use nix::sys::time::TimeSpec;
+use nix::unistd::{fchown, fchownat, linkat, symlinkat, unlinkat, Gid, Uid, UnlinkatFlags};
+
+use super::path::{join, RelPath};
+use super::sys::open_beneath;
+use super::Dropped;
+use crate::{Error, Result};
+
+/// Setuid and setgid: never carried into an image, so nothing in a sandbox
+/// can gain another identity by running a file.
+const SETID_BITS: u32 = 0o6000;
+
+/// Opens a directory for changing its metadata (fchown and fchmod need a
+/// real descriptor, not an `O_PATH` one).
+const DIR_RDONLY: libc::c_int = libc::O_RDONLY | libc::O_DIRECTORY;
+
+/// Owner, permission bits and modification time of one entry.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Meta {
+    pub uid: u32,
+    pub gid: u32,
+    /// Permission bits (`0o7777`); file type bits are ignored.
+    pub mode: u32,
+    pub mtime_sec: i64,
+    pub mtime_nsec: i64,
+}
+
+impl Meta {
+    /// Owned by root, with `mode`, modified at `mtime_sec`.
+    pub(super) fn root(mode: u32, mtime_sec: i64) -> Meta {
+        Meta { uid: 0, gid: 0, mode, mtime_sec, mtime_nsec: 0 }
+    }
+
+    pub(super) fn from_stat(st: &FileStat) -> Meta {
+        Meta { uid: st.st_uid, gid: st.st_gid, mode: st.st_mode, mtime_sec: st.st_mtime, mtime_nsec: st.st_mtime_nsec }
+    }
+
+    fn mtime(&self) -> TimeSpec {
+        TimeSpec::new(self.mtime_sec, self.mtime_nsec)
+    }
+}
+
+/// Builds a tree under one root directory. Directory metadata is applied by
+/// [`TreeWriter::finish`], after every entry inside has been written, since
+/// adding an entry changes its directory's mtime.
+#[derive(Debug)]
+pub(super) struct TreeWriter {
+    /// `O_PATH | O_DIRECTORY` descriptor of the root being filled.
+    root: OwnedFd,
+    /// Where the entries come from, for read errors.
+    source: PathBuf,
+    dropped: Dropped,
+    dirs: Vec<(RelPath, Meta)>,
+}
+
+impl TreeWriter {
+    /// Writes into the (existing, empty) directory `root`; `source` names the
+    /// import source in error messages.
+    pub(super) fn new(root: &Path, source: &Path) -> Result<TreeWriter> {
+        let dir = File::open(root).map_err(|e| Error::ImageIo(root.to_owned(), e))?;
+        let root_fd = open_beneath(dir.as_fd(), c".", libc::O_PATH | libc::O_DIRECTORY, 0)
+            .map_err(|e| Error::ImageIo(root.to_owned(), e))?;
+        Ok(TreeWriter { root: root_fd, source: source.to_owned(), dropped: Dropped::default(), dirs: Vec::new() })
+    }
+
+    /// Creates directory `path` (the root itself when empty). A directory
+    /// that already exists is kept; anything else at `path` is replaced.
+    pub(super) fn dir(&mut self, path: &RelPath, meta: Meta) -> Result<()> {
+        let meta = self.strip_setid(path, meta);
+        if let Some((parents, name)) = path.split_last() {
+            let parent = self.open_dir(parents, true).map_err(|e| lookup_error(path, e))?;
+            make_dir(parent.as_fd(), name, path)?;
+        }
+        self.dirs.push((path.clone(), meta));
+        Ok(())
+    }
+
+    /// Creates regular file `path` with the contents of `data`, replacing
+    /// any non-directory already there.
+    pub(super) fn file(&mut self, path: &RelPath, meta: Meta, data: &mut dyn Read) -> Result<()> {
+        let meta = self.strip_setid(path, meta);
+        let (parent, name) = self.parent_for_new(path)?;
+        let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW;
+        let fd = open_beneath(parent.as_fd(), name, flags, 0o600).map_err(|e| lookup_error(path, e))?;
+        let mut file = File::from(fd);
+        self.copy_data(path, data, &mut file)?;
+        set_meta(file.as_fd(), &meta).map_err(|e| entry_io(path, e))
+    }
+
+    /// Creates symlink `path` pointing at `target`, which is stored as given
+    /// and never resolved here: it only means something inside the sandbox.
+    pub(super) fn symlink(&mut self, path: &RelPath, target: &[u8], meta: Meta) -> Result<()> {
+        let (parent, name) = self.parent_for_new(path)?;
+        let at = Some(parent.as_raw_fd());
+        let io_err = |e: Errno| entry_io(path, e.into());
+        symlinkat(target, at, name).map_err(io_err)?;
+        let (uid, gid) = (Some(Uid::from_raw(meta.uid)), Some(Gid::from_raw(meta.gid)));
+        fchownat(at, name, uid, gid, AtFlags::AT_SYMLINK_NOFOLLOW).map_err(io_err)?;
+        utimensat(at, name, &meta.mtime(), &meta.mtime(), UtimensatFlags::NoFollowSymlink).map_err(io_err)
+    }
+
+    /// Creates `path` as a hard link to `target`, an entry already in the
+    /// tree. The target is looked up like any other path, so a link can only
+    /// ever share an inode that this tree itself contains.
+    pub(super) fn hardlink(&mut self, path: &RelPath, target: &RelPath) -> Result<()> {
+        if path == target {
+            return Err(unsafe_entry(path, "hard link to itself"));
+        }
+        let (tparents, tname) = target.split_last().ok_or_else(|| unsafe_entry(path, "hard link to the image root"))?;
+        let tparent = self.open_dir(tparents, false).map_err(|e| link_target_error(path, e))?;
+        match fstatat(Some(tparent.as_raw_fd()), tname, AtFlags::AT_SYMLINK_NOFOLLOW) {
+            Ok(st) if file_type(&st) == SFlag::S_IFDIR => {
+                return Err(unsafe_entry(path, "hard link target is a directory"))
+            }
+            Ok(_) => {}
+            Err(e) => return Err(link_target_error(path, e.into())),
+        }
+        let (parent, name) = self.parent_for_new(path)?;
+        // No AT_SYMLINK_FOLLOW: a link to a symlink links the symlink itself.
+        linkat(Some(tparent.as_raw_fd()), tname, Some(parent.as_raw_fd()), name, AtFlags::empty())
+            .map_err(|e| entry_io(path, e.into()))
+    }
+
+    /// Skips a device node: a sandbox gets its devices from the runtime,
+    /// never from an image.
+    pub(super) fn drop_device(&mut self, path: &RelPath) {
+        tracing::debug!(entry = %path, "dropping device node");
+        self.dropped.devices += 1;
+    }
+
+    /// Skips a fifo or socket: they are only meaningful to a live process.
+    pub(super) fn drop_fifo(&mut self, path: &RelPath) {
+        tracing::debug!(entry = %path, "dropping fifo or socket");
+        self.dropped.fifos_sockets += 1;
+    }
+
+    /// True if anything (of any type) is at `path`.
+    pub(super) fn exists(&self, path: &RelPath) -> Result<bool> {
+        let Some((parents, name)) = path.split_last() else { return Ok(true) };
+        let parent = match self.open_dir(parents, false) {
+            Ok(fd) => fd,
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(false),
+            Err(e) => return Err(lookup_error(path, e)),
+        };
+        match fstatat(Some(parent.as_raw_fd()), name, AtFlags::AT_SYMLINK_NOFOLLOW) {
+            Ok(_) => Ok(true),
+            Err(Errno::ENOENT) => Ok(false),
+            Err(e) => Err(entry_io(path, e.into())),
+        }
+    }
+
+    /// Applies the directories' owners, modes and mtimes, and returns what
+    /// was dropped on the way.
+    pub(super) fn finish(self) -> Result<Dropped> {
+        for (path, meta) in &self.dirs {
+            let fd = open_beneath(self.root.as_fd(), &path.to_cstring(), DIR_RDONLY, 0)
+                .map_err(|e| lookup_error(path, e))?;
+            set_meta(fd.as_fd(), meta).map_err(|e| entry_io(path, e))?;
+        }
+        Ok(self.dropped)
+    }
+
+    fn strip_setid(&mut self, path: &RelPath, mut meta: Meta) -> Meta {
+        meta.mode &= 0o7777;
+        if meta.mode & SETID_BITS != 0 {
+            tracing::debug!(entry = %path, mode = format_args!("{:o}", meta.mode), "dropping setuid/setgid bits");
+            self.dropped.setid += 1;
+            meta.mode &= !SETID_BITS;
+        }
+        meta
+    }
+
+    /// Opens directory `parts` (relative to the root) as an `O_PATH` fd.
+    /// With `create`, missing directories are made (owned by root, 0755),
+    /// as archives need not list every parent before its children.
+    fn open_dir(&self, parts: &[CString], create: bool) -> io::Result<OwnedFd> {
+        const DIR_FLAGS: libc::c_int = libc::O_PATH | libc::O_DIRECTORY;
+        match open_beneath(self.root.as_fd(), &join(parts), DIR_FLAGS, 0) {
+            Err(e) if create && e.raw_os_error() == Some(libc::ENOENT) => {}
+            other => return other,
+        }
+        // Some directory is missing: walk down one component at a time,
+        // creating what is absent.
+        let mut dir = self.root.try_clone()?;
+        for part in parts {
+            dir = match open_beneath(dir.as_fd(), part, DIR_FLAGS, 0) {
+                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
+                    match mkdirat(Some(dir.as_raw_fd()), part.as_c_str(), Mode::from_bits_truncate(0o755)) {
+                        Ok(()) | Err(Errno::EEXIST) => {}
+                        Err(e) => return Err(e.into()),
+                    }
+                    open_beneath(dir.as_fd(), part, DIR_FLAGS, 0)?
+                }
+                other => other?,
+            };
+        }
+        Ok(dir)
+    }
+
+    /// The parent directory of `path` and its last component, with nothing
+    /// left at that name, ready for a new non-directory entry.
+    fn parent_for_new<'p>(&self, path: &'p RelPath) -> Result<(OwnedFd, &'p CStr)> {
+        let (parents, name) =
+            path.split_last().ok_or_else(|| unsafe_entry(path, "a non-directory entry with an empty path"))?;
+        let parent = self.open_dir(parents, true).map_err(|e| lookup_error(path, e))?;
+        remove_non_dir(parent.as_fd(), name, path)?;
+        Ok((parent, name))
+    }
+
+    /// Copies file contents, telling read errors (the source is broken) from
+    /// write errors (the image store is).
+    fn copy_data(&self, path: &RelPath, data: &mut dyn Read, out: &mut File) -> Result<()> {
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            let n = match data.read(&mut buf) {
+                Ok(0) => return Ok(()),
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(Error::ImageSource(self.source.clone(), format!("reading {path}: {e}"))),
+            };
+            out.write_all(&buf[..n]).map_err(|e| entry_io(path, e))?;
+        }
+    }
+}
+
+pub(super) fn file_type(st: &FileStat) -> SFlag {
+    SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits())
+}
+
+/// Makes directory `name`, keeping one that exists (archives may list a
+/// directory twice) and replacing anything else.
+fn make_dir(parent: BorrowedFd<'_>, name: &CStr, path: &RelPath) -> Result<()> {
+    let at = Some(parent.as_raw_fd());
+    // 0700 until `finish` sets the real mode.
+    let mode = Mode::from_bits_truncate(0o700);
+    match mkdirat(at, name, mode) {
+        Ok(()) => return Ok(()),
+        Err(Errno::EEXIST) => {}
+        Err(e) => return Err(entry_io(path, e.into())),
+    }
+    match fstatat(at, name, AtFlags::AT_SYMLINK_NOFOLLOW) {
+        Ok(st) if file_type(&st) == SFlag::S_IFDIR => return Ok(()),
+        Ok(_) => {}
+        Err(e) => return Err(entry_io(path, e.into())),
+    }
+    remove_non_dir(parent, name, path)?;
+    mkdirat(at, name, mode).map_err(|e| entry_io(path, e.into()))
+}
+
+/// Unlinks whatever non-directory is at `name` (a later archive entry
+/// replaces an earlier one). A directory is refused: replacing it would mean
+/// deleting a whole subtree on an archive's say-so.
+fn remove_non_dir(parent: BorrowedFd<'_>, name: &CStr, path: &RelPath) -> Result<()> {
+    match unlinkat(Some(parent.as_raw_fd()), name, UnlinkatFlags::NoRemoveDir) {
+        Ok(()) | Err(Errno::ENOENT) => Ok(()),
+        Err(Errno::EISDIR) => Err(unsafe_entry(path, "replaces a directory with a non-directory")),
+        Err(e) => Err(entry_io(path, e.into())),
+    }
+}
+
+/// Sets owner, then mode (changing the owner may clear mode bits), then
+/// times, all through an fd that refers to the entry itself.
+fn set_meta(fd: BorrowedFd<'_>, meta: &Meta) -> io::Result<()> {
+    let raw = fd.as_raw_fd();
+    fchown(raw, Some(Uid::from_raw(meta.uid)), Some(Gid::from_raw(meta.gid)))?;
+    nix::sys::stat::fchmod(raw, Mode::from_bits_truncate(meta.mode & 0o7777))?;
+    futimens(raw, &meta.mtime(), &meta.mtime())?;
+    Ok(())
+}
+
+fn unsafe_entry(entry: impl Display, reason: &'static str) -> Error {
+    Error::UnsafeEntry { entry: entry.to_string(), reason }
+}
+
+fn entry_io(entry: impl Display, err: io::Error) -> Error {
+    Error::ImageEntry { entry: entry.to_string(), err }
+}
+
+/// Explains a failed lookup of an entry's parent directory.
+fn lookup_error(path: &RelPath, err: io::Error) -> Error {
+    match err.raw_os_error() {
+        Some(libc::ELOOP) => {
+            unsafe_entry(path, "path goes through a symlink (writing through it could escape the image)")
+        }
+        Some(libc::ENOTDIR) => unsafe_entry(path, "a parent of the path is not a directory"),
+        Some(libc::EXDEV) => unsafe_entry(path, "path leads outside the image"),
+        _ => entry_io(path, err),
+    }
+}
+
+/// Explains a failed lookup of a hard link's target.
+fn link_target_error(path: &RelPath, err: io::Error) -> Error {
+    match err.raw_os_error() {
+        Some(libc::ENOENT) => unsafe_entry(path, "hard link target does not exist in the image (yet)"),
+        Some(libc::ELOOP) => unsafe_entry(path, "hard link target goes through a symlink"),
+        _ => lookup_error(path, err),
+    }
+}

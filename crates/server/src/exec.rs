@@ -1,0 +1,363 @@
+//! `GET /v1/tasks/{id}/exec`: a command over a WebSocket.
+//!
+//! The client's first message is a text frame with an [`ExecStart`]. Then:
+//! - server to client: binary frames `[1, bytes..]` (stdout) and
+//!   `[2, bytes..]` (stderr, or the pty), a text frame
+//!   `{"type":"started","step":N}`, and finally `{"type":"exit", ..}` with an
+//!   [`ExecExit`], or `{"type":"error","error":".."}`;
+//! - client to server: binary `[0, bytes..]` (stdin), `[0]` alone (stdin
+//!   closed), text `{"type":"resize","rows":R,"cols":C}`.
+//!
+//! Closing the socket early kills the command.
+
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::extract::ws::{Message, WebSocket};
+use cairn_core::{EnvVar, EventKind, ExecExit, NewEvent};
+use cairn_sandbox::native::RunningCommand;
+use cairn_sandbox::proto::{ExecRequest, Reply, WinSize};
+use futures_util::SinkExt;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::unix::pipe;
+
+use crate::tasks::Tasks;
+use crate::ApiError;
+
+pub const STDIN: u8 = 0;
+pub const STDOUT: u8 = 1;
+pub const STDERR: u8 = 2;
+
+/// After the command exits, output still buffered (or held open by a
+/// background child) is read for at most this long.
+const DRAIN_GRACE: Duration = Duration::from_millis(200);
+
+const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExecStart {
+    pub argv: Vec<String>,
+    #[serde(default)]
+    pub env: Vec<String>,
+    pub workdir: Option<String>,
+    /// Pass the client's stdin (else the command reads /dev/null).
+    #[serde(default)]
+    pub stdin: bool,
+    /// Run on a pty of this size.
+    pub tty: Option<WinSize>,
+    pub timeout_ms: Option<u64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(tag = "type", rename_all = "lowercase")]
+enum ClientText {
+    Resize { rows: u16, cols: u16 },
+}
+
+/// Serves one exec connection to its end.
+pub async fn serve(tasks: Arc<Tasks>, id: String, actor: String, mut ws: WebSocket) {
+    let start = match ws.recv().await {
+        Some(Ok(Message::Text(t))) => serde_json::from_str::<ExecStart>(&t).map_err(|e| format!("malformed exec request: {e}")),
+        _ => Err("expected an exec request as the first message".to_owned()),
+    };
+    let result = match start {
+        Ok(start) => run(&tasks, &id, &actor, start, &mut ws).await,
+        Err(e) => Err(ApiError::bad_request(e)),
+    };
+    if let Err(e) = result {
+        let _ = ws.send(Message::Text(json!({"type": "error", "error": e.message, "status": e.status.as_u16()}).to_string().into())).await;
+    }
+    let _ = ws.close().await;
+}
+
+/// The full environment of a command: defaults, the task's, the exec's.
+fn environment(task_env: &[EnvVar], exec_env: &[String], hostname: &str, tty: bool) -> Result<Vec<String>, ApiError> {
+    let mut env: Vec<(String, String)> = vec![
+        ("PATH".into(), DEFAULT_PATH.into()),
+        ("HOME".into(), "/root".into()),
+        ("HOSTNAME".into(), hostname.into()),
+        ("LANG".into(), "C.UTF-8".into()),
+    ];
+    if tty {
+        env.push(("TERM".into(), "xterm-256color".into()));
+    }
+    let mut set = |k: String, v: String| match env.iter_mut().find(|(ek, _)| *ek == k) {
+        Some(e) => e.1 = v,
+        None => env.push((k, v)),
+    };
+    for e in task_env {
+        set(e.key.clone(), e.value.clone());
+    }
+    for s in exec_env {
+        let e = EnvVar::parse(s)?;
+        set(e.key, e.value);
+    }
+    Ok(env.into_iter().map(|(k, v)| format!("{k}={v}")).collect())
+}
+
+async fn run(tasks: &Arc<Tasks>, id: &str, actor: &str, start: ExecStart, ws: &mut WebSocket) -> Result<(), ApiError> {
+    if start.argv.is_empty() {
+        return Err(ApiError::bad_request("no command given (usage: cairn exec ID -- CMD ARGS...)"));
+    }
+    let (task, _live) = tasks.running(id, actor).await?;
+    let workdir = start.workdir.clone().unwrap_or_else(|| task.config.workdir.clone());
+    cairn_core::check_workdir(&workdir)?;
+    let env = environment(&task.config.env, &start.env, task.id.as_str(), start.tty.is_some())?;
+    let step = tasks.store.bump_step(&task.id).await?;
+    let begun = Instant::now();
+    let cgroup = tasks.driver.cgroup(task.id.as_str())?;
+    let oom_before = cgroup.oom_kills().unwrap_or(0);
+
+    let req = ExecRequest { argv: start.argv.clone(), env, cwd: workdir.clone(), tty: start.tty };
+    let io = Stdio::new(start.stdin, start.tty.is_some()).map_err(|e| ApiError::internal(format!("pipes: {e}")))?;
+    let driver = tasks.driver.clone();
+    let tid = task.id.to_string();
+    let child_fds = io.child_fds();
+    let started = tokio::task::spawn_blocking(move || driver.exec(&tid, &req, &child_fds)).await??;
+    let mut io = io.parent_side();
+    let mut args = json!({ "argv": start.argv, "workdir": workdir, "tty": start.tty.is_some(), "step": step });
+    if let Some(t) = start.timeout_ms {
+        args["timeout_ms"] = json!(t);
+    }
+
+    let outcome = match started {
+        Err(message) => {
+            let _ = ws.send(Message::Binary(frame(STDERR, format!("cairn: {message}\n").as_bytes()).into())).await;
+            args["error"] = json!(message);
+            ExecExit { exit_code: 127, signal: None, oom_killed: false, timed_out: false, duration_ms: 0 }
+        }
+        Ok(cmd) => {
+            let _ = ws.send(Message::Text(json!({"type": "started", "step": step}).to_string().into())).await;
+            let (code, signal, timed_out) = pump(cmd, &mut io, ws, start.timeout_ms).await;
+            let oom_killed = signal == Some(libc::SIGKILL) && cgroup.oom_kills().unwrap_or(0) > oom_before;
+            let exit_code = if timed_out {
+                ExecExit::TIMEOUT_CODE
+            } else {
+                code.unwrap_or_else(|| 128 + signal.unwrap_or(0))
+            };
+            ExecExit { exit_code, signal, oom_killed, timed_out, duration_ms: 0 }
+        }
+    };
+    let outcome = ExecExit { duration_ms: begun.elapsed().as_millis() as u64, ..outcome };
+    args["signal"] = json!(outcome.signal);
+    args["oom_killed"] = json!(outcome.oom_killed);
+    args["timed_out"] = json!(outcome.timed_out);
+    tasks
+        .store
+        .append_event(&NewEvent {
+            task: task.id.clone(),
+            kind: EventKind::Exec,
+            actor: actor.to_owned(),
+            args,
+            exit_code: Some(outcome.exit_code),
+            duration_ms: Some(outcome.duration_ms),
+        })
+        .await?;
+    let mut msg = serde_json::to_value(&outcome).unwrap_or_default();
+    msg["type"] = json!("exit");
+    if outcome.oom_killed {
+        msg["memory_limit"] = json!(cairn_core::Bytes(task.config.limits.memory_bytes).to_string());
+    }
+    let _ = ws.send(Message::Text(msg.to_string().into())).await;
+    Ok(())
+}
+
+fn frame(channel: u8, data: &[u8]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(data.len() + 1);
+    v.push(channel);
+    v.extend_from_slice(data);
+    v
+}
+
+/// The command's standard streams: pipes, or a pty the init allocates.
+struct Stdio {
+    stdin_child: Option<OwnedFd>,
+    stdin_parent: Option<OwnedFd>,
+    out: Option<(OwnedFd, OwnedFd)>,
+    err: Option<(OwnedFd, OwnedFd)>,
+}
+
+struct ParentIo {
+    stdin: Option<pipe::Sender>,
+    out: Option<pipe::Receiver>,
+    err: Option<pipe::Receiver>,
+}
+
+impl Stdio {
+    fn new(stdin: bool, tty: bool) -> std::io::Result<Stdio> {
+        if tty {
+            return Ok(Stdio { stdin_child: None, stdin_parent: None, out: None, err: None });
+        }
+        let (stdin_child, stdin_parent) = if stdin {
+            let (r, w) = std::io::pipe()?;
+            (Some(OwnedFd::from(r)), Some(OwnedFd::from(w)))
+        } else {
+            (Some(std::fs::File::open("/dev/null")?.into()), None)
+        };
+        let (or, ow) = std::io::pipe()?;
+        let (er, ew) = std::io::pipe()?;
+        Ok(Stdio { stdin_child, stdin_parent, out: Some((or.into(), ow.into())), err: Some((er.into(), ew.into())) })
+    }
+
+    fn child_fds(&self) -> Vec<std::os::fd::RawFd> {
+        match (&self.stdin_child, &self.out, &self.err) {
+            (Some(i), Some((_, o)), Some((_, e))) => vec![i.as_raw_fd(), o.as_raw_fd(), e.as_raw_fd()],
+            _ => Vec::new(),
+        }
+    }
+
+    /// Drops the child's ends (the init holds its own copies now).
+    fn parent_side(self) -> ParentIo {
+        ParentIo {
+            stdin: self.stdin_parent.and_then(|fd| pipe::Sender::from_owned_fd(fd).ok()),
+            out: self.out.and_then(|(r, _)| pipe::Receiver::from_owned_fd(r).ok()),
+            err: self.err.and_then(|(r, _)| pipe::Receiver::from_owned_fd(r).ok()),
+        }
+    }
+}
+
+/// Moves bytes until the command exits (then drains briefly). Returns the
+/// exit code or signal, and whether the timeout stopped it.
+async fn pump(cmd: RunningCommand, io: &mut ParentIo, ws: &mut WebSocket, timeout_ms: Option<u64>) -> (Option<i32>, Option<i32>, bool) {
+    let RunningCommand { conn, pty_master, .. } = cmd;
+    let _ = conn.set_nonblocking(true);
+    let Ok(mut conn) = tokio::net::UnixStream::from_std(conn) else { return (None, None, false) };
+    let mut pty_out = None;
+    let mut pty_in = None;
+    let mut pty_fd = None;
+    if let Some(m) = pty_master {
+        pty_fd = Some(m.as_raw_fd());
+        let dup = m.try_clone().ok();
+        // The _unchecked constructors only skip the FIFO type check; a pty
+        // master is pollable like a pipe.
+        pty_out = pipe::Receiver::from_owned_fd_unchecked(m).ok();
+        pty_in = dup.and_then(|d| pipe::Sender::from_owned_fd_unchecked(d).ok());
+    }
+    let deadline = timeout_ms.map(|ms| tokio::time::Instant::now() + Duration::from_millis(ms));
+    let mut out_buf = vec![0u8; 64 * 1024];
+    let mut err_buf = vec![0u8; 64 * 1024];
+    let mut pty_buf = vec![0u8; 64 * 1024];
+    let mut exited: Option<(Option<i32>, Option<i32>)> = None;
+    let mut drain_until = None;
+    let mut client_gone = false;
+    loop {
+        if exited.is_some() && (io.out.is_none() && io.err.is_none() && pty_out.is_none()) {
+            break;
+        }
+        if client_gone && exited.is_none() {
+            // Closing the control connection kills the command's group.
+            return (None, Some(libc::SIGKILL), false);
+        }
+        tokio::select! {
+            r = read_reply(&mut conn), if exited.is_none() => {
+                exited = Some(match r {
+                    Some(Reply::Exited { code, signal }) => (code, signal),
+                    _ => (None, Some(libc::SIGKILL)),
+                });
+                drain_until = Some(tokio::time::Instant::now() + DRAIN_GRACE);
+            }
+            n = read_some(&mut io.out, &mut out_buf), if io.out.is_some() => {
+                if !forward(ws, STDOUT, &out_buf, n, &mut io.out).await { client_gone = true; }
+            }
+            n = read_some(&mut io.err, &mut err_buf), if io.err.is_some() => {
+                if !forward(ws, STDERR, &err_buf, n, &mut io.err).await { client_gone = true; }
+            }
+            n = read_some(&mut pty_out, &mut pty_buf), if pty_out.is_some() => {
+                // A pty merges both streams; EIO means the last writer closed.
+                if !forward(ws, STDOUT, &pty_buf, n, &mut pty_out).await { client_gone = true; }
+            }
+            msg = ws.recv(), if !client_gone => {
+                match msg {
+                    Some(Ok(Message::Binary(b))) if b.first() == Some(&STDIN) => {
+                        let data = &b[1..];
+                        let sink: Option<&mut pipe::Sender> = io.stdin.as_mut().or(pty_in.as_mut());
+                        if data.is_empty() {
+                            if pty_in.is_some() {
+                                // EOF on a terminal is ^D.
+                                if let Some(p) = pty_in.as_mut() { let _ = p.write_all(&[4]).await; }
+                            } else {
+                                io.stdin = None;
+                            }
+                        } else if let Some(s) = sink {
+                            if s.write_all(data).await.is_err() { io.stdin = None; }
+                        }
+                    }
+                    Some(Ok(Message::Text(t))) => {
+                        if let (Ok(ClientText::Resize { rows, cols }), Some(fd)) = (serde_json::from_str::<ClientText>(&t), pty_fd) {
+                            cairn_sandbox::process::exec::set_winsize(fd, WinSize { rows, cols });
+                        }
+                    }
+                    Some(Ok(_)) => {}
+                    None | Some(Err(_)) => { client_gone = true; }
+                }
+            }
+            _ = sleep_until(deadline), if exited.is_none() && deadline.is_some() => {
+                drop(conn);
+                return (None, Some(libc::SIGKILL), true);
+            }
+            _ = sleep_until(drain_until), if drain_until.is_some() => {
+                break;
+            }
+        }
+    }
+    let (code, signal) = exited.unwrap_or((None, None));
+    (code, signal, false)
+}
+
+async fn sleep_until(t: Option<tokio::time::Instant>) {
+    match t {
+        Some(t) => tokio::time::sleep_until(t).await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn read_some(r: &mut Option<pipe::Receiver>, buf: &mut [u8]) -> std::io::Result<usize> {
+    match r {
+        Some(r) => r.read(buf).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Sends what was read; closes the stream on EOF or error. False when the
+/// client is gone.
+async fn forward(ws: &mut WebSocket, channel: u8, buf: &[u8], n: std::io::Result<usize>, stream: &mut Option<pipe::Receiver>) -> bool {
+    match n {
+        Ok(0) | Err(_) => {
+            *stream = None;
+            true
+        }
+        Ok(n) => ws.send(Message::Binary(frame(channel, &buf[..n]).into())).await.is_ok(),
+    }
+}
+
+/// Reads one control frame from the init without blocking the runtime.
+async fn read_reply(conn: &mut tokio::net::UnixStream) -> Option<Reply> {
+    let mut len = [0u8; 4];
+    conn.read_exact(&mut len).await.ok()?;
+    let len = u32::from_be_bytes(len) as usize;
+    if len > cairn_sandbox::proto::MAX_FRAME {
+        return None;
+    }
+    let mut body = vec![0u8; len];
+    conn.read_exact(&mut body).await.ok()?;
+    serde_json::from_slice(&body).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn environment_layers_defaults_task_and_exec() {
+        let task = vec![EnvVar::parse("A=task").unwrap(), EnvVar::parse("PATH=/opt/bin").unwrap()];
+        let env = environment(&task, &["A=exec".into(), "B=2".into()], "t1", true).unwrap();
+        assert!(env.contains(&"A=exec".to_owned()) && env.contains(&"B=2".to_owned()));
+        assert!(env.contains(&"PATH=/opt/bin".to_owned()) && env.contains(&"HOSTNAME=t1".to_owned()));
+        assert!(env.contains(&"TERM=xterm-256color".to_owned()));
+        assert!(environment(&[], &["bad".into()], "t1", false).is_err());
+    }
+}

@@ -1,0 +1,145 @@
+//! `cairn cp`: tar streams in and out of a sandbox, resolved inside its root
+//! by [`cairn_sandbox::files`] so no path in the sandbox reaches the host.
+//!
+//! `GET /v1/tasks/{id}/files?path=P` answers a tar whose top entry is P's
+//! last component. `PUT /v1/tasks/{id}/files?path=P&name=N` unpacks a tar
+//! whose top entry is N: into P/N when P is a directory, else as P.
+
+use std::ffi::OsStr;
+use std::io::Write;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::body::Body;
+use axum::http::{header, StatusCode};
+use axum::response::Response;
+use cairn_core::{EventKind, NewEvent};
+use cairn_sandbox::files::{self, Kind, Owner, SandboxRoot};
+use futures_util::TryStreamExt;
+use serde_json::json;
+use tokio::sync::mpsc;
+
+use crate::tasks::Tasks;
+use crate::ApiError;
+
+fn file_error(e: cairn_sandbox::Error) -> ApiError {
+    match &e {
+        cairn_sandbox::Error::Io(_, io) if io.kind() == std::io::ErrorKind::NotFound => ApiError::not_found(e.to_string()),
+        cairn_sandbox::Error::Io(..) | cairn_sandbox::Error::PathEscape(_) | cairn_sandbox::Error::Protocol(_) => {
+            ApiError::bad_request(e.to_string())
+        }
+        _ => ApiError::from(e),
+    }
+}
+
+/// Sends written bytes to the response body as they come.
+struct ChannelWriter(mpsc::Sender<Result<Vec<u8>, std::io::Error>>);
+
+impl Write for ChannelWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.blocking_send(Ok(buf.to_vec())).map_err(|_| std::io::Error::from(std::io::ErrorKind::BrokenPipe))?;
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+async fn record(tasks: &Tasks, task: &cairn_core::TaskId, actor: &str, args: serde_json::Value, ok: bool, begun: Instant) {
+    let ev = NewEvent {
+        task: task.clone(),
+        kind: EventKind::Cp,
+        actor: actor.to_owned(),
+        args,
+        exit_code: Some(if ok { 0 } else { 1 }),
+        duration_ms: Some(begun.elapsed().as_millis() as u64),
+    };
+    if let Err(e) = tasks.store.append_event(&ev).await {
+        tracing::error!("recording cp: {e}");
+    }
+}
+
+pub async fn download(tasks: Arc<Tasks>, id: &str, path: String, actor: String) -> Result<Response, ApiError> {
+    let begun = Instant::now();
+    let (task, live) = tasks.running(id, &actor).await?;
+    let driver = tasks.driver.clone();
+    let p = path.clone();
+    // Resolve first, so a bad path is a clean error status, not a broken body.
+    let located = tokio::task::spawn_blocking(move || -> Result<_, cairn_sandbox::Error> {
+        let root = SandboxRoot::new(driver.open_root(live.init)?);
+        let l = root.locate(&p)?;
+        if files::kind_at(&l.dir, &l.name)? == Kind::Missing {
+            return Err(cairn_sandbox::Error::Io(
+                format!("sandbox path {p}"),
+                std::io::Error::from(std::io::ErrorKind::NotFound),
+            ));
+        }
+        Ok(l)
+    })
+    .await?;
+    let located = match located {
+        Ok(l) => l,
+        Err(e) => {
+            record(&tasks, &task.id, &actor, json!({"direction": "out", "path": path, "error": e.to_string()}), false, begun).await;
+            return Err(file_error(e));
+        }
+    };
+    let (tx, rx) = mpsc::channel(16);
+    let (tasks2, tid) = (tasks.clone(), task.id.clone());
+    tokio::spawn(async move {
+        let name = located.name.clone();
+        let writer = ChannelWriter(tx.clone());
+        let result = tokio::task::spawn_blocking(move || files::write_tar(&located.dir, &name, Path::new(&name), writer)).await;
+        let (ok, mut args) = match result {
+            Ok(Ok(n)) => (true, json!({ "entries": n })),
+            Ok(Err(e)) => {
+                let _ = tx.send(Err(std::io::Error::other(e.to_string()))).await;
+                (false, json!({ "error": e.to_string() }))
+            }
+            Err(e) => (false, json!({ "error": e.to_string() })),
+        };
+        args["direction"] = json!("out");
+        args["path"] = json!(path);
+        record(&tasks2, &tid, &actor, args, ok, begun).await;
+    });
+    let body = Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(rx));
+    Response::builder()
+        .status(StatusCode::OK)
+        .header(header::CONTENT_TYPE, "application/x-tar")
+        .body(body)
+        .map_err(|e| ApiError::internal(e.to_string()))
+}
+
+pub async fn upload(tasks: Arc<Tasks>, id: &str, path: String, name: String, body: Body, actor: String) -> Result<serde_json::Value, ApiError> {
+    let begun = Instant::now();
+    let (task, live) = tasks.running(id, &actor).await?;
+    if name.is_empty() || name.contains('/') || name == "." || name == ".." {
+        return Err(ApiError::bad_request(format!("invalid top-level name {name:?} for the copied tree")));
+    }
+    let driver = tasks.driver.clone();
+    let owner = Owner { uid: live.ids.host_id(0), gid: live.ids.host_id(0) };
+    let stream = body.into_data_stream().map_err(std::io::Error::other);
+    let reader = tokio_util::io::SyncIoBridge::new(tokio_util::io::StreamReader::new(stream));
+    let p = path.clone();
+    let result = tokio::task::spawn_blocking(move || -> Result<(u64, String), cairn_sandbox::Error> {
+        let root = SandboxRoot::new(driver.open_root(live.init)?);
+        let mut l = root.locate(&p)?;
+        if files::kind_at(&l.dir, &l.name)? == Kind::Dir {
+            l = root.locate(&format!("{}/{}", p.trim_end_matches('/'), name))?;
+        }
+        let n = files::read_tar(&l.dir, OsStr::new(&l.name), reader, owner)?;
+        Ok((n, l.resolved.display().to_string()))
+    })
+    .await?;
+    match result {
+        Ok((n, resolved)) => {
+            record(&tasks, &task.id, &actor, json!({"direction": "in", "path": path, "entries": n, "resolved": resolved}), true, begun).await;
+            Ok(json!({ "entries": n, "path": resolved }))
+        }
+        Err(e) => {
+            record(&tasks, &task.id, &actor, json!({"direction": "in", "path": path, "error": e.to_string()}), false, begun).await;
+            Err(file_error(e))
+        }
+    }
+}

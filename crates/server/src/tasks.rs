@@ -1,0 +1,462 @@
+//! Task lifecycle: create, start the sandbox, destroy, and reconcile the
+//! store with what exists on the host after a restart.
+//!
+//! Each step is written to the store before the work it names and again
+//! when it ends. Blocking sandbox work runs on the blocking pool, and
+//! lifecycle changes of one task are serialised by a per-task lock.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use cairn_core::{
+    check_name, check_workdir, Bytes, EnvVar, EventKind, Limits, NewEvent, SandboxState, Task, TaskConfig, TaskId,
+    TaskState,
+};
+use cairn_sandbox::image::{Image, ImageStore};
+use cairn_sandbox::native::{InitProcess, NativeDriver};
+use cairn_sandbox::uidmap::IdRange;
+use cairn_store::{now_ms, Store};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use crate::config::Config;
+use crate::home::Home;
+use crate::{reaper, ApiError, StartError};
+
+/// A live sandbox as the daemon knows it.
+#[derive(Clone, Copy, Debug)]
+pub struct Live {
+    pub init: InitProcess,
+    pub ids: IdRange,
+}
+
+/// Body of `POST /v1/tasks`. Limits are given as a user would type them.
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateRequest {
+    pub image: Option<String>,
+    pub name: Option<String>,
+    pub memory: Option<String>,
+    pub cpus: Option<String>,
+    pub pids: Option<String>,
+    pub disk: Option<String>,
+    #[serde(default)]
+    pub env: Vec<String>,
+    pub workdir: Option<String>,
+}
+
+/// Limits as a user reads them.
+#[derive(Debug, Serialize)]
+pub struct LimitsView {
+    pub memory: String,
+    pub cpus: String,
+    pub pids: u32,
+    pub disk: String,
+}
+
+impl From<&Limits> for LimitsView {
+    fn from(l: &Limits) -> Self {
+        LimitsView {
+            memory: Bytes(l.memory_bytes).to_string(),
+            cpus: l.cpus_display(),
+            pids: l.pids,
+            disk: Bytes(l.disk_bytes).to_string(),
+        }
+    }
+}
+
+/// A task as the API returns it.
+#[derive(Debug, Serialize)]
+pub struct TaskView {
+    #[serde(flatten)]
+    pub task: Task,
+    pub limits: LimitsView,
+    /// Host pid of the sandbox's init, while it runs.
+    pub sandbox_pid: Option<i32>,
+    /// First host uid of the sandbox's id range, while it runs.
+    pub sandbox_uid_base: Option<u32>,
+}
+
+#[derive(Debug)]
+pub struct Tasks {
+    pub store: Store,
+    pub images: ImageStore,
+    pub driver: Arc<NativeDriver>,
+    defaults: Limits,
+    live: Mutex<HashMap<TaskId, Live>>,
+    locks: Mutex<HashMap<TaskId, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+impl Tasks {
+    pub async fn open(home: &Home, config: &Config, helper: PathBuf) -> Result<Tasks, StartError> {
+        let store = Store::open(&home.db()).await?;
+        let images = ImageStore::new(home.images());
+        let images2 = images.clone();
+        let root = home.root().to_owned();
+        let (defaults, pool) = (config.defaults, config.disk_pool);
+        let driver = tokio::task::spawn_blocking(move || -> Result<NativeDriver, cairn_sandbox::Error> {
+            images2.cleanup()?;
+            images2.ensure_host()?;
+            NativeDriver::new(&root, helper, defaults.disk_bytes, pool)
+        })
+        .await
+        .map_err(|e| StartError::Sandbox(cairn_sandbox::Error::Helper(e.to_string())))??;
+        Ok(Tasks {
+            store,
+            images,
+            driver: Arc::new(driver),
+            defaults,
+            live: Mutex::new(HashMap::new()),
+            locks: Mutex::new(HashMap::new()),
+        })
+    }
+
+    fn lock_of(&self, id: &TaskId) -> Arc<tokio::sync::Mutex<()>> {
+        let mut locks = self.locks.lock().unwrap_or_else(|e| e.into_inner());
+        locks.entry(id.clone()).or_default().clone()
+    }
+
+    pub fn live(&self, id: &TaskId) -> Option<Live> {
+        self.live.lock().unwrap_or_else(|e| e.into_inner()).get(id).copied()
+    }
+
+    fn set_live(&self, id: &TaskId, live: Option<Live>) {
+        let mut map = self.live.lock().unwrap_or_else(|e| e.into_inner());
+        match live {
+            Some(l) => map.insert(id.clone(), l),
+            None => map.remove(id),
+        };
+    }
+
+    pub fn view(&self, task: Task) -> TaskView {
+        let live = self.live(&task.id);
+        TaskView {
+            limits: LimitsView::from(&task.config.limits),
+            sandbox_pid: live.map(|l| l.init.pid),
+            sandbox_uid_base: live.map(|l| l.ids.host_base),
+            task,
+        }
+    }
+
+    pub async fn find(&self, id_or_name: &str) -> Result<Task, ApiError> {
+        Ok(self.store.find_task(id_or_name).await?)
+    }
+
+    async fn image(&self, name: &str) -> Result<Image, ApiError> {
+        let images = self.images.clone();
+        let name = name.to_owned();
+        Ok(tokio::task::spawn_blocking(move || images.get(&name)).await??)
+    }
+
+    /// Validates the request completely before anything is written.
+    fn config_from(&self, req: &CreateRequest) -> Result<TaskConfig, ApiError> {
+        let mut limits = self.defaults;
+        if let Some(m) = &req.memory {
+            limits.set_memory(m)?;
+        }
+        if let Some(c) = &req.cpus {
+            limits.set_cpus(c)?;
+        }
+        if let Some(p) = &req.pids {
+            limits.set_pids(p)?;
+        }
+        if let Some(d) = &req.disk {
+            limits.set_disk(d)?;
+        }
+        let env = req.env.iter().map(|e| EnvVar::parse(e)).collect::<Result<Vec<_>, _>>()?;
+        let workdir = req.workdir.clone().unwrap_or_else(|| cairn_core::DEFAULT_WORKDIR.to_owned());
+        check_workdir(&workdir)?;
+        if let Some(n) = &req.name {
+            check_name(n)?;
+        }
+        let image = req.image.clone().unwrap_or_else(|| cairn_core::DEFAULT_IMAGE.to_owned());
+        Ok(TaskConfig { image, limits, env, workdir })
+    }
+
+    /// Creates a task and starts its sandbox (Cairn starts sandboxes on
+    /// create, so the first exec is as fast as any other).
+    pub async fn create(&self, req: CreateRequest, actor: &str) -> Result<TaskView, ApiError> {
+        let config = self.config_from(&req)?;
+        let image = self.image(&config.image).await?;
+        let now = now_ms();
+        let task = Task {
+            id: TaskId::random(),
+            name: req.name.clone(),
+            state: TaskState::Created,
+            config,
+            step: 0,
+            memory: String::new(),
+            created_ms: now,
+            last_activity_ms: now,
+            sandbox: SandboxState::None,
+            sandbox_note: None,
+        };
+        self.store.insert_task(&task).await?;
+        self.store
+            .append_event(&NewEvent {
+                task: task.id.clone(),
+                kind: EventKind::Create,
+                actor: actor.to_owned(),
+                args: serde_json::to_value(&req).unwrap_or_default(),
+                exit_code: None,
+                duration_ms: None,
+            })
+            .await?;
+        let lock = self.lock_of(&task.id);
+        let _guard = lock.lock().await;
+        self.start(&task, &image, actor).await?;
+        Ok(self.view(self.store.find_task(task.id.as_str()).await?))
+    }
+
+    /// Starts the sandbox of a task that has none. Holds the task's lock.
+    async fn start(&self, task: &Task, image: &Image, actor: &str) -> Result<Live, ApiError> {
+        let begun = Instant::now();
+        let slot = self.store.claim_sandbox_slot(&task.id).await?;
+        let ids = IdRange::for_slot(slot).map_err(ApiError::from)?;
+        let driver = self.driver.clone();
+        let (id, config, image2) = (task.id.to_string(), task.config.clone(), image.clone());
+        let started = tokio::task::spawn_blocking(move || driver.start(&id, &config, &image2, slot)).await?;
+        let duration_ms = Some(begun.elapsed().as_millis() as u64);
+        let mut event = NewEvent {
+            task: task.id.clone(),
+            kind: EventKind::SandboxStart,
+            actor: actor.to_owned(),
+            args: json!({ "image": image.name, "uid_base": ids.host_base }),
+            exit_code: Some(0),
+            duration_ms,
+        };
+        match started {
+            Ok(init) => {
+                self.store.set_sandbox_init(&task.id, init.pid, init.start_time).await?;
+                if task.state == TaskState::Created {
+                    self.store.set_state(&task.id, task.state.start()?).await?;
+                }
+                self.store.set_sandbox_state(&task.id, SandboxState::Ready, None).await?;
+                self.store.append_event(&event).await?;
+                let live = Live { init, ids };
+                self.set_live(&task.id, Some(live));
+                self.wake_pool_refill();
+                Ok(live)
+            }
+            Err(e) => {
+                let msg = format!("sandbox failed to start: {e}");
+                self.store.release_sandbox(&task.id).await?;
+                self.store.set_state(&task.id, TaskState::Failed).await?;
+                self.store.set_sandbox_state(&task.id, SandboxState::None, Some(&msg)).await?;
+                event.exit_code = Some(1);
+                event.args["error"] = json!(msg);
+                self.store.append_event(&event).await?;
+                Err(ApiError::internal(msg))
+            }
+        }
+    }
+
+    /// The live sandbox of a task that can run commands, starting it if the
+    /// task was created but never started (e.g. the daemon stopped midway).
+    pub async fn running(&self, id_or_name: &str, actor: &str) -> Result<(Task, Live), ApiError> {
+        let task = self.find(id_or_name).await?;
+        if let Some(live) = self.live(&task.id) {
+            if task.state == TaskState::Running {
+                return Ok((task, live));
+            }
+        }
+        match (task.state, task.sandbox) {
+            (TaskState::Running, SandboxState::Lost) => Err(ApiError::conflict(format!(
+                "task {} has no sandbox: {}",
+                task.id,
+                task.sandbox_note.as_deref().unwrap_or("it was lost")
+            ))),
+            (TaskState::Created, SandboxState::None) => {
+                let lock = self.lock_of(&task.id);
+                let _guard = lock.lock().await;
+                let task = self.find(task.id.as_str()).await?;
+                if let Some(live) = self.live(&task.id) {
+                    return Ok((task, live));
+                }
+                let image = self.image(&task.config.image).await?;
+                let live = self.start(&task, &image, actor).await?;
+                Ok((self.find(task.id.as_str()).await?, live))
+            }
+            (state, _) => {
+                state.check_exec()?;
+                Err(ApiError::conflict(format!("task {} has no running sandbox", task.id)))
+            }
+        }
+    }
+
+    /// Kills the sandbox and removes everything of it from the host; the
+    /// task's records stay, in state `destroyed`.
+    pub async fn destroy(&self, id_or_name: &str, actor: &str) -> Result<TaskView, ApiError> {
+        let task = self.find(id_or_name).await?;
+        let lock = self.lock_of(&task.id);
+        let _guard = lock.lock().await;
+        let task = self.find(task.id.as_str()).await?;
+        let next = task.state.destroy()?;
+        let begun = Instant::now();
+        self.store.set_state(&task.id, next).await?;
+        let init = self.recorded_init(&task.id).await?;
+        let driver = self.driver.clone();
+        let id = task.id.to_string();
+        let result = tokio::task::spawn_blocking(move || driver.destroy(&id, init)).await?;
+        if let Some(i) = init {
+            reaper::reap(i.pid);
+        }
+        self.set_live(&task.id, None);
+        let exit_code = if result.is_ok() { 0 } else { 1 };
+        let mut args = json!({});
+        if let Err(e) = &result {
+            args["error"] = json!(e.to_string());
+        } else {
+            self.store.release_sandbox(&task.id).await?;
+            self.store.set_sandbox_state(&task.id, SandboxState::None, None).await?;
+        }
+        self.store
+            .append_event(&NewEvent {
+                task: task.id.clone(),
+                kind: EventKind::Destroy,
+                actor: actor.to_owned(),
+                args,
+                exit_code: Some(exit_code),
+                duration_ms: Some(begun.elapsed().as_millis() as u64),
+            })
+            .await?;
+        result.map_err(|e| ApiError::internal(format!("teardown of {} failed: {e}", task.id)))?;
+        Ok(self.view(self.find(task.id.as_str()).await?))
+    }
+
+    async fn recorded_init(&self, id: &TaskId) -> Result<Option<InitProcess>, ApiError> {
+        if let Some(l) = self.live(id) {
+            return Ok(Some(l.init));
+        }
+        let row = self.store.sandbox(id).await?;
+        Ok(row.and_then(|r| Some(InitProcess { pid: r.init_pid?, start_time: r.init_start_time? })))
+    }
+
+    /// At start-up: keeps sandboxes that survived, marks the others lost
+    /// (their disk stays for recovery), and removes host leftovers of tasks
+    /// that no longer need them.
+    pub async fn reconcile(&self) {
+        if let Err(e) = self.reconcile_inner().await {
+            tracing::error!("reconcile: {e}");
+        }
+    }
+
+    async fn reconcile_inner(&self) -> Result<(), ApiError> {
+        let tasks = self.store.list_tasks().await?;
+        let mut keep = std::collections::HashSet::new();
+        for row in self.store.sandboxes().await? {
+            let Some(task) = tasks.iter().find(|t| t.id == row.task) else { continue };
+            let init = row.init_pid.zip(row.init_start_time).map(|(pid, start_time)| InitProcess { pid, start_time });
+            let driver = self.driver.clone();
+            let id = task.id.to_string();
+            let healthy = match init {
+                Some(i) if i.alive() && !task.state.is_terminal() => {
+                    tokio::task::spawn_blocking(move || driver.ping(&id).is_ok()).await.unwrap_or(false)
+                }
+                _ => false,
+            };
+            if healthy {
+                let ids = IdRange::for_slot(row.uid_slot).map_err(ApiError::from)?;
+                self.set_live(&task.id, init.map(|init| Live { init, ids }));
+                self.store.set_sandbox_state(&task.id, SandboxState::Ready, None).await?;
+                keep.insert(task.id.clone());
+                tracing::info!(task = %task.id, "sandbox survived the restart");
+            } else {
+                self.mark_lost(task, init, "the sandbox was gone when the daemon started (host reboot or killed processes)").await?;
+            }
+        }
+        // Tasks that believe they have a sandbox but have no row for it.
+        for t in &tasks {
+            if t.sandbox == SandboxState::Ready && !keep.contains(&t.id) && self.store.sandbox(&t.id).await?.is_none() {
+                self.mark_lost(t, None, "the daemon stopped while the sandbox was being built").await?;
+            }
+        }
+        // Host leftovers of tasks that are gone or destroyed.
+        let driver = self.driver.clone();
+        let leftovers = tokio::task::spawn_blocking(move || driver.leftovers()).await??;
+        for name in leftovers {
+            let Ok(id) = name.parse::<TaskId>() else { continue };
+            let t = tasks.iter().find(|t| t.id == id);
+            let wanted = t.is_some_and(|t| !t.state.is_terminal());
+            if keep.contains(&id) || wanted {
+                continue;
+            }
+            let driver = self.driver.clone();
+            let n = name.clone();
+            if let Err(e) = tokio::task::spawn_blocking(move || driver.destroy(&n, None)).await? {
+                tracing::warn!(task = %name, "cannot remove leftovers: {e}");
+            }
+        }
+        Ok(())
+    }
+
+    async fn mark_lost(&self, task: &Task, init: Option<InitProcess>, why: &str) -> Result<(), ApiError> {
+        tracing::warn!(task = %task.id, "{why}");
+        let driver = self.driver.clone();
+        let id = task.id.to_string();
+        let teardown = tokio::task::spawn_blocking(move || driver.teardown(&id, init, true)).await?;
+        if let Some(i) = init {
+            reaper::reap(i.pid);
+        }
+        self.set_live(&task.id, None);
+        self.store.release_sandbox(&task.id).await?;
+        let terminal = task.state.is_terminal();
+        let (state, note) = if terminal { (SandboxState::None, None) } else { (SandboxState::Lost, Some(why)) };
+        self.store.set_sandbox_state(&task.id, state, note).await?;
+        if !terminal {
+            let mut args = json!({ "reason": why, "step": task.step });
+            if let Err(e) = teardown {
+                args["cleanup_error"] = json!(e.to_string());
+            }
+            self.store
+                .append_event(&NewEvent {
+                    task: task.id.clone(),
+                    kind: EventKind::SandboxLost,
+                    actor: "daemon".into(),
+                    args,
+                    exit_code: None,
+                    duration_ms: None,
+                })
+                .await?;
+        }
+        Ok(())
+    }
+
+    fn wake_pool_refill(&self) {
+        let driver = self.driver.clone();
+        tokio::task::spawn_blocking(move || {
+            if let Err(e) = driver.pool().refill() {
+                tracing::warn!("disk pool refill: {e}");
+            }
+        });
+    }
+
+    /// Background work: keep the disk pool full, and notice sandboxes whose
+    /// init died (reaping it and marking the task).
+    pub fn spawn_background(self: Arc<Self>) {
+        self.wake_pool_refill();
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                let dead: Vec<(TaskId, Live)> = {
+                    let map = self.live.lock().unwrap_or_else(|e| e.into_inner());
+                    map.iter().filter(|(_, l)| !l.init.alive()).map(|(k, v)| (k.clone(), *v)).collect()
+                };
+                for (id, live) in dead {
+                    reaper::reap(live.init.pid);
+                    let lock = self.lock_of(&id);
+                    let _guard = lock.lock().await;
+                    // Destroy may have run meanwhile.
+                    if self.live(&id).is_none() {
+                        continue;
+                    }
+                    if let Ok(task) = self.store.find_task(id.as_str()).await {
+                        let _ = self.mark_lost(&task, Some(live.init), "the sandbox's init exited").await;
+                    }
+                }
+            }
+        });
+    }
+}
