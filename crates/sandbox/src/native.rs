@@ -175,7 +175,8 @@ impl NativeDriver {
         }
         let out = child.wait_with_output().map_err(|e| Error::Helper(e.to_string()))?;
         if !out.status.success() {
-            let msg = String::from_utf8_lossy(&out.stderr).trim().to_owned();
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            let msg = stderr.trim().trim_start_matches("sandbox helper failed: ").to_owned();
             return Err(Error::Helper(if msg.is_empty() { format!("helper exited with {}", out.status) } else { msg }));
         }
         serde_json::from_slice(&out.stdout).map_err(|e| Error::Helper(format!("malformed helper report: {e}")))

@@ -20,8 +20,8 @@ use std::fs::{self, File};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::PermissionsExt;
-use std::os::unix::net::UnixListener;
-use std::path::PathBuf;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
 
 use nix::mount::{mount, MsFlags};
 use nix::sched::{unshare, CloneFlags};
@@ -31,7 +31,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::rootfs::{self, Kernel, Layer};
 use crate::uidmap::IdRange;
-use crate::{caps, net, seccomp, Error, Result};
+use crate::{caps, net, proto, seccomp, Error, Result};
 
 /// Everything the helper needs to build a sandbox.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -117,9 +117,18 @@ fn build(spec: &SandboxSpec) -> Result<HelperReport> {
         .map_err(|e| Error::Io(sock_path.display().to_string(), e))?;
     // Built before forking: the init applies it as its last step.
     let filter = seccomp::sandbox_filter()?;
+    // Opened here, as host root: the run directory is closed to the
+    // sandbox's own uids.
+    let log = fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(spec.run_dir.join("init.log"))
+        .map_err(|e| Error::Io("init log".into(), e))?;
 
     let (ready_r, ready_w) = std::io::pipe().map_err(|e| Error::sys("pipe", e))?;
-    let (go_r, go_w) = std::io::pipe().map_err(|e| Error::sys("pipe", e))?;
+    // H hands C the merged root over this socket: C cannot reach it by
+    // path, since the run directory is closed to the sandbox's uids.
+    let (go_r, go_w) = UnixStream::pair().map_err(|e| Error::sys("socketpair", e))?;
 
     // SAFETY: this process is single-threaded (the helper never starts
     // threads), so the child may run arbitrary code after fork.
@@ -127,7 +136,7 @@ fn build(spec: &SandboxSpec) -> Result<HelperReport> {
         ForkResult::Child => {
             drop(ready_r);
             drop(go_w);
-            let code = match in_userns_child(spec, &listener, &filter, ready_w.try_clone().ok().map(OwnedFd::from), go_r) {
+            let code = match in_userns_child(spec, &listener, &filter, &log, ready_w.try_clone().ok().map(OwnedFd::from), go_r) {
                 Ok(()) => 0,
                 Err(e) => {
                     let _ = writeln!(File::from(OwnedFd::from(ready_w)), "e{}", e.to_string().replace('\n', " "));
@@ -143,13 +152,14 @@ fn build(spec: &SandboxSpec) -> Result<HelperReport> {
     drop(ready_w);
     drop(go_r);
     drop(listener);
+    drop(log);
 
     let result = parent_side(spec, child, ready_r, go_w);
     let _ = waitpid(child, None);
     result
 }
 
-fn parent_side(spec: &SandboxSpec, child: Pid, ready_r: std::io::PipeReader, mut go_w: std::io::PipeWriter) -> Result<HelperReport> {
+fn parent_side(spec: &SandboxSpec, child: Pid, ready_r: std::io::PipeReader, go_w: UnixStream) -> Result<HelperReport> {
     let mut lines = BufReader::new(ready_r);
     let mut line = String::new();
     lines.read_line(&mut line).map_err(|e| Error::sys("read from sandbox", e))?;
@@ -158,8 +168,9 @@ fn parent_side(spec: &SandboxSpec, child: Pid, ready_r: std::io::PipeReader, mut
     }
     spec.ids.write_maps(child.as_raw())?;
     let userns = File::open(format!("/proc/{}/ns/user", child.as_raw())).map_err(|e| Error::sys("open user namespace", e))?;
-    rootfs::build_overlays(&Kernel, &spec.run_dir, &spec.disk, &spec.layers, spec.ids, userns.as_raw_fd(), &spec.workdir)?;
-    go_w.write_all(b"g").map_err(|e| Error::sys("signal sandbox", e))?;
+    let root = rootfs::build_overlays(&Kernel, &spec.run_dir, &spec.disk, &spec.layers, spec.ids, userns.as_raw_fd(), &spec.workdir)?;
+    let root_dir = File::open(&root).map_err(|e| Error::Io(root.display().to_string(), e))?;
+    proto::send(&go_w, &"go", &[root_dir.as_raw_fd()])?;
     drop(go_w);
 
     let mut init_pid = None;
@@ -194,18 +205,24 @@ fn in_userns_child(
     spec: &SandboxSpec,
     listener: &UnixListener,
     filter: &seccompiler::BpfProgram,
+    log: &File,
     ready_w: Option<OwnedFd>,
-    mut go_r: std::io::PipeReader,
+    go_r: UnixStream,
 ) -> Result<()> {
     let mut ready = File::from(ready_w.ok_or_else(|| Error::Helper("lost the ready pipe".into()))?);
     unshare(CloneFlags::CLONE_NEWUSER).map_err(|e| Error::sys("unshare user namespace", e))?;
     ready.write_all(b"u\n").map_err(|e| Error::sys("report userns", e))?;
-    let mut go = [0u8; 1];
-    if go_r.read(&mut go).map_err(|e| Error::sys("wait for id maps", e))? != 1 {
-        return Err(Error::Helper("helper gave up before the id maps were written".into()));
+    let root_dir = match proto::recv::<String>(&go_r)? {
+        Some((_, fds)) if fds.len() == 1 => fds.into_iter().next(),
+        _ => None,
     }
+    .ok_or_else(|| Error::Helper("helper gave up before the root was ready".into()))?;
     drop(go_r);
     become_root()?;
+    // Unsharing the mount namespace carries the working directory over to
+    // the new copy of its mount: from here on the root is ".".
+    nix::unistd::fchdir(root_dir.as_raw_fd()).map_err(|e| Error::sys("enter sandbox root", e))?;
+    drop(root_dir);
     unshare(
         CloneFlags::CLONE_NEWNS
             | CloneFlags::CLONE_NEWPID
@@ -222,7 +239,7 @@ fn in_userns_child(
             Ok(())
         }
         ForkResult::Child => {
-            let result = init_setup(spec, &mut ready, filter);
+            let result = init_setup(spec, log, filter);
             match result {
                 Ok(()) => {
                     let _ = ready.write_all(b"r\n");
@@ -251,20 +268,13 @@ fn become_root() -> Result<()> {
 }
 
 /// I, before serving: filesystems, identity, then the security bounds.
-fn init_setup(spec: &SandboxSpec, ready: &mut File, filter: &seccompiler::BpfProgram) -> Result<()> {
+fn init_setup(spec: &SandboxSpec, log: &File, filter: &seccompiler::BpfProgram) -> Result<()> {
     // The init must not hold the daemon's pipes open: its stdio goes to a log.
-    let log = fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(spec.run_dir.join("init.log"))
-        .map_err(|e| Error::Io("init log".into(), e))?;
     let null = File::open("/dev/null").map_err(|e| Error::Io("/dev/null".into(), e))?;
     for (src, dst) in [(null.as_raw_fd(), 0), (log.as_raw_fd(), 1), (log.as_raw_fd(), 2)] {
         nix::unistd::dup2(src, dst).map_err(|e| Error::sys("dup2 init stdio", e))?;
     }
-    let _ = ready;
-    let root = spec.run_dir.join("root");
-    rootfs::build_inner(&Kernel, &root, spec.tmp_bytes)?;
+    rootfs::build_inner(&Kernel, Path::new("."), spec.tmp_bytes)?;
     nix::unistd::sethostname(&spec.hostname).map_err(|e| Error::sys("sethostname", e))?;
     net::loopback_up()?;
     caps::restrict()?;

@@ -85,6 +85,39 @@ pub fn bind_idmapped(source: &Path, target: &Path, userns: RawFd) -> Result<()> 
     Ok(())
 }
 
+/// A detached recursive copy of the mount tree at `source`.
+pub fn clone_tree(source: &Path) -> Result<OwnedFd> {
+    let src = cpath(source)?;
+    // SAFETY: valid C string; the result is a new descriptor we own.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_open_tree,
+            libc::AT_FDCWD,
+            src.as_ptr(),
+            OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | libc::AT_RECURSIVE as libc::c_uint,
+        )
+    };
+    if fd < 0 {
+        return Err(mount_err(source, "open_tree"));
+    }
+    // SAFETY: fresh descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// Attaches a detached mount (from [`clone_tree`]) at `target`.
+pub fn attach(tree: &OwnedFd, target: &Path) -> Result<()> {
+    let dst = cpath(target)?;
+    let empty = c"";
+    // SAFETY: valid mount fd and C strings; F_EMPTY_PATH moves the fd's mount.
+    let rc = unsafe {
+        libc::syscall(libc::SYS_move_mount, tree.as_raw_fd(), empty.as_ptr(), libc::AT_FDCWD, dst.as_ptr(), MOVE_MOUNT_F_EMPTY_PATH)
+    };
+    if rc < 0 {
+        return Err(mount_err(target, "move_mount"));
+    }
+    Ok(())
+}
+
 fn mount_err(target: &Path, step: &str) -> Error {
     let os = std::io::Error::last_os_error();
     Error::Mount { target: target.to_owned(), err: std::io::Error::new(os.kind(), format!("{step}: {os}")) }

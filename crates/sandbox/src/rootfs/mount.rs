@@ -73,9 +73,16 @@ impl Mounter for Kernel {
     }
 
     fn pivot_root(&self, new_root: &Path) -> Result<()> {
+        nix::unistd::chdir(new_root).map_err(|e| Error::sys("chdir to new root", e))?;
+        // The root came from a more privileged mount namespace, so it is
+        // locked, and pivot_root refuses locked mounts. A clone of it made
+        // here is not; stack it on top and step into it.
+        let clone = super::idmap::clone_tree(Path::new("."))?;
+        super::idmap::attach(&clone, Path::new("."))?;
+        nix::unistd::fchdir(std::os::fd::AsRawFd::as_raw_fd(&clone)).map_err(|e| Error::sys("enter cloned root", e))?;
+        drop(clone);
         // pivot_root(".", ".") stacks the old root on top of the new one,
         // so it can be detached without a directory to put it in.
-        nix::unistd::chdir(new_root).map_err(|e| Error::sys("chdir to new root", e))?;
         nix::unistd::pivot_root(".", ".").map_err(|e| Error::sys("pivot_root", e))?;
         umount2(".", MntFlags::MNT_DETACH).map_err(|e| Error::Umount(PathBuf::from("old root"), e.into()))?;
         nix::unistd::chdir("/").map_err(|e| Error::sys("chdir /", e))?;
