@@ -23,7 +23,13 @@ pub fn home() -> PathBuf {
 
 impl Client {
     pub fn new(base: String, token: String) -> Client {
-        let user = std::env::var("USER").unwrap_or_else(|_| "unknown".into());
+        let user = std::env::var("USER").ok().filter(|u| !u.is_empty()).unwrap_or_else(|| {
+            nix::unistd::User::from_uid(nix::unistd::geteuid())
+                .ok()
+                .flatten()
+                .map(|u| u.name)
+                .unwrap_or_else(|| format!("uid{}", nix::unistd::geteuid()))
+        });
         Client { base: base.trim_end_matches('/').to_owned(), token, http: reqwest::Client::new(), actor: format!("cli:{user}") }
     }
 

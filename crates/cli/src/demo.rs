@@ -1,1 +1,187 @@
-pub async fn run() -> anyhow::Result<u8> { anyhow::bail!("demo not built yet") }
+//! `cairn demo`: everything Cairn can do so far, end to end, against an
+//! embedded daemon in a temporary home. Each step prints what it shows and
+//! how long it took; any step that does not show what it should fails the
+//! demo.
+
+use std::path::Path;
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use serde_json::{json, Value};
+
+use crate::client::Client;
+use crate::exec::{self, ExecArgs, ExecResult, Sink};
+
+struct Demo {
+    client: Client,
+    task: String,
+    step: usize,
+}
+
+impl Demo {
+    fn say(&mut self, title: &str, took: std::time::Duration, detail: &str) {
+        self.step += 1;
+        println!("{:>2}. {title:<58} {:>9.1} ms", self.step, took.as_secs_f64() * 1e3);
+        for line in detail.lines().filter(|l| !l.trim().is_empty()) {
+            println!("      {line}");
+        }
+    }
+
+    async fn exec(&self, script: &str) -> Result<ExecResult> {
+        let args = ExecArgs { task: self.task.clone(), argv: vec!["sh".into(), "-c".into(), script.into()], ..Default::default() };
+        exec::run(&self.client, &args, Sink::Capture).await
+    }
+
+    /// Runs `script` in the sandbox, prints its output under `title`.
+    async fn show(&mut self, title: &str, script: &str, expect: impl Fn(&ExecResult) -> bool) -> Result<ExecResult> {
+        let t = Instant::now();
+        let r = self.exec(script).await?;
+        let took = t.elapsed();
+        let mut out = String::from_utf8_lossy(&r.stdout).into_owned();
+        out.push_str(&String::from_utf8_lossy(&r.stderr));
+        if let Some(note) = exec::exit_note(&r.exit) {
+            out.push_str(&format!("\n{note}"));
+        }
+        self.say(title, took, &out);
+        if !expect(&r) {
+            bail!("demo step {title:?} did not show what it should (exit {})", r.code());
+        }
+        Ok(r)
+    }
+}
+
+fn text(r: &ExecResult) -> String {
+    String::from_utf8_lossy(&r.stdout).into_owned()
+}
+
+pub async fn run() -> Result<u8> {
+    let began = Instant::now();
+    let home = tempfile::Builder::new().prefix("cairn-demo-").tempdir_in("/var/tmp").context("temporary home")?;
+    println!("Cairn demo: an embedded daemon in {}\n", home.path().display());
+    let t = Instant::now();
+    let mut config = cairn_server::Config::default();
+    config.listen = "127.0.0.1:0".parse()?;
+    config.disk_pool = 1;
+    let daemon = cairn_server::Daemon::start(cairn_server::DaemonOptions {
+        home: home.path().to_owned(),
+        config,
+        helper_exe: std::env::current_exe()?,
+    })
+    .await?;
+    let client = Client::new(daemon.url.clone(), daemon.token.clone());
+    let port = daemon.addr.port();
+    let mut d = Demo { client, task: String::new(), step: 0 };
+    d.say("start the daemon (SQLite store, host image, disk pool)", t.elapsed(), &format!("listening on {}", daemon.url));
+
+    let result = steps(&mut d, home.path(), port).await;
+    let t = Instant::now();
+    daemon.stop().await;
+    d.say("stop the daemon and remove its temporary home", t.elapsed(), "");
+    drop(home);
+    match result {
+        Ok(()) => {
+            println!("\nall steps passed in {:.2} s", began.elapsed().as_secs_f64());
+            Ok(0)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+async fn steps(d: &mut Demo, home: &Path, daemon_port: u16) -> Result<()> {
+    let t = Instant::now();
+    let task = d
+        .client
+        .post("/v1/tasks", &json!({"name": "demo", "memory": "256M", "pids": "64", "disk": "256M", "env": ["GREETING=hello"]}))
+        .await?;
+    d.task = task["id"].as_str().unwrap_or_default().to_owned();
+    let l = &task["limits"];
+    d.say(
+        "create a task; its sandbox starts at once",
+        t.elapsed(),
+        &format!("task {} (memory {}, cpus {}, pids {}, disk {})", d.task, l["memory"].as_str().unwrap_or("?"), l["cpus"].as_str().unwrap_or("?"), l["pids"], l["disk"].as_str().unwrap_or("?")),
+    );
+    d.show("run a command (warm exec)", "echo \"$GREETING from $(hostname), in $(pwd)\"", |r| r.code() == 0).await?;
+
+    let uid = d.show("root inside is an unprivileged uid range outside", "id; cat /proc/self/uid_map", |r| text(r).contains("uid=0(root)")).await?;
+    let base: u64 = text(&uid).lines().last().and_then(|l| l.split_whitespace().nth(1)).and_then(|s| s.parse().ok()).unwrap_or(0);
+    if base == 0 {
+        bail!("uid 0 is not mapped to a non-zero host uid");
+    }
+    d.show(
+        "host secrets are not there",
+        "ls -A /root /home; ls /etc/shadow /etc/gshadow /etc/machine-id 2>&1 | sed 's/^/  /'",
+        |r| text(r).contains("No such file"),
+    )
+    .await?;
+    d.show(
+        "no_new_privs, seccomp and a bounded capability set",
+        "grep -E 'NoNewPrivs|Seccomp:|CapBnd' /proc/self/status; unshare -U true 2>&1 || echo \"unshare refused (exit $?)\"",
+        |r| text(r).contains("NoNewPrivs:\t1") && text(r).contains("Seccomp:\t2") && text(r).contains("unshare refused"),
+    )
+    .await?;
+    d.show(
+        "network: only lo; the daemon's port is unreachable",
+        &format!("tail -n +3 /proc/net/dev | cut -d: -f1; bash -c 'exec 3<>/dev/tcp/127.0.0.1/{daemon_port}' 2>&1 && echo connected || echo 'connect to the host daemon failed'"),
+        |r| text(r).contains("connect to the host daemon failed") || String::from_utf8_lossy(&r.stderr).contains("refused"),
+    )
+    .await?;
+    d.show(
+        "writes to the base image land in the task's own layer",
+        "touch /usr/bin/cairn-demo-marker && ls -l /usr/bin/cairn-demo-marker",
+        |r| r.code() == 0,
+    )
+    .await?;
+    if Path::new("/usr/bin/cairn-demo-marker").exists() {
+        bail!("the write reached the host's /usr");
+    }
+    println!("      host: /usr/bin/cairn-demo-marker does not exist");
+    d.show(
+        "memory limit: allocating 400M in a 256M task is OOM-killed",
+        "dd if=/dev/zero of=/dev/null bs=400M count=1",
+        |r| r.exit["oom_killed"] == json!(true),
+    )
+    .await?;
+    d.show(
+        "pids limit: a fork bomb stops at 64",
+        "(i=0; while [ $i -lt 200 ]; do sleep 3 & i=$((i+1)); echo $i > /tmp/n; done) 2>/dev/null; read n < /tmp/n; echo \"fork failed after $n of 200 processes\"; kill -9 -1 2>/dev/null; true",
+        |r| text(r).contains("of 200"),
+    )
+    .await?;
+    d.show(
+        "disk limit: filling the writable layer stops with ENOSPC",
+        "dd if=/dev/zero of=/workspace/fill bs=1M count=400 2>&1 | grep -o 'No space left on device' | head -1; rm -f /workspace/fill",
+        |r| text(r).contains("No space left"),
+    )
+    .await?;
+
+    let t = Instant::now();
+    let src = tempfile::tempdir()?;
+    std::fs::write(src.path().join("notes.txt"), "copied in by cairn cp\n")?;
+    crate::cp::run(&d.client, &src.path().join("notes.txt").display().to_string(), &format!("{}:/workspace/", d.task)).await?;
+    let back = src.path().join("back.txt");
+    crate::cp::run(&d.client, &format!("{}:/workspace/notes.txt", d.task), &back.display().to_string()).await?;
+    let round = std::fs::read_to_string(&back)?;
+    d.say("cp a file in and back out", t.elapsed(), &format!("round trip: {}", round.trim()));
+
+    let t = Instant::now();
+    let events: Value = d.client.get(&format!("/v1/tasks/{}/events", d.task)).await?;
+    let kinds: Vec<String> = events.as_array().map(|a| a.iter().filter_map(|e| e["kind"].as_str().map(str::to_owned)).collect()).unwrap_or_default();
+    d.say("the durable event log", t.elapsed(), &format!("{} entries: {}", kinds.len(), kinds.join(", ")));
+
+    let t = Instant::now();
+    let shown: Value = d.client.get(&format!("/v1/tasks/{}", d.task)).await?;
+    let init_pid = shown["sandbox_pid"].as_i64().unwrap_or(0);
+    d.client.delete(&format!("/v1/tasks/{}", d.task)).await?;
+    d.say("destroy the task", t.elapsed(), "");
+    let t = Instant::now();
+    let leftovers = crate::leaks::check(home, &d.task, init_pid as i32);
+    d.say("nothing of it is left on the host", t.elapsed(), &if leftovers.is_empty() {
+        "no process, mount, cgroup, loop device or scratch directory remains".to_owned()
+    } else {
+        leftovers.join("\n")
+    });
+    if !leftovers.is_empty() {
+        bail!("the destroyed task left things behind");
+    }
+    Ok(())
+}

@@ -5,6 +5,7 @@ mod client;
 mod cp;
 mod demo;
 mod exec;
+mod leaks;
 mod output;
 mod progress;
 

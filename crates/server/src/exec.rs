@@ -133,7 +133,9 @@ async fn run(tasks: &Arc<Tasks>, id: &str, actor: &str, start: ExecStart, ws: &m
         Ok(cmd) => {
             let _ = ws.send(Message::Text(json!({"type": "started", "step": step}).to_string().into())).await;
             let (code, signal, timed_out) = pump(cmd, &mut io, ws, start.timeout_ms).await;
-            let oom_killed = signal == Some(libc::SIGKILL) && cgroup.oom_kills().unwrap_or(0) > oom_before;
+            // Any OOM kill in the task's cgroup while the command ran counts:
+            // a shell reports its killed child as exit 137, not as a signal.
+            let oom_killed = cgroup.oom_kills().unwrap_or(0) > oom_before;
             let exit_code = if timed_out {
                 ExecExit::TIMEOUT_CODE
             } else {

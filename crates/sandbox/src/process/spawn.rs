@@ -101,6 +101,11 @@ pub fn process_start_time(pid: i32) -> Option<u64> {
 }
 
 fn build(spec: &SandboxSpec) -> Result<HelperReport> {
+    // When C exits, the init is reparented to us rather than to the daemon,
+    // so a half-built one is reaped here; a ready one goes to the daemon
+    // (also a subreaper) when we exit.
+    // SAFETY: prctl with constant arguments.
+    unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
     // Our mounts must not propagate back to the host.
     unshare(CloneFlags::CLONE_NEWNS).map_err(|e| Error::sys("unshare mount namespace", e))?;
     mount(None::<&str>, "/", None::<&str>, MsFlags::MS_REC | MsFlags::MS_PRIVATE, None::<&str>)
@@ -189,6 +194,7 @@ fn parent_side(spec: &SandboxSpec, child: Pid, ready_r: std::io::PipeReader, go_
         } else {
             if let Some(pid) = init_pid {
                 let _ = nix::sys::signal::kill(Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
+                let _ = waitpid(Pid::from_raw(pid), None);
             }
             return Err(child_error(msg));
         }
