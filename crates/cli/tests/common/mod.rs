@@ -1,0 +1,245 @@
+//! Test harness: a real `cairn serve` in a temporary `CAIRN_HOME`, driven
+//! through the real CLI. Dropping a [`Daemon`] destroys every task it made,
+//! stops the daemon and removes the home, also when a test fails.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+pub const CAIRN: &str = env!("CARGO_BIN_EXE_cairn");
+
+pub struct Daemon {
+    pub home: tempfile::TempDir,
+    child: Option<Child>,
+    pub url: String,
+}
+
+/// Makes the test process a subreaper, so sandbox inits orphaned by a
+/// killed daemon are reparented here and can be reaped (some hosts' pid 1
+/// never reaps).
+pub fn become_subreaper() {
+    // SAFETY: prctl with constant arguments.
+    unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
+}
+
+/// Reaps `pid` if it is an exited child of this process.
+pub fn reap(pid: i32) {
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < deadline {
+        let mut status = 0;
+        // SAFETY: waitpid with a valid out pointer.
+        let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+        if r == pid || r < 0 {
+            return;
+        }
+        if !Path::new(&format!("/proc/{pid}")).exists() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+pub fn require_root() {
+    assert!(nix_is_root(), "these tests build real sandboxes and must run as root");
+}
+
+fn nix_is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+impl Daemon {
+    pub fn start() -> Daemon {
+        Self::start_with(&[])
+    }
+
+    pub fn start_with(extra: &[&str]) -> Daemon {
+        require_root();
+        become_subreaper();
+        let home = tempfile::Builder::new().prefix("cairn-test-").tempdir_in("/var/tmp").expect("temp home");
+        let mut d = Daemon { home, child: None, url: String::new() };
+        d.spawn(extra);
+        d
+    }
+
+    /// Starts `cairn serve` on this home and waits until it answers.
+    pub fn spawn(&mut self, extra: &[&str]) {
+        let _ = std::fs::remove_file(self.home.path().join("url"));
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(self.home.path().join("daemon.log")).expect("log");
+        let child = Command::new(CAIRN)
+            .args(["serve", "--listen", "127.0.0.1:0", "--disk-pool", "1"])
+            .args(extra)
+            .env("CAIRN_HOME", self.home.path())
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn cairn serve");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Ok(url) = std::fs::read_to_string(self.home.path().join("url")) {
+                self.url = url.trim().to_owned();
+                let out = self.cairn(&["task", "list"]);
+                if out.status.success() {
+                    return;
+                }
+            }
+            if let Some(Ok(Some(status))) = self.child.as_mut().map(|c| c.try_wait()) {
+                panic!("daemon exited with {status}: {}", self.log());
+            }
+            assert!(Instant::now() < deadline, "daemon did not start: {}", self.log());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.home.path().join("daemon.log")).unwrap_or_default()
+    }
+
+    pub fn home(&self) -> &Path {
+        self.home.path()
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map(|c| c.id()).unwrap_or(0)
+    }
+
+    /// Kills the daemon with SIGKILL (sandboxes keep running).
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    pub fn cmd(&self) -> Command {
+        let mut c = Command::new(CAIRN);
+        c.env("CAIRN_HOME", self.home.path()).env_remove("CAIRN_URL").env_remove("CAIRN_TOKEN");
+        c
+    }
+
+    pub fn cairn(&self, args: &[&str]) -> Output {
+        self.cmd().args(args).stdin(Stdio::null()).output().expect("run cairn")
+    }
+
+    /// Runs a command that must succeed; returns its stdout.
+    pub fn ok(&self, args: &[&str]) -> String {
+        let out = self.cairn(args);
+        assert!(
+            out.status.success(),
+            "cairn {args:?} failed ({}): {}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Runs a command that must fail with one clear line on stderr.
+    pub fn fails(&self, args: &[&str]) -> String {
+        let out = self.cairn(args);
+        assert!(!out.status.success(), "cairn {args:?} should have failed: {}", String::from_utf8_lossy(&out.stdout));
+        let err = String::from_utf8_lossy(&out.stderr).trim().to_owned();
+        assert!(err.starts_with("cairn: ") && !err.contains('\n'), "want one line starting with 'cairn: ', got {err:?}");
+        err
+    }
+
+    pub fn json(&self, args: &[&str]) -> serde_json::Value {
+        let mut a = vec!["--json"];
+        a.extend_from_slice(args);
+        serde_json::from_str(&self.ok(&a)).expect("json output")
+    }
+
+    /// Creates a task and returns its id.
+    pub fn create(&self, extra: &[&str]) -> String {
+        let mut a = vec!["task", "create"];
+        a.extend_from_slice(extra);
+        let v = self.json(&a);
+        v["id"].as_str().expect("id").to_owned()
+    }
+
+    /// `cairn exec ID -- sh -c SCRIPT`, returning (exit code, stdout, stderr).
+    pub fn sh(&self, task: &str, script: &str) -> (i32, String, String) {
+        let out = self.cairn(&["exec", task, "--", "sh", "-c", script]);
+        (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+
+    pub fn task(&self, id: &str) -> serde_json::Value {
+        self.json(&["task", "show", id])
+    }
+
+    /// Everything of `task` still on the host (see `leaks` in the binary).
+    pub fn leftovers(&self, task: &str, init_pid: i32) -> Vec<String> {
+        if init_pid > 0 {
+            reap(init_pid);
+        }
+        leftovers(self.home.path(), task, init_pid)
+    }
+}
+
+pub fn leftovers(home: &Path, task: &str, init_pid: i32) -> Vec<String> {
+    let mut found = Vec::new();
+    if init_pid > 0 && Path::new(&format!("/proc/{init_pid}")).exists() {
+        found.push(format!("process {init_pid} still exists"));
+    }
+    // Processes with the task's uid range or cgroup would show here too.
+    let mi = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    found.extend(mi.lines().filter(|l| l.contains(task)).map(|l| format!("mount: {l}")));
+    for ctl in ["memory", "cpu", "pids", "freezer", "unified"] {
+        let p = PathBuf::from("/sys/fs/cgroup").join(ctl).join("cairn").join(task);
+        if p.exists() {
+            found.push(format!("cgroup {}", p.display()));
+        }
+    }
+    for e in std::fs::read_dir("/sys/block").into_iter().flatten().flatten() {
+        if let Ok(b) = std::fs::read_to_string(e.path().join("loop/backing_file")) {
+            if b.contains(task) {
+                found.push(format!("loop {}", b.trim()));
+            }
+        }
+    }
+    for p in [home.join("run").join(task), home.join("disks").join(format!("{task}.img"))] {
+        if p.exists() {
+            found.push(format!("scratch {}", p.display()));
+        }
+    }
+    // `ip netns` lists named namespaces; Cairn creates none.
+    if let Ok(o) = Command::new("ip").args(["netns", "list"]).output() {
+        let s = String::from_utf8_lossy(&o.stdout);
+        if s.contains(task) {
+            found.push(format!("netns {s}"));
+        }
+    }
+    found
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if self.child.is_none() && self.home.path().join("url").exists() {
+            // The test killed it; bring it back to clean up.
+            self.spawn(&[]);
+        }
+        let tasks = self.cmd().args(["--json", "task", "list"]).output();
+        if let Ok(out) = tasks {
+            if let Ok(serde_json::Value::Array(ts)) = serde_json::from_slice::<serde_json::Value>(&out.stdout) {
+                for t in ts {
+                    if t["state"] != "destroyed" {
+                        let pid = t["sandbox_pid"].as_i64().unwrap_or(0) as i32;
+                        let _ = self.cmd().args(["destroy", t["id"].as_str().unwrap_or_default()]).output();
+                        if pid > 0 {
+                            reap(pid);
+                        }
+                    }
+                }
+            }
+        }
+        if let Some(mut c) = self.child.take() {
+            // SAFETY: kill with a pid we spawned.
+            unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+            let _ = c.wait();
+        }
+    }
+}
