@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Sandbox start-up benchmark: cairn (task create + first exec, and a warm
+# exec) against bwrap and runc running /bin/true in the same busybox rootfs,
+# side by side in one hyperfine run. Writes docs/benchmarks.md.
+#
+#   bench/run.sh            # 50 runs each (RUNS=N to change)
+#
+# Needs root, hyperfine, bubblewrap, runc and busybox-static (installed when
+# missing) and a release build of cairn (built when missing).
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+RUNS=${RUNS:-50}
+CAIRN=$ROOT/target/release/cairn
+
+need=()
+for p in hyperfine:hyperfine bwrap:bubblewrap runc:runc busybox:busybox-static; do
+  command -v "${p%%:*}" >/dev/null || need+=("${p#*:}")
+done
+if ((${#need[@]})); then
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+[[ -x $CAIRN ]] || (cd "$ROOT" && cargo build --release -p cairn-cli)
+
+WORK=$(mktemp -d /var/tmp/cairn-bench.XXXXXX)
+export CAIRN_HOME=$WORK/home
+cleanup() {
+  if [[ -f $WORK/created ]]; then
+    while read -r id; do "$CAIRN" destroy "$id" >/dev/null 2>&1 || true; done <"$WORK/created"
+  fi
+  [[ -n ${WARM:-} ]] && "$CAIRN" destroy "$WARM" >/dev/null 2>&1 || true
+  [[ -n ${DAEMON:-} ]] && kill "$DAEMON" 2>/dev/null && wait "$DAEMON" 2>/dev/null || true
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+# One rootfs for all three: a static busybox.
+mkdir -p "$WORK/rootfs"/{bin,proc,dev,tmp,workspace}
+cp "$(readlink -f "$(command -v busybox)")" "$WORK/rootfs/bin/busybox"
+for t in true sh ls; do ln -s busybox "$WORK/rootfs/bin/$t"; done
+
+# runc bundle of the same rootfs.
+mkdir -p "$WORK/bundle"
+cp -a "$WORK/rootfs" "$WORK/bundle/rootfs"
+(cd "$WORK/bundle" && runc spec)
+python3 - "$WORK/bundle/config.json" <<'PY'
+import json, sys
+p = sys.argv[1]
+c = json.load(open(p))
+c["process"]["terminal"] = False
+c["process"]["args"] = ["/bin/true"]
+json.dump(c, open(p, "w"))
+PY
+
+"$CAIRN" serve --listen 127.0.0.1:0 --disk-pool 4 >"$WORK/daemon.log" 2>&1 &
+DAEMON=$!
+for _ in $(seq 100); do [[ -s $CAIRN_HOME/url ]] && "$CAIRN" task list >/dev/null 2>&1 && break; sleep 0.1; done
+"$CAIRN" image import bench "$WORK/rootfs" >/dev/null
+WARM=$("$CAIRN" task create --image bench)
+touch "$WORK/created"
+
+cat >"$WORK/destroy-created.sh" <<SH
+#!/bin/sh
+while read -r id; do "$CAIRN" destroy "\$id" >/dev/null 2>&1; done <"$WORK/created"
+: >"$WORK/created"
+SH
+chmod +x "$WORK/destroy-created.sh"
+
+hyperfine --style basic --warmup 5 --runs "$RUNS" --export-json "$WORK/results.json" \
+  --prepare "$WORK/destroy-created.sh" \
+  -n "cairn task create + first exec" \
+  "id=\$($CAIRN task create --image bench) && echo \$id >>$WORK/created && $CAIRN exec \$id -- /bin/true" \
+  -n "cairn exec (warm)" "$CAIRN exec $WARM -- /bin/true" \
+  -n "bwrap --unshare-all" "bwrap --unshare-all --bind $WORK/rootfs / --proc /proc --dev /dev /bin/true" \
+  -n "runc run" "runc run -b $WORK/bundle cairn-bench"
+
+python3 "$ROOT/bench/report.py" "$WORK/results.json" "$RUNS" >"$ROOT/docs/benchmarks.md"
+echo "wrote docs/benchmarks.md"

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Installs what Cairn and its tests need on Debian (run as root): kernel
+# userland tools the sandbox uses, the peers the benchmarks compare with,
+# and a Rust toolchain when none is installed.
+set -euo pipefail
+if [[ $(id -u) != 0 ]]; then
+  echo "setup-debian.sh: run as root (Cairn builds namespaces, mounts and cgroups)" >&2
+  exit 1
+fi
+pkgs=(e2fsprogs iproute2 util-linux procps python3 busybox-static bubblewrap runc hyperfine curl ca-certificates build-essential pkg-config)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "installing: ${missing[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+if ! command -v cargo >/dev/null; then
+  if [[ -x $HOME/.cargo/bin/cargo ]]; then
+    export PATH=$HOME/.cargo/bin:$PATH
+  else
+    echo "installing a Rust toolchain with rustup"
+    curl -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal >/dev/null
+  fi
+fi

@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Sets up a fresh Debian machine and runs every test of the workspace:
+# unit tests per crate and integration tests against real daemons,
+# sandboxes, cgroups and loop devices (as root).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup-debian.sh
+export PATH=$HOME/.cargo/bin:$PATH
+cargo test --workspace --locked
