@@ -383,6 +383,12 @@ impl Tasks {
             if keep.contains(&id) || wanted {
                 continue;
             }
+            // Cgroups are host-wide: one this store never heard of and with
+            // nothing in this home belongs to another daemon's home.
+            let paths = self.driver.paths(&name);
+            if t.is_none() && !paths.run_dir.exists() && !paths.disk_image.exists() {
+                continue;
+            }
             let driver = self.driver.clone();
             let n = name.clone();
             if let Err(e) = tokio::task::spawn_blocking(move || driver.destroy(&n, None)).await? {

@@ -1,0 +1,616 @@
+//! What a sandbox cannot reach, each denial next to a positive control that
+//! shows the same probe works where it should (on the host, in the task
+//! itself, or under a higher limit).
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::Daemon;
+use serde_json::Value;
+
+const MIB: u64 = 1 << 20;
+
+/// A random lowercase hex string, for names no other run uses.
+fn rand_hex() -> String {
+    let mut b = [0u8; 8];
+    // SAFETY: getrandom writes at most b.len() bytes into b.
+    let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), b.len(), 0) };
+    assert_eq!(n, 8, "getrandom");
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// Removes the host paths it holds when dropped, also when a test fails.
+struct RemoveOnDrop(Vec<PathBuf>);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        for p in self.0.iter().rev() {
+            match std::fs::symlink_metadata(p) {
+                Ok(m) if m.is_dir() => {
+                    let _ = std::fs::remove_dir_all(p);
+                }
+                Ok(_) => {
+                    let _ = std::fs::remove_file(p);
+                }
+                Err(_) => {}
+            }
+        }
+    }
+}
+
+/// `sh -c SCRIPT` on the host: (exit code, stdout, stderr).
+fn host_sh(script: &str) -> (i32, String, String) {
+    let out = Command::new("sh").args(["-c", script]).output().expect("run sh on the host");
+    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+/// `cairn --json exec ID -- sh -c SCRIPT`: (exit object, the command's
+/// stdout before it, stderr).
+fn exec_json(d: &Daemon, id: &str, script: &str) -> (Value, String, String) {
+    let out = d.cairn(&["--json", "exec", id, "--", "sh", "-c", script]);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let trimmed = stdout.trim_end();
+    let (before, last) = trimmed.rsplit_once('\n').unwrap_or(("", trimmed));
+    let exit: Value = serde_json::from_str(last).unwrap_or_else(|e| panic!("no exit object in {stdout:?} ({e}); stderr {stderr:?}"));
+    assert_eq!(exit["type"], "exit", "{exit}");
+    assert_eq!(
+        exit["exit_code"].as_i64(),
+        out.status.code().map(i64::from),
+        "cairn exec exits with the command's code: {exit}"
+    );
+    (exit, before.to_owned(), stderr)
+}
+
+/// Runs a script that must succeed in the task; returns its stdout.
+fn sh_ok(d: &Daemon, id: &str, script: &str) -> String {
+    let (code, out, err) = d.sh(id, script);
+    assert_eq!(code, 0, "{script:?} failed in {id}: stdout {out:?} stderr {err:?}");
+    out
+}
+
+fn init_pid(d: &Daemon, id: &str) -> i32 {
+    d.task(id)["sandbox_pid"].as_i64().expect("a running task has a sandbox pid") as i32
+}
+
+/// Destroys `id` and checks that nothing of it is left on the host.
+fn destroy_clean(d: &Daemon, id: &str) {
+    let pid = init_pid(d, id);
+    d.ok(&["destroy", id]);
+    assert_eq!(d.leftovers(id, pid), Vec::<String>::new(), "task {id} left things behind");
+}
+
+/// Every entry under `root` with its type, size, mode, owner and mtime.
+fn snapshot(root: &Path) -> BTreeMap<PathBuf, (u32, u64, u32, u32, i64, i64)> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![root.to_owned()];
+    while let Some(dir) = stack.pop() {
+        for e in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("read {}: {e}", dir.display())).flatten() {
+            let m = std::fs::symlink_metadata(e.path()).expect("stat");
+            if m.is_dir() {
+                stack.push(e.path());
+            }
+            let rel = e.path().strip_prefix(root).expect("under root").to_owned();
+            out.insert(rel, (m.mode(), m.len(), m.uid(), m.gid(), m.mtime(), m.mtime_nsec()));
+        }
+    }
+    out
+}
+
+/// Free bytes on the filesystem holding `path`.
+fn free_bytes(path: &Path) -> u64 {
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).expect("path");
+    // SAFETY: statvfs is plain old data; the kernel fills it.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: valid C string and out pointer.
+    assert_eq!(unsafe { libc::statvfs(c.as_ptr(), &mut st) }, 0, "statvfs {}", path.display());
+    st.f_bavail * st.f_frsize
+}
+
+/// Interface names in `ip -o link` output.
+fn link_names(ip_output: &str) -> Vec<String> {
+    ip_output
+        .lines()
+        .filter_map(|l| l.split(": ").nth(1))
+        .map(|n| n.split('@').next().unwrap_or(n).trim().to_owned())
+        .collect()
+}
+
+fn daemon_port(d: &Daemon) -> u16 {
+    let url = std::fs::read_to_string(d.home().join("url")).expect("url file");
+    url.trim().rsplit(':').next().and_then(|p| p.parse().ok()).unwrap_or_else(|| panic!("no port in {url:?}"))
+}
+
+#[test]
+fn host_files_outside_the_image_are_invisible() {
+    common::require_root();
+    let tag = rand_hex();
+    let mut guard = RemoveOnDrop(Vec::new());
+    // The host image leaves machine-id out; make sure the host has one to
+    // leave out before the daemon builds its image.
+    let machine_id = Path::new("/etc/machine-id");
+    if !machine_id.exists() {
+        guard.0.push(machine_id.to_owned());
+        std::fs::write(machine_id, format!("{tag}{tag}\n")).expect("create a temporary /etc/machine-id");
+    }
+    for secret in ["/etc/shadow", "/etc/gshadow", "/etc/machine-id"] {
+        assert!(Path::new(secret).exists(), "host has no {secret}: the test needs it present on the host to show it is absent inside");
+    }
+    let root_probe = PathBuf::from(format!("/root/cairn-isolation-probe-{tag}"));
+    let user_dir = PathBuf::from(format!("/home/cairn-iso-{tag}"));
+    guard.0.push(root_probe.clone());
+    guard.0.push(user_dir.clone());
+    std::fs::write(&root_probe, "root's private data\n").expect("write probe in /root");
+    std::fs::create_dir(&user_dir).expect("create fake user home");
+    std::fs::write(user_dir.join("notes.txt"), "another user's data\n").expect("write user data");
+    assert!(root_probe.exists() && user_dir.join("notes.txt").exists(), "probes exist on the host");
+
+    let d = Daemon::start();
+    let token_path = d.home().join("token");
+    let token = std::fs::read_to_string(&token_path).expect("token file").trim().to_owned();
+    assert_eq!(token.len(), 64, "token {token:?}");
+    let home_name = d.home().file_name().expect("home has a name").to_string_lossy().into_owned();
+    assert!(Path::new("/var/tmp").join(&home_name).exists(), "the daemon's home is in the host's /var/tmp");
+    let id = d.create(&[]);
+
+    // /root and /home are empty inside; the probes are not there.
+    let out = sh_ok(&d, &id, "ls -A /root /home");
+    assert_eq!(out, "/home:\n\n/root:\n", "/root and /home are empty inside");
+    let (code, out, err) = d.sh(&id, &format!("ls -l {} {}/notes.txt", root_probe.display(), user_dir.display()));
+    assert_ne!(code, 0, "host probes visible inside: {out}");
+    assert_eq!(err.matches("No such file or directory").count(), 2, "{err}");
+    // Neither is the daemon's home, its token, nor the rest of /var/tmp.
+    assert_eq!(sh_ok(&d, &id, "ls -A /var/tmp"), "", "/var/tmp is the image's empty one");
+    let (code, out, err) = d.sh(&id, &format!("cat {}", token_path.display()));
+    assert_ne!(code, 0, "token readable inside: {out}");
+    assert!(err.contains("No such file or directory"), "{err}");
+
+    // The token's value is nowhere reachable. Control: grep finds a marker
+    // placed in the same places, and one passed in the environment.
+    let mark = format!("cairn-iso-mark-{tag}");
+    let dirs = "/etc /workspace /tmp /var /root /home /run /opt /srv /mnt";
+    let (code, out, err) = d.sh(
+        &id,
+        &format!("echo {mark} > /workspace/m; echo {mark} > /tmp/m; grep -rlsF -- {mark} {dirs}; echo rc=$?"),
+    );
+    assert_eq!((code, out.as_str()), (0, "/workspace/m\n/tmp/m\nrc=0\n"), "the control marker is found: {err}");
+    let (_, out, err) = d.sh(&id, &format!("grep -rlsF -- {token} {dirs}; echo rc=$?"));
+    assert!(out.ends_with("rc=1\n") || out.ends_with("rc=2\n"), "grep ran: {out} {err}");
+    assert!(!out.contains('/'), "the token appears inside in: {out}");
+    // The pattern goes through a file, so no command line holds it whole.
+    let proc_probe = |word: &str| {
+        let (a, b) = word.split_at(word.len() / 2);
+        format!("printf %s%s {a} {b} > /dev/shm/pat; cat /proc/[0-9]*/environ /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' '\\n' | grep -cFf /dev/shm/pat; rm /dev/shm/pat; true")
+    };
+    let out = d.ok(&["exec", &id, "--env", &format!("ISO_MARK={mark}"), "--", "sh", "-c", &proc_probe(&mark)]);
+    let found: u32 = out.trim().parse().expect("a count");
+    assert!(found >= 1, "the control marker is in the environment of the command and its children");
+    let out = sh_ok(&d, &id, &proc_probe(&token));
+    assert_eq!(out.trim(), "0", "the token is in a sandbox process's environment or command line");
+
+    // Secret files of /etc stay out; the rest of /etc is there.
+    let out = sh_ok(&d, &id, "for f in /etc/passwd /etc/group /etc/shadow /etc/gshadow /etc/machine-id; do [ -e $f ] && echo \"$f present\" || echo \"$f absent\"; done");
+    assert_eq!(
+        out,
+        "/etc/passwd present\n/etc/group present\n/etc/shadow absent\n/etc/gshadow absent\n/etc/machine-id absent\n"
+    );
+    destroy_clean(&d, &id);
+}
+
+#[test]
+fn writes_to_the_base_image_land_in_the_task_layer() {
+    let d = Daemon::start();
+    let tag = rand_hex();
+    let usr_probe = format!("/usr/bin/cairn-probe-{tag}");
+    let etc_probe = format!("/etc/cairn-probe-{tag}");
+    let _guard = RemoveOnDrop(vec![PathBuf::from(&usr_probe)]);
+    let image = d.home().join("images/host/rootfs");
+    let before = snapshot(&image);
+    assert!(!before.is_empty(), "image at {}", image.display());
+    let a = d.create(&[]);
+    let b = d.create(&[]);
+
+    sh_ok(&d, &a, &format!("touch {usr_probe} && echo layered > {etc_probe}"));
+    // Control: the writer sees its own files.
+    assert_eq!(sh_ok(&d, &a, &format!("ls {usr_probe}; cat {etc_probe}")), format!("{usr_probe}\nlayered\n"));
+
+    // Not on the host, not in the image, not in the neighbour.
+    assert!(!Path::new(&usr_probe).exists(), "{usr_probe} reached the host's /usr");
+    assert!(!Path::new(&etc_probe).exists(), "{etc_probe} reached the host's /etc");
+    assert_eq!(snapshot(&image), before, "the image directory changed");
+    let (code, out, err) = d.sh(&b, &format!("ls {usr_probe} {etc_probe}"));
+    assert_ne!(code, 0, "the other task sees them: {out}");
+    assert_eq!(err.matches("No such file or directory").count(), 2, "{err}");
+    assert!(sh_ok(&d, &b, "ls /usr/bin").contains("\nsh\n"), "the neighbour sees the base image itself");
+
+    // They are in the writer's upper directories on its disk.
+    let disk = d.home().join("run").join(&a).join("disk");
+    let usr_upper = disk.join("at_usr/upper/bin").join(format!("cairn-probe-{tag}"));
+    let etc_upper = disk.join("root/upper/etc").join(format!("cairn-probe-{tag}"));
+    assert!(usr_upper.is_file(), "{} missing", usr_upper.display());
+    assert_eq!(std::fs::read_to_string(&etc_upper).expect("etc probe in the upper"), "layered\n");
+    assert!(!d.home().join("run").join(&b).join("disk/at_usr/upper/bin").join(format!("cairn-probe-{tag}")).exists());
+
+    destroy_clean(&d, &a);
+    destroy_clean(&d, &b);
+    assert!(!Path::new(&usr_probe).exists());
+    assert_eq!(snapshot(&image), before, "the image directory changed");
+}
+
+#[test]
+fn another_task_s_files_and_processes_are_invisible() {
+    let d = Daemon::start();
+    let a = d.create(&[]);
+    let b = d.create(&[]);
+    let marker = format!("marker-{}", rand_hex());
+
+    let t = Instant::now();
+    sh_ok(&d, &a, &format!("echo a > /workspace/{marker}; sleep 300 </dev/null >/dev/null 2>&1 &"));
+    assert!(t.elapsed() < Duration::from_secs(10), "exec returns with a background child running");
+
+    // Control: A sees its own sleep and marker.
+    let ps_a = sh_ok(&d, &a, "ps -eo pid=,comm=");
+    assert!(ps_a.lines().any(|l| l.trim().ends_with(" sleep")), "A's ps: {ps_a}");
+    assert!(sh_ok(&d, &a, "ls /workspace").lines().any(|l| l == marker));
+    // The host sees it too, in A's cgroup.
+    let procs = std::fs::read_to_string(format!("/sys/fs/cgroup/pids/cairn/{a}/cgroup.procs")).expect("A's cgroup");
+    let host_sleep: i32 = procs
+        .lines()
+        .filter_map(|p| p.trim().parse::<i32>().ok())
+        .find(|p| std::fs::read_to_string(format!("/proc/{p}/comm")).map(|c| c.trim() == "sleep").unwrap_or(false))
+        .unwrap_or_else(|| panic!("no sleep among A's processes {procs:?}"));
+
+    // B sees only itself: its init as pid 1, its shell, its ps.
+    let ps_b = sh_ok(&d, &b, "ps -eo pid=,comm=");
+    let rows: Vec<(i32, String)> = ps_b
+        .lines()
+        .filter_map(|l| {
+            let (pid, comm) = l.trim().split_once(' ')?;
+            Some((pid.parse().ok()?, comm.trim().to_owned()))
+        })
+        .collect();
+    assert_eq!(rows.first(), Some(&(1, "cairn".to_owned())), "B's pid 1 is its init: {ps_b}");
+    assert!(rows.iter().all(|(_, c)| c != "sleep"), "B sees A's sleep: {ps_b}");
+    assert_eq!(rows.iter().map(|(_, c)| c.as_str()).collect::<Vec<_>>(), ["cairn", "sh", "ps"], "{ps_b}");
+    let pids_b = sh_ok(&d, &b, "ls /proc | grep -E '^[0-9]+$' | wc -l");
+    let pids_b: usize = pids_b.trim().parse().expect("a count");
+    assert!((2..=5).contains(&pids_b), "B's /proc has {pids_b} processes");
+    assert!(host_sleep > 100, "host pid {host_sleep} too small to tell namespaces apart");
+    let (code, _, err) = d.sh(&b, &format!("kill -0 {host_sleep}"));
+    assert_ne!(code, 0, "B can signal A's sleep by its host pid");
+    assert!(err.contains("No such process"), "{err}");
+    let ls_b = sh_ok(&d, &b, "ls -A /workspace");
+    assert!(!ls_b.contains(&marker), "B sees A's marker: {ls_b}");
+    let (code, _, _) = d.sh(&b, &format!("test -e /workspace/{marker}"));
+    assert_ne!(code, 0);
+
+    // A's sleep is still alive after all that.
+    assert!(sh_ok(&d, &a, "ps -eo comm=").lines().any(|l| l == "sleep"));
+    destroy_clean(&d, &a);
+    destroy_clean(&d, &b);
+}
+
+#[test]
+fn network_is_loopback_only() {
+    let ip = ["/usr/sbin/ip", "/usr/bin/ip", "/sbin/ip", "/bin/ip"].into_iter().find(|p| Path::new(p).exists());
+    let ip = ip.unwrap_or_else(|| panic!("`ip` is missing on the host: install iproute2 (apt-get install -y iproute2)"));
+    let d = Daemon::start();
+    let id = d.create(&[]);
+
+    let host = Command::new(ip).args(["-o", "link"]).output().expect("host ip link");
+    let host_links = link_names(&String::from_utf8_lossy(&host.stdout));
+    assert!(host_links.len() > 1 && host_links.contains(&"lo".to_owned()), "host links: {host_links:?}");
+    let inside = link_names(&sh_ok(&d, &id, "ip -o link"));
+    assert_eq!(inside, ["lo"], "links inside");
+
+    // The daemon's port: reachable from the host, refused inside.
+    let port = daemon_port(&d);
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2)).expect("the host reaches the daemon");
+    let (code, out, err) = d.sh(&id, &format!("bash -c 'exec 3<>/dev/tcp/127.0.0.1/{port}' && echo connected"));
+    assert_ne!(code, 0, "connected to the daemon from inside: {out}");
+    assert!(err.contains("Connection refused"), "{err}");
+    // Control: TCP over the sandbox's own loopback works, on that very port.
+    let py = format!(
+        "import socket\ns = socket.socket()\ns.bind(('127.0.0.1', {port}))\ns.listen(1)\n\
+         c = socket.create_connection(('127.0.0.1', {port}), timeout=2)\na, _ = s.accept()\nc.sendall(b'hi')\nprint(a.recv(2).decode())\n"
+    );
+    let out = d.ok(&["exec", &id, "--", "/usr/bin/python3", "-c", &py]);
+    assert_eq!(out, "hi\n", "loopback inside");
+
+    // No route out: fails at once, nothing is sent.
+    let t = Instant::now();
+    let (code, out, err) = d.sh(&id, "bash -c 'exec 3<>/dev/tcp/10.255.255.1/80' && echo connected");
+    assert_ne!(code, 0, "{out}");
+    assert!(err.contains("Network is unreachable"), "{err}");
+    assert!(t.elapsed() < Duration::from_secs(3), "took {:?}", t.elapsed());
+    destroy_clean(&d, &id);
+}
+
+#[test]
+fn root_inside_is_an_unprivileged_host_uid() {
+    let d = Daemon::start();
+    let id = d.create(&[]);
+    let host_map = std::fs::read_to_string("/proc/self/uid_map").expect("host uid_map");
+    assert_eq!(host_map.split_whitespace().collect::<Vec<_>>(), ["0", "0", "4294967295"], "the host is the initial namespace");
+
+    let out = sh_ok(&d, &id, "cat /proc/self/uid_map /proc/self/gid_map; id -u; id -g");
+    let lines: Vec<Vec<&str>> = out.lines().map(|l| l.split_whitespace().collect()).collect();
+    assert_eq!(lines.len(), 4, "{out}");
+    let base: u32 = lines[0][1].parse().expect("uid base");
+    assert_eq!(lines[0], ["0", &base.to_string(), "65536"], "uid_map {out}");
+    assert_eq!(lines[1], lines[0], "gid_map {out}");
+    assert!(base > 0, "uid 0 maps to host uid 0");
+    assert_eq!((lines[2][0], lines[3][0]), ("0", "0"), "root inside");
+    assert_eq!(d.task(&id)["sandbox_uid_base"].as_u64(), Some(u64::from(base)));
+
+    assert_eq!(sh_ok(&d, &id, "echo x > /workspace/owned && stat -c %u:%g /workspace/owned"), "0:0\n");
+    let host = d.home().join("run").join(&id).join("disk/root/upper/workspace/owned");
+    let m = std::fs::metadata(&host).unwrap_or_else(|e| panic!("{}: {e}", host.display()));
+    assert_eq!((m.uid(), m.gid()), (base, base), "owner on the host of {}", host.display());
+    destroy_clean(&d, &id);
+}
+
+#[test]
+fn no_new_privs_and_seccomp_are_on() {
+    let d = Daemon::start();
+    let id = d.create(&[]);
+    let probe = "grep -E '^(NoNewPrivs|Seccomp):' /proc/self/status";
+    let (code, host, _) = host_sh(probe);
+    assert_eq!(code, 0);
+    assert_eq!(host, "NoNewPrivs:\t0\nSeccomp:\t0\n", "a plain host process");
+    assert_eq!(sh_ok(&d, &id, probe), "NoNewPrivs:\t1\nSeccomp:\t2\n", "inside");
+    destroy_clean(&d, &id);
+}
+
+/// Each syscall's errno (0 for success). unshare and ptrace run in a
+/// forked child; a mount that succeeds is undone at once.
+const SYSCALL_PROBE: &str = r#"
+import ctypes, os, tempfile
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+L = ctypes.c_long
+def call(nr, *args):
+    ctypes.set_errno(0)
+    r = libc.syscall(L(nr), *args)
+    return r, (ctypes.get_errno() if r == -1 else 0)
+def in_child(nr, *args):
+    pid = os.fork()
+    if pid == 0:
+        _, e = call(nr, *args)
+        os._exit(e)
+    _, st = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(st)
+d = tempfile.mkdtemp()
+r, e = call(165, b"none", d.encode(), b"tmpfs", L(0), None)
+if r == 0:
+    call(166, d.encode(), L(0))
+os.rmdir(d)
+print("mount", e)
+print("unshare", in_child(272, L(0x10000000)))
+print("ptrace", in_child(101, L(0), L(0), L(0), L(0)))
+print("keyctl", call(250, L(0), L(-3), L(0))[1])
+print("bpf", call(321, L(0), None, L(0))[1])
+"#;
+
+fn parse_probe(out: &str) -> BTreeMap<String, i32> {
+    out.lines()
+        .filter_map(|l| l.split_once(' '))
+        .map(|(k, v)| (k.to_owned(), v.trim().parse().unwrap_or_else(|_| panic!("bad probe line {k} {v:?}"))))
+        .collect()
+}
+
+#[test]
+fn privileged_syscalls_fail_with_eperm() {
+    #[cfg(not(target_arch = "x86_64"))]
+    panic!("the syscall numbers of this probe are x86_64's");
+    let python = Path::new("/usr/bin/python3");
+    assert!(python.exists(), "/usr/bin/python3 is missing on the host: install python3 (apt-get install -y python3)");
+    let names = ["bpf", "keyctl", "mount", "ptrace", "unshare"];
+
+    // Control: on the host, as root, none of them is refused.
+    let host = Command::new(python).args(["-c", SYSCALL_PROBE]).output().expect("run the probe on the host");
+    assert!(host.status.success(), "host probe: {}", String::from_utf8_lossy(&host.stderr));
+    let host = parse_probe(&String::from_utf8_lossy(&host.stdout));
+    assert_eq!(host.keys().map(String::as_str).collect::<Vec<_>>(), names);
+    for (name, errno) in &host {
+        assert_ne!(*errno, libc::EPERM, "{name} is refused on the host too: {host:?}");
+    }
+    assert_eq!((host["mount"], host["unshare"], host["ptrace"], host["keyctl"]), (0, 0, 0, 0), "{host:?}");
+
+    let d = Daemon::start();
+    let id = d.create(&[]);
+    let inside = parse_probe(&d.ok(&["exec", &id, "--", "/usr/bin/python3", "-c", SYSCALL_PROBE]));
+    assert_eq!(inside.keys().map(String::as_str).collect::<Vec<_>>(), names);
+    for (name, errno) in &inside {
+        assert_eq!(*errno, libc::EPERM, "{name} inside: {inside:?}");
+    }
+
+    // The same through the usual tools; on the host they work.
+    let (code, _, err) = host_sh("unshare -U true");
+    assert_eq!(code, 0, "unshare -U on the host: {err}");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (code, _, err) = host_sh(&format!("mount -t tmpfs none {0} && umount {0}", dir.path().display()));
+    assert_eq!(code, 0, "mount on the host: {err}");
+    let (code, _, err) = d.sh(&id, "unshare -U true");
+    assert_ne!(code, 0);
+    assert!(err.contains("Operation not permitted"), "{err}");
+    let (code, _, err) = d.sh(&id, "mount -t tmpfs none /mnt");
+    assert_ne!(code, 0);
+    assert!(err.contains("permission denied") || err.contains("Operation not permitted"), "{err}");
+    assert_eq!(sh_ok(&d, &id, "grep -c ' /mnt ' /proc/mounts || true"), "0\n", "nothing got mounted");
+    destroy_clean(&d, &id);
+}
+
+/// Forks `n` background sleeps in a subshell (dash gives up at the first
+/// failed fork), counts the processes other than init and this shell
+/// without forking, then kills them all.
+fn fork_script(n: u32) -> String {
+    format!(
+        "(i=0; while [ $i -lt {n} ]; do sleep 30 </dev/null >/dev/null 2>&1 & i=$((i+1)); echo $i > /tmp/n; done) 2>/dev/null\n\
+         read n < /tmp/n\n\
+         c=0; for p in /proc/[0-9]*; do [ ${{p#/proc/}} = 1 ] || [ ${{p#/proc/}} = $$ ] || c=$((c+1)); done\n\
+         echo \"started=$n running=$c\"\n\
+         kill -9 -1\n"
+    )
+}
+
+fn started_running(out: &str) -> (u32, u32) {
+    let nums: Vec<u32> = out
+        .trim()
+        .split(' ')
+        .filter_map(|kv| kv.split_once('=').and_then(|(_, v)| v.parse().ok()))
+        .collect();
+    assert_eq!(nums.len(), 2, "{out:?}");
+    (nums[0], nums[1])
+}
+
+#[test]
+fn a_fork_bomb_stops_at_the_pids_limit() {
+    let d = Daemon::start();
+    let small = d.create(&["--pids", "32"]);
+    let big = d.create(&[]);
+    let cg = PathBuf::from("/sys/fs/cgroup/pids/cairn").join(&small);
+    assert_eq!(std::fs::read_to_string(cg.join("pids.max")).expect("pids.max").trim(), "32");
+
+    let (code, out, err) = d.sh(&small, &fork_script(200));
+    assert_eq!(code, 0, "{out} {err}");
+    let (started, running) = started_running(&out);
+    // init, the shell and the subshell count too.
+    assert!((20..=29).contains(&started), "started {started} of 200 under --pids 32");
+    assert_eq!(running, started);
+    if let Ok(ev) = std::fs::read_to_string(cg.join("pids.events")) {
+        let hits: u64 = ev.split_whitespace().nth(1).and_then(|n| n.parse().ok()).unwrap_or(0);
+        assert!(hits > 0, "the pids controller refused forks: {ev}");
+    }
+    // Still usable, and the bomb is gone.
+    assert_eq!(sh_ok(&d, &small, "echo ok; pgrep -c sleep || true"), "ok\n0\n");
+
+    // Control: the default limit (256) starts 100 without trouble.
+    assert_eq!(d.task(&big)["limits"]["pids"], 256);
+    let out = sh_ok(&d, &big, &fork_script(100));
+    assert_eq!(started_running(&out), (100, 100), "{out}");
+    assert_eq!(sh_ok(&d, &big, "echo ok; pgrep -c sleep || true"), "ok\n0\n");
+    destroy_clean(&d, &small);
+    destroy_clean(&d, &big);
+}
+
+#[test]
+fn exceeding_memory_is_oom_killed_and_reported() {
+    let d = Daemon::start();
+    let id = d.create(&["--memory", "64M"]);
+
+    // Control first: well under the limit works and is not an OOM.
+    let (exit, _, err) = exec_json(&d, &id, "dd if=/dev/zero of=/dev/null bs=16M count=1");
+    assert_eq!((exit["exit_code"].as_i64(), exit["oom_killed"].as_bool()), (Some(0), Some(false)), "{exit} {err}");
+    assert!(err.contains("1+0 records out"), "{err}");
+
+    let (exit, _, err) = exec_json(&d, &id, "dd if=/dev/zero of=/dev/null bs=128M count=1");
+    assert_eq!(exit["oom_killed"], true, "{exit} {err}");
+    assert_eq!(exit["exit_code"], 137, "{exit}");
+    assert_eq!(exit["memory_limit"], "64M", "{exit}");
+    assert!(err.contains("out of memory"), "{err}");
+    assert!(!err.contains("records out"), "dd finished: {err}");
+
+    let log = d.json(&["log", &id]);
+    let execs: Vec<&Value> = log.as_array().expect("events").iter().filter(|e| e["kind"] == "exec").collect();
+    let entry = |bs: &str| {
+        *execs
+            .iter()
+            .find(|e| e["args"]["argv"][2].as_str().is_some_and(|a| a.contains(bs)))
+            .unwrap_or_else(|| panic!("no exec with {bs} in {log}"))
+    };
+    let (oom, ok) = (entry("bs=128M"), entry("bs=16M"));
+    assert_eq!((oom["args"]["oom_killed"].as_bool(), oom["exit_code"].as_i64()), (Some(true), Some(137)), "{oom}");
+    assert_eq!((ok["args"]["oom_killed"].as_bool(), ok["exit_code"].as_i64()), (Some(false), Some(0)), "{ok}");
+    // The task survives its command's OOM.
+    assert_eq!(sh_ok(&d, &id, "echo ok"), "ok\n");
+    destroy_clean(&d, &id);
+}
+
+#[test]
+fn a_full_disk_stops_at_its_quota() {
+    let d = Daemon::start();
+    let full = d.create(&["--disk", "128M"]);
+    let neighbour = d.create(&[]);
+    let image = d.home().join("disks").join(format!("{full}.img"));
+    assert_eq!(std::fs::metadata(&image).expect("disk image").len(), 128 * MIB);
+
+    let free_before = free_bytes(d.home());
+    let (code, out, err) = d.sh(&full, "dd if=/dev/zero of=/workspace/fill bs=1M count=300 2>&1; rc=$?; sync; exit $rc");
+    let free_after = free_bytes(d.home());
+    assert_ne!(code, 0, "{out} {err}");
+    assert!(out.contains("No space left on device"), "{out}");
+    let written = sh_ok(&d, &full, "stat -c %s /workspace/fill");
+    let written: u64 = written.trim().parse().expect("a size");
+    assert!(written > 64 * MIB && written < 128 * MIB, "wrote {written} bytes into a 128M disk");
+    // The host paid at most the image's size.
+    let allocated = std::fs::metadata(&image).expect("disk image").blocks() * 512;
+    assert!(allocated <= 128 * MIB, "the image holds {allocated} bytes");
+    let used = free_before.saturating_sub(free_after);
+    assert!(used < 128 * MIB + 48 * MIB, "host free space fell by {} MiB", used / MIB);
+
+    // The neighbour is unaffected, and so is the full task's /tmp.
+    let (code, out, err) = d.sh(&neighbour, "dd if=/dev/zero of=/workspace/fill bs=1M count=50 2>&1 && stat -c %s /workspace/fill");
+    assert_eq!(code, 0, "{out} {err}");
+    assert!(out.ends_with(&format!("{}\n", 50 * MIB)), "{out}");
+    // Freeing space makes the full task writable again.
+    assert_eq!(sh_ok(&d, &full, "rm /workspace/fill && echo ok > /workspace/after && cat /workspace/after"), "ok\n");
+    destroy_clean(&d, &full);
+    destroy_clean(&d, &neighbour);
+}
+
+#[test]
+fn a_second_daemon_leaves_this_one_s_sandboxes_alone() {
+    let a = Daemon::start();
+    let id = a.create(&[]);
+    sh_ok(&a, &id, "sleep 300 </dev/null >/dev/null 2>&1 &");
+    let pid = init_pid(&a, &id);
+
+    // Another home with a leftover of its own: a run directory and a
+    // cgroup of a task its store does not know.
+    let mut b = Daemon::start();
+    b.kill();
+    let alphabet = b"23456789abcdefghijkmnpqrstuvwxyz";
+    let fake: String = std::iter::once('t')
+        .chain(rand_hex().bytes().chain(rand_hex().bytes()).take(11).map(|x| alphabet[usize::from(x) % alphabet.len()] as char))
+        .collect();
+    let fake_groups: Vec<PathBuf> = ["memory", "pids"].iter().map(|c| Path::new("/sys/fs/cgroup").join(c).join("cairn").join(&fake)).collect();
+    struct RmdirOnDrop(Vec<PathBuf>);
+    impl Drop for RmdirOnDrop {
+        fn drop(&mut self) {
+            for p in &self.0 {
+                let _ = std::fs::remove_dir(p);
+            }
+        }
+    }
+    let _groups = RmdirOnDrop(fake_groups.clone());
+    for g in &fake_groups {
+        std::fs::create_dir_all(g).unwrap_or_else(|e| panic!("{}: {e}", g.display()));
+    }
+    let fake_run = b.home().join("run").join(&fake);
+    std::fs::create_dir_all(&fake_run).expect("fake run dir");
+    b.spawn(&[]);
+
+    // Control: the new daemon cleaned up what was its own...
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while (fake_run.exists() || fake_groups.iter().any(|g| g.exists())) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(!fake_run.exists(), "{} was not cleaned up", fake_run.display());
+    for g in &fake_groups {
+        assert!(!g.exists(), "{} was not cleaned up", g.display());
+    }
+    // ...and left the first daemon's sandbox running.
+    assert!(Path::new("/sys/fs/cgroup/pids/cairn").join(&id).exists(), "the other daemon removed {id}'s cgroup");
+    assert_eq!(init_pid(&a, &id), pid);
+    assert_eq!(a.task(&id)["sandbox"], "ready", "{}", a.task(&id));
+    assert_eq!(sh_ok(&a, &id, "pgrep -c sleep"), "1\n", "the background sleep survived");
+    drop(b);
+    destroy_clean(&a, &id);
+}
