@@ -75,6 +75,25 @@ pub struct RunningCommand {
     pub pty_master: Option<OwnedFd>,
 }
 
+/// A helper started ahead of time: already in the cgroups of the task id it
+/// was started for, waiting for its spec on stdin.
+#[derive(Debug)]
+pub struct Prestarted {
+    pub task: String,
+    child: Option<std::process::Child>,
+}
+
+impl Drop for Prestarted {
+    /// An unused helper is stopped and reaped; its empty cgroups and run
+    /// directory are leftovers the next reconcile removes.
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
 #[derive(Debug)]
 pub struct NativeDriver {
     run_root: PathBuf,
@@ -82,18 +101,65 @@ pub struct NativeDriver {
     cgroups: CgroupLayout,
     pool: DiskPool,
     helper: PathBuf,
+    prestarted: std::sync::Mutex<Vec<Prestarted>>,
+    prestart_target: usize,
+    prestart_limits: cairn_core::Limits,
 }
 
 impl NativeDriver {
     /// `home` is `$CAIRN_HOME`; `helper` the `cairn` executable.
-    pub fn new(home: &Path, helper: PathBuf, default_disk: u64, pool_target: usize) -> Result<NativeDriver> {
+    pub fn new(home: &Path, helper: PathBuf, defaults: cairn_core::Limits, pool_target: usize) -> Result<NativeDriver> {
+        let default_disk = defaults.disk_bytes;
         let run_root = home.join("run");
         let disk_root = home.join("disks");
         for d in [&run_root, &disk_root] {
             fs::DirBuilder::new().recursive(true).mode(0o700).create(d).map_err(|e| Error::Io(d.display().to_string(), e))?;
         }
         let pool = DiskPool::new(disk_root.join("pool"), default_disk, pool_target)?;
-        Ok(NativeDriver { run_root, disk_root, cgroups: CgroupLayout::detect()?, pool, helper })
+        Ok(NativeDriver {
+            run_root,
+            disk_root,
+            cgroups: CgroupLayout::detect()?,
+            pool,
+            helper,
+            prestarted: std::sync::Mutex::new(Vec::new()),
+            prestart_target: pool_target,
+            prestart_limits: defaults,
+        })
+    }
+
+    /// Takes a helper started ahead; its task id becomes the new task's id.
+    pub fn take_prestarted(&self) -> Option<Prestarted> {
+        self.prestarted.lock().unwrap_or_else(|e| e.into_inner()).pop()
+    }
+
+    /// Starts helpers ahead until the pool holds its target number. Each one
+    /// gets a fresh task id, its cgroups (default limits, rewritten on use)
+    /// and a run directory, so a daemon that dies leaves only ordinary
+    /// leftovers of its own home.
+    pub fn refill_prestarted(&self) -> Result<()> {
+        while self.prestarted.lock().unwrap_or_else(|e| e.into_inner()).len() < self.prestart_target {
+            let task = cairn_core::TaskId::random().to_string();
+            let paths = self.paths(&task);
+            fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(&paths.run_dir)
+                .map_err(|e| Error::Io(paths.run_dir.display().to_string(), e))?;
+            let cgroup = self.cgroups.create(&task, &self.prestart_limits)?;
+            let procs: Vec<PathBuf> = cgroup.paths().into_iter().map(|p| p.join("cgroup.procs")).collect();
+            let child = Command::new(&self.helper)
+                .arg(HELPER_SUBCOMMAND)
+                .args(&procs)
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .env_clear()
+                .spawn()
+                .map_err(|e| Error::Helper(format!("cannot run {}: {e}", self.helper.display())))?;
+            self.prestarted.lock().unwrap_or_else(|e| e.into_inner()).push(Prestarted { task, child: Some(child) });
+        }
+        Ok(())
     }
 
     pub fn cgroups(&self) -> &CgroupLayout {
@@ -120,15 +186,17 @@ impl NativeDriver {
 
     /// Builds and starts the sandbox of `task` on uid slot `slot`. On failure
     /// everything it made is removed again.
-    pub fn start(&self, task: &str, config: &TaskConfig, image: &Image, slot: u32) -> Result<InitProcess> {
-        let result = self.start_inner(task, config, image, slot);
+    pub fn start(&self, task: &str, config: &TaskConfig, image: &Image, slot: u32, ahead: Option<Prestarted>) -> Result<InitProcess> {
+        let ahead = ahead.filter(|p| p.task == task);
+        let result = self.start_inner(task, config, image, slot, ahead);
         if result.is_err() {
             let _ = self.teardown(task, None, true);
         }
         result
     }
 
-    fn start_inner(&self, task: &str, config: &TaskConfig, image: &Image, slot: u32) -> Result<InitProcess> {
+    fn start_inner(&self, task: &str, config: &TaskConfig, image: &Image, slot: u32, ahead: Option<Prestarted>) -> Result<InitProcess> {
+        let began = Instant::now();
         let paths = self.paths(task);
         let ids = IdRange::for_slot(slot)?;
         fs::DirBuilder::new()
@@ -139,10 +207,13 @@ impl NativeDriver {
         if !paths.disk_image.exists() {
             self.pool.take(&paths.disk_image, config.limits.disk_bytes)?;
         }
+        let t_disk = began.elapsed();
         if !disk::is_mounted(&paths.disk_mount) {
             disk::attach_and_mount(&paths.disk_image, &paths.disk_mount)?;
         }
+        let t_mount = began.elapsed();
         let cgroup = self.cgroups.create(task, &config.limits)?;
+        let t_cgroup = began.elapsed();
         let mut layers = vec![Layer { lower: image.rootfs.clone(), at: "/".into() }];
         layers.extend(image.projections.iter().map(|p| Layer { lower: p.host_path.clone(), at: p.at.clone() }));
         let spec = SandboxSpec {
@@ -151,35 +222,30 @@ impl NativeDriver {
             run_dir: paths.run_dir.clone(),
             disk: paths.disk_mount.clone(),
             layers,
-            cgroup_procs: cgroup.paths().into_iter().map(|p| p.join("cgroup.procs")).collect(),
+            // A helper started ahead is in the task's cgroups already.
+            cgroup_procs: if ahead.is_some() {
+                Vec::new()
+            } else {
+                cgroup.paths().into_iter().map(|p| p.join("cgroup.procs")).collect()
+            },
             workdir: config.workdir.clone(),
             // tmpfs pages are charged to the task's memory cgroup anyway.
             tmp_bytes: config.limits.memory_bytes,
         };
-        let report = self.run_helper(&spec)?;
+        let child = match ahead {
+            Some(mut p) => p.child.take().ok_or_else(|| Error::Helper("helper started ahead is gone".into()))?,
+            None => Command::new(&self.helper)
+                .arg(HELPER_SUBCOMMAND)
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .env_clear()
+                .spawn()
+                .map_err(|e| Error::Helper(format!("cannot run {}: {e}", self.helper.display())))?,
+        };
+        let report = run_helper(child, &spec)?;
+        tracing::debug!(task, disk = ?t_disk, mount = ?t_mount, cgroup = ?t_cgroup, helper = ?began.elapsed(), "sandbox started");
         Ok(InitProcess { pid: report.init_pid, start_time: report.init_start_time })
-    }
-
-    fn run_helper(&self, spec: &SandboxSpec) -> Result<HelperReport> {
-        let mut child = Command::new(&self.helper)
-            .arg(HELPER_SUBCOMMAND)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .env_clear()
-            .spawn()
-            .map_err(|e| Error::Helper(format!("cannot run {}: {e}", self.helper.display())))?;
-        let input = serde_json::to_vec(spec).map_err(|e| Error::Helper(e.to_string()))?;
-        if let Some(mut stdin) = child.stdin.take() {
-            stdin.write_all(&input).map_err(|e| Error::Helper(format!("cannot send spec: {e}")))?;
-        }
-        let out = child.wait_with_output().map_err(|e| Error::Helper(e.to_string()))?;
-        if !out.status.success() {
-            let stderr = String::from_utf8_lossy(&out.stderr);
-            let msg = stderr.trim().trim_start_matches("sandbox helper failed: ").to_owned();
-            return Err(Error::Helper(if msg.is_empty() { format!("helper exited with {}", out.status) } else { msg }));
-        }
-        serde_json::from_slice(&out.stdout).map_err(|e| Error::Helper(format!("malformed helper report: {e}")))
     }
 
     fn connect(&self, task: &str) -> Result<UnixStream> {
@@ -276,6 +342,21 @@ impl NativeDriver {
         names.dedup();
         Ok(names)
     }
+}
+
+/// Sends the spec to a started helper and waits for its report.
+fn run_helper(mut child: std::process::Child, spec: &SandboxSpec) -> Result<HelperReport> {
+    let input = serde_json::to_vec(spec).map_err(|e| Error::Helper(e.to_string()))?;
+    if let Some(mut stdin) = child.stdin.take() {
+        stdin.write_all(&input).map_err(|e| Error::Helper(format!("cannot send spec: {e}")))?;
+    }
+    let out = child.wait_with_output().map_err(|e| Error::Helper(e.to_string()))?;
+    if !out.status.success() {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let msg = stderr.trim().trim_start_matches("sandbox helper failed: ").to_owned();
+        return Err(Error::Helper(if msg.is_empty() { format!("helper exited with {}", out.status) } else { msg }));
+    }
+    serde_json::from_slice(&out.stdout).map_err(|e| Error::Helper(format!("malformed helper report: {e}")))
 }
 
 /// Waits (bounded) until the init has exited, reaping it if it is our child

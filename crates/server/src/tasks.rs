@@ -99,7 +99,7 @@ impl Tasks {
         let driver = tokio::task::spawn_blocking(move || -> Result<NativeDriver, cairn_sandbox::Error> {
             images2.cleanup()?;
             images2.ensure_host()?;
-            NativeDriver::new(&root, helper, defaults.disk_bytes, pool)
+            NativeDriver::new(&root, helper, defaults, pool)
         })
         .await
         .map_err(|e| StartError::Sandbox(cairn_sandbox::Error::Helper(e.to_string())))??;
@@ -181,8 +181,11 @@ impl Tasks {
         let config = self.config_from(&req)?;
         let image = self.image(&config.image).await?;
         let now = now_ms();
+        // A helper started ahead brings its task id (and its cgroups).
+        let ahead = self.driver.take_prestarted();
+        let id = ahead.as_ref().and_then(|p| p.task.parse().ok()).unwrap_or_else(TaskId::random);
         let task = Task {
-            id: TaskId::random(),
+            id,
             name: req.name.clone(),
             state: TaskState::Created,
             config,
@@ -206,18 +209,24 @@ impl Tasks {
             .await?;
         let lock = self.lock_of(&task.id);
         let _guard = lock.lock().await;
-        self.start(&task, &image, actor).await?;
+        self.start(&task, &image, actor, ahead).await?;
         Ok(self.view(self.store.find_task(task.id.as_str()).await?))
     }
 
     /// Starts the sandbox of a task that has none. Holds the task's lock.
-    async fn start(&self, task: &Task, image: &Image, actor: &str) -> Result<Live, ApiError> {
+    async fn start(
+        &self,
+        task: &Task,
+        image: &Image,
+        actor: &str,
+        ahead: Option<cairn_sandbox::native::Prestarted>,
+    ) -> Result<Live, ApiError> {
         let begun = Instant::now();
         let slot = self.store.claim_sandbox_slot(&task.id).await?;
         let ids = IdRange::for_slot(slot).map_err(ApiError::from)?;
         let driver = self.driver.clone();
         let (id, config, image2) = (task.id.to_string(), task.config.clone(), image.clone());
-        let started = tokio::task::spawn_blocking(move || driver.start(&id, &config, &image2, slot)).await?;
+        let started = tokio::task::spawn_blocking(move || driver.start(&id, &config, &image2, slot, ahead)).await?;
         let duration_ms = Some(begun.elapsed().as_millis() as u64);
         let mut event = NewEvent {
             task: task.id.clone(),
@@ -276,7 +285,7 @@ impl Tasks {
                     return Ok((task, live));
                 }
                 let image = self.image(&task.config.image).await?;
-                let live = self.start(&task, &image, actor).await?;
+                let live = self.start(&task, &image, actor, None).await?;
                 Ok((self.find(task.id.as_str()).await?, live))
             }
             (state, _) => {
@@ -435,6 +444,9 @@ impl Tasks {
         tokio::task::spawn_blocking(move || {
             if let Err(e) = driver.pool().refill() {
                 tracing::warn!("disk pool refill: {e}");
+            }
+            if let Err(e) = driver.refill_prestarted() {
+                tracing::warn!("helper pool refill: {e}");
             }
         });
     }

@@ -66,7 +66,18 @@ pub struct HelperReport {
 }
 
 /// Entry point of `cairn __sandbox-start`. Returns the process exit code.
-pub fn helper_main() -> i32 {
+///
+/// Arguments, if any, are `cgroup.procs` files to join before waiting for the
+/// spec: the daemon keeps a few helpers started ahead this way, because
+/// moving a process between cgroup v1 groups waits for an RCU grace period
+/// (~15 ms) and should not be on the path of a `task create`.
+pub fn helper_main(cgroup_procs: &[PathBuf]) -> i32 {
+    for procs in cgroup_procs {
+        if let Err(e) = fs::write(procs, std::process::id().to_string()) {
+            eprintln!("{}", Error::CgroupMove(procs.clone(), std::process::id() as i32, e));
+            return 1;
+        }
+    }
     let mut input = String::new();
     if let Err(e) = std::io::stdin().read_to_string(&mut input) {
         eprintln!("cannot read sandbox spec: {e}");
@@ -144,7 +155,7 @@ fn build(spec: &SandboxSpec) -> Result<HelperReport> {
             let code = match in_userns_child(spec, &listener, &filter, &log, ready_w.try_clone().ok().map(OwnedFd::from), go_r) {
                 Ok(()) => 0,
                 Err(e) => {
-                    let _ = writeln!(File::from(OwnedFd::from(ready_w)), "e{}", e.to_string().replace('\n', " "));
+                    let _ = File::from(OwnedFd::from(ready_w)).write_all(format!("e{}\n", e.to_string().replace('\n', " ")).as_bytes());
                     1
                 }
             };
@@ -178,19 +189,25 @@ fn parent_side(spec: &SandboxSpec, child: Pid, ready_r: std::io::PipeReader, go_
     proto::send(&go_w, &"go", &[root_dir.as_raw_fd()])?;
     drop(go_w);
 
+    // C reports the init's pid and the init reports ready, each on its own
+    // line, in either order.
     let mut init_pid = None;
+    let mut ready = false;
     loop {
-        line.clear();
-        if lines.read_line(&mut line).map_err(|e| Error::sys("read from sandbox", e))? == 0 {
-            return Err(Error::Helper("sandbox init exited before it was ready".into()));
-        }
-        let msg = line.trim_end();
-        if let Some(pid) = msg.strip_prefix('p') {
-            init_pid = pid.parse::<i32>().ok();
-        } else if msg == "r" {
-            let pid = init_pid.ok_or_else(|| Error::Helper("sandbox init did not report its pid".into()))?;
+        if let (Some(pid), true) = (init_pid, ready) {
             let start = process_start_time(pid).ok_or_else(|| Error::Helper(format!("sandbox init {pid} vanished")))?;
             return Ok(HelperReport { init_pid: pid, init_start_time: start });
+        }
+        line.clear();
+        if lines.read_line(&mut line).map_err(|e| Error::sys("read from sandbox", e))? == 0 {
+            let why = if ready { "sandbox init did not report its pid" } else { "sandbox init exited before it was ready" };
+            return Err(Error::Helper(why.into()));
+        }
+        let msg = line.trim_end();
+        if let Some(pid) = msg.strip_prefix('p').and_then(|p| p.parse::<i32>().ok()) {
+            init_pid = Some(pid);
+        } else if msg == "r" {
+            ready = true;
         } else {
             if let Some(pid) = init_pid {
                 let _ = nix::sys::signal::kill(Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
@@ -241,7 +258,9 @@ fn in_userns_child(
     // SAFETY: single-threaded process (forked from the single-threaded helper).
     match unsafe { fork() }.map_err(|e| Error::sys("fork init", e))? {
         ForkResult::Parent { child } => {
-            writeln!(ready, "p{}", child.as_raw()).map_err(|e| Error::sys("report init pid", e))?;
+            // One write: the init writes to the same pipe at the same time,
+            // and `writeln!` on a File may split a line into several writes.
+            ready.write_all(format!("p{}\n", child.as_raw()).as_bytes()).map_err(|e| Error::sys("report init pid", e))?;
             Ok(())
         }
         ForkResult::Child => {
@@ -253,7 +272,7 @@ fn in_userns_child(
                     super::init::serve(listener)
                 }
                 Err(e) => {
-                    let _ = writeln!(ready, "e{}", e.to_string().replace('\n', " "));
+                    let _ = ready.write_all(format!("e{}\n", e.to_string().replace('\n', " ")).as_bytes());
                     // SAFETY: end the half-built init immediately.
                     unsafe { libc::_exit(1) }
                 }
