@@ -614,3 +614,22 @@ fn a_second_daemon_leaves_this_one_s_sandboxes_alone() {
     drop(b);
     destroy_clean(&a, &id);
 }
+
+/// Uid ranges are a host resource: sandboxes of two daemons on two homes
+/// never share one, while each daemon alone still starts from the lowest.
+#[test]
+fn two_daemons_never_share_a_uid_range() {
+    let a = Daemon::start();
+    let b = Daemon::start();
+    let ta = a.create(&[]);
+    let tb = b.create(&[]);
+    let base_a = a.task(&ta)["sandbox_uid_base"].as_u64().expect("uid base of a");
+    let base_b = b.task(&tb)["sandbox_uid_base"].as_u64().expect("uid base of b");
+    assert_ne!(base_a, base_b, "both daemons gave out the same host uid range");
+    let (_, map_b, _) = b.sh(&tb, "cat /proc/self/uid_map");
+    assert!(map_b.contains(&base_b.to_string()), "the map inside is the recorded range: {map_b}");
+    // Positive control: within one daemon, a second task gets its own range too.
+    let ta2 = a.create(&[]);
+    let base_a2 = a.task(&ta2)["sandbox_uid_base"].as_u64().unwrap();
+    assert!(base_a2 != base_a && base_a2 != base_b);
+}

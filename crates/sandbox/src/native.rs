@@ -104,6 +104,7 @@ pub struct NativeDriver {
     prestarted: std::sync::Mutex<Vec<Prestarted>>,
     prestart_target: usize,
     prestart_limits: cairn_core::Limits,
+    slots: crate::uidmap::HostSlots,
 }
 
 impl NativeDriver {
@@ -125,7 +126,28 @@ impl NativeDriver {
             prestarted: std::sync::Mutex::new(Vec::new()),
             prestart_target: pool_target,
             prestart_limits: defaults,
+            slots: crate::uidmap::HostSlots::default(),
         })
+    }
+
+    fn slot_owner(&self, task: &str) -> String {
+        format!("{}\t{task}", self.run_root.display())
+    }
+
+    /// Takes uid slot `slot` host-wide for `task`; false when a sandbox of
+    /// another daemon on this host holds it.
+    pub fn reserve_slot(&self, slot: u32, task: &str) -> Result<bool> {
+        self.slots.reserve(slot, &self.slot_owner(task))
+    }
+
+    pub fn record_slot_init(&self, slot: u32, task: &str, init: InitProcess) {
+        if let Err(e) = self.slots.record_init(slot, &self.slot_owner(task), init.pid, init.start_time) {
+            tracing::warn!("recording uid slot {slot}: {e}");
+        }
+    }
+
+    pub fn release_slot(&self, slot: u32, task: &str) {
+        self.slots.release(slot, &self.slot_owner(task));
     }
 
     /// Takes a helper started ahead; its task id becomes the new task's id.

@@ -72,3 +72,112 @@ mod tests {
         assert!(matches!(IdRange::for_slot(MAX_SLOTS), Err(Error::NoUidRange)));
     }
 }
+
+/// Host-wide record of which uid slots live sandboxes use, shared by every
+/// daemon on the host (each home has its own store, but uid ranges are a
+/// host resource). One file per slot under `/run/cairn/uid-slots`, created
+/// with `O_EXCL`; it names its owner (home and task) and, once started, the
+/// init's pid and start time, so an entry whose init is gone is stale.
+#[derive(Debug, Clone)]
+pub struct HostSlots {
+    dir: PathBuf,
+}
+
+impl Default for HostSlots {
+    fn default() -> Self {
+        HostSlots { dir: PathBuf::from("/run/cairn/uid-slots") }
+    }
+}
+
+impl HostSlots {
+    pub fn at(dir: impl Into<PathBuf>) -> Self {
+        HostSlots { dir: dir.into() }
+    }
+
+    fn path(&self, slot: u32) -> PathBuf {
+        self.dir.join(slot.to_string())
+    }
+
+    /// Takes `slot` for `owner`. False when another live sandbox holds it.
+    pub fn reserve(&self, slot: u32, owner: &str) -> Result<bool> {
+        fs::create_dir_all(&self.dir).map_err(|e| Error::Io(self.dir.display().to_string(), e))?;
+        let path = self.path(slot);
+        for _ in 0..2 {
+            match fs::OpenOptions::new().write(true).create_new(true).open(&path) {
+                Ok(mut f) => {
+                    std::io::Write::write_all(&mut f, format!("{owner}\n").as_bytes())
+                        .map_err(|e| Error::Io(path.display().to_string(), e))?;
+                    return Ok(true);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                    let text = fs::read_to_string(&path).unwrap_or_default();
+                    let mut lines = text.lines();
+                    if lines.next() == Some(owner) {
+                        return Ok(true);
+                    }
+                    if !entry_is_stale(&path, lines.next()) {
+                        return Ok(false);
+                    }
+                    let _ = fs::remove_file(&path);
+                }
+                Err(e) => return Err(Error::Io(path.display().to_string(), e)),
+            }
+        }
+        Ok(false)
+    }
+
+    /// Notes the init of the sandbox on `slot`, for staleness checks.
+    pub fn record_init(&self, slot: u32, owner: &str, pid: i32, start_time: u64) -> Result<()> {
+        let path = self.path(slot);
+        fs::write(&path, format!("{owner}\n{pid} {start_time}\n")).map_err(|e| Error::Io(path.display().to_string(), e))
+    }
+
+    /// Gives `slot` back if `owner` holds it.
+    pub fn release(&self, slot: u32, owner: &str) {
+        let path = self.path(slot);
+        if fs::read_to_string(&path).is_ok_and(|t| t.lines().next() == Some(owner)) {
+            let _ = fs::remove_file(path);
+        }
+    }
+}
+
+/// An entry is stale when its init is gone, or, before the init was
+/// recorded, when it is older than any start takes.
+fn entry_is_stale(path: &std::path::Path, init: Option<&str>) -> bool {
+    match init.and_then(|l| l.split_once(' ')) {
+        Some((pid, start)) => {
+            let (Ok(pid), Ok(start)) = (pid.parse::<i32>(), start.parse::<u64>()) else { return true };
+            crate::process::spawn::process_start_time(pid) != Some(start)
+        }
+        None => fs::metadata(path)
+            .and_then(|m| m.modified())
+            .map(|t| t.elapsed().unwrap_or_default() > std::time::Duration::from_secs(60))
+            .unwrap_or(true),
+    }
+}
+
+#[cfg(test)]
+mod host_slot_tests {
+    use super::*;
+
+    #[test]
+    fn slots_are_shared_between_owners_and_freed_when_stale() {
+        let dir = tempfile::tempdir().unwrap();
+        let slots = HostSlots::at(dir.path());
+        assert!(slots.reserve(0, "/home-a\tt1").unwrap());
+        assert!(slots.reserve(0, "/home-a\tt1").unwrap(), "the owner may take it again");
+        assert!(!slots.reserve(0, "/home-b\tt2").unwrap(), "another home's live sandbox keeps it");
+        // Recorded with a live init (this process): still held.
+        let me = std::process::id() as i32;
+        let start = crate::process::spawn::process_start_time(me).unwrap();
+        slots.record_init(0, "/home-a\tt1", me, start).unwrap();
+        assert!(!slots.reserve(0, "/home-b\tt2").unwrap());
+        // An init that is gone frees it.
+        slots.record_init(0, "/home-a\tt1", me, start + 1).unwrap();
+        assert!(slots.reserve(0, "/home-b\tt2").unwrap());
+        slots.release(0, "/home-a\tt1");
+        assert!(dir.path().join("0").exists(), "only the owner releases");
+        slots.release(0, "/home-b\tt2");
+        assert!(!dir.path().join("0").exists());
+    }
+}

@@ -222,7 +222,7 @@ impl Tasks {
         ahead: Option<cairn_sandbox::native::Prestarted>,
     ) -> Result<Live, ApiError> {
         let begun = Instant::now();
-        let slot = self.store.claim_sandbox_slot(&task.id).await?;
+        let slot = self.claim_slot(&task.id).await?;
         let ids = IdRange::for_slot(slot).map_err(ApiError::from)?;
         let driver = self.driver.clone();
         let (id, config, image2) = (task.id.to_string(), task.config.clone(), image.clone());
@@ -238,6 +238,7 @@ impl Tasks {
         };
         match started {
             Ok(init) => {
+                self.driver.record_slot_init(slot, task.id.as_str(), init);
                 self.store.set_sandbox_init(&task.id, init.pid, init.start_time).await?;
                 if task.state == TaskState::Created {
                     self.store.set_state(&task.id, task.state.start()?).await?;
@@ -251,6 +252,7 @@ impl Tasks {
             }
             Err(e) => {
                 let msg = format!("sandbox failed to start: {e}");
+                self.driver.release_slot(slot, task.id.as_str());
                 self.store.release_sandbox(&task.id).await?;
                 self.store.set_state(&task.id, TaskState::Failed).await?;
                 self.store.set_sandbox_state(&task.id, SandboxState::None, Some(&msg)).await?;
@@ -260,6 +262,36 @@ impl Tasks {
                 Err(ApiError::internal(msg))
             }
         }
+    }
+
+    /// A uid slot free both in this store and on the host (other daemons'
+    /// sandboxes use the same host uid space).
+    async fn claim_slot(&self, id: &TaskId) -> Result<u32, ApiError> {
+        let mut min = 0;
+        loop {
+            let slot = self.store.claim_sandbox_slot_from(id, min).await?;
+            let driver = self.driver.clone();
+            let tid = id.to_string();
+            match tokio::task::spawn_blocking(move || driver.reserve_slot(slot, &tid)).await? {
+                Ok(true) => return Ok(slot),
+                Ok(false) => {
+                    self.store.release_sandbox(id).await?;
+                    min = slot + 1;
+                }
+                Err(e) => {
+                    self.store.release_sandbox(id).await?;
+                    return Err(e.into());
+                }
+            }
+        }
+    }
+
+    async fn release_slot(&self, id: &TaskId) -> Result<(), ApiError> {
+        if let Some(row) = self.store.sandbox(id).await? {
+            self.driver.release_slot(row.uid_slot, id.as_str());
+        }
+        self.store.release_sandbox(id).await?;
+        Ok(())
     }
 
     /// The live sandbox of a task that can run commands, starting it if the
@@ -318,7 +350,7 @@ impl Tasks {
         if let Err(e) = &result {
             args["error"] = json!(e.to_string());
         } else {
-            self.store.release_sandbox(&task.id).await?;
+            self.release_slot(&task.id).await?;
             self.store.set_sandbox_state(&task.id, SandboxState::None, None).await?;
         }
         self.store
@@ -368,6 +400,10 @@ impl Tasks {
             };
             if healthy {
                 let ids = IdRange::for_slot(row.uid_slot).map_err(ApiError::from)?;
+                let _ = self.driver.reserve_slot(row.uid_slot, task.id.as_str());
+                if let Some(i) = init {
+                    self.driver.record_slot_init(row.uid_slot, task.id.as_str(), i);
+                }
                 self.set_live(&task.id, init.map(|init| Live { init, ids }));
                 self.store.set_sandbox_state(&task.id, SandboxState::Ready, None).await?;
                 keep.insert(task.id.clone());
@@ -416,7 +452,7 @@ impl Tasks {
             reaper::reap(i.pid);
         }
         self.set_live(&task.id, None);
-        self.store.release_sandbox(&task.id).await?;
+        self.release_slot(&task.id).await?;
         let terminal = task.state.is_terminal();
         let (state, note) = if terminal { (SandboxState::None, None) } else { (SandboxState::Lost, Some(why)) };
         self.store.set_sandbox_state(&task.id, state, note).await?;

@@ -181,14 +181,20 @@ impl Store {
     /// Records a new sandbox for `id` on the lowest free uid slot and returns
     /// the slot. One statement, so two concurrent starts never share a slot.
     pub async fn claim_sandbox_slot(&self, id: &TaskId) -> Result<u32> {
+        self.claim_sandbox_slot_from(id, 0).await
+    }
+
+    /// Like [`Self::claim_sandbox_slot`], with the lowest slot `>= min`.
+    pub async fn claim_sandbox_slot_from(&self, id: &TaskId, min: u32) -> Result<u32> {
         let row = sqlx::query(
             "INSERT INTO sandboxes (task_id, uid_slot, started_ms)
-             VALUES (?, (SELECT MIN(s.slot) FROM
-                          (SELECT 0 AS slot UNION SELECT uid_slot + 1 FROM sandboxes) s
-                          WHERE s.slot NOT IN (SELECT uid_slot FROM sandboxes)), ?)
+             VALUES (?1, (SELECT MIN(s.slot) FROM
+                          (SELECT ?2 AS slot UNION SELECT uid_slot + 1 FROM sandboxes WHERE uid_slot >= ?2) s
+                          WHERE s.slot NOT IN (SELECT uid_slot FROM sandboxes)), ?3)
              RETURNING uid_slot",
         )
         .bind(id.as_str())
+        .bind(min as i64)
         .bind(now_ms())
         .fetch_one(&self.pool)
         .await
@@ -396,6 +402,9 @@ mod tests {
         let t4 = task(None);
         store.insert_task(&t4).await.unwrap();
         assert_eq!(store.claim_sandbox_slot(&t4.id).await.unwrap(), 1, "lowest free slot is reused");
+        let t5 = task(None);
+        store.insert_task(&t5).await.unwrap();
+        assert_eq!(store.claim_sandbox_slot_from(&t5.id, 1).await.unwrap(), 3, "skips taken slots from the minimum");
         store.set_sandbox_init(&t4.id, 4242, 99).await.unwrap();
         let row = store.sandbox(&t4.id).await.unwrap().unwrap();
         assert_eq!((row.uid_slot, row.init_pid, row.init_start_time), (1, Some(4242), Some(99)));
