@@ -49,7 +49,7 @@ enum Cmd {
     /// Run everything end to end against an embedded daemon.
     Demo,
     #[command(name = "__sandbox-start", hide = true)]
-    SandboxStart,
+    SandboxStart { cgroup_procs: Vec<PathBuf> },
 }
 
 #[derive(Args, Debug)]
@@ -127,9 +127,9 @@ enum ImageCmd {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    if matches!(cli.cmd, Cmd::SandboxStart) {
+    if let Cmd::SandboxStart { cgroup_procs } = &cli.cmd {
         // Single-threaded on purpose: no runtime, no threads before fork.
-        return ExitCode::from(cairn_sandbox::process::spawn::helper_main() as u8);
+        return ExitCode::from(cairn_sandbox::process::spawn::helper_main(cgroup_procs) as u8);
     }
     let json_out = cli.json;
     let result = match cli.cmd {
@@ -137,7 +137,13 @@ fn main() -> ExitCode {
         other => {
             let rt = tokio::runtime::Builder::new_current_thread().enable_all().build();
             match rt {
-                Ok(rt) => rt.block_on(client_command(other, json_out)),
+                Ok(rt) => {
+                    let result = rt.block_on(client_command(other, json_out));
+                    // A read of stdin (exec -i/-t) blocks a thread that cannot be
+                    // cancelled; waiting for it would hang until the next keypress.
+                    rt.shutdown_background();
+                    result
+                }
                 Err(e) => Err(anyhow!("cannot start runtime: {e}")),
             }
         }
@@ -275,7 +281,7 @@ async fn client_command(cmd: Cmd, json_out: bool) -> Result<u8> {
             let v = client.delete(&format!("/v1/images/{name}")).await?;
             print(&v, &|_| format!("removed image {name}"));
         }
-        Cmd::Serve(_) | Cmd::Demo | Cmd::SandboxStart => unreachable!("handled above"),
+        Cmd::Serve(_) | Cmd::Demo | Cmd::SandboxStart { .. } => unreachable!("handled above"),
     }
     Ok(0)
 }

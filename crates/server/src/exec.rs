@@ -72,6 +72,17 @@ pub async fn serve(tasks: Arc<Tasks>, id: String, actor: String, mut ws: WebSock
         let _ = ws.send(Message::Text(json!({"type": "error", "error": e.message, "status": e.status.as_u16()}).to_string().into())).await;
     }
     let _ = ws.close().await;
+    // Read what the client still sends (late stdin, its close) until it
+    // answers the close: dropping a socket with unread data resets the
+    // connection, and the client may then lose the exit message.
+    let _ = tokio::time::timeout(Duration::from_secs(2), async {
+        while let Some(Ok(m)) = ws.recv().await {
+            if matches!(m, Message::Close(_)) {
+                break;
+            }
+        }
+    })
+    .await;
 }
 
 /// The full environment of a command: defaults, the task's, the exec's.
