@@ -105,6 +105,8 @@ pub struct NativeDriver {
     prestart_target: usize,
     prestart_limits: cairn_core::Limits,
     slots: crate::uidmap::HostSlots,
+    /// Set when the daemon stops: no more helpers are started ahead.
+    closed: std::sync::atomic::AtomicBool,
 }
 
 impl NativeDriver {
@@ -127,6 +129,7 @@ impl NativeDriver {
             prestart_target: pool_target,
             prestart_limits: defaults,
             slots: crate::uidmap::HostSlots::default(),
+            closed: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -150,6 +153,20 @@ impl NativeDriver {
         self.slots.release(slot, &self.slot_owner(task));
     }
 
+    /// Stops the helpers started ahead and removes their cgroups and run
+    /// directories (called when the daemon stops).
+    pub fn discard_prestarted(&self) {
+        self.closed.store(true, std::sync::atomic::Ordering::SeqCst);
+        let all: Vec<Prestarted> = std::mem::take(&mut *self.prestarted.lock().unwrap_or_else(|e| e.into_inner()));
+        for p in all {
+            let task = p.task.clone();
+            drop(p);
+            if let Err(e) = self.destroy(&task, None) {
+                tracing::warn!(task, "removing a helper started ahead: {e}");
+            }
+        }
+    }
+
     /// Takes a helper started ahead; its task id becomes the new task's id.
     pub fn take_prestarted(&self) -> Option<Prestarted> {
         self.prestarted.lock().unwrap_or_else(|e| e.into_inner()).pop()
@@ -160,7 +177,9 @@ impl NativeDriver {
     /// and a run directory, so a daemon that dies leaves only ordinary
     /// leftovers of its own home.
     pub fn refill_prestarted(&self) -> Result<()> {
-        while self.prestarted.lock().unwrap_or_else(|e| e.into_inner()).len() < self.prestart_target {
+        while self.prestarted.lock().unwrap_or_else(|e| e.into_inner()).len() < self.prestart_target
+            && !self.closed.load(std::sync::atomic::Ordering::SeqCst)
+        {
             let task = cairn_core::TaskId::random().to_string();
             let paths = self.paths(&task);
             fs::DirBuilder::new()

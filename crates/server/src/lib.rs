@@ -58,6 +58,7 @@ pub struct Daemon {
     pub addr: SocketAddr,
     shutdown: Option<oneshot::Sender<()>>,
     served: tokio::task::JoinHandle<()>,
+    tasks: Arc<tasks::Tasks>,
     _lock: home::HomeLock,
 }
 
@@ -89,7 +90,7 @@ impl Daemon {
                 tracing::error!("server stopped: {e}");
             }
         });
-        Ok(Daemon { url, token, addr, shutdown: Some(tx), served, _lock: lock })
+        Ok(Daemon { url, token, addr, shutdown: Some(tx), served, tasks: state, _lock: lock })
     }
 
     /// Stops serving. Sandboxes keep running: they belong to their tasks,
@@ -99,6 +100,8 @@ impl Daemon {
             let _ = tx.send(());
         }
         let _ = (&mut self.served).await;
+        let driver = self.tasks.driver.clone();
+        let _ = tokio::task::spawn_blocking(move || driver.discard_prestarted()).await;
     }
 
     /// Serves until the process is told to stop (SIGINT or SIGTERM).
