@@ -87,7 +87,7 @@ pub async fn run(client: &Client, args: &ExecArgs, sink: Sink) -> Result<ExecRes
     let h = req.headers_mut();
     h.insert("authorization", format!("Bearer {}", client.token).parse().map_err(|_| anyhow!("token is not a valid header"))?);
     h.insert("x-cairn-actor", client.actor().parse().map_err(|_| anyhow!("bad actor"))?);
-    let (mut ws, _) = match tokio_tungstenite::connect_async(req).await {
+    let (mut ws, _) = match tokio_tungstenite::connect_async_with_config(req, None, true).await {
         Ok(x) => x,
         Err(tokio_tungstenite::tungstenite::Error::Http(resp)) => {
             let body = resp.body().clone().unwrap_or_default();

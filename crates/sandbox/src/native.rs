@@ -8,7 +8,7 @@
 
 use std::fs;
 use std::io::Write;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{OwnedFd, RawFd};
 use std::os::unix::fs::DirBuilderExt;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -189,15 +189,7 @@ impl NativeDriver {
                 .map_err(|e| Error::Io(paths.run_dir.display().to_string(), e))?;
             let cgroup = self.cgroups.create(&task, &self.prestart_limits)?;
             let procs: Vec<PathBuf> = cgroup.paths().into_iter().map(|p| p.join("cgroup.procs")).collect();
-            let child = Command::new(&self.helper)
-                .arg(HELPER_SUBCOMMAND)
-                .args(&procs)
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .env_clear()
-                .spawn()
-                .map_err(|e| Error::Helper(format!("cannot run {}: {e}", self.helper.display())))?;
+            let child = self.spawn_helper(&procs)?;
             self.prestarted.lock().unwrap_or_else(|e| e.into_inner()).push(Prestarted { task, child: Some(child) });
         }
         Ok(())
@@ -275,18 +267,25 @@ impl NativeDriver {
         };
         let child = match ahead {
             Some(mut p) => p.child.take().ok_or_else(|| Error::Helper("helper started ahead is gone".into()))?,
-            None => Command::new(&self.helper)
-                .arg(HELPER_SUBCOMMAND)
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .env_clear()
-                .spawn()
-                .map_err(|e| Error::Helper(format!("cannot run {}: {e}", self.helper.display())))?,
+            None => self.spawn_helper(&[])?,
         };
         let report = run_helper(child, &spec)?;
         tracing::debug!(task, disk = ?t_disk, mount = ?t_mount, cgroup = ?t_cgroup, helper = ?began.elapsed(), "sandbox started");
         Ok(InitProcess { pid: report.init_pid, start_time: report.init_start_time })
+    }
+
+    /// Runs `cairn __sandbox-start`, joining `cgroup_procs` first; it then
+    /// waits for its spec on stdin.
+    fn spawn_helper(&self, cgroup_procs: &[PathBuf]) -> Result<std::process::Child> {
+        Command::new(&self.helper)
+            .arg(HELPER_SUBCOMMAND)
+            .args(cgroup_procs)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .env_clear()
+            .spawn()
+            .map_err(|e| Error::Helper(format!("cannot run {}: {e}", self.helper.display())))
     }
 
     fn connect(&self, task: &str) -> Result<UnixStream> {
@@ -421,9 +420,4 @@ fn remove_path(p: &Path) -> Result<()> {
         Err(e) => Err(e),
     };
     res.map_err(|e| Error::Io(format!("remove {}", p.display()), e))
-}
-
-/// Keeps the borrow checker honest about descriptors passed by number.
-pub fn raw_fds(fds: &[&OwnedFd]) -> Vec<RawFd> {
-    fds.iter().map(|f| f.as_raw_fd()).collect()
 }

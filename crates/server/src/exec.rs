@@ -114,11 +114,14 @@ async fn run(tasks: &Arc<Tasks>, id: &str, actor: &str, start: ExecStart, ws: &m
     if start.argv.is_empty() {
         return Err(ApiError::bad_request("no command given (usage: cairn exec ID -- CMD ARGS...)"));
     }
+    let t0 = Instant::now();
     let (task, _live) = tasks.running(id, actor).await?;
+    let t_found = t0.elapsed();
     let workdir = start.workdir.clone().unwrap_or_else(|| task.config.workdir.clone());
     cairn_core::check_workdir(&workdir)?;
     let env = environment(&task.config.env, &start.env, task.id.as_str(), start.tty.is_some())?;
     let step = tasks.store.bump_step(&task.id).await?;
+    let t_step = t0.elapsed();
     let begun = Instant::now();
     let cgroup = tasks.driver.cgroup(task.id.as_str())?;
     let oom_before = cgroup.oom_kills().unwrap_or(0);
@@ -130,6 +133,7 @@ async fn run(tasks: &Arc<Tasks>, id: &str, actor: &str, start: ExecStart, ws: &m
     let child_fds = io.child_fds();
     let started = tokio::task::spawn_blocking(move || driver.exec(&tid, &req, &child_fds)).await??;
     let mut io = io.parent_side();
+    let t_started = t0.elapsed();
     let mut args = json!({ "argv": start.argv, "workdir": workdir, "tty": start.tty.is_some(), "step": step });
     if let Some(t) = start.timeout_ms {
         args["timeout_ms"] = json!(t);
@@ -156,6 +160,7 @@ async fn run(tasks: &Arc<Tasks>, id: &str, actor: &str, start: ExecStart, ws: &m
         }
     };
     let outcome = ExecExit { duration_ms: begun.elapsed().as_millis() as u64, ..outcome };
+    let t_done = t0.elapsed();
     args["signal"] = json!(outcome.signal);
     args["oom_killed"] = json!(outcome.oom_killed);
     args["timed_out"] = json!(outcome.timed_out);
@@ -170,6 +175,7 @@ async fn run(tasks: &Arc<Tasks>, id: &str, actor: &str, start: ExecStart, ws: &m
             duration_ms: Some(outcome.duration_ms),
         })
         .await?;
+    tracing::debug!(found = ?t_found, step = ?t_step, started = ?t_started, done = ?t_done, logged = ?t0.elapsed(), "exec timings");
     let mut msg = serde_json::to_value(&outcome).unwrap_or_default();
     msg["type"] = json!("exit");
     if outcome.oom_killed {

@@ -86,6 +86,13 @@ impl Daemon {
             let shutdown = async {
                 let _ = rx.await;
             };
+            // Small frames (an exec's "started", then its exit) must not wait
+            // for the peer's delayed ACK.
+            let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+                if let Err(e) = tcp.set_nodelay(true) {
+                    tracing::debug!("TCP_NODELAY: {e}");
+                }
+            });
             if let Err(e) = axum::serve(listener, app).with_graceful_shutdown(shutdown).await {
                 tracing::error!("server stopped: {e}");
             }
