@@ -74,6 +74,10 @@ pub async fn run() -> Result<u8> {
     d.say("start the daemon (SQLite store, host image, disk pool)", t.elapsed(), &format!("listening on {}", daemon.url));
 
     let result = steps(&mut d, home.path(), port).await;
+    if result.is_err() && !d.task.is_empty() {
+        // A failed step must not leave its sandbox behind.
+        let _ = d.client.delete(&format!("/v1/tasks/{}", d.task)).await;
+    }
     let t = Instant::now();
     daemon.stop().await;
     d.say("stop the daemon and remove its temporary home", t.elapsed(), "");
