@@ -59,9 +59,7 @@ pub async fn run() -> Result<u8> {
     let home = tempfile::Builder::new().prefix("cairn-demo-").tempdir_in("/var/tmp").context("temporary home")?;
     println!("Cairn demo: an embedded daemon in {}\n", home.path().display());
     let t = Instant::now();
-    let mut config = cairn_server::Config::default();
-    config.listen = "127.0.0.1:0".parse()?;
-    config.disk_pool = 1;
+    let config = cairn_server::Config { listen: "127.0.0.1:0".parse()?, disk_pool: 1, ..Default::default() };
     let daemon = cairn_server::Daemon::start(cairn_server::DaemonOptions {
         home: home.path().to_owned(),
         config,

@@ -122,7 +122,7 @@ impl fmt::Display for Bytes {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let v = self.0;
         for (unit, m) in [("T", TIB), ("G", GIB), ("M", MIB), ("K", KIB)] {
-            if v >= m && v % m == 0 {
+            if v >= m && v.is_multiple_of(m) {
                 return write!(f, "{}{unit}", v / m);
             }
         }

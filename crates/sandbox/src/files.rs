@@ -427,7 +427,7 @@ mod tests {
         assert_eq!(l.resolved, Path::new("/run/x"));
         // A host path named by a link is looked up inside the sandbox (and
         // is not there), never on the host.
-        let err = root.locate(&format!("/out/x")).unwrap_err().to_string();
+        let err = root.locate("/out/x").unwrap_err().to_string();
         assert!(err.contains("No such file"), "{err}");
         assert!(matches!(root.locate("/up/etc/passwd"), Err(Error::PathEscape(_))));
         assert!(matches!(root.locate("/../etc/passwd"), Err(Error::PathEscape(_))));
