@@ -239,12 +239,10 @@ impl Tasks {
         match started {
             Ok(init) => {
                 self.driver.record_slot_init(slot, task.id.as_str(), init);
-                self.store.set_sandbox_init(&task.id, init.pid, init.start_time).await?;
                 if task.state == TaskState::Created {
-                    self.store.set_state(&task.id, task.state.start()?).await?;
+                    task.state.start()?;
                 }
-                self.store.set_sandbox_state(&task.id, SandboxState::Ready, None).await?;
-                self.store.append_event(&event).await?;
+                self.store.record_sandbox_ready(&task.id, init.pid, init.start_time, &event).await?;
                 let live = Live { init, ids };
                 self.set_live(&task.id, Some(live));
                 self.wake_pool_refill();

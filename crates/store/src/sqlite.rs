@@ -202,6 +202,51 @@ impl Store {
         Ok(row.get::<i64, _>(0) as u32)
     }
 
+    /// Records, in one transaction, that the sandbox of `id` is up: its
+    /// init, the task state (`running` when it was `created`), the sandbox
+    /// state, and the start event. Returns the event's sequence number.
+    pub async fn record_sandbox_ready(&self, id: &TaskId, pid: i32, start_time: u64, ev: &NewEvent) -> Result<u64> {
+        let q = |e| Error::Query("record sandbox start", e);
+        let mut tx = self.pool.begin().await.map_err(q)?;
+        sqlx::query("UPDATE sandboxes SET init_pid = ?, init_start_time = ? WHERE task_id = ?")
+            .bind(pid)
+            .bind(start_time as i64)
+            .bind(id.as_str())
+            .execute(&mut *tx)
+            .await
+            .map_err(q)?;
+        let updated = sqlx::query(
+            "UPDATE tasks SET sandbox_state = 'ready', sandbox_note = NULL, last_activity_ms = ?,
+                 state = CASE state WHEN 'created' THEN 'running' ELSE state END
+             WHERE id = ?",
+        )
+        .bind(now_ms())
+        .bind(id.as_str())
+        .execute(&mut *tx)
+        .await
+        .map_err(q)?;
+        if updated.rows_affected() == 0 {
+            return Err(Error::UnknownTask(id.to_string()));
+        }
+        let row = sqlx::query(
+            "INSERT INTO events (task_id, seq, time_ms, kind, actor, args, exit_code, duration_ms)
+             VALUES (?1, (SELECT COALESCE(MAX(seq), 0) + 1 FROM events WHERE task_id = ?1), ?2, ?3, ?4, ?5, ?6, ?7)
+             RETURNING seq",
+        )
+        .bind(ev.task.as_str())
+        .bind(now_ms())
+        .bind(ev.kind.as_str())
+        .bind(&ev.actor)
+        .bind(ev.args.to_string())
+        .bind(ev.exit_code)
+        .bind(ev.duration_ms.map(|d| d as i64))
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(q)?;
+        tx.commit().await.map_err(q)?;
+        Ok(row.get::<i64, _>(0) as u64)
+    }
+
     pub async fn set_sandbox_init(&self, id: &TaskId, pid: i32, start_time: u64) -> Result<()> {
         self.exec_one(
             "record sandbox init",
@@ -405,7 +450,10 @@ mod tests {
         let t5 = task(None);
         store.insert_task(&t5).await.unwrap();
         assert_eq!(store.claim_sandbox_slot_from(&t5.id, 1).await.unwrap(), 3, "skips taken slots from the minimum");
-        store.set_sandbox_init(&t4.id, 4242, 99).await.unwrap();
+        let ev = event(&t4.id, EventKind::SandboxStart);
+        assert_eq!(store.record_sandbox_ready(&t4.id, 4242, 99, &ev).await.unwrap(), 1);
+        let back = store.find_task(t4.id.as_str()).await.unwrap();
+        assert_eq!((back.state, back.sandbox), (TaskState::Running, SandboxState::Ready));
         let row = store.sandbox(&t4.id).await.unwrap().unwrap();
         assert_eq!((row.uid_slot, row.init_pid, row.init_start_time), (1, Some(4242), Some(99)));
     }
