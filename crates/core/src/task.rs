@@ -102,6 +102,24 @@ pub struct Task {
     pub sandbox_note: Option<String>,
 }
 
+impl Task {
+    /// A task just created: no sandbox yet, step 0, empty memory summary.
+    pub fn new(id: TaskId, name: Option<String>, config: TaskConfig, now_ms: i64) -> Task {
+        Task {
+            id,
+            name,
+            state: TaskState::Created,
+            config,
+            step: 0,
+            memory: String::new(),
+            created_ms: now_ms,
+            last_activity_ms: now_ms,
+            sandbox: SandboxState::None,
+            sandbox_note: None,
+        }
+    }
+}
+
 /// How a command ended.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ExecExit {

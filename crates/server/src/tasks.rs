@@ -184,18 +184,7 @@ impl Tasks {
         // A helper started ahead brings its task id (and its cgroups).
         let ahead = self.driver.take_prestarted();
         let id = ahead.as_ref().and_then(|p| p.task.parse().ok()).unwrap_or_else(TaskId::random);
-        let task = Task {
-            id,
-            name: req.name.clone(),
-            state: TaskState::Created,
-            config,
-            step: 0,
-            memory: String::new(),
-            created_ms: now,
-            last_activity_ms: now,
-            sandbox: SandboxState::None,
-            sandbox_note: None,
-        };
+        let task = Task::new(id, req.name.clone(), config, now);
         self.store.insert_task(&task).await?;
         self.store
             .append_event(&NewEvent {

@@ -140,33 +140,10 @@ impl Store {
         Ok(row.get::<i64, _>(0) as u64)
     }
 
-    pub async fn touch(&self, id: &TaskId) -> Result<()> {
-        self.exec_one(
-            "touch task",
-            sqlx::query("UPDATE tasks SET last_activity_ms = ? WHERE id = ?").bind(now_ms()).bind(id.as_str()),
-            id,
-        )
-        .await
-    }
-
     /// Appends an event; returns its sequence number in the task's log.
     pub async fn append_event(&self, ev: &NewEvent) -> Result<u64> {
-        let row = sqlx::query(
-            "INSERT INTO events (task_id, seq, time_ms, kind, actor, args, exit_code, duration_ms)
-             VALUES (?1, (SELECT COALESCE(MAX(seq), 0) + 1 FROM events WHERE task_id = ?1), ?2, ?3, ?4, ?5, ?6, ?7)
-             RETURNING seq",
-        )
-        .bind(ev.task.as_str())
-        .bind(now_ms())
-        .bind(ev.kind.as_str())
-        .bind(&ev.actor)
-        .bind(ev.args.to_string())
-        .bind(ev.exit_code)
-        .bind(ev.duration_ms.map(|d| d as i64))
-        .fetch_one(&self.pool)
-        .await
-        .map_err(|e| Error::Query("append event", e))?;
-        Ok(row.get::<i64, _>(0) as u64)
+        let mut conn = self.pool.acquire().await.map_err(|e| Error::Query("append event", e))?;
+        insert_event(&mut conn, ev).await.map_err(|e| Error::Query("append event", e))
     }
 
     pub async fn events(&self, id: &TaskId) -> Result<Vec<Event>> {
@@ -228,35 +205,9 @@ impl Store {
         if updated.rows_affected() == 0 {
             return Err(Error::UnknownTask(id.to_string()));
         }
-        let row = sqlx::query(
-            "INSERT INTO events (task_id, seq, time_ms, kind, actor, args, exit_code, duration_ms)
-             VALUES (?1, (SELECT COALESCE(MAX(seq), 0) + 1 FROM events WHERE task_id = ?1), ?2, ?3, ?4, ?5, ?6, ?7)
-             RETURNING seq",
-        )
-        .bind(ev.task.as_str())
-        .bind(now_ms())
-        .bind(ev.kind.as_str())
-        .bind(&ev.actor)
-        .bind(ev.args.to_string())
-        .bind(ev.exit_code)
-        .bind(ev.duration_ms.map(|d| d as i64))
-        .fetch_one(&mut *tx)
-        .await
-        .map_err(q)?;
+        let seq = insert_event(&mut tx, ev).await.map_err(q)?;
         tx.commit().await.map_err(q)?;
-        Ok(row.get::<i64, _>(0) as u64)
-    }
-
-    pub async fn set_sandbox_init(&self, id: &TaskId, pid: i32, start_time: u64) -> Result<()> {
-        self.exec_one(
-            "record sandbox init",
-            sqlx::query("UPDATE sandboxes SET init_pid = ?, init_start_time = ? WHERE task_id = ?")
-                .bind(pid)
-                .bind(start_time as i64)
-                .bind(id.as_str()),
-            id,
-        )
-        .await
+        Ok(seq)
     }
 
     pub async fn sandbox(&self, id: &TaskId) -> Result<Option<SandboxRow>> {
@@ -298,6 +249,26 @@ impl Store {
         }
         Ok(())
     }
+}
+
+/// Appends `ev` with the next sequence number of its task's log, in one
+/// statement so two writers never take the same number.
+async fn insert_event(conn: &mut sqlx::SqliteConnection, ev: &NewEvent) -> sqlx::Result<u64> {
+    let row = sqlx::query(
+        "INSERT INTO events (task_id, seq, time_ms, kind, actor, args, exit_code, duration_ms)
+         VALUES (?1, (SELECT COALESCE(MAX(seq), 0) + 1 FROM events WHERE task_id = ?1), ?2, ?3, ?4, ?5, ?6, ?7)
+         RETURNING seq",
+    )
+    .bind(ev.task.as_str())
+    .bind(now_ms())
+    .bind(ev.kind.as_str())
+    .bind(&ev.actor)
+    .bind(ev.args.to_string())
+    .bind(ev.exit_code)
+    .bind(ev.duration_ms.map(|d| d as i64))
+    .fetch_one(&mut *conn)
+    .await?;
+    Ok(row.get::<i64, _>(0) as u64)
 }
 
 fn task_from_row(r: &SqliteRow) -> Result<Task> {
@@ -352,19 +323,7 @@ mod tests {
     use cairn_core::Limits;
 
     fn task(name: Option<&str>) -> Task {
-        let now = now_ms();
-        Task {
-            id: TaskId::random(),
-            name: name.map(str::to_owned),
-            state: TaskState::Created,
-            config: TaskConfig { limits: Limits::default(), ..TaskConfig::default() },
-            step: 0,
-            memory: String::new(),
-            created_ms: now,
-            last_activity_ms: now,
-            sandbox: SandboxState::None,
-            sandbox_note: None,
-        }
+        Task::new(TaskId::random(), name.map(str::to_owned), TaskConfig { limits: Limits::default(), ..TaskConfig::default() }, now_ms())
     }
 
     fn event(id: &TaskId, kind: EventKind) -> NewEvent {
