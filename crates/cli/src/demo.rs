@@ -176,7 +176,7 @@ async fn steps(d: &mut Demo, home: &Path, daemon_port: u16) -> Result<()> {
     d.client.delete(&format!("/v1/tasks/{}", d.task)).await?;
     d.say("destroy the task", t.elapsed(), "");
     let t = Instant::now();
-    let leftovers = crate::leaks::check(home, &d.task, init_pid as i32);
+    let leftovers = cairn_sandbox::traces::host_traces(home, &d.task, init_pid as i32);
     d.say("nothing of it is left on the host", t.elapsed(), &if leftovers.is_empty() {
         "no process, mount, cgroup, loop device or scratch directory remains".to_owned()
     } else {

@@ -5,7 +5,6 @@ mod client;
 mod cp;
 mod demo;
 mod exec;
-mod leaks;
 mod output;
 mod progress;
 

@@ -26,6 +26,7 @@ pub mod process;
 pub mod proto;
 pub mod rootfs;
 pub mod seccomp;
+pub mod traces;
 pub mod uidmap;
 
 pub use error::{Error, Result};

@@ -4,7 +4,7 @@
 
 #![allow(dead_code)]
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -181,39 +181,7 @@ impl Daemon {
 }
 
 pub fn leftovers(home: &Path, task: &str, init_pid: i32) -> Vec<String> {
-    let mut found = Vec::new();
-    if init_pid > 0 && Path::new(&format!("/proc/{init_pid}")).exists() {
-        found.push(format!("process {init_pid} still exists"));
-    }
-    // Processes with the task's uid range or cgroup would show here too.
-    let mi = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    found.extend(mi.lines().filter(|l| l.contains(task)).map(|l| format!("mount: {l}")));
-    for ctl in ["memory", "cpu", "pids", "freezer", "unified"] {
-        let p = PathBuf::from("/sys/fs/cgroup").join(ctl).join("cairn").join(task);
-        if p.exists() {
-            found.push(format!("cgroup {}", p.display()));
-        }
-    }
-    for e in std::fs::read_dir("/sys/block").into_iter().flatten().flatten() {
-        if let Ok(b) = std::fs::read_to_string(e.path().join("loop/backing_file")) {
-            if b.contains(task) {
-                found.push(format!("loop {}", b.trim()));
-            }
-        }
-    }
-    for p in [home.join("run").join(task), home.join("disks").join(format!("{task}.img"))] {
-        if p.exists() {
-            found.push(format!("scratch {}", p.display()));
-        }
-    }
-    // `ip netns` lists named namespaces; Cairn creates none.
-    if let Ok(o) = Command::new("ip").args(["netns", "list"]).output() {
-        let s = String::from_utf8_lossy(&o.stdout);
-        if s.contains(task) {
-            found.push(format!("netns {s}"));
-        }
-    }
-    found
+    cairn_sandbox::traces::host_traces(home, task, init_pid)
 }
 
 impl Drop for Daemon {
