@@ -23,6 +23,12 @@ pub enum Error {
     Name(String),
     #[error("invalid image name {0:?}: expected 1-63 lowercase letters, digits, '-', '_' or '.'")]
     ImageName(String),
+    #[error("invalid snapshot id {0:?}: expected 's' followed by 9 lowercase letters or digits")]
+    SnapshotId(String),
+    #[error("invalid snapshot kind {0:?}: expected milestone, pre-risk, branch, suspend or manual")]
+    SnapshotKind(String),
+    #[error("invalid risk pattern {0:?}: {1}")]
+    RiskPattern(String, String),
     #[error("task is {from}; it cannot {action}")]
     Transition { from: crate::TaskState, action: &'static str },
 }

@@ -15,6 +15,10 @@ pub enum EventKind {
     Cp,
     Destroy,
     SandboxLost,
+    Snapshot,
+    Rollback,
+    Fork,
+    SnapshotExpired,
 }
 
 impl EventKind {
@@ -26,6 +30,10 @@ impl EventKind {
             EventKind::Cp => "cp",
             EventKind::Destroy => "destroy",
             EventKind::SandboxLost => "sandbox_lost",
+            EventKind::Snapshot => "snapshot",
+            EventKind::Rollback => "rollback",
+            EventKind::Fork => "fork",
+            EventKind::SnapshotExpired => "snapshot_expired",
         }
     }
 }
@@ -34,7 +42,7 @@ impl FromStr for EventKind {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
         use EventKind::*;
-        [Create, SandboxStart, Exec, Cp, Destroy, SandboxLost]
+        [Create, SandboxStart, Exec, Cp, Destroy, SandboxLost, Snapshot, Rollback, Fork, SnapshotExpired]
             .into_iter()
             .find(|k| k.as_str() == s)
             .ok_or_else(|| format!("unknown event kind {s:?}"))

@@ -9,6 +9,8 @@ mod error;
 mod event;
 mod id;
 mod limits;
+mod risk;
+mod snapshot;
 mod state;
 mod task;
 
@@ -16,6 +18,8 @@ pub use error::Error;
 pub use event::{Event, EventKind, NewEvent};
 pub use id::TaskId;
 pub use limits::{parse_bytes, parse_duration, Bytes, Limits};
+pub use risk::{RiskPolicy, DEFAULT_RISK_PATTERNS};
+pub use snapshot::{Retention, RollbackNote, Snapshot, SnapshotId, SnapshotKind};
 pub use state::{SandboxState, TaskState};
 pub use task::{
     check_image_name, check_name, check_workdir, EnvVar, ExecExit, Task, TaskConfig, DEFAULT_IMAGE, DEFAULT_WORKDIR,

@@ -1,6 +1,6 @@
 use serde::{Deserialize, Serialize};
 
-use crate::{Error, Limits, SandboxState, TaskId, TaskState};
+use crate::{Error, Limits, Retention, RollbackNote, SandboxState, TaskId, TaskState};
 
 pub const DEFAULT_IMAGE: &str = "host";
 pub const DEFAULT_WORKDIR: &str = "/workspace";
@@ -72,6 +72,13 @@ pub struct TaskConfig {
     pub limits: Limits,
     pub env: Vec<EnvVar>,
     pub workdir: String,
+    /// Which snapshots to keep.
+    #[serde(default)]
+    pub retention: Retention,
+    /// Command patterns that are high-risk for this task, on top of the
+    /// daemon's.
+    #[serde(default)]
+    pub risky: Vec<String>,
 }
 
 impl Default for TaskConfig {
@@ -81,6 +88,8 @@ impl Default for TaskConfig {
             limits: Limits::default(),
             env: Vec::new(),
             workdir: DEFAULT_WORKDIR.to_owned(),
+            retention: Retention::default(),
+            risky: Vec::new(),
         }
     }
 }
@@ -100,6 +109,8 @@ pub struct Task {
     pub sandbox: SandboxState,
     /// Why the sandbox is in its state, when that is worth telling (e.g. lost).
     pub sandbox_note: Option<String>,
+    /// The latest rollback, so the agent sees why its last attempt failed.
+    pub rollback_note: Option<RollbackNote>,
 }
 
 impl Task {
@@ -116,6 +127,7 @@ impl Task {
             last_activity_ms: now_ms,
             sandbox: SandboxState::None,
             sandbox_note: None,
+            rollback_note: None,
         }
     }
 }

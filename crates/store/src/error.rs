@@ -14,6 +14,8 @@ pub enum Error {
     Query(&'static str, sqlx::Error),
     #[error("unknown task {0:?} (see `cairn task list`)")]
     UnknownTask(String),
+    #[error("unknown snapshot {0:?} (see `cairn snapshot list TASK`)")]
+    UnknownSnapshot(String),
     #[error("a task named {0:?} already exists")]
     NameTaken(String),
     #[error("task database holds a malformed {0}: {1}")]

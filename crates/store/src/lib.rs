@@ -6,6 +6,7 @@
 //! `synchronous=FULL`: a call that returned has reached the disk.
 
 mod error;
+mod snapshots;
 mod sqlite;
 
 pub use error::{Error, Result};

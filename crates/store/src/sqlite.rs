@@ -26,7 +26,7 @@ pub struct SandboxRow {
 /// Handle on the task database.
 #[derive(Clone, Debug)]
 pub struct Store {
-    pool: SqlitePool,
+    pub(crate) pool: SqlitePool,
     path: PathBuf,
 }
 
@@ -253,7 +253,7 @@ impl Store {
 
 /// Appends `ev` with the next sequence number of its task's log, in one
 /// statement so two writers never take the same number.
-async fn insert_event(conn: &mut sqlx::SqliteConnection, ev: &NewEvent) -> sqlx::Result<u64> {
+pub(crate) async fn insert_event(conn: &mut sqlx::SqliteConnection, ev: &NewEvent) -> sqlx::Result<u64> {
     let row = sqlx::query(
         "INSERT INTO events (task_id, seq, time_ms, kind, actor, args, exit_code, duration_ms)
          VALUES (?1, (SELECT COALESCE(MAX(seq), 0) + 1 FROM events WHERE task_id = ?1), ?2, ?3, ?4, ?5, ?6, ?7)
@@ -287,6 +287,10 @@ fn task_from_row(r: &SqliteRow) -> Result<Task> {
         last_activity_ms: r.get("last_activity_ms"),
         sandbox: SandboxState::from_str(&sandbox).map_err(|e| Error::Corrupt("sandbox state", e))?,
         sandbox_note: r.get("sandbox_note"),
+        rollback_note: r
+            .get::<Option<String>, _>("rollback_note")
+            .map(|n| serde_json::from_str(&n).map_err(|e| Error::Corrupt("rollback note", e.to_string())))
+            .transpose()?,
     })
 }
 
