@@ -165,6 +165,8 @@ async fn steps(d: &mut Demo, home: &Path, daemon_port: u16) -> Result<()> {
     let round = std::fs::read_to_string(&back)?;
     d.say("cp a file in and back out", t.elapsed(), &format!("round trip: {}", round.trim()));
 
+    snapshots(d).await?;
+
     let t = Instant::now();
     let events: Value = d.client.get(&format!("/v1/tasks/{}/events", d.task)).await?;
     let kinds: Vec<String> = events.as_array().map(|a| a.iter().filter_map(|e| e["kind"].as_str().map(str::to_owned)).collect()).unwrap_or_default();
@@ -184,6 +186,86 @@ async fn steps(d: &mut Demo, home: &Path, daemon_port: u16) -> Result<()> {
     });
     if !leftovers.is_empty() {
         bail!("the destroyed task left things behind");
+    }
+    Ok(())
+}
+
+/// Snapshots, a pre-risk snapshot, rollback in place, forks, check and gc.
+async fn snapshots(d: &mut Demo) -> Result<()> {
+    let t = Instant::now();
+    let body = json!({"kind": "milestone", "note": "workspace ready", "memory": "notes.txt is in place; next: build"});
+    let snap = d.client.post(&format!("/v1/tasks/{}/snapshots", d.task), &body).await?;
+    let sid = snap["id"].as_str().unwrap_or_default().to_owned();
+    d.say(
+        "snapshot a milestone (with the agent's memory summary)",
+        t.elapsed(),
+        &format!(
+            "{sid}: {} files, {} added to the blob store, sandbox frozen {:.1} ms",
+            snap["files"],
+            crate::progress::human(snap["added_bytes"].as_f64().unwrap_or(0.0)),
+            snap["freeze_ms"].as_f64().unwrap_or(0.0)
+        ),
+    );
+    let t = Instant::now();
+    let again = d.client.post(&format!("/v1/tasks/{}/snapshots", d.task), &json!({})).await?;
+    d.say(
+        "snapshot again with nothing changed: incremental",
+        t.elapsed(),
+        &format!("{}: {} added (the manifest only)", again["id"].as_str().unwrap_or_default(), crate::progress::human(again["added_bytes"].as_f64().unwrap_or(0.0))),
+    );
+
+    let t = Instant::now();
+    let args = ExecArgs { task: d.task.clone(), argv: vec!["rm".into(), "-rf".into(), "/workspace/notes.txt".into()], ..Default::default() };
+    let r = exec::run(&d.client, &args, Sink::Capture).await?;
+    let pre = r.pre_risk.clone().unwrap_or(Value::Null);
+    d.say(
+        "a high-risk command (rm -rf) takes a pre-risk snapshot first",
+        t.elapsed(),
+        &format!("{} ({})", pre["snapshot"].as_str().unwrap_or("none"), pre["reason"].as_str().unwrap_or("")),
+    );
+    if pre.is_null() {
+        bail!("rm -rf ran without a pre-risk snapshot");
+    }
+    d.show("the file is gone", "ls /workspace/notes.txt 2>&1 || true", |r| text(r).contains("No such file")).await?;
+
+    let t = Instant::now();
+    let body = json!({"to": sid, "reason": "deleted notes.txt by mistake"});
+    let rb = d.client.post(&format!("/v1/tasks/{}/rollback", d.task), &body).await?;
+    let shown: Value = d.client.get(&format!("/v1/tasks/{}", d.task)).await?;
+    d.say(
+        "roll back in place to the milestone (same task id)",
+        t.elapsed(),
+        &format!(
+            "rollback note: {}\nmemory summary restored: {}",
+            rb["rollback_note"]["reason"].as_str().unwrap_or_default(),
+            shown["memory"].as_str().unwrap_or_default()
+        ),
+    );
+    d.show("the file is back", "cat /workspace/notes.txt", |r| text(r).contains("copied in by cairn cp")).await?;
+
+    let t = Instant::now();
+    let kids = d.client.post(&format!("/v1/tasks/{}/fork", d.task), &json!({"from": sid, "count": 2})).await?;
+    let ids: Vec<String> = kids.as_array().map(|a| a.iter().filter_map(|k| k["id"].as_str().map(str::to_owned)).collect()).unwrap_or_default();
+    d.say("fork two tasks from the milestone (sharing its data)", t.elapsed(), &ids.join(", "));
+    let main = d.task.clone();
+    for (i, k) in ids.iter().enumerate() {
+        d.task = k.clone();
+        let r = d.show(&format!("fork {}: approach {}", i + 1, i + 1), &format!("echo approach-{i} > /workspace/plan; cat /workspace/notes.txt /workspace/plan"), |r| r.code() == 0).await;
+        let _ = d.client.delete(&format!("/v1/tasks/{k}")).await;
+        r?;
+    }
+    d.task = main;
+
+    let t = Instant::now();
+    let check = d.client.post("/v1/check", &json!({"read_data": true})).await?;
+    let gc = d.client.post("/v1/gc", &json!({"dry_run": true})).await?;
+    d.say(
+        "check the blob store (every byte) and preview gc",
+        t.elapsed(),
+        &format!("{}\n{}", crate::output::check_summary(&check), crate::output::gc_summary(&gc)),
+    );
+    if check["problems"].as_array().is_some_and(|p| !p.is_empty()) {
+        bail!("the blob store has problems");
     }
     Ok(())
 }

@@ -22,6 +22,8 @@ pub struct ExecArgs {
     pub timeout_ms: Option<u64>,
     pub stdin: bool,
     pub tty: bool,
+    /// Take a `pre-risk` snapshot first.
+    pub risky: bool,
 }
 
 /// How a command ended, as the daemon reported it.
@@ -30,6 +32,8 @@ pub struct ExecResult {
     pub exit: Value,
     pub stdout: Vec<u8>,
     pub stderr: Vec<u8>,
+    /// The `pre-risk` snapshot taken before the command, if one was.
+    pub pre_risk: Option<Value>,
 }
 
 impl ExecResult {
@@ -106,6 +110,7 @@ pub async fn run(client: &Client, args: &ExecArgs, sink: Sink) -> Result<ExecRes
         "stdin": args.stdin,
         "tty": tty.map(|(rows, cols)| json!({"rows": rows, "cols": cols})),
         "timeout_ms": args.timeout_ms,
+        "risky": args.risky,
     });
     ws.send(Message::Text(start.to_string().into())).await?;
     let _raw = if args.tty && matches!(sink, Sink::Terminal) { Some(RawMode::enable()) } else { None };
@@ -134,7 +139,7 @@ pub async fn run(client: &Client, args: &ExecArgs, sink: Sink) -> Result<ExecRes
         drop(stdin_tx);
     }
     let mut winch = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::window_change()).ok();
-    let mut result = ExecResult { exit: Value::Null, stdout: Vec::new(), stderr: Vec::new() };
+    let mut result = ExecResult { exit: Value::Null, stdout: Vec::new(), stderr: Vec::new(), pre_risk: None };
     let mut stdin_open = args.stdin || args.tty;
     loop {
         tokio::select! {
@@ -155,6 +160,16 @@ pub async fn run(client: &Client, args: &ExecArgs, sink: Sink) -> Result<ExecRes
                         match v["type"].as_str() {
                             Some("exit") => { result.exit = v; break; }
                             Some("error") => bail!("{}", v["error"].as_str().unwrap_or("exec failed")),
+                            Some("pre-risk") => {
+                                if matches!(sink, Sink::Terminal) {
+                                    eprintln!(
+                                        "cairn: took pre-risk snapshot {} ({})",
+                                        v["snapshot"].as_str().unwrap_or("?"),
+                                        v["reason"].as_str().unwrap_or("")
+                                    );
+                                }
+                                result.pre_risk = Some(v);
+                            }
                             _ => {}
                         }
                     }

@@ -42,6 +42,20 @@ enum Cmd {
     Log { task: String },
     /// Destroy a task's sandbox; its records stay.
     Destroy { task: String },
+    /// Take a snapshot of a task (or: snapshot list ID, snapshot diff ID A B).
+    Snapshot(SnapshotCli),
+    /// Roll a task back in place to one of its snapshots.
+    Rollback(RollbackCli),
+    /// Create new tasks starting from a snapshot of another.
+    Fork(ForkCli),
+    /// Expire snapshots by retention policy, then delete unreferenced data.
+    Gc(GcCli),
+    /// Verify the blob store: every referenced object exists (and, with
+    /// --read-data, hashes to its id).
+    Check {
+        #[arg(long)]
+        read_data: bool,
+    },
     /// Manage base images.
     #[command(subcommand)]
     Image(ImageCmd),
@@ -49,6 +63,73 @@ enum Cmd {
     Demo,
     #[command(name = "__sandbox-start", hide = true)]
     SandboxStart { cgroup_procs: Vec<PathBuf> },
+}
+
+#[derive(Args, Debug)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
+struct SnapshotCli {
+    #[command(subcommand)]
+    sub: Option<SnapshotSub>,
+    /// The task to snapshot.
+    #[arg(required = true)]
+    task: Option<String>,
+    /// milestone, pre-risk, branch, suspend or manual.
+    #[arg(long, default_value = "manual")]
+    kind: String,
+    #[arg(long)]
+    note: Option<String>,
+    /// The task's memory summary: TEXT, or @FILE to read it from a file.
+    #[arg(long)]
+    memory: Option<String>,
+    /// Mark the snapshot healthy (the default).
+    #[arg(long, conflicts_with = "unhealthy")]
+    healthy: bool,
+    /// Mark the snapshot unhealthy: --last-healthy rollbacks skip it.
+    #[arg(long)]
+    unhealthy: bool,
+}
+
+#[derive(Subcommand, Debug)]
+enum SnapshotSub {
+    /// List a task's snapshots, oldest first.
+    List { task: String },
+    /// Paths added, changed and deleted from snapshot A to snapshot B.
+    Diff { task: String, a: String, b: String },
+}
+
+#[derive(Args, Debug)]
+struct RollbackCli {
+    task: String,
+    /// The snapshot to return to.
+    #[arg(long, required_unless_present = "last_healthy", conflicts_with = "last_healthy")]
+    to: Option<String>,
+    /// Return to the newest snapshot marked healthy.
+    #[arg(long)]
+    last_healthy: bool,
+    /// Why: recorded and shown to the agent as the rollback note.
+    #[arg(long)]
+    reason: String,
+}
+
+#[derive(Args, Debug)]
+struct ForkCli {
+    task: String,
+    /// The snapshot to start from (default: the task's latest).
+    #[arg(long)]
+    from: Option<String>,
+    /// How many tasks to create.
+    #[arg(long, default_value_t = 1)]
+    count: u32,
+}
+
+#[derive(Args, Debug)]
+struct GcCli {
+    /// Report what would be expired and freed; change nothing.
+    #[arg(long)]
+    dry_run: bool,
+    /// Keep unreferenced objects younger than this (default: the daemon's, 1h).
+    #[arg(long)]
+    grace: Option<String>,
 }
 
 #[derive(Args, Debug)]
@@ -94,6 +175,19 @@ struct CreateArgs {
     env: Vec<String>,
     #[arg(long)]
     workdir: Option<String>,
+    /// Retention: always keep the newest N snapshots.
+    #[arg(long, value_name = "N")]
+    keep_last: Option<u32>,
+    /// Retention: keep every milestone (true or false).
+    #[arg(long, value_name = "BOOL")]
+    keep_milestones: Option<bool>,
+    /// Retention: other snapshots expire after this long (e.g. 2d, or never).
+    #[arg(long, value_name = "DURATION")]
+    expire_after: Option<String>,
+    /// A command pattern (regular expression) that takes a pre-risk
+    /// snapshot first, on top of the daemon's; repeatable.
+    #[arg(long = "risky-pattern", value_name = "REGEX")]
+    risky: Vec<String>,
 }
 
 #[derive(Args, Debug)]
@@ -112,6 +206,9 @@ struct ExecCli {
     /// Run the command on a pty.
     #[arg(short = 't', long)]
     tty: bool,
+    /// Take a pre-risk snapshot before running the command.
+    #[arg(long)]
+    risky: bool,
     #[arg(last = true, required = true)]
     argv: Vec<String>,
 }
@@ -204,6 +301,8 @@ async fn client_command(cmd: Cmd, json_out: bool) -> Result<u8> {
             let body = json!({
                 "image": a.image, "name": a.name, "memory": a.memory, "cpus": a.cpus,
                 "pids": a.pids, "disk": a.disk, "env": a.env, "workdir": a.workdir,
+                "keep_last": a.keep_last, "keep_milestones": a.keep_milestones,
+                "expire_after": a.expire_after, "risky": a.risky,
             });
             let task = client.post("/v1/tasks", &body).await?;
             if json_out {
@@ -234,6 +333,7 @@ async fn client_command(cmd: Cmd, json_out: bool) -> Result<u8> {
                 timeout_ms,
                 stdin: a.interactive,
                 tty: a.tty,
+                risky: a.risky,
             };
             let r = exec::run(&client, &args, exec::Sink::Terminal).await?;
             if let Some(note) = exec::exit_note(&r.exit) {
@@ -255,6 +355,74 @@ async fn client_command(cmd: Cmd, json_out: bool) -> Result<u8> {
         Cmd::Destroy { task } => {
             let v = client.delete(&format!("/v1/tasks/{task}")).await?;
             print(&v, &|v| format!("destroyed {}", v["id"].as_str().unwrap_or_default()));
+        }
+        Cmd::Snapshot(SnapshotCli { sub: Some(SnapshotSub::List { task }), .. }) => {
+            let v: Value = client.get(&format!("/v1/tasks/{task}/snapshots")).await?;
+            print(&v, &output::snapshot_table);
+        }
+        Cmd::Snapshot(SnapshotCli { sub: Some(SnapshotSub::Diff { task, a, b }), .. }) => {
+            let q = format!("/v1/tasks/{task}/snapshots/diff?a={}&b={}", client::query_escape(&a), client::query_escape(&b));
+            let v: Value = client.get(&q).await?;
+            print(&v, &output::diff_lines);
+        }
+        Cmd::Snapshot(a) => {
+            let task = a.task.ok_or_else(|| anyhow!("which task? usage: cairn snapshot ID"))?;
+            let memory = match a.memory.as_deref() {
+                Some(m) if m.starts_with('@') => {
+                    Some(std::fs::read_to_string(&m[1..]).with_context(|| format!("cannot read --memory file {}", &m[1..]))?)
+                }
+                other => other.map(str::to_owned),
+            };
+            let body = json!({ "kind": a.kind, "note": a.note, "memory": memory, "healthy": !a.unhealthy });
+            let v = progress::while_running(&client, &task, client.post(&format!("/v1/tasks/{task}/snapshots"), &body)).await?;
+            if json_out {
+                println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+            } else {
+                println!("{}", v["id"].as_str().unwrap_or_default());
+            }
+        }
+        Cmd::Rollback(a) => {
+            let body = json!({ "to": a.to, "last_healthy": a.last_healthy, "reason": a.reason });
+            let task = a.task;
+            let v = progress::while_running(&client, &task, client.post(&format!("/v1/tasks/{task}/rollback"), &body)).await?;
+            print(&v, &|v| {
+                let n = &v["rollback_note"];
+                format!(
+                    "rolled {} back to {} (step {}) in {:.0} ms",
+                    v["task"].as_str().unwrap_or_default(),
+                    n["to"].as_str().unwrap_or_default(),
+                    v["step"],
+                    v["duration_ms"].as_f64().unwrap_or(0.0)
+                )
+            });
+        }
+        Cmd::Fork(a) => {
+            let body = json!({ "from": a.from, "count": a.count });
+            let task = a.task;
+            let v = progress::while_running(&client, &task, client.post(&format!("/v1/tasks/{task}/fork"), &body)).await?;
+            if json_out {
+                let ids: Vec<&Value> = v.as_array().map(|a| a.iter().map(|t| &t["id"]).collect()).unwrap_or_default();
+                println!("{}", json!({ "tasks": ids }));
+            } else {
+                for t in v.as_array().into_iter().flatten() {
+                    println!("{}", t["id"].as_str().unwrap_or_default());
+                }
+            }
+        }
+        Cmd::Gc(a) => {
+            let v = client.post("/v1/gc", &json!({ "dry_run": a.dry_run, "grace": a.grace })).await?;
+            print(&v, &output::gc_summary);
+        }
+        Cmd::Check { read_data } => {
+            let v = client.post("/v1/check", &json!({ "read_data": read_data })).await?;
+            print(&v, &output::check_summary);
+            let problems = v["problems"].as_array().map(Vec::len).unwrap_or(0);
+            if problems > 0 {
+                if !json_out {
+                    eprintln!("cairn: check found {problems} problem(s)");
+                }
+                return Ok(1);
+            }
         }
         Cmd::Image(ImageCmd::List) => {
             let v: Value = client.get("/v1/images").await?;

@@ -67,6 +67,27 @@ pub fn task_detail(t: &Value) -> String {
         format!("created:       {}", time(&t["created_ms"])),
         format!("last activity: {}", time(&t["last_activity_ms"])),
     ];
+    let r = &t["rollback_note"];
+    if r.is_object() {
+        lines.push(format!(
+            "rollback:      to {} from {} (step {}) at {}: {}",
+            s(&r["to"]),
+            s(&r["from"]),
+            s(&r["from_step"]),
+            time(&r["time_ms"]),
+            s(&r["reason"])
+        ));
+    }
+    let ret = &t["config"]["retention"];
+    lines.push(format!(
+        "retention:     keep last {}, {} milestones, others expire {}",
+        s(&ret["keep_last"]),
+        if ret["keep_milestones"].as_bool() == Some(true) { "keep" } else { "no special rule for" },
+        ret["expire_after"].as_u64().map(|ms| format!("after {}", humantime::format_duration(std::time::Duration::from_secs(ms / 1000)))).unwrap_or("never".into())
+    ));
+    if let Some(p) = t["config"]["risky"].as_array().filter(|a| !a.is_empty()) {
+        lines.push(format!("risky:         {}", p.iter().map(s).collect::<Vec<_>>().join(", ")));
+    }
     if let Some(pid) = t["sandbox_pid"].as_i64() {
         lines.push(format!("sandbox init:  host pid {pid}, uids from {}", s(&t["sandbox_uid_base"])));
     }
@@ -99,4 +120,78 @@ pub fn image_table(v: &Value) -> String {
         })
         .unwrap_or_default();
     table(&["NAME", "KIND", "ENTRIES", "SIZE", "SOURCE"], rows)
+}
+
+pub fn snapshot_table(v: &Value) -> String {
+    let rows = v
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|x| {
+                    let note = s(&x["note"]);
+                    let note = if note.chars().count() > 48 { format!("{}…", note.chars().take(47).collect::<String>()) } else { note };
+                    vec![
+                        s(&x["id"]),
+                        s(&x["kind"]),
+                        if x["healthy"].as_bool() == Some(true) { "healthy".into() } else { "unhealthy".into() },
+                        s(&x["step"]),
+                        s(&x["files"]),
+                        crate::progress::human(x["bytes"].as_f64().unwrap_or(0.0)),
+                        crate::progress::human(x["added_bytes"].as_f64().unwrap_or(0.0)),
+                        format!("{:.1}ms", x["freeze_ms"].as_f64().unwrap_or(0.0)),
+                        time(&x["created_ms"]),
+                        note,
+                    ]
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    table(&["ID", "KIND", "HEALTH", "STEP", "FILES", "SIZE", "ADDED", "FROZEN", "TIME", "NOTE"], rows)
+}
+
+pub fn diff_lines(v: &Value) -> String {
+    let mut out = Vec::new();
+    for (key, mark) in [("added", "+"), ("changed", "~"), ("deleted", "-")] {
+        for p in v[key].as_array().into_iter().flatten() {
+            out.push(format!("{mark} {}", p.as_str().unwrap_or_default()));
+        }
+    }
+    if out.is_empty() {
+        "no differences".into()
+    } else {
+        out.join("\n")
+    }
+}
+
+pub fn gc_summary(v: &Value) -> String {
+    let r = &v["report"];
+    let verb = if v["dry_run"].as_bool() == Some(true) { "would free" } else { "freed" };
+    let mut lines: Vec<String> = v["expired_snapshots"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|x| format!("{} snapshot {} of {} ({})", if v["dry_run"].as_bool() == Some(true) { "would expire" } else { "expired" }, s(&x["id"]), s(&x["task"]), s(&x["kind"])))
+        .collect();
+    lines.push(format!(
+        "{verb} {} ({} packs, {} manifests); kept {} young and {} partly used packs",
+        crate::progress::human(r["bytes_freed"].as_f64().unwrap_or(0.0)),
+        s(&r["packs_deleted"]),
+        s(&r["manifests_deleted"]),
+        s(&r["kept_young"]),
+        s(&r["packs_partly_live"]),
+    ));
+    lines.join("\n")
+}
+
+pub fn check_summary(v: &Value) -> String {
+    let mut lines: Vec<String> = v["problems"].as_array().into_iter().flatten().map(|p| format!("problem: {}", s(p))).collect();
+    let read = v["bytes_read"].as_f64().filter(|b| *b > 0.0).map(|b| format!(", {} read and verified", crate::progress::human(b))).unwrap_or_default();
+    lines.push(format!(
+        "checked {} manifests, {} chunks, {} packs{read}: {}",
+        s(&v["manifests"]),
+        s(&v["chunks"]),
+        s(&v["packs"]),
+        if lines.is_empty() { "no problems" } else { "PROBLEMS FOUND" }
+    ));
+    lines.join("\n")
 }

@@ -88,3 +88,47 @@ impl Write for ChannelWriter {
         Ok(())
     }
 }
+
+/// Runs `request` (a snapshot, rollback or fork of `task`) while showing
+/// the daemon's progress of it on a terminal: files, bytes, rate.
+pub async fn while_running<T>(client: &crate::client::Client, task: &str, request: impl std::future::Future<Output = T>) -> T {
+    if !std::io::stderr().is_terminal() {
+        return request.await;
+    }
+    tokio::pin!(request);
+    let began = Instant::now();
+    let mut shown = false;
+    let mut tick = tokio::time::interval(EVERY);
+    let result = loop {
+        tokio::select! {
+            r = &mut request => break r,
+            _ = tick.tick() => {
+                if began.elapsed() < SHOW_AFTER {
+                    continue;
+                }
+                let Ok(p) = client.get::<serde_json::Value>(&format!("/v1/tasks/{task}/progress")).await else { continue };
+                if p.is_null() {
+                    continue;
+                }
+                let secs = (p["elapsed_ms"].as_f64().unwrap_or(0.0) / 1000.0).max(0.001);
+                let bytes = p["bytes_done"].as_f64().unwrap_or(0.0);
+                eprint!(
+                    "\r{} ({}): {}/{} files, {} of {} at {}/s   ",
+                    p["op"].as_str().unwrap_or(""),
+                    p["phase"].as_str().unwrap_or(""),
+                    p["files_done"],
+                    p["files_total"],
+                    human(bytes),
+                    human(p["bytes_total"].as_f64().unwrap_or(0.0)),
+                    human(bytes / secs)
+                );
+                let _ = std::io::stderr().flush();
+                shown = true;
+            }
+        }
+    };
+    if shown {
+        eprintln!();
+    }
+    result
+}

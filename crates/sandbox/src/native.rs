@@ -247,8 +247,7 @@ impl NativeDriver {
         let t_mount = began.elapsed();
         let cgroup = self.cgroups.create(task, &config.limits)?;
         let t_cgroup = began.elapsed();
-        let mut layers = vec![Layer { lower: image.rootfs.clone(), at: "/".into() }];
-        layers.extend(image.projections.iter().map(|p| Layer { lower: p.host_path.clone(), at: p.at.clone() }));
+        let layers = Self::layers(image);
         let spec = SandboxSpec {
             hostname: task.to_owned(),
             ids,
@@ -272,6 +271,34 @@ impl NativeDriver {
         let report = run_helper(child, &spec)?;
         tracing::debug!(task, disk = ?t_disk, mount = ?t_mount, cgroup = ?t_cgroup, helper = ?began.elapsed(), "sandbox started");
         Ok(InitProcess { pid: report.init_pid, start_time: report.init_start_time })
+    }
+
+    /// The overlay layers of a sandbox on `image`: the image root, then each
+    /// host projection. Each has its upper directory on the task disk under
+    /// [`Layer::disk_name`].
+    pub fn layers(image: &Image) -> Vec<Layer> {
+        let mut layers = vec![Layer { lower: image.rootfs.clone(), at: "/".into() }];
+        layers.extend(image.projections.iter().map(|p| Layer { lower: p.host_path.clone(), at: p.at.clone() }));
+        layers
+    }
+
+    /// Makes sure the task's disk exists and is mounted at its place in the
+    /// run directory (taking a formatted disk from the pool if it has none),
+    /// so its writable layer can be restored before a sandbox starts on it.
+    pub fn prepare_disk(&self, task: &str, disk_bytes: u64) -> Result<PathBuf> {
+        let paths = self.paths(task);
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&paths.run_dir)
+            .map_err(|e| Error::Io(paths.run_dir.display().to_string(), e))?;
+        if !paths.disk_image.exists() {
+            self.pool.take(&paths.disk_image, disk_bytes)?;
+        }
+        if !disk::is_mounted(&paths.disk_mount) {
+            disk::attach_and_mount(&paths.disk_image, &paths.disk_mount)?;
+        }
+        Ok(paths.disk_mount)
     }
 
     /// Runs `cairn __sandbox-start`, joining `cgroup_procs` first; it then

@@ -8,6 +8,13 @@
 //! | GET | /v1/tasks/{id}/events | the event log |
 //! | GET (WebSocket) | /v1/tasks/{id}/exec | run a command ([`crate::exec`]) |
 //! | GET, PUT | /v1/tasks/{id}/files | tar out of / into the sandbox |
+//! | GET, POST | /v1/tasks/{id}/snapshots | list, take ([`SnapshotRequest`]) |
+//! | GET | /v1/tasks/{id}/snapshots/diff?a=S&b=S | added, changed, deleted paths |
+//! | POST | /v1/tasks/{id}/rollback | roll back in place ([`RollbackRequest`]) |
+//! | POST | /v1/tasks/{id}/fork | new tasks from a snapshot ([`ForkRequest`]) |
+//! | GET | /v1/tasks/{id}/progress | the snapshot or restore in progress, if any |
+//! | POST | /v1/gc | retention, then mark and sweep ([`GcRequest`]) |
+//! | POST | /v1/check | `{read_data}`: verify the blob store |
 //! | GET, POST | /v1/images | list, import `{name, path}` |
 //! | DELETE | /v1/images/{name} | remove |
 //!
@@ -29,6 +36,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use subtle::ConstantTimeEq;
 
+use crate::snapshots::{ForkRequest, GcRequest, RollbackRequest, SnapshotRequest};
 use crate::tasks::{CreateRequest, Tasks};
 use crate::ApiError;
 
@@ -46,6 +54,13 @@ pub fn router(tasks: Arc<Tasks>, token: String) -> Router {
         .route("/v1/tasks/{id}/events", get(task_events))
         .route("/v1/tasks/{id}/exec", get(exec))
         .route("/v1/tasks/{id}/files", get(download).put(upload))
+        .route("/v1/tasks/{id}/snapshots", get(list_snapshots).post(take_snapshot))
+        .route("/v1/tasks/{id}/snapshots/diff", get(diff_snapshots))
+        .route("/v1/tasks/{id}/rollback", axum::routing::post(rollback))
+        .route("/v1/tasks/{id}/fork", axum::routing::post(fork))
+        .route("/v1/tasks/{id}/progress", get(progress))
+        .route("/v1/gc", axum::routing::post(gc))
+        .route("/v1/check", axum::routing::post(check))
         .route("/v1/images", get(list_images).post(import_image))
         .route("/v1/images/{name}", delete(remove_image))
         .fallback(|| async { ApiError::not_found("no such API endpoint") })
@@ -119,6 +134,65 @@ async fn exec(State(s): State<AppState>, Path(id): Path<String>, headers: Header
     let actor = actor(&headers);
     let tasks = s.tasks.clone();
     Ok(ws.on_upgrade(move |socket| crate::exec::serve(tasks, id, actor, socket)))
+}
+
+/// Parses a JSON body, naming what was malformed.
+fn body<T: serde::de::DeserializeOwned>(what: &str, bytes: &[u8]) -> Result<T, ApiError> {
+    let bytes = if bytes.iter().all(u8::is_ascii_whitespace) { b"{}".as_slice() } else { bytes };
+    serde_json::from_slice(bytes).map_err(|e| ApiError::bad_request(format!("malformed {what} request: {e}")))
+}
+
+async fn take_snapshot(State(s): State<AppState>, Path(id): Path<String>, headers: HeaderMap, b: axum::body::Bytes) -> Result<Response, ApiError> {
+    let req: SnapshotRequest = body("snapshot", &b)?;
+    let snap = s.tasks.snapshot(&id, req, &actor(&headers)).await?;
+    Ok((StatusCode::CREATED, Json(snap)).into_response())
+}
+
+async fn list_snapshots(State(s): State<AppState>, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
+    Ok(Json(json!(s.tasks.list_snapshots(&id).await?)))
+}
+
+#[derive(Deserialize)]
+struct DiffQuery {
+    a: String,
+    b: String,
+}
+
+async fn diff_snapshots(State(s): State<AppState>, Path(id): Path<String>, Query(q): Query<DiffQuery>) -> Result<Json<Value>, ApiError> {
+    Ok(Json(json!(s.tasks.diff(&id, &q.a, &q.b).await?)))
+}
+
+async fn rollback(State(s): State<AppState>, Path(id): Path<String>, headers: HeaderMap, b: axum::body::Bytes) -> Result<Json<Value>, ApiError> {
+    let req: RollbackRequest = body("rollback", &b)?;
+    Ok(Json(s.tasks.rollback(&id, req, &actor(&headers)).await?))
+}
+
+async fn fork(State(s): State<AppState>, Path(id): Path<String>, headers: HeaderMap, b: axum::body::Bytes) -> Result<Response, ApiError> {
+    let req: ForkRequest = body("fork", &b)?;
+    let children = s.tasks.fork(&id, req, &actor(&headers)).await?;
+    Ok((StatusCode::CREATED, Json(json!(children))).into_response())
+}
+
+async fn progress(State(s): State<AppState>, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
+    let task = s.tasks.find(&id).await?;
+    Ok(Json(json!(s.tasks.progress(&task.id))))
+}
+
+async fn gc(State(s): State<AppState>, headers: HeaderMap, b: axum::body::Bytes) -> Result<Json<Value>, ApiError> {
+    let req: GcRequest = body("gc", &b)?;
+    Ok(Json(s.tasks.gc(req, &actor(&headers)).await?))
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct CheckRequest {
+    #[serde(default)]
+    read_data: bool,
+}
+
+async fn check(State(s): State<AppState>, b: axum::body::Bytes) -> Result<Json<Value>, ApiError> {
+    let req: CheckRequest = body("check", &b)?;
+    Ok(Json(json!(s.tasks.check(req.read_data).await?)))
 }
 
 #[derive(Deserialize)]

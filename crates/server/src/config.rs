@@ -10,12 +10,24 @@
 //! cpus = "1"
 //! pids = 256
 //! disk = "2G"
+//!
+//! [snapshots]
+//! gc_grace = "1h"             # `cairn gc` keeps unreferenced objects younger than this
+//! risky_patterns = ["..."]    # replaces the default high-risk command patterns
+//! extra_risky_patterns = []   # added to the defaults
+//!
+//! [snapshots.retention]       # default policy of new tasks
+//! keep_last = 20
+//! keep_milestones = true
+//! expire_after = "7d"         # or "never"
 //! ```
 
 use std::net::SocketAddr;
 use std::path::Path;
 
-use cairn_core::Limits;
+use std::time::Duration;
+
+use cairn_core::{parse_duration, Limits, Retention, RiskPolicy, DEFAULT_RISK_PATTERNS};
 use serde::Deserialize;
 
 #[derive(Debug, Clone)]
@@ -23,11 +35,22 @@ pub struct Config {
     pub listen: SocketAddr,
     pub disk_pool: usize,
     pub defaults: Limits,
+    pub retention: Retention,
+    /// Commands matching one of these take a `pre-risk` snapshot first.
+    pub risky_patterns: Vec<String>,
+    pub gc_grace: Duration,
 }
 
 impl Default for Config {
     fn default() -> Self {
-        Config { listen: SocketAddr::from(([127, 0, 0, 1], 7878)), disk_pool: 2, defaults: Limits::default() }
+        Config {
+            listen: SocketAddr::from(([127, 0, 0, 1], 7878)),
+            disk_pool: 2,
+            defaults: Limits::default(),
+            retention: Retention::default(),
+            risky_patterns: DEFAULT_RISK_PATTERNS.iter().map(|p| (*p).to_owned()).collect(),
+            gc_grace: Duration::from_secs(3600),
+        }
     }
 }
 
@@ -38,6 +61,35 @@ struct File {
     disk_pool: Option<usize>,
     #[serde(default)]
     defaults: Defaults,
+    #[serde(default)]
+    snapshots: Snapshots,
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct Snapshots {
+    gc_grace: Option<String>,
+    risky_patterns: Option<Vec<String>>,
+    #[serde(default)]
+    extra_risky_patterns: Vec<String>,
+    #[serde(default)]
+    retention: RetentionFile,
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RetentionFile {
+    keep_last: Option<u32>,
+    keep_milestones: Option<bool>,
+    expire_after: Option<String>,
+}
+
+/// `never` or a duration such as `7d`.
+pub fn parse_expiry(s: &str) -> Result<Option<Duration>, String> {
+    if s == "never" {
+        return Ok(None);
+    }
+    parse_duration(s).map(Some).map_err(|e| e.to_string())
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -85,6 +137,25 @@ impl Config {
         if let Some(s) = d.disk {
             c.defaults.set_disk(&s).map_err(|e| format!("defaults.disk: {e}"))?;
         }
+        let snaps = file.snapshots;
+        if let Some(g) = snaps.gc_grace {
+            c.gc_grace = parse_duration(&g).map_err(|e| format!("snapshots.gc_grace: {e}"))?;
+        }
+        if let Some(p) = snaps.risky_patterns {
+            c.risky_patterns = p;
+        }
+        c.risky_patterns.extend(snaps.extra_risky_patterns);
+        RiskPolicy::new(c.risky_patterns.iter().map(String::as_str)).map_err(|e| format!("snapshots: {e}"))?;
+        let r = snaps.retention;
+        if let Some(k) = r.keep_last {
+            c.retention.keep_last = k;
+        }
+        if let Some(m) = r.keep_milestones {
+            c.retention.keep_milestones = m;
+        }
+        if let Some(e) = r.expire_after {
+            c.retention.expire_after = parse_expiry(&e).map_err(|e| format!("snapshots.retention.expire_after: {e}"))?;
+        }
         Ok(c)
     }
 }
@@ -105,5 +176,10 @@ mod tests {
         assert!(Config::parse("[defaults]\nmemory = \"lots\"").unwrap_err().contains("defaults.memory"));
         assert!(Config::parse("listen = \"nowhere\"").unwrap_err().contains("listen"));
         assert!(Config::parse("colour = \"blue\"").unwrap_err().contains("colour"));
+        let c = Config::parse("[snapshots]\ngc_grace = \"5m\"\nextra_risky_patterns = [\"terraform apply\"]\n[snapshots.retention]\nkeep_last = 3\nexpire_after = \"never\"\n").unwrap();
+        assert_eq!((c.gc_grace, c.retention.keep_last, c.retention.expire_after), (Duration::from_secs(300), 3, None));
+        assert_eq!(c.risky_patterns.last().map(String::as_str), Some("terraform apply"));
+        assert!(Config::parse("[snapshots]\nrisky_patterns = [\"(\"]").unwrap_err().contains("risk pattern"));
+        assert!(Config::parse("[snapshots.retention]\nexpire_after = \"soon\"").unwrap_err().contains("expire_after"));
     }
 }

@@ -3,7 +3,8 @@
 //! The client's first message is a text frame with an [`ExecStart`]. Then:
 //! - server to client: binary frames `[1, bytes..]` (stdout) and
 //!   `[2, bytes..]` (stderr, or the pty), a text frame
-//!   `{"type":"started","step":N}`, and finally `{"type":"exit", ..}` with an
+//!   `{"type":"pre-risk","snapshot":S,"reason":R}` when a `pre-risk` snapshot
+//!   was taken before the command, `{"type":"started","step":N}`, and finally `{"type":"exit", ..}` with an
 //!   [`ExecExit`], or `{"type":"error","error":".."}`;
 //! - client to server: binary `[0, bytes..]` (stdin), `[0]` alone (stdin
 //!   closed), text `{"type":"resize","rows":R,"cols":C}`.
@@ -50,6 +51,9 @@ pub struct ExecStart {
     /// Run on a pty of this size.
     pub tty: Option<WinSize>,
     pub timeout_ms: Option<u64>,
+    /// Take a `pre-risk` snapshot first, whatever the command.
+    #[serde(default)]
+    pub risky: bool,
 }
 
 #[derive(Debug, Deserialize)]
@@ -120,6 +124,22 @@ async fn run(tasks: &Arc<Tasks>, id: &str, actor: &str, start: ExecStart, ws: &m
     let workdir = start.workdir.clone().unwrap_or_else(|| task.config.workdir.clone());
     cairn_core::check_workdir(&workdir)?;
     let env = environment(&task.config.env, &start.env, task.id.as_str(), start.tty.is_some())?;
+    let matched = tasks.risky_match(&task, &start.argv)?;
+    if start.risky || matched.is_some() {
+        let reason = match &matched {
+            Some(p) => format!("matches high-risk pattern {p:?}"),
+            None => "--risky".to_owned(),
+        };
+        let cmd: String = start.argv.join(" ").chars().take(200).collect();
+        let req = crate::snapshots::SnapshotRequest {
+            kind: Some("pre-risk".into()),
+            note: Some(format!("before `{cmd}` ({reason})")),
+            ..Default::default()
+        };
+        let snap = tasks.snapshot(task.id.as_str(), req, actor).await?;
+        let msg = json!({"type": "pre-risk", "snapshot": snap.id, "reason": reason, "freeze_ms": snap.freeze_ms});
+        let _ = ws.send(Message::Text(msg.to_string().into())).await;
+    }
     let step = tasks.store.bump_step(&task.id).await?;
     let t_step = t0.elapsed();
     let begun = Instant::now();

@@ -67,6 +67,10 @@ impl Home {
     pub fn images(&self) -> PathBuf {
         self.root.join("images")
     }
+    /// The blob store: packs, index files and manifests of every snapshot.
+    pub fn blobs(&self) -> PathBuf {
+        self.root.join("blobs")
+    }
 
     fn ensure(&self) -> Result<(), HomeError> {
         fs::DirBuilder::new().recursive(true).mode(0o700).create(&self.root).map_err(|e| HomeError::Dir(self.root.clone(), e))

@@ -5,6 +5,7 @@
 //! - [`config`]: the TOML config file and its defaults.
 //! - [`tasks`]: task lifecycle (create, start, destroy, reconcile).
 //! - [`exec`]: commands over a WebSocket, streamed as they run.
+//! - [`snapshots`]: snapshots, rollback in place, forks, retention, check, gc.
 //! - [`api`]: routes, authentication, errors as JSON.
 //!
 //! [`Daemon::start`] runs everything on the caller's tokio runtime, so the
@@ -17,6 +18,7 @@ pub mod exec;
 mod files;
 pub mod home;
 mod reaper;
+pub mod snapshots;
 pub mod tasks;
 
 use std::net::SocketAddr;
@@ -37,6 +39,10 @@ pub enum StartError {
     Store(#[from] cairn_store::Error),
     #[error("{0}")]
     Sandbox(#[from] cairn_sandbox::Error),
+    #[error("blob store: {0}")]
+    Blob(#[from] cairn_blob::Error),
+    #[error("config: {0}")]
+    Config(String),
     #[error("cannot listen on {0}: {1}")]
     Listen(SocketAddr, std::io::Error),
 }

@@ -45,6 +45,15 @@ pub struct CreateRequest {
     #[serde(default)]
     pub env: Vec<String>,
     pub workdir: Option<String>,
+    /// Retention: keep the newest K snapshots.
+    pub keep_last: Option<u32>,
+    /// Retention: keep every milestone.
+    pub keep_milestones: Option<bool>,
+    /// Retention: expire other snapshots after this long (`never` to keep).
+    pub expire_after: Option<String>,
+    /// High-risk command patterns of this task (regular expressions).
+    #[serde(default)]
+    pub risky: Vec<String>,
 }
 
 /// Limits as a user reads them.
@@ -84,7 +93,9 @@ pub struct Tasks {
     pub store: Store,
     pub images: ImageStore,
     pub driver: Arc<NativeDriver>,
+    pub snaps: crate::snapshots::SnapshotState,
     defaults: Limits,
+    retention: cairn_core::Retention,
     live: Mutex<HashMap<TaskId, Live>>,
     locks: Mutex<HashMap<TaskId, Arc<tokio::sync::Mutex<()>>>>,
 }
@@ -95,6 +106,15 @@ impl Tasks {
         let images = ImageStore::new(home.images());
         let images2 = images.clone();
         let root = home.root().to_owned();
+        let blobs = home.blobs();
+        let repo = tokio::task::spawn_blocking(move || -> Result<_, cairn_blob::Error> {
+            let backend = cairn_blob::ObjectStoreBackend::local(&blobs)?;
+            cairn_blob::Repository::open(Arc::new(backend))
+        })
+        .await
+        .map_err(|e| StartError::Sandbox(cairn_sandbox::Error::Helper(e.to_string())))??;
+        let risk = cairn_core::RiskPolicy::new(config.risky_patterns.iter().map(String::as_str))
+            .map_err(|e| StartError::Config(e.to_string()))?;
         let (defaults, pool) = (config.defaults, config.disk_pool);
         let driver = tokio::task::spawn_blocking(move || -> Result<NativeDriver, cairn_sandbox::Error> {
             images2.cleanup()?;
@@ -107,13 +127,15 @@ impl Tasks {
             store,
             images,
             driver: Arc::new(driver),
+            snaps: crate::snapshots::SnapshotState::new(repo, risk, config.gc_grace),
             defaults,
+            retention: config.retention.clone(),
             live: Mutex::new(HashMap::new()),
             locks: Mutex::new(HashMap::new()),
         })
     }
 
-    fn lock_of(&self, id: &TaskId) -> Arc<tokio::sync::Mutex<()>> {
+    pub(crate) fn lock_of(&self, id: &TaskId) -> Arc<tokio::sync::Mutex<()>> {
         let mut locks = self.locks.lock().unwrap_or_else(|e| e.into_inner());
         locks.entry(id.clone()).or_default().clone()
     }
@@ -122,7 +144,7 @@ impl Tasks {
         self.live.lock().unwrap_or_else(|e| e.into_inner()).get(id).copied()
     }
 
-    fn set_live(&self, id: &TaskId, live: Option<Live>) {
+    pub(crate) fn set_live(&self, id: &TaskId, live: Option<Live>) {
         let mut map = self.live.lock().unwrap_or_else(|e| e.into_inner());
         match live {
             Some(l) => map.insert(id.clone(), l),
@@ -144,7 +166,7 @@ impl Tasks {
         Ok(self.store.find_task(id_or_name).await?)
     }
 
-    async fn image(&self, name: &str) -> Result<Image, ApiError> {
+    pub(crate) async fn image(&self, name: &str) -> Result<Image, ApiError> {
         let images = self.images.clone();
         let name = name.to_owned();
         Ok(tokio::task::spawn_blocking(move || images.get(&name)).await??)
@@ -172,7 +194,18 @@ impl Tasks {
             check_name(n)?;
         }
         let image = req.image.clone().unwrap_or_else(|| cairn_core::DEFAULT_IMAGE.to_owned());
-        Ok(TaskConfig { image, limits, env, workdir })
+        let mut retention = self.retention.clone();
+        if let Some(k) = req.keep_last {
+            retention.keep_last = k;
+        }
+        if let Some(m) = req.keep_milestones {
+            retention.keep_milestones = m;
+        }
+        if let Some(e) = &req.expire_after {
+            retention.expire_after = crate::config::parse_expiry(e).map_err(|e| ApiError::bad_request(format!("--expire-after: {e}")))?;
+        }
+        cairn_core::RiskPolicy::new(req.risky.iter().map(String::as_str))?;
+        Ok(TaskConfig { image, limits, env, workdir, retention, risky: req.risky.clone() })
     }
 
     /// Creates a task and starts its sandbox (Cairn starts sandboxes on
@@ -198,20 +231,25 @@ impl Tasks {
             .await?;
         let lock = self.lock_of(&task.id);
         let _guard = lock.lock().await;
-        self.start(&task, &image, actor, ahead).await?;
+        self.start(&task, &image, actor, ahead, None).await?;
         Ok(self.view(self.store.find_task(task.id.as_str()).await?))
     }
 
-    /// Starts the sandbox of a task that has none. Holds the task's lock.
-    async fn start(
+    /// Starts the sandbox of a task that has none, on `slot` when the caller
+    /// claimed one already. Holds the task's lock.
+    pub(crate) async fn start(
         &self,
         task: &Task,
         image: &Image,
         actor: &str,
         ahead: Option<cairn_sandbox::native::Prestarted>,
+        slot: Option<u32>,
     ) -> Result<Live, ApiError> {
         let begun = Instant::now();
-        let slot = self.claim_slot(&task.id).await?;
+        let slot = match slot {
+            Some(s) => s,
+            None => self.claim_slot(&task.id).await?,
+        };
         let ids = IdRange::for_slot(slot).map_err(ApiError::from)?;
         let driver = self.driver.clone();
         let (id, config, image2) = (task.id.to_string(), task.config.clone(), image.clone());
@@ -253,7 +291,7 @@ impl Tasks {
 
     /// A uid slot free both in this store and on the host (other daemons'
     /// sandboxes use the same host uid space).
-    async fn claim_slot(&self, id: &TaskId) -> Result<u32, ApiError> {
+    pub(crate) async fn claim_slot(&self, id: &TaskId) -> Result<u32, ApiError> {
         let mut min = 0;
         loop {
             let slot = self.store.claim_sandbox_slot_from(id, min).await?;
@@ -273,7 +311,7 @@ impl Tasks {
         }
     }
 
-    async fn release_slot(&self, id: &TaskId) -> Result<(), ApiError> {
+    pub(crate) async fn release_slot(&self, id: &TaskId) -> Result<(), ApiError> {
         if let Some(row) = self.store.sandbox(id).await? {
             self.driver.release_slot(row.uid_slot, id.as_str());
         }
@@ -304,7 +342,7 @@ impl Tasks {
                     return Ok((task, live));
                 }
                 let image = self.image(&task.config.image).await?;
-                let live = self.start(&task, &image, actor, None).await?;
+                let live = self.start(&task, &image, actor, None, None).await?;
                 Ok((self.find(task.id.as_str()).await?, live))
             }
             (state, _) => {
@@ -339,6 +377,7 @@ impl Tasks {
         } else {
             self.release_slot(&task.id).await?;
             self.store.set_sandbox_state(&task.id, SandboxState::None, None).await?;
+            self.drop_snapshots(&task.id).await?;
         }
         self.store
             .append_event(&NewEvent {
@@ -354,7 +393,7 @@ impl Tasks {
         Ok(self.view(self.find(task.id.as_str()).await?))
     }
 
-    async fn recorded_init(&self, id: &TaskId) -> Result<Option<InitProcess>, ApiError> {
+    pub(crate) async fn recorded_init(&self, id: &TaskId) -> Result<Option<InitProcess>, ApiError> {
         if let Some(l) = self.live(id) {
             return Ok(Some(l.init));
         }
@@ -380,9 +419,16 @@ impl Tasks {
             let driver = self.driver.clone();
             let id = task.id.to_string();
             let healthy = match init {
-                Some(i) if i.alive() && !task.state.is_terminal() => {
-                    tokio::task::spawn_blocking(move || driver.ping(&id).is_ok()).await.unwrap_or(false)
-                }
+                Some(i) if i.alive() && !task.state.is_terminal() => tokio::task::spawn_blocking(move || {
+                    // A daemon killed during a snapshot leaves the sandbox
+                    // frozen; thaw it so it can answer and run again.
+                    if let Err(e) = driver.cgroup(&id).and_then(|c| c.thaw()) {
+                        tracing::warn!(task = %id, "thaw after restart: {e}");
+                    }
+                    driver.ping(&id).is_ok()
+                })
+                .await
+                .unwrap_or(false),
                 _ => false,
             };
             if healthy {

@@ -1,0 +1,391 @@
+//! Objects keyed by (kind, id) behind read/write traits.
+
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use bytes::Bytes;
+use futures_util::TryStreamExt;
+use object_store::local::LocalFileSystem;
+use object_store::path::Path as StorePath;
+use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
+
+use crate::{Error, Result};
+
+/// What an object is; each kind has its own prefix in the store.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Kind {
+    Pack,
+    Index,
+    Manifest,
+}
+
+impl Kind {
+    /// The top-level directory (key prefix) of this kind.
+    pub fn dir(self) -> &'static str {
+        match self {
+            Kind::Pack => "packs",
+            Kind::Index => "index",
+            Kind::Manifest => "manifests",
+        }
+    }
+
+    /// Packs and manifests are many, so they are fanned out over 256
+    /// sub-directories by their first two hex digits; index files are few.
+    fn fanned_out(self) -> bool {
+        matches!(self, Kind::Pack | Kind::Manifest)
+    }
+}
+
+/// An object as listed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ObjectInfo {
+    pub id: String,
+    pub size: u64,
+    pub modified: SystemTime,
+}
+
+pub trait ReadBackend: Send + Sync + std::fmt::Debug {
+    /// A short description for messages (`local /path`, `s3://bucket/prefix`).
+    fn location(&self) -> String;
+    fn read(&self, kind: Kind, id: &str) -> Result<Bytes>;
+    fn read_range(&self, kind: Kind, id: &str, offset: u64, len: u64) -> Result<Bytes>;
+    fn list(&self, kind: Kind) -> Result<Vec<ObjectInfo>>;
+    fn exists(&self, kind: Kind, id: &str) -> Result<bool>;
+}
+
+pub trait WriteBackend: ReadBackend {
+    /// Writes an object atomically and durably: after it returns, a crash
+    /// leaves either no object or the whole object.
+    fn write(&self, kind: Kind, id: &str, data: Bytes) -> Result<()>;
+    fn delete(&self, kind: Kind, id: &str) -> Result<()>;
+}
+
+/// The `object_store` backend.
+///
+/// Synchronous on top of an async store: it owns a small tokio runtime and
+/// blocks on each call, so call it from blocking threads.
+#[derive(Debug)]
+pub struct ObjectStoreBackend {
+    store: Arc<dyn ObjectStore>,
+    location: String,
+    /// Key prefix under which every object lives (empty: the store's root).
+    prefix: String,
+    /// For a store that is a local directory without its own fsync: the
+    /// directory, so that written objects are fsync'd here.
+    sync_root: Option<PathBuf>,
+    /// An `Option` only so that `Drop` can take it out and shut it down
+    /// without blocking.
+    runtime: Option<tokio::runtime::Runtime>,
+}
+
+impl ObjectStoreBackend {
+    /// A local directory (created if missing).
+    pub fn local(root: &Path) -> Result<ObjectStoreBackend> {
+        std::fs::create_dir_all(root).map_err(|e| Error::Io(root.to_path_buf(), e))?;
+        let location = format!("local {}", root.display());
+        // The store fsyncs the staged file before renaming it into place and
+        // then the directories it changed, so a put is atomic and durable:
+        // syncing after the rename would leave a window in which a crash
+        // shows a torn object under its final name.
+        let store = LocalFileSystem::new_with_prefix(root)
+            .map_err(|e| Error::Backend(location.clone(), e.to_string()))?
+            .with_fsync(true);
+        Self::build(Arc::new(store), location, None)
+    }
+
+    /// Any `object_store` store. `location` describes it in messages
+    /// (`s3://bucket/prefix`). `local_root`: when the store is a local
+    /// directory that does not fsync by itself, that directory; each written
+    /// object, its directory and (when new) the directory above are then
+    /// fsync'd after the write.
+    pub fn from_store(store: Arc<dyn ObjectStore>, location: String, local_root: Option<PathBuf>) -> Result<ObjectStoreBackend> {
+        Self::build(store, location, local_root)
+    }
+
+    /// Puts every object under `prefix` (`a/b`) inside the store.
+    pub fn with_prefix(mut self, prefix: &str) -> ObjectStoreBackend {
+        self.prefix = prefix.trim_matches('/').to_string();
+        self
+    }
+
+    fn build(store: Arc<dyn ObjectStore>, location: String, sync_root: Option<PathBuf>) -> Result<ObjectStoreBackend> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("cairn-blob-io")
+            .enable_all()
+            .build()
+            .map_err(|e| Error::Backend(location.clone(), format!("cannot start its runtime: {e}")))?;
+        Ok(ObjectStoreBackend { store, location, prefix: String::new(), sync_root, runtime: Some(runtime) })
+    }
+
+    /// The key of an object, relative to the store's root.
+    fn key(&self, kind: Kind, id: &str) -> Result<String> {
+        // Ids become path segments: refuse anything that could escape them.
+        if id.len() < 2 || !id.bytes().all(|b| b.is_ascii_alphanumeric()) {
+            return Err(Error::Backend(self.location.clone(), format!("{id:?} is not a valid object id")));
+        }
+        let rel = if kind.fanned_out() { format!("{}/{}/{id}", kind.dir(), &id[..2]) } else { format!("{}/{id}", kind.dir()) };
+        Ok(if self.prefix.is_empty() { rel } else { format!("{}/{rel}", self.prefix) })
+    }
+
+    fn kind_prefix(&self, kind: Kind) -> StorePath {
+        if self.prefix.is_empty() {
+            StorePath::from(kind.dir())
+        } else {
+            StorePath::from(format!("{}/{}", self.prefix, kind.dir()).as_str())
+        }
+    }
+
+    /// Runs a future of the store to completion on the backend's runtime.
+    fn run<T: Send + 'static>(&self, fut: impl Future<Output = T> + Send + 'static) -> Result<T> {
+        let runtime = self.runtime.as_ref().ok_or_else(|| Error::Backend(self.location.clone(), "shut down".into()))?;
+        if tokio::runtime::Handle::try_current().is_ok() {
+            // Called from inside an async context, where `block_on` would
+            // panic: run it on our workers and wait here instead.
+            let (tx, rx) = std::sync::mpsc::sync_channel(1);
+            runtime.spawn(async move {
+                let _ = tx.send(fut.await);
+            });
+            rx.recv().map_err(|_| Error::Backend(self.location.clone(), "a store call was cancelled".into()))
+        } else {
+            Ok(runtime.block_on(fut))
+        }
+    }
+
+    /// Maps a store error about one object to ours.
+    fn error(&self, op: &str, kind: Kind, id: &str, err: object_store::Error) -> Error {
+        match err {
+            object_store::Error::NotFound { .. } => Error::Missing(kind, id.to_string()),
+            err if is_no_space(&err) => Error::NoSpace(self.location.clone()),
+            err => Error::Backend(self.location.clone(), format!("{op} {} {id}: {}", kind.dir(), one_line(&err.to_string()))),
+        }
+    }
+
+    /// fsyncs a just-written object, its directory, and the directory above
+    /// when the object's directory was created by this write.
+    fn sync_written(&self, root: &Path, key: &str, dir_was_new: bool) -> Result<()> {
+        let path = root.join(key);
+        sync_path(&path)?;
+        let mut dir = path.parent();
+        let levels = if dir_was_new { 2 } else { 1 };
+        for _ in 0..levels {
+            if let Some(d) = dir {
+                sync_path(d)?;
+                dir = d.parent();
+            }
+        }
+        Ok(())
+    }
+}
+
+fn sync_path(path: &Path) -> Result<()> {
+    let res = std::fs::File::open(path).and_then(|f| f.sync_all());
+    res.map_err(|e| if e.raw_os_error() == Some(libc::ENOSPC) { Error::NoSpace(path.display().to_string()) } else { Error::Io(path.to_path_buf(), e) })
+}
+
+/// True when `err` or any error in its source chain says the disk is full.
+fn is_no_space(err: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cur = Some(err);
+    while let Some(e) = cur {
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            if io.raw_os_error() == Some(libc::ENOSPC) || io.kind() == std::io::ErrorKind::StorageFull {
+                return true;
+            }
+        }
+        if e.to_string().contains("No space left") {
+            return true;
+        }
+        cur = e.source();
+    }
+    false
+}
+
+fn one_line(s: &str) -> String {
+    s.replace('\n', " ")
+}
+
+impl Drop for ObjectStoreBackend {
+    fn drop(&mut self) {
+        // Dropping a runtime blocks and panics inside another runtime's
+        // async context (the daemon's); shutting it down in the background
+        // does neither.
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
+impl ReadBackend for ObjectStoreBackend {
+    fn location(&self) -> String {
+        self.location.clone()
+    }
+
+    fn read(&self, kind: Kind, id: &str) -> Result<Bytes> {
+        let path = StorePath::from(self.key(kind, id)?.as_str());
+        let store = Arc::clone(&self.store);
+        self.run(async move { store.get(&path).await?.bytes().await })?.map_err(|e| self.error("read", kind, id, e))
+    }
+
+    fn read_range(&self, kind: Kind, id: &str, offset: u64, len: u64) -> Result<Bytes> {
+        let end = offset.checked_add(len).ok_or_else(|| Error::Corrupt(kind, id.to_string(), format!("range {offset}+{len} overflows")))?;
+        let path = StorePath::from(self.key(kind, id)?.as_str());
+        let store = Arc::clone(&self.store);
+        let got = self.run(async move { store.get_range(&path, offset..end).await })?;
+        let truncated = |size: u64| Error::Corrupt(kind, id.to_string(), format!("truncated: bytes {offset}..{end} wanted, the object has {size}"));
+        match got {
+            Ok(bytes) if bytes.len() as u64 == len => Ok(bytes),
+            Ok(bytes) => Err(truncated(offset + bytes.len() as u64)),
+            Err(object_store::Error::NotFound { .. }) => Err(Error::Missing(kind, id.to_string())),
+            Err(e) => {
+                // Stores report a range past the end in their own words;
+                // when that is what happened, say so (the object is short).
+                let path = StorePath::from(self.key(kind, id)?.as_str());
+                let store = Arc::clone(&self.store);
+                match self.run(async move { store.head(&path).await })? {
+                    Ok(meta) if meta.size < end => Err(truncated(meta.size)),
+                    Err(object_store::Error::NotFound { .. }) => Err(Error::Missing(kind, id.to_string())),
+                    _ => Err(self.error("read", kind, id, e)),
+                }
+            }
+        }
+    }
+
+    fn list(&self, kind: Kind) -> Result<Vec<ObjectInfo>> {
+        let prefix = self.kind_prefix(kind);
+        let store = Arc::clone(&self.store);
+        let metas = self
+            .run(async move { store.list(Some(&prefix)).try_collect::<Vec<_>>().await })?
+            .map_err(|e| Error::Backend(self.location.clone(), format!("list {}: {}", kind.dir(), one_line(&e.to_string()))))?;
+        Ok(metas
+            .into_iter()
+            .filter_map(|meta| {
+                let id = meta.location.filename()?.to_string();
+                Some(ObjectInfo { id, size: meta.size, modified: meta.last_modified.into() })
+            })
+            .collect())
+    }
+
+    fn exists(&self, kind: Kind, id: &str) -> Result<bool> {
+        let path = StorePath::from(self.key(kind, id)?.as_str());
+        let store = Arc::clone(&self.store);
+        match self.run(async move { store.head(&path).await })? {
+            Ok(_) => Ok(true),
+            Err(object_store::Error::NotFound { .. }) => Ok(false),
+            Err(e) => Err(self.error("stat", kind, id, e)),
+        }
+    }
+}
+
+impl WriteBackend for ObjectStoreBackend {
+    fn write(&self, kind: Kind, id: &str, data: Bytes) -> Result<()> {
+        let key = self.key(kind, id)?;
+        let dir_was_new = match (&self.sync_root, Path::new(&key).parent()) {
+            (Some(root), Some(dir)) => !root.join(dir).exists(),
+            _ => false,
+        };
+        let path = StorePath::from(key.as_str());
+        let store = Arc::clone(&self.store);
+        self.run(async move { store.put(&path, PutPayload::from(data)).await })?.map_err(|e| self.error("write", kind, id, e))?;
+        if let Some(root) = &self.sync_root {
+            self.sync_written(root, &key, dir_was_new)?;
+        }
+        Ok(())
+    }
+
+    /// Deleting an object that is already gone succeeds (gc may race with
+    /// itself after a crash).
+    fn delete(&self, kind: Kind, id: &str) -> Result<()> {
+        let path = StorePath::from(self.key(kind, id)?.as_str());
+        let store = Arc::clone(&self.store);
+        match self.run(async move { store.delete(&path).await })? {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(self.error("delete", kind, id, e)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn backend() -> (tempfile::TempDir, ObjectStoreBackend) {
+        let dir = tempfile::tempdir().unwrap();
+        let b = ObjectStoreBackend::local(&dir.path().join("repo")).unwrap();
+        (dir, b)
+    }
+
+    #[test]
+    fn write_read_list_delete() {
+        let (dir, b) = backend();
+        let id = "ab".repeat(32);
+        assert!(b.list(Kind::Pack).unwrap().is_empty());
+        assert!(!b.exists(Kind::Pack, &id).unwrap());
+        b.write(Kind::Pack, &id, Bytes::from_static(b"hello world")).unwrap();
+        assert!(dir.path().join("repo/packs/ab").join(&id).is_file());
+        assert!(b.exists(Kind::Pack, &id).unwrap());
+        assert_eq!(&b.read(Kind::Pack, &id).unwrap()[..], b"hello world");
+        assert_eq!(&b.read_range(Kind::Pack, &id, 6, 5).unwrap()[..], b"world");
+        let listed = b.list(Kind::Pack).unwrap();
+        assert_eq!(listed.len(), 1);
+        assert_eq!((listed[0].id.as_str(), listed[0].size), (id.as_str(), 11));
+        assert!(b.list(Kind::Manifest).unwrap().is_empty());
+
+        b.write(Kind::Index, &id, Bytes::from_static(b"i")).unwrap();
+        assert!(dir.path().join("repo/index").join(&id).is_file());
+
+        b.delete(Kind::Pack, &id).unwrap();
+        b.delete(Kind::Pack, &id).unwrap();
+        assert!(matches!(b.read(Kind::Pack, &id), Err(Error::Missing(Kind::Pack, _))));
+        assert!(matches!(b.read_range(Kind::Pack, &id, 0, 1), Err(Error::Missing(Kind::Pack, _))));
+    }
+
+    #[test]
+    fn short_range_is_named_truncation() {
+        let (_dir, b) = backend();
+        let id = "cd".repeat(32);
+        b.write(Kind::Pack, &id, Bytes::from_static(b"0123456789")).unwrap();
+        let err = b.read_range(Kind::Pack, &id, 5, 10).unwrap_err();
+        assert!(matches!(&err, Error::Corrupt(Kind::Pack, got, why) if *got == id && why.contains("truncated")), "{err}");
+    }
+
+    #[test]
+    fn refuses_ids_that_are_not_names() {
+        let (_dir, b) = backend();
+        assert!(b.write(Kind::Pack, "../../etc", Bytes::new()).is_err());
+        assert!(b.read(Kind::Manifest, "a/b").is_err());
+    }
+
+    #[test]
+    fn from_store_with_local_root_and_prefix() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(LocalFileSystem::new_with_prefix(dir.path()).unwrap());
+        let b = ObjectStoreBackend::from_store(store, "test".into(), Some(dir.path().to_path_buf())).unwrap().with_prefix("repos/one");
+        let id = "ef".repeat(32);
+        b.write(Kind::Manifest, &id, Bytes::from_static(b"m")).unwrap();
+        assert!(dir.path().join("repos/one/manifests/ef").join(&id).is_file());
+        assert_eq!(b.list(Kind::Manifest).unwrap().len(), 1);
+    }
+
+    #[test]
+    fn usable_and_droppable_inside_an_async_context() {
+        let (_dir, b) = backend();
+        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        rt.block_on(async move {
+            let id = "01".repeat(32);
+            b.write(Kind::Index, &id, Bytes::from_static(b"x")).unwrap();
+            assert!(b.exists(Kind::Index, &id).unwrap());
+            drop(b);
+        });
+    }
+
+    #[test]
+    fn no_space_is_recognised_through_sources() {
+        let io = std::io::Error::from_raw_os_error(libc::ENOSPC);
+        let err = object_store::Error::Generic { store: "x", source: Box::new(io) };
+        assert!(is_no_space(&err));
+        let other = object_store::Error::Generic { store: "x", source: "permission denied".into() };
+        assert!(!is_no_space(&other));
+    }
+}

@@ -1,0 +1,734 @@
+//! Snapshots, rollback in place, forks, retention, `check` and `gc`.
+//!
+//! A snapshot is written in this order, so a crash at any point leaves no
+//! visible half-snapshot: chunks and packs, the index, the manifest (all in
+//! the blob store, each durable before the next), then the snapshot row and
+//! its event in one transaction. Everything before the row is invisible
+//! garbage until `gc` removes it.
+//!
+//! `gc` and snapshot writers are serialised by a read/write lock: a writer may
+//! reuse any chunk it finds in the index, so no sweep may run while it does.
+//! The grace period additionally protects objects of other daemons sharing
+//! the same store.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use cairn_blob::{ObjectId, Repository};
+use cairn_core::{
+    parse_duration, EventKind, NewEvent, RiskPolicy, RollbackNote, Snapshot, SnapshotId, SnapshotKind, Task, TaskId,
+    TaskState,
+};
+use cairn_sandbox::native::NativeDriver;
+use cairn_sandbox::uidmap::IdRange;
+use cairn_snapshot::{IdShift, LayerSpec, Manifest};
+use cairn_store::now_ms;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use crate::tasks::{Live, Tasks};
+use crate::{reaper, ApiError};
+
+/// Longest note or rollback reason accepted.
+const MAX_NOTE: usize = 4096;
+/// Longest memory summary accepted.
+const MAX_MEMORY: usize = 1 << 20;
+/// Most forks made by one request.
+const MAX_FORKS: u32 = 32;
+
+/// Body of `POST /v1/tasks/{id}/snapshots`.
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct SnapshotRequest {
+    pub kind: Option<String>,
+    pub note: Option<String>,
+    /// Also becomes the task's memory summary.
+    pub memory: Option<String>,
+    pub healthy: Option<bool>,
+}
+
+/// Body of `POST /v1/tasks/{id}/rollback`: exactly one of `to` and
+/// `last_healthy`.
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RollbackRequest {
+    pub to: Option<String>,
+    #[serde(default)]
+    pub last_healthy: bool,
+    pub reason: String,
+}
+
+/// Body of `POST /v1/tasks/{id}/fork`.
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ForkRequest {
+    pub from: Option<String>,
+    pub count: Option<u32>,
+}
+
+/// Body of `POST /v1/gc`.
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct GcRequest {
+    #[serde(default)]
+    pub dry_run: bool,
+    /// Overrides the configured grace period (e.g. `0s` in tests).
+    pub grace: Option<String>,
+}
+
+/// A long operation in progress on a task, for `GET /v1/tasks/{id}/progress`.
+#[derive(Clone, Debug, Serialize)]
+pub struct OpProgress {
+    pub op: &'static str,
+    pub phase: &'static str,
+    pub files_done: u64,
+    pub files_total: u64,
+    pub bytes_done: u64,
+    pub bytes_total: u64,
+    pub elapsed_ms: u64,
+}
+
+type ProgressMap = Arc<Mutex<HashMap<TaskId, OpProgress>>>;
+
+/// Snapshot state the daemon keeps next to its tasks.
+#[derive(Debug)]
+pub struct SnapshotState {
+    pub repo: Arc<Repository>,
+    pub risk: RiskPolicy,
+    pub gc_grace: Duration,
+    gc_lock: tokio::sync::RwLock<()>,
+    progress: ProgressMap,
+    /// Parsed baselines by task, so an incremental snapshot does not parse
+    /// its parent's manifest again.
+    baselines: Mutex<HashMap<TaskId, (String, Arc<Manifest>)>>,
+}
+
+impl SnapshotState {
+    pub fn new(repo: Arc<Repository>, risk: RiskPolicy, gc_grace: Duration) -> SnapshotState {
+        SnapshotState {
+            repo,
+            risk,
+            gc_grace,
+            gc_lock: tokio::sync::RwLock::new(()),
+            progress: Arc::default(),
+            baselines: Mutex::default(),
+        }
+    }
+}
+
+/// Freezes a task's cgroup for a consistent capture.
+struct CgroupFreezer(cairn_sandbox::cgroup::TaskCgroup);
+
+impl cairn_snapshot::Freezer for CgroupFreezer {
+    fn freeze(&self) -> Result<(), String> {
+        self.0.freeze().map_err(|e| e.to_string())
+    }
+    fn thaw(&self) -> Result<(), String> {
+        self.0.thaw().map_err(|e| e.to_string())
+    }
+}
+
+/// Reports progress into the daemon's map until dropped.
+struct ProgressSink {
+    map: ProgressMap,
+    task: TaskId,
+    op: &'static str,
+    began: Instant,
+}
+
+impl ProgressSink {
+    fn update(&self, p: &cairn_snapshot::Progress) {
+        let v = OpProgress {
+            op: self.op,
+            phase: p.phase,
+            files_done: p.files_done,
+            files_total: p.files_total,
+            bytes_done: p.bytes_done,
+            bytes_total: p.bytes_total,
+            elapsed_ms: self.began.elapsed().as_millis() as u64,
+        };
+        self.map.lock().unwrap_or_else(|e| e.into_inner()).insert(self.task.clone(), v);
+    }
+}
+
+impl Drop for ProgressSink {
+    fn drop(&mut self) {
+        self.map.lock().unwrap_or_else(|e| e.into_inner()).remove(&self.task);
+    }
+}
+
+fn blob_error(e: cairn_blob::Error) -> ApiError {
+    match e {
+        cairn_blob::Error::NoSpace(_) => ApiError::new(axum::http::StatusCode::INSUFFICIENT_STORAGE, e.to_string()),
+        _ => ApiError::internal(e.to_string()),
+    }
+}
+
+fn snapshot_error(what: &str, e: cairn_snapshot::Error) -> ApiError {
+    let msg = format!("{what}: {e}");
+    if msg.contains("no space left") || msg.contains("No space left") {
+        ApiError::new(axum::http::StatusCode::INSUFFICIENT_STORAGE, msg)
+    } else {
+        ApiError::internal(msg)
+    }
+}
+
+fn manifest_id(hex: &str) -> Result<ObjectId, ApiError> {
+    hex.parse().map_err(|e: String| ApiError::internal(format!("store holds a malformed manifest id: {e}")))
+}
+
+fn check_text(what: &str, s: &str, max: usize) -> Result<(), ApiError> {
+    if s.len() > max {
+        return Err(ApiError::bad_request(format!("{what} is {} bytes; the limit is {max}", s.len())));
+    }
+    Ok(())
+}
+
+impl Tasks {
+    fn layer_specs(image: &cairn_sandbox::image::Image) -> Vec<LayerSpec> {
+        NativeDriver::layers(image).iter().map(|l| LayerSpec { name: l.disk_name(), at: l.at.clone() }).collect()
+    }
+
+    fn progress_sink(&self, task: &TaskId, op: &'static str) -> ProgressSink {
+        ProgressSink { map: self.snaps.progress.clone(), task: task.clone(), op, began: Instant::now() }
+    }
+
+    pub fn progress(&self, task: &TaskId) -> Option<OpProgress> {
+        self.snaps.progress.lock().unwrap_or_else(|e| e.into_inner()).get(task).cloned()
+    }
+
+    async fn load_manifest(&self, hex: &str) -> Result<Manifest, ApiError> {
+        let id = manifest_id(hex)?;
+        let repo = self.snaps.repo.clone();
+        tokio::task::spawn_blocking(move || cairn_snapshot::load(&repo, &id))
+            .await?
+            .map_err(|e| snapshot_error(&format!("cannot read manifest {hex}"), e))
+    }
+
+    /// The manifest describing the task's disk as it is now, if known.
+    async fn baseline_manifest(&self, task: &TaskId) -> Option<Arc<Manifest>> {
+        let hex = self.store.baseline(task).await.ok()??;
+        if let Some((h, m)) = self.snaps.baselines.lock().unwrap_or_else(|e| e.into_inner()).get(task) {
+            if *h == hex {
+                return Some(m.clone());
+            }
+        }
+        match self.load_manifest(&hex).await {
+            Ok(m) => {
+                let m = Arc::new(m);
+                self.cache_baseline(task, hex, m.clone());
+                Some(m)
+            }
+            Err(e) => {
+                // Only a speed-up: without it every file is read again.
+                tracing::warn!(task = %task, "baseline manifest unusable, capturing in full: {e}");
+                None
+            }
+        }
+    }
+
+    fn cache_baseline(&self, task: &TaskId, hex: String, m: Arc<Manifest>) {
+        self.snaps.baselines.lock().unwrap_or_else(|e| e.into_inner()).insert(task.clone(), (hex, m));
+    }
+
+    pub(crate) fn forget_baseline(&self, task: &TaskId) {
+        self.snaps.baselines.lock().unwrap_or_else(|e| e.into_inner()).remove(task);
+    }
+
+    /// The high-risk pattern a command matches: the daemon's, then the task's.
+    pub fn risky_match(&self, task: &Task, argv: &[String]) -> Result<Option<String>, ApiError> {
+        if let Some(p) = self.snaps.risk.matches(argv) {
+            return Ok(Some(p.to_owned()));
+        }
+        let own = RiskPolicy::new(task.config.risky.iter().map(String::as_str))?;
+        Ok(own.matches(argv).map(str::to_owned))
+    }
+
+    /// Takes a snapshot of a running task.
+    pub async fn snapshot(&self, id_or_name: &str, req: SnapshotRequest, actor: &str) -> Result<Snapshot, ApiError> {
+        let kind = req.kind.as_deref().map(str::parse::<SnapshotKind>).transpose()?.unwrap_or(SnapshotKind::Manual);
+        let note = req.note.unwrap_or_default();
+        check_text("the note", &note, MAX_NOTE)?;
+        if let Some(m) = &req.memory {
+            check_text("the memory summary", m, MAX_MEMORY)?;
+        }
+        let (task, _) = self.running(id_or_name, actor).await?;
+        let lock = self.lock_of(&task.id);
+        let _guard = lock.lock().await;
+        let task = self.find(task.id.as_str()).await?;
+        task.state.check_exec()?;
+        let live = self.live(&task.id).ok_or_else(|| ApiError::conflict(format!("task {} has no running sandbox", task.id)))?;
+        self.snapshot_locked(&task, live, kind, note, req.healthy.unwrap_or(true), req.memory, actor).await
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn snapshot_locked(
+        &self,
+        task: &Task,
+        live: Live,
+        kind: SnapshotKind,
+        note: String,
+        healthy: bool,
+        memory: Option<String>,
+        actor: &str,
+    ) -> Result<Snapshot, ApiError> {
+        let _no_gc = self.snaps.gc_lock.read().await;
+        let image = self.image(&task.config.image).await?;
+        let layers = Self::layer_specs(&image);
+        let baseline = self.baseline_manifest(&task.id).await;
+        let disk = self.driver.paths(task.id.as_str()).disk_mount;
+        let cgroup = self.driver.cgroup(task.id.as_str())?;
+        let ids = IdShift { base: live.ids.host_base, len: live.ids.count };
+        let repo = self.snaps.repo.clone();
+        let sink = self.progress_sink(&task.id, "snapshot");
+        let begun = Instant::now();
+        let captured = tokio::task::spawn_blocking(move || {
+            let freezer = CgroupFreezer(cgroup);
+            cairn_snapshot::capture(&repo, &disk, &layers, baseline.as_deref(), ids, &freezer, &mut |p| sink.update(p))
+        })
+        .await?;
+        let duration_ms = begun.elapsed().as_secs_f64() * 1000.0;
+        let (mid, manifest, stats) = match captured {
+            Ok(c) => c,
+            Err(e) => {
+                let err = snapshot_error("snapshot failed", e);
+                self.log_event(&task.id, EventKind::Snapshot, actor, json!({ "kind": kind, "error": err.message }), 1, duration_ms)
+                    .await;
+                return Err(err);
+            }
+        };
+        let parent = self.store.snapshots(&task.id).await?.last().map(|s| s.id.clone());
+        let snap = Snapshot {
+            id: SnapshotId::random(),
+            task: task.id.clone(),
+            parent,
+            kind,
+            note,
+            healthy,
+            step: task.step,
+            memory: memory.clone().unwrap_or_else(|| task.memory.clone()),
+            config: task.config.clone(),
+            manifest: mid.to_hex(),
+            files: manifest.file_count(),
+            bytes: manifest.total_bytes(),
+            added_bytes: stats.stored_bytes,
+            freeze_ms: stats.freeze_ms,
+            duration_ms,
+            created_ms: now_ms(),
+        };
+        let event = NewEvent {
+            task: task.id.clone(),
+            kind: EventKind::Snapshot,
+            actor: actor.to_owned(),
+            args: json!({
+                "snapshot": snap.id, "kind": kind, "note": snap.note, "healthy": healthy, "step": snap.step,
+                "files_read": stats.files_read, "bytes_read": stats.bytes_read, "added_bytes": stats.stored_bytes,
+                "freeze_ms": stats.freeze_ms,
+            }),
+            exit_code: Some(0),
+            duration_ms: Some(duration_ms as u64),
+        };
+        self.store.insert_snapshot(&snap, &snap.manifest, memory.as_deref(), &event).await?;
+        self.cache_baseline(&task.id, snap.manifest.clone(), Arc::new(manifest));
+        tracing::debug!(task = %task.id, snapshot = %snap.id, freeze_ms = stats.freeze_ms, files_read = stats.files_read, "snapshot taken");
+        if let Err(e) = self.apply_retention(&task.id, false).await {
+            tracing::warn!(task = %task.id, "retention: {e}");
+        }
+        Ok(snap)
+    }
+
+    async fn log_event(&self, task: &TaskId, kind: EventKind, actor: &str, args: serde_json::Value, exit_code: i32, duration_ms: f64) {
+        let ev = NewEvent {
+            task: task.clone(),
+            kind,
+            actor: actor.to_owned(),
+            args,
+            exit_code: Some(exit_code),
+            duration_ms: Some(duration_ms as u64),
+        };
+        if let Err(e) = self.store.append_event(&ev).await {
+            tracing::error!(task = %task, "cannot log {kind}: {e}");
+        }
+    }
+
+    /// Expires the task's snapshots its retention policy no longer keeps;
+    /// returns them (without deleting anything when `dry_run`).
+    async fn apply_retention(&self, task: &TaskId, dry_run: bool) -> Result<Vec<Snapshot>, ApiError> {
+        let t = self.store.find_task(task.as_str()).await?;
+        let snaps = self.store.snapshots(task).await?;
+        let expired: Vec<Snapshot> = t.config.retention.expired(&snaps, now_ms()).into_iter().cloned().collect();
+        if !dry_run && !expired.is_empty() {
+            let ids: Vec<SnapshotId> = expired.iter().map(|s| s.id.clone()).collect();
+            let events: Vec<NewEvent> = expired
+                .iter()
+                .map(|s| NewEvent {
+                    task: task.clone(),
+                    kind: EventKind::SnapshotExpired,
+                    actor: "daemon".into(),
+                    args: json!({ "snapshot": s.id, "kind": s.kind, "created_ms": s.created_ms }),
+                    exit_code: None,
+                    duration_ms: None,
+                })
+                .collect();
+            self.store.expire_snapshots(&ids, &events).await?;
+        }
+        Ok(expired)
+    }
+
+    /// A snapshot of `task` named by the user.
+    async fn snapshot_of(&self, task: &Task, id: &str) -> Result<Snapshot, ApiError> {
+        let snap = self.store.find_snapshot(id).await.map_err(|e| match e {
+            cairn_store::Error::UnknownSnapshot(_) => ApiError::not_found(e.to_string()),
+            other => other.into(),
+        })?;
+        if snap.task != task.id {
+            return Err(ApiError::bad_request(format!("snapshot {} belongs to task {}, not to {}", snap.id, snap.task, task.id)));
+        }
+        Ok(snap)
+    }
+
+    pub async fn list_snapshots(&self, id_or_name: &str) -> Result<Vec<Snapshot>, ApiError> {
+        let task = self.find(id_or_name).await?;
+        Ok(self.store.snapshots(&task.id).await?)
+    }
+
+    pub async fn diff(&self, id_or_name: &str, a: &str, b: &str) -> Result<cairn_snapshot::Diff, ApiError> {
+        let task = self.find(id_or_name).await?;
+        let (sa, sb) = (self.snapshot_of(&task, a).await?, self.snapshot_of(&task, b).await?);
+        let (ma, mb) = (self.load_manifest(&sa.manifest).await?, self.load_manifest(&sb.manifest).await?);
+        let mut d = cairn_snapshot::diff(&ma, &mb);
+        // A directory of the image that appears in the writable layer was
+        // copied up to hold a change below it: the sandbox saw it all along.
+        let image = self.image(&task.config.image).await?;
+        let layers = NativeDriver::layers(&image);
+        d.added.retain(|p| !in_image_as_dir(&layers, p));
+        Ok(d)
+    }
+
+    /// Rolls a running task back to one of its snapshots, in place: same
+    /// task id, a fresh sandbox on the restored writable layer.
+    pub async fn rollback(&self, id_or_name: &str, req: RollbackRequest, actor: &str) -> Result<serde_json::Value, ApiError> {
+        let reason = req.reason.trim().to_owned();
+        if reason.is_empty() {
+            return Err(ApiError::bad_request("a rollback needs --reason: the agent is told why its last attempt failed"));
+        }
+        check_text("the reason", &reason, MAX_NOTE)?;
+        let task = self.find(id_or_name).await?;
+        let lock = self.lock_of(&task.id);
+        let _guard = lock.lock().await;
+        let task = self.find(task.id.as_str()).await?;
+        if task.state != TaskState::Running {
+            return Err(ApiError::conflict(format!("task {} is {}; only a running task can roll back", task.id, task.state)));
+        }
+        let snaps = self.store.snapshots(&task.id).await?;
+        let target = match (req.to.as_deref(), req.last_healthy) {
+            (Some(to), false) => self.snapshot_of(&task, to).await?,
+            (None, true) => snaps
+                .iter()
+                .rev()
+                .find(|s| s.healthy)
+                .cloned()
+                .ok_or_else(|| ApiError::conflict(format!("task {} has no healthy snapshot to roll back to", task.id)))?,
+            _ => return Err(ApiError::bad_request("give exactly one of --to SNAPSHOT and --last-healthy")),
+        };
+        // Read the target before touching anything: a damaged snapshot is
+        // refused while the sandbox still runs.
+        let manifest = self.load_manifest(&target.manifest).await?;
+        let from = snaps.last().map(|s| s.id.clone());
+        let begun = Instant::now();
+        self.log_event(&task.id, EventKind::Rollback, actor, json!({ "phase": "begin", "to": target.id, "reason": reason }), 0, 0.0)
+            .await;
+
+        let image = self.image(&task.config.image).await?;
+        let baseline = self.baseline_manifest(&task.id).await;
+        self.stop_sandbox_keep_disk(&task).await?;
+        let slot = self.claim_slot(&task.id).await?;
+        let ids = IdRange::for_slot(slot).map_err(ApiError::from)?;
+        let restored = self.restore_disk(&task, &manifest, baseline, ids).await;
+        let (fresh, stats) = match restored {
+            Ok(r) => r,
+            Err(e) => {
+                self.release_slot(&task.id).await?;
+                let why = format!("rollback to {} failed: {}", target.id, e.message);
+                self.store.set_sandbox_state(&task.id, cairn_core::SandboxState::Lost, Some(&why)).await?;
+                self.log_event(&task.id, EventKind::Rollback, actor, json!({ "phase": "end", "to": target.id, "error": why }), 1, 0.0)
+                    .await;
+                return Err(ApiError::internal(why));
+            }
+        };
+        self.start(&task, &image, actor, None, Some(slot)).await?;
+        let baseline_hex = self.store_baseline(&task.id, fresh).await?;
+        let note = RollbackNote { from: from.clone(), to: target.id.clone(), from_step: task.step, reason: reason.clone(), time_ms: now_ms() };
+        let duration_ms = begun.elapsed().as_secs_f64() * 1000.0;
+        let event = NewEvent {
+            task: task.id.clone(),
+            kind: EventKind::Rollback,
+            actor: actor.to_owned(),
+            args: json!({
+                "phase": "end", "from": from, "to": target.id, "reason": reason, "from_step": task.step, "step": target.step,
+                "files_written": stats.files_written, "files_kept": stats.files_kept, "bytes_written": stats.bytes_written,
+            }),
+            exit_code: Some(0),
+            duration_ms: Some(duration_ms as u64),
+        };
+        self.store.record_rollback(&task.id, &target, &note, &baseline_hex, &event).await?;
+        Ok(json!({ "task": task.id, "rollback_note": note, "step": target.step, "duration_ms": duration_ms, "restore": stats }))
+    }
+
+    /// Kills the sandbox and unmounts everything of it but keeps its disk.
+    async fn stop_sandbox_keep_disk(&self, task: &Task) -> Result<(), ApiError> {
+        let init = self.recorded_init(&task.id).await?;
+        let driver = self.driver.clone();
+        let id = task.id.to_string();
+        let res = tokio::task::spawn_blocking(move || driver.teardown(&id, init, true)).await?;
+        if let Some(i) = init {
+            reaper::reap(i.pid);
+        }
+        self.set_live(&task.id, None);
+        self.release_slot(&task.id).await?;
+        res.map_err(|e| ApiError::internal(format!("cannot stop the sandbox of {}: {e}", task.id)))
+    }
+
+    /// Makes the task's disk hold exactly `manifest`'s writable layer, owned
+    /// by `ids`.
+    async fn restore_disk(
+        &self,
+        task: &Task,
+        manifest: &Manifest,
+        baseline: Option<Arc<Manifest>>,
+        ids: IdRange,
+    ) -> Result<(Manifest, cairn_snapshot::RestoreStats), ApiError> {
+        let driver = self.driver.clone();
+        let repo = self.snaps.repo.clone();
+        let (tid, disk_bytes) = (task.id.to_string(), task.config.limits.disk_bytes);
+        let manifest = manifest.clone();
+        let sink = self.progress_sink(&task.id, "restore");
+        tokio::task::spawn_blocking(move || {
+            let disk = driver.prepare_disk(&tid, disk_bytes).map_err(ApiError::from)?;
+            let shift = IdShift { base: ids.host_base, len: ids.count };
+            cairn_snapshot::restore(&repo, &manifest, &disk, baseline.as_deref(), shift, &mut |p| sink.update(p))
+                .map_err(|e| snapshot_error("restore failed", e))
+        })
+        .await?
+    }
+
+    /// Stores a refreshed manifest as the task's baseline; returns its id.
+    async fn store_baseline(&self, task: &TaskId, m: Manifest) -> Result<String, ApiError> {
+        let repo = self.snaps.repo.clone();
+        let m = Arc::new(m);
+        let m2 = m.clone();
+        let id = tokio::task::spawn_blocking(move || cairn_snapshot::store(&repo, &m2))
+            .await?
+            .map_err(|e| snapshot_error("cannot store the baseline manifest", e))?;
+        self.cache_baseline(task, id.to_hex(), m);
+        Ok(id.to_hex())
+    }
+
+    /// Creates `count` tasks starting from a snapshot of another, sharing its
+    /// stored data; each gets a `branch` snapshot as its first.
+    pub async fn fork(&self, id_or_name: &str, req: ForkRequest, actor: &str) -> Result<Vec<crate::tasks::TaskView>, ApiError> {
+        let count = req.count.unwrap_or(1);
+        if count == 0 || count > MAX_FORKS {
+            return Err(ApiError::bad_request(format!("--count must be 1 to {MAX_FORKS}, not {count}")));
+        }
+        let src = self.find(id_or_name).await?;
+        if src.state == TaskState::Destroyed {
+            return Err(ApiError::conflict(format!("task {} is destroyed; its snapshots are gone", src.id)));
+        }
+        let snap = match req.from.as_deref() {
+            Some(from) => self.snapshot_of(&src, from).await?,
+            None => self.store.snapshots(&src.id).await?.pop().ok_or_else(|| {
+                ApiError::conflict(format!("task {} has no snapshot to fork from; take one with `cairn snapshot {}`", src.id, src.id))
+            })?,
+        };
+        let manifest = self.load_manifest(&snap.manifest).await?;
+        let image = self.image(&snap.config.image).await?;
+        let _no_gc = self.snaps.gc_lock.read().await;
+        let mut children = Vec::new();
+        for _ in 0..count {
+            let child = self.fork_one(&src, &snap, &manifest, &image, actor).await?;
+            children.push(child);
+        }
+        self.log_event(
+            &src.id,
+            EventKind::Fork,
+            actor,
+            json!({ "snapshot": snap.id, "children": children.iter().map(|c| c.task.id.clone()).collect::<Vec<_>>() }),
+            0,
+            0.0,
+        )
+        .await;
+        Ok(children)
+    }
+
+    async fn fork_one(
+        &self,
+        src: &Task,
+        snap: &Snapshot,
+        manifest: &Manifest,
+        image: &cairn_sandbox::image::Image,
+        actor: &str,
+    ) -> Result<crate::tasks::TaskView, ApiError> {
+        let begun = Instant::now();
+        let ahead = self.driver.take_prestarted();
+        let id = ahead.as_ref().and_then(|p| p.task.parse().ok()).unwrap_or_else(TaskId::random);
+        let mut task = Task::new(id, None, snap.config.clone(), now_ms());
+        task.step = snap.step;
+        task.memory = snap.memory.clone();
+        self.store.insert_task(&task).await?;
+        self.log_event(&task.id, EventKind::Create, actor, json!({ "fork_of": src.id, "snapshot": snap.id }), 0, 0.0).await;
+        let lock = self.lock_of(&task.id);
+        let _guard = lock.lock().await;
+        let slot = self.claim_slot(&task.id).await?;
+        let ids = IdRange::for_slot(slot).map_err(ApiError::from)?;
+        let (fresh, stats) = match self.restore_disk(&task, manifest, None, ids).await {
+            Ok(r) => r,
+            Err(e) => {
+                self.release_slot(&task.id).await?;
+                self.store.set_state(&task.id, TaskState::Failed).await?;
+                let driver = self.driver.clone();
+                let tid = task.id.to_string();
+                let _ = tokio::task::spawn_blocking(move || driver.destroy(&tid, None)).await;
+                return Err(e);
+            }
+        };
+        self.start(&task, image, actor, ahead, Some(slot)).await?;
+        let baseline = self.store_baseline(&task.id, fresh).await?;
+        let branch = Snapshot {
+            id: SnapshotId::random(),
+            task: task.id.clone(),
+            parent: Some(snap.id.clone()),
+            kind: SnapshotKind::Branch,
+            note: format!("fork of {} at {}", src.id, snap.id),
+            healthy: true,
+            step: snap.step,
+            memory: snap.memory.clone(),
+            config: snap.config.clone(),
+            manifest: snap.manifest.clone(),
+            files: snap.files,
+            bytes: snap.bytes,
+            added_bytes: 0,
+            freeze_ms: 0.0,
+            duration_ms: begun.elapsed().as_secs_f64() * 1000.0,
+            created_ms: now_ms(),
+        };
+        let event = NewEvent {
+            task: task.id.clone(),
+            kind: EventKind::Snapshot,
+            actor: actor.to_owned(),
+            args: json!({ "snapshot": branch.id, "kind": "branch", "parent": snap.id, "files_written": stats.files_written }),
+            exit_code: Some(0),
+            duration_ms: Some(branch.duration_ms as u64),
+        };
+        self.store.insert_snapshot(&branch, &baseline, None, &event).await?;
+        Ok(self.view(self.find(task.id.as_str()).await?))
+    }
+
+    /// Distinct manifests that snapshots and baselines reference, each with
+    /// who references it.
+    async fn live_manifests(&self, skip: &HashSet<SnapshotId>) -> Result<HashMap<String, String>, ApiError> {
+        let mut live = HashMap::new();
+        for s in self.store.all_snapshots().await? {
+            if !skip.contains(&s.id) {
+                live.entry(s.manifest.clone()).or_insert_with(|| format!("snapshot {} of task {}", s.id, s.task));
+            }
+        }
+        for b in self.store.baselines().await? {
+            live.entry(b).or_insert_with(|| "a task's baseline".to_owned());
+        }
+        Ok(live)
+    }
+
+    /// Applies every task's retention policy, then removes objects no
+    /// snapshot or baseline references.
+    pub async fn gc(&self, req: GcRequest, actor: &str) -> Result<serde_json::Value, ApiError> {
+        let grace = match req.grace.as_deref() {
+            Some(g) => parse_duration(g)?,
+            None => self.snaps.gc_grace,
+        };
+        let _exclusive = self.snaps.gc_lock.write().await;
+        let mut expired = Vec::new();
+        for t in self.store.list_tasks().await? {
+            expired.extend(self.apply_retention(&t.id, req.dry_run).await?);
+        }
+        let skip: HashSet<SnapshotId> = expired.iter().map(|s| s.id.clone()).collect();
+        let live = self.live_manifests(&skip).await?;
+        let mut live_manifests = HashSet::new();
+        let mut live_chunks = HashSet::new();
+        for (hex, who) in &live {
+            let m = self.load_manifest(hex).await.map_err(|e| {
+                ApiError::internal(format!("gc stopped, nothing deleted: manifest of {who} is unreadable ({e}); run `cairn check`"))
+            })?;
+            live_manifests.insert(manifest_id(hex)?);
+            live_chunks.extend(cairn_snapshot::referenced_chunks(&m));
+        }
+        let repo = self.snaps.repo.clone();
+        let dry = req.dry_run;
+        let report = tokio::task::spawn_blocking(move || repo.gc(&live_manifests, &live_chunks, grace, dry)).await?.map_err(blob_error)?;
+        tracing::info!(actor, dry_run = dry, freed = report.bytes_freed, "gc");
+        Ok(json!({
+            "dry_run": dry,
+            "grace_ms": grace.as_millis() as u64,
+            "expired_snapshots": expired.iter().map(|s| json!({"id": s.id, "task": s.task, "kind": s.kind})).collect::<Vec<_>>(),
+            "report": report,
+        }))
+    }
+
+    /// Verifies that everything the snapshots reference is stored, and with
+    /// `read_data` that every byte hashes to its id.
+    pub async fn check(&self, read_data: bool) -> Result<cairn_blob::CheckReport, ApiError> {
+        let _no_gc = self.snaps.gc_lock.read().await;
+        let live = self.live_manifests(&HashSet::new()).await?;
+        let mut problems = Vec::new();
+        let mut manifests = Vec::new();
+        let mut chunks = Vec::new();
+        for (hex, who) in &live {
+            let id = manifest_id(hex)?;
+            manifests.push(id);
+            match self.load_manifest(hex).await {
+                Ok(m) => chunks.extend(cairn_snapshot::referenced_chunks(&m).into_iter().map(|c| (c, id))),
+                Err(e) => problems.push(format!("manifest {hex} ({who}): {}", e.message)),
+            }
+        }
+        let repo = self.snaps.repo.clone();
+        let mut report = tokio::task::spawn_blocking(move || repo.check(&manifests, &chunks, read_data)).await?.map_err(blob_error)?;
+        // A manifest that cannot be read is reported once, by the load above.
+        report.problems.retain(|p| !problems.iter().any(|q| q.split(' ').nth(1) == p.split(' ').nth(1) && p.starts_with("manifest")));
+        problems.append(&mut report.problems);
+        report.problems = problems;
+        Ok(report)
+    }
+
+    /// Forgets a destroyed task's snapshots (their data goes at the next
+    /// `gc`).
+    pub(crate) async fn drop_snapshots(&self, task: &TaskId) -> Result<(), ApiError> {
+        let snaps = self.store.snapshots(task).await?;
+        let ids: Vec<SnapshotId> = snaps.iter().map(|s| s.id.clone()).collect();
+        let events: Vec<NewEvent> = snaps
+            .iter()
+            .map(|s| NewEvent {
+                task: task.clone(),
+                kind: EventKind::SnapshotExpired,
+                actor: "daemon".into(),
+                args: json!({ "snapshot": s.id, "reason": "task destroyed" }),
+                exit_code: None,
+                duration_ms: None,
+            })
+            .collect();
+        self.store.expire_snapshots(&ids, &events).await?;
+        self.store.set_baseline(task, None).await?;
+        self.forget_baseline(task);
+        Ok(())
+    }
+}
+
+/// True when `path` (inside the sandbox) is a directory of the image.
+fn in_image_as_dir(layers: &[cairn_sandbox::rootfs::Layer], path: &str) -> bool {
+    let p = std::path::Path::new(path);
+    let Some(layer) = layers.iter().filter(|l| p.starts_with(&l.at)).max_by_key(|l| l.at.as_os_str().len()) else {
+        return false;
+    };
+    let Ok(rel) = p.strip_prefix(&layer.at) else { return false };
+    std::fs::symlink_metadata(layer.lower.join(rel)).map(|m| m.is_dir()).unwrap_or(false)
+}

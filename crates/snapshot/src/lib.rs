@@ -1,0 +1,32 @@
+//! Snapshots of a task's writable layer.
+//!
+//! A sandbox's root is an overlay whose upper directories live on the task's
+//! own disk. This crate owns turning those uppers into a content-addressed
+//! [`Manifest`] (file contents as chunks in a `cairn-blob` repository),
+//! incrementally against the last one ([`capture`], with a short freeze of
+//! the sandbox), making the uppers a manifest's tree again ([`restore`]:
+//! rollback, fork, wake) and comparing two manifests ([`diff`]).
+//!
+//! It reads and writes the uppers as host root while the sandbox is frozen
+//! or stopped, and never follows a symlink found in them.
+
+mod bytes;
+mod capture;
+mod diff;
+mod error;
+mod freeze;
+mod manifest;
+mod meta;
+mod progress;
+mod restore;
+mod sys;
+
+pub use bytes::ByteBuf;
+pub use capture::{capture, CaptureStats, LayerSpec};
+pub use diff::{diff, Diff};
+pub use error::{Error, Result};
+pub use freeze::{Freezer, NoFreeze};
+pub use manifest::{encode, load, referenced_chunks, store, Entry, EntryKind, Extent, LayerTree, Manifest, Timestamp, VERSION};
+pub use meta::{IdShift, NOBODY};
+pub use progress::Progress;
+pub use restore::{restore, RestoreStats};

@@ -1,0 +1,350 @@
+//! The manifest: one tree of entries per overlay layer, naming file contents
+//! by chunk ids. Stored in the blob repository as JSON (fields in a fixed
+//! order, entries sorted), so identical trees give identical ids.
+
+use std::collections::{HashMap, HashSet};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use cairn_blob::{ObjectId, Repository};
+use serde::{Deserialize, Serialize};
+
+use crate::bytes::ByteBuf;
+use crate::{Error, Result};
+
+/// The manifest format this crate writes and reads.
+pub const VERSION: u32 = 1;
+
+/// A snapshot of every writable layer of a task's sandbox.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct Manifest {
+    pub version: u32,
+    pub layers: Vec<LayerTree>,
+}
+
+/// One layer's upper directory.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct LayerTree {
+    /// Its directory on the task disk (`root`, `at_usr`).
+    pub name: String,
+    /// Where it appears in the sandbox (`/`, `/usr`).
+    #[serde(with = "crate::bytes::path")]
+    pub at: PathBuf,
+    /// Sorted by path (component-wise, so parents come before children); the
+    /// upper directory itself is the entry with the empty path.
+    pub entries: Vec<Entry>,
+}
+
+/// One file, directory or other node of an upper directory.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct Entry {
+    /// Relative to the upper directory; any bytes but `/` and NUL per name.
+    #[serde(with = "crate::bytes::path")]
+    pub path: PathBuf,
+    pub kind: EntryKind,
+    /// Permission bits with setuid, setgid and sticky (`st_mode & 0o7777`).
+    pub mode: u32,
+    /// Owner relative to the sandbox's id range (0 = the sandbox's root).
+    pub uid: u32,
+    pub gid: u32,
+    pub mtime: Timestamp,
+    /// Every extended attribute (`trusted.overlay.*` included: opaque
+    /// directories and redirects), sorted by name.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub xattrs: Vec<(ByteBuf, ByteBuf)>,
+    /// Change detection only: the inode and ctime the entry had when it was
+    /// read, so the next capture or restore can skip it when both are
+    /// unchanged. A ctime of [`Timestamp::UNKNOWN`] means "re-read next time".
+    pub ino: u64,
+    pub ctime: Timestamp,
+}
+
+/// Seconds and nanoseconds since the epoch.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct Timestamp {
+    pub sec: i64,
+    pub nsec: u32,
+}
+
+impl Timestamp {
+    /// A ctime that matches no file: the entry was changing while it was read.
+    pub const UNKNOWN: Timestamp = Timestamp { sec: 0, nsec: 0 };
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum EntryKind {
+    Dir,
+    /// A regular file of `size` bytes; bytes outside `extents` are holes.
+    File { size: u64, extents: Vec<Extent> },
+    Symlink {
+        #[serde(with = "crate::bytes::path")]
+        target: PathBuf,
+    },
+    /// Another name of an earlier entry's inode (same layer).
+    HardLink {
+        #[serde(with = "crate::bytes::path")]
+        to: PathBuf,
+    },
+    /// overlayfs's mark for a lower file deleted in the sandbox (on disk a
+    /// character device 0/0).
+    Whiteout,
+    Fifo,
+    Socket,
+    CharDev { rdev: u64 },
+    BlockDev { rdev: u64 },
+}
+
+impl EntryKind {
+    /// The file type bits this kind has on disk.
+    pub fn file_type(&self) -> u32 {
+        match self {
+            EntryKind::Dir => libc::S_IFDIR,
+            EntryKind::File { .. } => libc::S_IFREG,
+            EntryKind::Symlink { .. } => libc::S_IFLNK,
+            EntryKind::HardLink { .. } => 0,
+            EntryKind::Whiteout | EntryKind::CharDev { .. } => libc::S_IFCHR,
+            EntryKind::Fifo => libc::S_IFIFO,
+            EntryKind::Socket => libc::S_IFSOCK,
+            EntryKind::BlockDev { .. } => libc::S_IFBLK,
+        }
+    }
+}
+
+/// One data region of a file: `len` bytes at `offset`, split into chunks. A
+/// dense file has one extent, a sparse file one per data region, a file of
+/// zeros only (or of 0 bytes) none.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct Extent {
+    pub offset: u64,
+    pub len: u64,
+    pub chunks: Vec<ObjectId>,
+}
+
+impl Manifest {
+    pub fn new(layers: Vec<LayerTree>) -> Manifest {
+        Manifest { version: VERSION, layers }
+    }
+
+    /// Logical bytes of all regular files (holes included, hard links once).
+    pub fn total_bytes(&self) -> u64 {
+        self.entries().filter_map(|e| if let EntryKind::File { size, .. } = e.kind { Some(size) } else { None }).sum()
+    }
+
+    /// Regular files (a hard-linked inode counts once).
+    pub fn file_count(&self) -> u64 {
+        self.entries().filter(|e| matches!(e.kind, EntryKind::File { .. })).count() as u64
+    }
+
+    pub fn layer(&self, name: &str) -> Option<&LayerTree> {
+        self.layers.iter().find(|l| l.name == name)
+    }
+
+    fn entries(&self) -> impl Iterator<Item = &Entry> {
+        self.layers.iter().flat_map(|l| l.entries.iter())
+    }
+
+    /// Checks what restore relies on: supported version, layer names that are
+    /// one path component, entry paths that are plain relative paths, sorted
+    /// and unique, each under a directory entry (or the upper itself), hard
+    /// links to an earlier non-directory, extents in order within the file.
+    pub fn validate(&self) -> Result<()> {
+        if self.version != VERSION {
+            return Err(Error::Version(self.version, VERSION));
+        }
+        let mut names = HashSet::new();
+        for layer in &self.layers {
+            let bad = |p: &Path, why| Error::Invalid(layer.name.clone(), p.to_owned(), why);
+            if !is_relative_clean(layer.name.as_bytes()) || layer.name.contains('/') {
+                return Err(bad(Path::new(""), "layer name is not a single file name"));
+            }
+            if !names.insert(layer.name.as_str()) {
+                return Err(bad(Path::new(""), "layer appears twice"));
+            }
+            if !layer.at.is_absolute() {
+                return Err(bad(&layer.at, "layer mount point is not absolute"));
+            }
+            let mut kinds: HashMap<&Path, &EntryKind> = HashMap::with_capacity(layer.entries.len());
+            let mut prev: Option<&Path> = None;
+            for e in &layer.entries {
+                let p = e.path.as_path();
+                if p.as_os_str().is_empty() {
+                    if prev.is_some() || e.kind != EntryKind::Dir {
+                        return Err(bad(p, "the upper directory must be the first entry and a directory"));
+                    }
+                } else {
+                    if !is_relative_clean(p.as_os_str().as_bytes()) {
+                        return Err(bad(p, "path is not a plain relative path"));
+                    }
+                    let parent = p.parent().unwrap_or(Path::new(""));
+                    if !parent.as_os_str().is_empty() && kinds.get(parent) != Some(&&EntryKind::Dir) {
+                        return Err(bad(p, "parent is not a directory entry"));
+                    }
+                }
+                if prev.is_some_and(|q| q >= p) {
+                    return Err(bad(p, "entries are not sorted or not unique"));
+                }
+                match &e.kind {
+                    EntryKind::HardLink { to } => match kinds.get(to.as_path()) {
+                        Some(EntryKind::Dir | EntryKind::HardLink { .. } | EntryKind::Whiteout) | None => {
+                            return Err(bad(p, "hard link to a missing, later or unlinkable entry"))
+                        }
+                        Some(_) => {}
+                    },
+                    EntryKind::File { size, extents } => {
+                        let mut end = 0;
+                        for x in extents {
+                            let x_end = x.offset.checked_add(x.len);
+                            if x.offset < end || x_end.is_none_or(|v| v > *size) || x.len == 0 || x.chunks.is_empty() {
+                                return Err(bad(p, "extents overlap, are empty or exceed the size"));
+                            }
+                            end = x_end.unwrap_or(u64::MAX);
+                        }
+                    }
+                    _ => {}
+                }
+                kinds.insert(p, &e.kind);
+                prev = Some(p);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A manifest's entries by layer and path.
+#[derive(Debug)]
+pub(crate) struct Index<'m> {
+    layers: HashMap<&'m str, HashMap<&'m Path, &'m Entry>>,
+}
+
+impl<'m> Index<'m> {
+    pub fn new(m: &'m Manifest) -> Index<'m> {
+        let layers = m
+            .layers
+            .iter()
+            .map(|l| (l.name.as_str(), l.entries.iter().map(|e| (e.path.as_path(), e)).collect()))
+            .collect();
+        Index { layers }
+    }
+
+    pub fn layer(&self, name: &str) -> Option<&HashMap<&'m Path, &'m Entry>> {
+        self.layers.get(name)
+    }
+}
+
+/// `a/b/c`: no leading or trailing `/`, no empty, `.` or `..` names, no NUL.
+fn is_relative_clean(p: &[u8]) -> bool {
+    !p.is_empty() && !p.contains(&0) && p.split(|&b| b == b'/').all(|c| !c.is_empty() && c != b"." && c != b"..")
+}
+
+/// Reads and decodes a stored manifest.
+pub fn load(repo: &Repository, id: &ObjectId) -> Result<Manifest> {
+    let data = repo.get_manifest(id)?;
+    let m: Manifest = serde_json::from_slice(&data).map_err(|e| Error::Decode(*id, e.to_string()))?;
+    if m.version != VERSION {
+        return Err(Error::Version(m.version, VERSION));
+    }
+    Ok(m)
+}
+
+/// Encodes and stores a manifest; returns its id (the hash of its encoding).
+pub fn store(repo: &Repository, m: &Manifest) -> Result<ObjectId> {
+    Ok(repo.put_manifest(&encode(m)?)?)
+}
+
+/// The stored form: compact JSON.
+pub fn encode(m: &Manifest) -> Result<Vec<u8>> {
+    serde_json::to_vec(m).map_err(|e| Error::Encode(e.to_string()))
+}
+
+/// Every chunk the manifest needs (what `gc` must keep, `check` must find).
+pub fn referenced_chunks(m: &Manifest) -> HashSet<ObjectId> {
+    m.entries()
+        .filter_map(|e| if let EntryKind::File { extents, .. } = &e.kind { Some(extents) } else { None })
+        .flat_map(|xs| xs.iter().flat_map(|x| x.chunks.iter().copied()))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(path: &str, kind: EntryKind) -> Entry {
+        Entry {
+            path: path.into(),
+            kind,
+            mode: 0o644,
+            uid: 0,
+            gid: 0,
+            mtime: Timestamp { sec: 1, nsec: 2 },
+            xattrs: vec![],
+            ino: 3,
+            ctime: Timestamp { sec: 4, nsec: 5 },
+        }
+    }
+
+    fn file(size: u64, extents: &[(u64, u64)]) -> EntryKind {
+        let extents = extents
+            .iter()
+            .map(|&(offset, len)| Extent { offset, len, chunks: vec![ObjectId::of(&offset.to_le_bytes())] })
+            .collect();
+        EntryKind::File { size, extents }
+    }
+
+    fn manifest(entries: Vec<Entry>) -> Manifest {
+        Manifest::new(vec![LayerTree { name: "root".into(), at: "/".into(), entries }])
+    }
+
+    #[test]
+    fn counts_and_chunks() {
+        let m = manifest(vec![
+            entry("", EntryKind::Dir),
+            entry("a", file(10, &[(0, 10)])),
+            entry("b", file(100, &[(0, 5), (50, 5)])),
+            entry("c", EntryKind::HardLink { to: "a".into() }),
+        ]);
+        m.validate().unwrap();
+        assert_eq!(m.file_count(), 2);
+        assert_eq!(m.total_bytes(), 110);
+        assert_eq!(referenced_chunks(&m).len(), 2, "offset 0 appears twice");
+    }
+
+    #[test]
+    fn json_is_stable_and_round_trips() {
+        let m = manifest(vec![entry("", EntryKind::Dir), entry("f", file(3, &[(0, 3)]))]);
+        let a = encode(&m).unwrap();
+        assert_eq!(a, encode(&m.clone()).unwrap());
+        assert_eq!(serde_json::from_slice::<Manifest>(&a).unwrap(), m);
+        let text = String::from_utf8(a).unwrap();
+        assert!(text.starts_with(r#"{"version":1,"layers":[{"name":"root","at":"/","entries":[{"path":"","kind":"dir""#), "{text}");
+    }
+
+    #[test]
+    fn validate_refuses_what_restore_cannot_do_safely() {
+        let bad = [
+            vec![entry("../x", EntryKind::Fifo)],
+            vec![entry("/x", EntryKind::Fifo)],
+            vec![entry("a/./b", EntryKind::Fifo)],
+            vec![entry("a/b", EntryKind::Fifo)],
+            vec![entry("a", EntryKind::Fifo), entry("a/b", EntryKind::Fifo)],
+            vec![entry("b", EntryKind::Fifo), entry("a", EntryKind::Fifo)],
+            vec![entry("a", EntryKind::Fifo), entry("a", EntryKind::Fifo)],
+            vec![entry("a", EntryKind::HardLink { to: "b".into() }), entry("b", EntryKind::Fifo)],
+            vec![entry("a", EntryKind::Dir), entry("b", EntryKind::HardLink { to: "a".into() })],
+            vec![entry("a", file(10, &[(5, 10)]))],
+            vec![entry("a", file(10, &[(0, 5), (4, 2)]))],
+            vec![entry("a", EntryKind::Fifo), entry("", EntryKind::Dir)],
+        ];
+        for entries in bad {
+            let m = manifest(entries.clone());
+            assert!(m.validate().is_err(), "{entries:#?}");
+        }
+        let mut m = manifest(vec![entry("a", EntryKind::Dir), entry("a/b", EntryKind::Fifo), entry("a-b", EntryKind::Fifo)]);
+        m.validate().unwrap();
+        m.layers[0].name = "a/b".into();
+        assert!(m.validate().is_err());
+        m.layers[0].name = "root".into();
+        m.version = 2;
+        assert!(matches!(m.validate(), Err(Error::Version(2, 1))));
+    }
+}
