@@ -182,7 +182,10 @@ impl ObjectStoreBackend {
 
 fn sync_path(path: &Path) -> Result<()> {
     let res = std::fs::File::open(path).and_then(|f| f.sync_all());
-    res.map_err(|e| if e.raw_os_error() == Some(libc::ENOSPC) { Error::NoSpace(path.display().to_string()) } else { Error::Io(path.to_path_buf(), e) })
+    res.map_err(|e| match e.raw_os_error() {
+        Some(libc::ENOSPC) => Error::NoSpace(path.display().to_string()),
+        _ => Error::Io(path.to_path_buf(), e),
+    })
 }
 
 /// True when `err` or any error in its source chain says the disk is full.
@@ -233,7 +236,9 @@ impl ReadBackend for ObjectStoreBackend {
         let path = StorePath::from(self.key(kind, id)?.as_str());
         let store = Arc::clone(&self.store);
         let got = self.run(async move { store.get_range(&path, offset..end).await })?;
-        let truncated = |size: u64| Error::Corrupt(kind, id.to_string(), format!("truncated: bytes {offset}..{end} wanted, the object has {size}"));
+        let truncated = |size: u64| {
+            Error::Corrupt(kind, id.to_string(), format!("truncated: bytes {offset}..{end} wanted, the object has {size}"))
+        };
         match got {
             Ok(bytes) if bytes.len() as u64 == len => Ok(bytes),
             Ok(bytes) => Err(truncated(offset + bytes.len() as u64)),

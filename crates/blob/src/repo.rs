@@ -288,7 +288,8 @@ impl Repository {
     pub fn get_manifest(&self, id: &ObjectId) -> Result<Vec<u8>> {
         let hex = id.to_hex();
         let stored = self.backend.read(Kind::Manifest, &hex)?;
-        let data = zstd::stream::decode_all(&stored[..]).map_err(|e| Error::Corrupt(Kind::Manifest, hex.clone(), format!("does not decompress: {e}")))?;
+        let data = zstd::stream::decode_all(&stored[..])
+            .map_err(|e| Error::Corrupt(Kind::Manifest, hex.clone(), format!("does not decompress: {e}")))?;
         let actual = ObjectId::of(&data);
         if actual != *id {
             return Err(Error::Corrupt(Kind::Manifest, hex, format!("content hashes to {actual}")));
@@ -312,8 +313,8 @@ impl Repository {
     /// `read_data`, also reads every pack and manifest and checks every
     /// chunk's hash.
     ///
-    /// Problems with single objects are lines in the report; only a failure
-    /// to list the backend is an error.
+    /// Problems with single objects are lines in the report; only failing
+    /// to list the backend (or to read a new index file) is an error.
     pub fn check(&self, manifests: &[ObjectId], chunks: &[(ObjectId, ObjectId)], read_data: bool) -> Result<CheckReport> {
         self.refresh_index()?;
         let mut report = CheckReport::default();
@@ -576,7 +577,8 @@ fn verify_pack(pack: &ObjectId, data: &[u8], indexed: &[Location], report: &mut 
     let in_trailer: HashSet<_> = entries.iter().collect();
     for loc in indexed {
         if !in_trailer.contains(&loc.entry) {
-            report.problems.push(format!("pack {pack}: chunk {} is indexed at {}+{} but the pack does not hold it there", loc.entry.id, loc.entry.offset, loc.entry.length));
+            let (id, offset, length) = (loc.entry.id, loc.entry.offset, loc.entry.length);
+            report.problems.push(format!("pack {pack}: chunk {id} is indexed at {offset}+{length} but the pack does not hold it there"));
         }
     }
     let actual = ObjectId::of(data);
@@ -697,7 +699,13 @@ impl Drop for PackWriter {
 /// thread and hands each full pack (and the last one, on `Finish`) to
 /// [`PACK_WRITERS`] threads that write them, so compressing the next pack
 /// overlaps with writing and syncing the previous ones.
-fn pack_worker(backend: Arc<dyn WriteBackend>, jobs: Receiver<Job>, target: usize, progress: Arc<Progress>, abort: Arc<AtomicBool>) -> Result<Vec<IndexedPack>> {
+fn pack_worker(
+    backend: Arc<dyn WriteBackend>,
+    jobs: Receiver<Job>,
+    target: usize,
+    progress: Arc<Progress>,
+    abort: Arc<AtomicBool>,
+) -> Result<Vec<IndexedPack>> {
     // One pack waits while others are written: bounded memory, and a slow
     // store slows the compressor, which slows `add_chunk`.
     let (full, to_write) = sync_channel::<FinishedPack>(1);
@@ -742,7 +750,13 @@ fn pack_worker(backend: Arc<dyn WriteBackend>, jobs: Receiver<Job>, target: usiz
 
 /// Compresses chunks into packs until `Finish` (true) or until the writer
 /// goes away or the write thread stops (false).
-fn build_packs(jobs: Receiver<Job>, target: usize, full: &SyncSender<FinishedPack>, abort: &AtomicBool, upload_failed: &AtomicBool) -> Result<bool> {
+fn build_packs(
+    jobs: Receiver<Job>,
+    target: usize,
+    full: &SyncSender<FinishedPack>,
+    abort: &AtomicBool,
+    upload_failed: &AtomicBool,
+) -> Result<bool> {
     let mut builder = PackBuilder::new()?;
     while let Ok(job) = jobs.recv() {
         if abort.load(Ordering::Relaxed) || upload_failed.load(Ordering::Relaxed) {
@@ -770,7 +784,12 @@ fn build_packs(jobs: Receiver<Job>, target: usize, full: &SyncSender<FinishedPac
 }
 
 /// Writes packs as they come; stops at the first error.
-fn write_packs(backend: &dyn WriteBackend, packs: &Mutex<Receiver<FinishedPack>>, progress: &Progress, abort: &AtomicBool) -> Result<Vec<IndexedPack>> {
+fn write_packs(
+    backend: &dyn WriteBackend,
+    packs: &Mutex<Receiver<FinishedPack>>,
+    progress: &Progress,
+    abort: &AtomicBool,
+) -> Result<Vec<IndexedPack>> {
     let mut written = Vec::new();
     // The lock is held while waiting, which only makes the other writer
     // wait on it rather than on the channel.
@@ -1042,7 +1061,8 @@ mod tests {
         std::fs::write(&path, zstd::bulk::compress(b"something else", 3).unwrap()).unwrap();
         assert!(matches!(repo.get_manifest(&id), Err(Error::Corrupt(Kind::Manifest, m, why)) if m == id.to_hex() && why.contains("hashes to")));
         let report = repo.check(&[id], &[], true).unwrap();
-        assert!(report.problems.len() == 1 && report.problems[0].starts_with(&format!("manifest {id}: content hashes to")), "{:?}", report.problems);
+        assert_eq!(report.problems.len(), 1, "{:?}", report.problems);
+        assert!(report.problems[0].starts_with(&format!("manifest {id}: content hashes to")), "{}", report.problems[0]);
         std::fs::write(&path, b"not zstd").unwrap();
         assert!(matches!(repo.get_manifest(&id), Err(Error::Corrupt(Kind::Manifest, ..))));
     }
