@@ -188,6 +188,10 @@ struct CreateArgs {
     /// snapshot first, on top of the daemon's; repeatable.
     #[arg(long = "risky-pattern", value_name = "REGEX")]
     risky: Vec<String>,
+    /// A service: a command started (detached, logged to
+    /// /var/log/cairn/service-N.log) whenever the sandbox starts; repeatable.
+    #[arg(long = "service", value_name = "CMD")]
+    services: Vec<String>,
 }
 
 #[derive(Args, Debug)]
@@ -302,7 +306,7 @@ async fn client_command(cmd: Cmd, json_out: bool) -> Result<u8> {
                 "image": a.image, "name": a.name, "memory": a.memory, "cpus": a.cpus,
                 "pids": a.pids, "disk": a.disk, "env": a.env, "workdir": a.workdir,
                 "keep_last": a.keep_last, "keep_milestones": a.keep_milestones,
-                "expire_after": a.expire_after, "risky": a.risky,
+                "expire_after": a.expire_after, "risky": a.risky, "services": a.services,
             });
             let task = client.post("/v1/tasks", &body).await?;
             if json_out {

@@ -115,7 +115,8 @@ fn rollback_restores_every_file_kind_exactly() {
 #[test]
 fn rollback_restores_step_and_memory_and_tells_the_agent_why() {
     let d = Daemon::start();
-    let id = d.create(&[]);
+    let id = d.create(&["--service", "echo up >> /tmp/service-ran; exec sleep 1000"]);
+    assert_eq!(must(&d, &id, "sleep 0.2; cat /tmp/service-ran"), "up\n", "the service started with the sandbox");
     must(&d, &id, "echo v1 > /workspace/state");
     let good = snapshot(&d, &id, &["--memory", "tried plan A; tests pass"]);
     assert_eq!(d.task(&id)["memory"], "tried plan A; tests pass");
@@ -130,6 +131,8 @@ fn rollback_restores_step_and_memory_and_tells_the_agent_why() {
     d.ok(&["rollback", &id, "--last-healthy", "--reason", "plan B broke the build"]);
     let t = d.task(&id);
     assert_eq!(t["step"].as_u64().unwrap(), step_at_good, "the step counter is the snapshot's");
+    // A fresh sandbox (a new, empty /tmp) with the service started again.
+    assert_eq!(must(&d, &id, "sleep 0.2; cat /tmp/service-ran; grep -lx sleep /proc/[0-9]*/comm | wc -l"), "up\n1\n");
     assert_eq!(must(&d, &id, "cat /workspace/state"), "v1\n");
     assert_eq!(t["memory"], "tried plan A; tests pass");
     let note = &t["rollback_note"];

@@ -19,6 +19,7 @@ pub enum EventKind {
     Rollback,
     Fork,
     SnapshotExpired,
+    ServiceStart,
 }
 
 impl EventKind {
@@ -34,6 +35,7 @@ impl EventKind {
             EventKind::Rollback => "rollback",
             EventKind::Fork => "fork",
             EventKind::SnapshotExpired => "snapshot_expired",
+            EventKind::ServiceStart => "service_start",
         }
     }
 }
@@ -42,7 +44,7 @@ impl FromStr for EventKind {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
         use EventKind::*;
-        [Create, SandboxStart, Exec, Cp, Destroy, SandboxLost, Snapshot, Rollback, Fork, SnapshotExpired]
+        [Create, SandboxStart, Exec, Cp, Destroy, SandboxLost, Snapshot, Rollback, Fork, SnapshotExpired, ServiceStart]
             .into_iter()
             .find(|k| k.as_str() == s)
             .ok_or_else(|| format!("unknown event kind {s:?}"))

@@ -79,6 +79,10 @@ pub struct TaskConfig {
     /// daemon's.
     #[serde(default)]
     pub risky: Vec<String>,
+    /// Commands started, in order, whenever a sandbox starts for the task
+    /// (create, rollback, fork), each detached with its output logged.
+    #[serde(default)]
+    pub services: Vec<String>,
 }
 
 impl Default for TaskConfig {
@@ -90,6 +94,7 @@ impl Default for TaskConfig {
             workdir: DEFAULT_WORKDIR.to_owned(),
             retention: Retention::default(),
             risky: Vec::new(),
+            services: Vec::new(),
         }
     }
 }

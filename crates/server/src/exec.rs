@@ -90,7 +90,7 @@ pub async fn serve(tasks: Arc<Tasks>, id: String, actor: String, mut ws: WebSock
 }
 
 /// The full environment of a command: defaults, the task's, the exec's.
-fn environment(task_env: &[EnvVar], exec_env: &[String], hostname: &str, tty: bool) -> Result<Vec<String>, ApiError> {
+pub(crate) fn environment(task_env: &[EnvVar], exec_env: &[String], hostname: &str, tty: bool) -> Result<Vec<String>, ApiError> {
     let mut env: Vec<(String, String)> = vec![
         ("PATH".into(), DEFAULT_PATH.into()),
         ("HOME".into(), "/root".into()),

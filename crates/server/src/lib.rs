@@ -18,6 +18,7 @@ pub mod exec;
 mod files;
 pub mod home;
 mod reaper;
+mod services;
 pub mod snapshots;
 pub mod tasks;
 

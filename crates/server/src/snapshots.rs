@@ -458,6 +458,9 @@ impl Tasks {
             }
         };
         self.start(&task, &image, actor, None, Some(slot)).await?;
+        // Services run from the restored layer, as they did at the snapshot.
+        let task = Task { config: target.config.clone(), ..task };
+        self.start_services(&task, actor).await?;
         let baseline_hex = self.store_baseline(&task.id, fresh).await?;
         let note = RollbackNote { from: from.clone(), to: target.id.clone(), from_step: task.step, reason: reason.clone(), time_ms: now_ms() };
         let duration_ms = begun.elapsed().as_secs_f64() * 1000.0;
@@ -594,6 +597,7 @@ impl Tasks {
             }
         };
         self.start(&task, image, actor, ahead, Some(slot)).await?;
+        self.start_services(&task, actor).await?;
         let baseline = self.store_baseline(&task.id, fresh).await?;
         let branch = Snapshot {
             id: SnapshotId::random(),

@@ -54,6 +54,9 @@ pub struct CreateRequest {
     /// High-risk command patterns of this task (regular expressions).
     #[serde(default)]
     pub risky: Vec<String>,
+    /// Services: commands started whenever the sandbox starts.
+    #[serde(default)]
+    pub services: Vec<String>,
 }
 
 /// Limits as a user reads them.
@@ -205,7 +208,10 @@ impl Tasks {
             retention.expire_after = crate::config::parse_expiry(e).map_err(|e| ApiError::bad_request(format!("--expire-after: {e}")))?;
         }
         cairn_core::RiskPolicy::new(req.risky.iter().map(String::as_str))?;
-        Ok(TaskConfig { image, limits, env, workdir, retention, risky: req.risky.clone() })
+        if req.services.iter().any(|s| s.trim().is_empty() || s.contains('\0')) {
+            return Err(ApiError::bad_request("a --service must be a non-empty command"));
+        }
+        Ok(TaskConfig { image, limits, env, workdir, retention, risky: req.risky.clone(), services: req.services.clone() })
     }
 
     /// Creates a task and starts its sandbox (Cairn starts sandboxes on
@@ -232,6 +238,7 @@ impl Tasks {
         let lock = self.lock_of(&task.id);
         let _guard = lock.lock().await;
         self.start(&task, &image, actor, ahead, None).await?;
+        self.start_services(&task, actor).await?;
         Ok(self.view(self.store.find_task(task.id.as_str()).await?))
     }
 
