@@ -146,6 +146,8 @@ struct ServeArgs {
 }
 
 #[derive(Subcommand, Debug)]
+// Parsed once per process: the size of the largest variant does not matter.
+#[allow(clippy::large_enum_variant)]
 enum TaskCmd {
     /// Create a task and start its sandbox.
     Create(CreateArgs),

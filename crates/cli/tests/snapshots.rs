@@ -427,3 +427,23 @@ fn killing_the_daemon_during_snapshots_never_corrupts_the_store() {
     d.ok(&["gc", "--grace", "0s"]);
     d.ok(&["check", "--read-data"]);
 }
+
+#[test]
+fn gc_running_during_snapshots_never_takes_their_data() {
+    let d = Daemon::start();
+    let id = d.create(&["--keep-last", "2", "--expire-after", "0s", "--keep-milestones", "false"]);
+    for round in 0..5 {
+        must(&d, &id, &format!("head -c 2000000 /dev/urandom > /workspace/r{round}; rm -f /workspace/r{}", round.max(1) - 1));
+        let snap = d.cmd().args(["--json", "snapshot", &id]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+        let gc = d.cmd().args(["gc", "--grace", "0s"]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+        let (s, g) = (snap.wait_with_output().unwrap(), gc.wait_with_output().unwrap());
+        assert!(s.status.success() && g.status.success(), "{}{}", String::from_utf8_lossy(&s.stderr), String::from_utf8_lossy(&g.stderr));
+        d.ok(&["check", "--read-data"]);
+    }
+    let list = d.json(&["snapshot", "list", &id]);
+    assert_eq!(list.as_array().unwrap().len(), 2, "retention kept the newest two");
+    for s in list.as_array().unwrap() {
+        d.ok(&["rollback", &id, "--to", s["id"].as_str().unwrap(), "--reason", "every kept snapshot restores"]);
+    }
+    assert_eq!(must(&d, &id, "ls /workspace").trim(), "r4");
+}

@@ -542,8 +542,9 @@ impl Tasks {
                     reaper::reap(live.init.pid);
                     let lock = self.lock_of(&id);
                     let _guard = lock.lock().await;
-                    // Destroy may have run meanwhile.
-                    if self.live(&id).is_none() {
+                    // Destroy, or a rollback's fresh sandbox, may have come
+                    // meanwhile: only the init found dead is lost.
+                    if self.live(&id).map(|l| (l.init.pid, l.init.start_time)) != Some((live.init.pid, live.init.start_time)) {
                         continue;
                     }
                     if let Ok(task) = self.store.find_task(id.as_str()).await {

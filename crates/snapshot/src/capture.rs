@@ -81,21 +81,17 @@ pub fn capture(
     let mut stats = CaptureStats::default();
     let mut writer = repo.writer();
 
+    let mut pass = |frozen: bool, base: Option<&Index<'_>>| {
+        let looked_at = SystemTime::now();
+        Pass { writer: &mut writer, ids, stats: &mut stats, report: &mut report, frozen, looked_at }.run(disk, layers, base)
+    };
     let base = baseline.map(Index::new);
-    let draft = Pass { writer: &mut writer, ids, stats: &mut stats, report: &mut report, frozen: false, looked_at: SystemTime::now() }.run(
-        disk,
-        layers,
-        base.as_ref(),
-    )?;
+    let draft = pass(false, base.as_ref())?;
     let draft_base = Index::new(&draft);
 
     let freeze_start = Instant::now();
     let frozen = Frozen::new(freezer)?;
-    let result = Pass { writer: &mut writer, ids, stats: &mut stats, report: &mut report, frozen: true, looked_at: SystemTime::now() }.run(
-        disk,
-        layers,
-        Some(&draft_base),
-    );
+    let result = pass(true, Some(&draft_base));
     let thawed = frozen.thaw();
     stats.freeze_ms = ms(freeze_start);
     let manifest = result?;
@@ -146,7 +142,6 @@ struct Frame {
 
 impl Pass<'_, '_> {
     fn run(mut self, disk: &Path, layers: &[LayerSpec], base: Option<&Index<'_>>) -> Result<Manifest> {
-        let looked_at = self.looked_at;
         self.report.phase(if self.frozen { "frozen" } else { "scan" }, 0, 0);
         let mut walked = Vec::new();
         for spec in layers {
@@ -157,7 +152,7 @@ impl Pass<'_, '_> {
                 Err(e) => return Err(Error::Read(upper, e)),
             };
             let prev = base.and_then(|b| b.layer(&spec.name));
-            let (entries, to_read) = self.walk(root.as_fd(), &upper, prev, looked_at)?;
+            let (entries, to_read) = self.walk(root.as_fd(), &upper, prev)?;
             walked.push((spec, upper, root, entries, to_read));
         }
 
@@ -191,7 +186,6 @@ impl Pass<'_, '_> {
         root: BorrowedFd<'_>,
         upper: &Path,
         prev: Option<&HashMap<&Path, &Entry>>,
-        looked_at: SystemTime,
     ) -> Result<(Vec<Entry>, Vec<usize>)> {
         let read_err = |p: &Path, e| Error::Read(upper.join(p), e);
         let st = sys::fstat(root).map_err(|e| read_err(Path::new(""), e))?;
@@ -205,7 +199,7 @@ impl Pass<'_, '_> {
             Some(p) => p.xattrs.clone(),
             None => meta::read_xattrs(&XattrAt::Fd(root)).map_err(|e| read_err(Path::new(""), e))?,
         };
-        entries.push(self.entry(PathBuf::new(), EntryKind::Dir, &st, xattrs, looked_at));
+        entries.push(self.entry(PathBuf::new(), EntryKind::Dir, &st, xattrs));
         let names = sys::read_dir(root).map_err(|e| read_err(Path::new(""), e))?;
         let root_fd = root.try_clone_to_owned().map_err(|e| read_err(Path::new(""), e))?;
         let mut stack = vec![Frame { fd: root_fd, path: PathBuf::new(), names: names.into_iter() }];
@@ -233,7 +227,7 @@ impl Pass<'_, '_> {
                 if let Some(first) = links.get(&(st.st_dev, st.st_ino)) {
                     let kind = EntryKind::HardLink { to: first.clone() };
                     let xattrs = meta::read_xattrs(&XattrAt::name_in(dir, &name)).map_err(|e| read_err(&path, e))?;
-                    entries.push(self.entry(path, kind, &st, xattrs, looked_at));
+                    entries.push(self.entry(path, kind, &st, xattrs));
                     continue;
                 }
                 links.insert((st.st_dev, st.st_ino), path.clone());
@@ -275,10 +269,10 @@ impl Pass<'_, '_> {
             .map_err(|e| read_err(&path, e))?;
             if let Some(fd) = child {
                 let names = sys::read_dir(fd.as_fd()).map_err(|e| read_err(&path, e))?;
-                entries.push(self.entry(path.clone(), kind, &st, xattrs, looked_at));
+                entries.push(self.entry(path.clone(), kind, &st, xattrs));
                 stack.push(Frame { fd, path, names: names.into_iter() });
             } else {
-                entries.push(self.entry(path, kind, &st, xattrs, looked_at));
+                entries.push(self.entry(path, kind, &st, xattrs));
             }
         }
         Ok((entries, to_read))
@@ -290,7 +284,6 @@ impl Pass<'_, '_> {
         kind: EntryKind,
         st: &libc::stat,
         xattrs: Vec<(crate::ByteBuf, crate::ByteBuf)>,
-        looked_at: SystemTime,
     ) -> Entry {
         Entry {
             path,
@@ -301,7 +294,7 @@ impl Pass<'_, '_> {
             mtime: meta::mtime(st),
             xattrs,
             ino: st.st_ino,
-            ctime: meta::trusted_ctime(meta::ctime(st), looked_at),
+            ctime: meta::trusted_ctime(meta::ctime(st), self.looked_at),
         }
     }
 

@@ -236,7 +236,7 @@ mod tests {
         let back = store.find_task(t.id.as_str()).await.unwrap();
         assert_eq!((back.step, back.rollback_note), (3, Some(note)));
 
-        store.expire_snapshots(&[a.id.clone()], &[ev(&t.id, EventKind::SnapshotExpired)]).await.unwrap();
+        store.expire_snapshots(std::slice::from_ref(&a.id), &[ev(&t.id, EventKind::SnapshotExpired)]).await.unwrap();
         assert_eq!(store.snapshots(&t.id).await.unwrap(), [b]);
         let kinds: Vec<EventKind> = store.events(&t.id).await.unwrap().iter().map(|e| e.kind).collect();
         assert_eq!(kinds, [EventKind::Snapshot, EventKind::Snapshot, EventKind::Rollback, EventKind::SnapshotExpired]);

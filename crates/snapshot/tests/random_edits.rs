@@ -1,0 +1,148 @@
+//! Random edits of a small random tree, then a restore of the snapshot taken
+//! before them: the tree is back exactly.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::fs;
+use std::os::unix::fs::symlink;
+use std::path::{Path, PathBuf};
+
+use cairn_snapshot::{capture, restore, NoFreeze};
+use common::*;
+use proptest::prelude::*;
+
+const DIRS: [&str; 4] = ["", "d0", "d1", "d0/d2"];
+const NAMES: [&str; 3] = ["f0", "f1", "d0"];
+
+/// A path of the small namespace the edits play in.
+fn slot(i: usize) -> PathBuf {
+    Path::new(DIRS[i % DIRS.len()]).join(NAMES[i / DIRS.len() % NAMES.len()])
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Write(usize, u8, usize),
+    Delete(usize),
+    Rename(usize, usize),
+    Mkdir(usize),
+    Chmod(usize, u32),
+    Symlink(usize, usize),
+    HardLink(usize, usize),
+    Xattr(usize, u8),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    let s = 0..DIRS.len() * NAMES.len();
+    prop_oneof![
+        3 => (s.clone(), any::<u8>(), 0..3000usize).prop_map(|(p, seed, len)| Op::Write(p, seed, len)),
+        1 => s.clone().prop_map(Op::Delete),
+        1 => (s.clone(), s.clone()).prop_map(|(a, b)| Op::Rename(a, b)),
+        1 => s.clone().prop_map(Op::Mkdir),
+        1 => (s.clone(), prop::sample::select(vec![0o600, 0o644, 0o755, 0o2755, 0o1777])).prop_map(|(p, m)| Op::Chmod(p, m)),
+        1 => (s.clone(), s.clone()).prop_map(|(a, b)| Op::Symlink(a, b)),
+        1 => (s.clone(), s.clone()).prop_map(|(a, b)| Op::HardLink(a, b)),
+        1 => (s, any::<u8>()).prop_map(|(p, v)| Op::Xattr(p, v)),
+    ]
+}
+
+/// Applies an edit the way a program in the sandbox might; edits that make
+/// no sense for the current tree (a missing parent, a file as a directory)
+/// simply fail and are skipped.
+fn apply(u: &Path, op: &Op) {
+    let p = |i: usize| u.join(slot(i));
+    let _ = match op {
+        Op::Write(i, seed, len) => {
+            let target = p(*i);
+            fs::create_dir_all(target.parent().unwrap()).and_then(|_| fs::write(&target, noise(u64::from(*seed), *len)))
+        }
+        Op::Delete(i) => {
+            let target = p(*i);
+            match fs::symlink_metadata(&target) {
+                Ok(m) if m.is_dir() => fs::remove_dir_all(&target),
+                Ok(_) => fs::remove_file(&target),
+                Err(e) => Err(e),
+            }
+        }
+        Op::Rename(a, b) => fs::rename(p(*a), p(*b)),
+        Op::Mkdir(i) => fs::create_dir_all(p(*i)),
+        Op::Chmod(i, mode) => match fs::symlink_metadata(p(*i)) {
+            Ok(m) if !m.file_type().is_symlink() => {
+                chmod(&p(*i), *mode);
+                Ok(())
+            }
+            _ => Ok(()),
+        },
+        Op::Symlink(i, t) => symlink(slot(*t), p(*i)),
+        Op::HardLink(a, b) => fs::hard_link(p(*a), p(*b)),
+        Op::Xattr(i, v) => {
+            if fs::symlink_metadata(p(*i)).is_ok_and(|m| !m.file_type().is_symlink()) {
+                setxattr(&p(*i), "user.v", &[*v]);
+            }
+            Ok(())
+        }
+    };
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+
+    #[test]
+    fn restore_undoes_random_edits(
+        init in prop::collection::vec(op(), 0..14),
+        edits in prop::collection::vec(op(), 1..10),
+        more in prop::collection::vec(op(), 0..6),
+    ) {
+        let t = tempfile::tempdir().unwrap();
+        let repo = repo(t.path());
+        let disk = t.path().join("d");
+        let u = upper(&disk, "root", X);
+        for o in &init {
+            apply(&u, o);
+        }
+        let (_, s1, _) = capture(&repo, &disk, &root_layer(), None, X, &NoFreeze, &mut |_| {}).unwrap();
+        let at_s1 = listing(&u, X);
+
+        for o in &edits {
+            apply(&u, o);
+        }
+        let (refreshed, _) = restore(&repo, &s1, &disk, Some(&s1), X, &mut |_| {}).unwrap();
+        assert_same(&at_s1, &listing(&u, X));
+
+        // Again from the restored disk, with the baseline the restore gave.
+        for o in &more {
+            apply(&u, o);
+        }
+        restore(&repo, &s1, &disk, Some(&refreshed), X, &mut |_| {}).unwrap();
+        assert_same(&at_s1, &listing(&u, X));
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+
+    /// Edits right after a capture (within the same clock tick) are all in
+    /// the next, incremental capture.
+    #[test]
+    fn incremental_capture_misses_no_edit(
+        init in prop::collection::vec(op(), 0..14),
+        edits in prop::collection::vec(op(), 1..10),
+    ) {
+        let t = tempfile::tempdir().unwrap();
+        let repo = repo(t.path());
+        let disk = t.path().join("d");
+        let u = upper(&disk, "root", X);
+        for o in &init {
+            apply(&u, o);
+        }
+        let (_, s1, _) = capture(&repo, &disk, &root_layer(), None, X, &NoFreeze, &mut |_| {}).unwrap();
+        for o in &edits {
+            apply(&u, o);
+        }
+        let (_, s2, _) = capture(&repo, &disk, &root_layer(), Some(&s1), X, &NoFreeze, &mut |_| {}).unwrap();
+        let other = t.path().join("other");
+        fs::create_dir(&other).unwrap();
+        restore(&repo, &s2, &other, None, X, &mut |_| {}).unwrap();
+        assert_same(&listing(&u, X), &listing(&other.join("root/upper"), X));
+    }
+}
