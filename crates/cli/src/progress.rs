@@ -112,16 +112,21 @@ pub async fn while_running<T>(client: &crate::client::Client, task: &str, reques
                 }
                 let secs = (p["elapsed_ms"].as_f64().unwrap_or(0.0) / 1000.0).max(0.001);
                 let bytes = p["bytes_done"].as_f64().unwrap_or(0.0);
-                eprint!(
-                    "\r{} ({}): {}/{} files, {} of {} at {}/s   ",
-                    p["op"].as_str().unwrap_or(""),
-                    p["phase"].as_str().unwrap_or(""),
-                    p["files_done"],
-                    p["files_total"],
-                    human(bytes),
-                    human(p["bytes_total"].as_f64().unwrap_or(0.0)),
-                    human(bytes / secs)
-                );
+                let total = p["bytes_total"].as_f64().unwrap_or(0.0);
+                let counts = if total > 0.0 || p["files_total"].as_u64().unwrap_or(0) > 0 {
+                    format!(
+                        ": {}/{} files, {} of {} at {}/s",
+                        p["files_done"],
+                        p["files_total"],
+                        human(bytes),
+                        human(total),
+                        human(bytes / secs)
+                    )
+                } else {
+                    String::new()
+                };
+                // \x1b[K clears what a longer earlier line left.
+                eprint!("\r{} ({}){counts}, {secs:.1}s\x1b[K", p["op"].as_str().unwrap_or(""), p["phase"].as_str().unwrap_or(""));
                 let _ = std::io::stderr().flush();
                 shown = true;
             }
