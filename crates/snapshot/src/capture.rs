@@ -211,71 +211,88 @@ impl Pass<'_, '_> {
             };
             let dir = top.fd.as_fd();
             let path = top.path.join(OsStr::from_bytes(name.to_bytes()));
-            let st = match sys::lstat_at(dir, &name) {
-                Ok(st) => st,
-                // Deleted since the listing (only while not frozen).
-                Err(e) if e.raw_os_error() == Some(libc::ENOENT) && !self.frozen => continue,
-                Err(e) => return Err(read_err(&path, e)),
-            };
+            let Some(st) = self.vanished_is_ok(sys::lstat_at(dir, &name), upper, &path)? else { continue };
             let ft = meta::file_type(&st);
             if ft == libc::S_IFDIR && st.st_dev != dev {
                 tracing::warn!(path = %upper.join(&path).display(), "mount point in a layer left out of the snapshot");
                 continue;
             }
             let whiteout = ft == libc::S_IFCHR && st.st_rdev == 0;
-            if ft != libc::S_IFDIR && !whiteout && st.st_nlink > 1 {
-                if let Some(first) = links.get(&(st.st_dev, st.st_ino)) {
-                    let kind = EntryKind::HardLink { to: first.clone() };
-                    let xattrs = meta::read_xattrs(&XattrAt::name_in(dir, &name)).map_err(|e| read_err(&path, e))?;
-                    entries.push(self.entry(path, kind, &st, xattrs));
-                    continue;
-                }
-                links.insert((st.st_dev, st.st_ino), path.clone());
+            let linked = ft != libc::S_IFDIR && !whiteout && st.st_nlink > 1;
+            if let Some(first) = links.get(&(st.st_dev, st.st_ino)).filter(|_| linked) {
+                let kind = EntryKind::HardLink { to: first.clone() };
+                let xattrs = meta::read_xattrs(&XattrAt::name_in(dir, &name));
+                let Some(xattrs) = self.vanished_is_ok(xattrs, upper, &path)? else { continue };
+                entries.push(self.entry(path, kind, &st, xattrs));
+                continue;
             }
 
             let same = prev.and_then(|p| p.get(path.as_path())).copied().filter(|p| meta::unchanged(p, &st, ft));
             let mut child = None;
-            let kind = match ft {
-                libc::S_IFDIR => {
-                    let fd = sys::open_dir_at(dir, &name).map_err(|e| read_err(&path, e))?;
+            let mut read = false;
+            let kind = match (ft, same) {
+                (libc::S_IFDIR, _) => {
+                    let Some(fd) = self.vanished_is_ok(sys::open_dir_at(dir, &name), upper, &path)? else { continue };
                     child = Some(fd);
                     EntryKind::Dir
                 }
-                libc::S_IFREG => match same {
-                    Some(p) => p.kind.clone(),
-                    None => {
-                        to_read.push(entries.len());
-                        EntryKind::File { size: st.st_size as u64, extents: Vec::new() }
-                    }
-                },
-                libc::S_IFLNK => match same {
-                    Some(p) => p.kind.clone(),
-                    None => {
-                        let target = sys::readlink_at(dir, &name).map_err(|e| read_err(&path, e))?;
-                        EntryKind::Symlink { target: PathBuf::from(std::ffi::OsString::from_vec(target)) }
-                    }
-                },
-                libc::S_IFCHR if whiteout => EntryKind::Whiteout,
-                libc::S_IFCHR => EntryKind::CharDev { rdev: st.st_rdev },
-                libc::S_IFBLK => EntryKind::BlockDev { rdev: st.st_rdev },
-                libc::S_IFIFO => EntryKind::Fifo,
+                (libc::S_IFREG | libc::S_IFLNK, Some(p)) => p.kind.clone(),
+                (libc::S_IFREG, None) => {
+                    read = true;
+                    EntryKind::File { size: st.st_size as u64, extents: Vec::new() }
+                }
+                (libc::S_IFLNK, None) => {
+                    let Some(target) = self.vanished_is_ok(sys::readlink_at(dir, &name), upper, &path)? else { continue };
+                    EntryKind::Symlink { target: PathBuf::from(std::ffi::OsString::from_vec(target)) }
+                }
+                (libc::S_IFCHR, _) if whiteout => EntryKind::Whiteout,
+                (libc::S_IFCHR, _) => EntryKind::CharDev { rdev: st.st_rdev },
+                (libc::S_IFBLK, _) => EntryKind::BlockDev { rdev: st.st_rdev },
+                (libc::S_IFIFO, _) => EntryKind::Fifo,
                 _ => EntryKind::Socket,
             };
             let xattrs = match (same, &child) {
                 (Some(p), _) => Ok(p.xattrs.clone()),
                 (None, Some(fd)) => meta::read_xattrs(&XattrAt::Fd(fd.as_fd())),
                 (None, None) => meta::read_xattrs(&XattrAt::name_in(dir, &name)),
+            };
+            let Some(xattrs) = self.vanished_is_ok(xattrs, upper, &path)? else { continue };
+            let names = match &child {
+                Some(fd) => match self.vanished_is_ok(sys::read_dir(fd.as_fd()), upper, &path)? {
+                    Some(names) => names,
+                    None => continue,
+                },
+                None => Vec::new(),
+            };
+            if linked {
+                links.insert((st.st_dev, st.st_ino), path.clone());
             }
-            .map_err(|e| read_err(&path, e))?;
+            if read {
+                to_read.push(entries.len());
+            }
+            let mut entry = self.entry(path, kind, &st, xattrs);
             if let Some(fd) = child {
-                let names = sys::read_dir(fd.as_fd()).map_err(|e| read_err(&path, e))?;
-                entries.push(self.entry(path.clone(), kind, &st, xattrs));
-                stack.push(Frame { fd, path, names: names.into_iter() });
-            } else {
-                entries.push(self.entry(path, kind, &st, xattrs));
+                // Replaced between the stat and the open: look again next pass.
+                if sys::fstat(fd.as_fd()).map_or(true, |s| s.st_ino != st.st_ino) {
+                    entry.ctime = Timestamp::UNKNOWN;
+                }
+                stack.push(Frame { fd, path: entry.path.clone(), names: names.into_iter() });
             }
+            entries.push(entry);
         }
         Ok((entries, to_read))
+    }
+
+    /// While the sandbox runs, an entry may vanish or change type between
+    /// two calls: the first pass leaves it to the second (None). Frozen,
+    /// every error is one.
+    fn vanished_is_ok<T>(&self, r: io::Result<T>, upper: &Path, path: &Path) -> Result<Option<T>> {
+        const VANISHED: [i32; 5] = [libc::ENOENT, libc::ENOTDIR, libc::ELOOP, libc::EINVAL, libc::ENODATA];
+        match r {
+            Ok(v) => Ok(Some(v)),
+            Err(e) if !self.frozen && e.raw_os_error().is_some_and(|n| VANISHED.contains(&n)) => Ok(None),
+            Err(e) => Err(Error::Read(upper.join(path), e)),
+        }
     }
 
     fn entry(

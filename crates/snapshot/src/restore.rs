@@ -44,6 +44,8 @@ pub struct RestoreStats {
 /// every restored layer an empty overlayfs work directory. Owners are shifted
 /// into `ids`. Without `baseline`, each upper is emptied and written in full.
 ///
+/// The sandbox must not be running: its disk is written directly.
+///
 /// Returns `target` with the inodes and ctimes the entries now have (the
 /// baseline for the next capture or restore). A chunk that is missing or
 /// does not match its id fails the restore, naming it.

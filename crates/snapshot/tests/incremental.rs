@@ -168,6 +168,37 @@ fn freezes_once_and_always_thaws() {
     assert_eq!(*broken.calls.borrow(), ["freeze", "thaw"]);
 }
 
+/// Writes a file the moment the sandbox is frozen, as if the sandbox had
+/// written it just before.
+struct LastMinuteWrite(std::path::PathBuf);
+
+impl Freezer for LastMinuteWrite {
+    fn freeze(&self) -> Result<(), String> {
+        fs::write(&self.0, b"last minute").map_err(|e| e.to_string())
+    }
+    fn thaw(&self) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+#[test]
+fn the_frozen_pass_rereads_only_what_changed_during_the_first() {
+    let t = tempfile::tempdir().unwrap();
+    let repo = repo(t.path());
+    let disk = t.path().join("d");
+    let u = upper(&disk, "root", X);
+    small_tree(&u);
+    settle();
+    let freezer = LastMinuteWrite(u.join("docs/f5"));
+    let (_, m, stats) = capture(&repo, &disk, &root_layer(), None, X, &freezer, &mut |_| {}).unwrap();
+    assert_eq!(stats.files_read, 11, "ten in the first pass, one again in the second");
+    let other = t.path().join("other");
+    fs::create_dir(&other).unwrap();
+    restore(&repo, &m, &other, None, X, &mut |_| {}).unwrap();
+    assert_eq!(fs::read(other.join("root/upper/docs/f5")).unwrap(), b"last minute");
+    assert_same(&listing(&u, X), &listing(&other.join("root/upper"), X));
+}
+
 /// The frozen pass over 10,000 unchanged files: the sandbox's pause.
 #[test]
 fn frozen_pass_over_ten_thousand_unchanged_files_is_short() {
