@@ -19,15 +19,25 @@ const RANDOM_LEN: usize = 11;
 #[serde(try_from = "String", into = "String")]
 pub struct TaskId(String);
 
+/// `prefix` and `len` random characters of [`ALPHABET`].
+pub(crate) fn random_id(prefix: char, len: usize) -> String {
+    let mut rng = rand::thread_rng();
+    let mut s = String::with_capacity(len + 1);
+    s.push(prefix);
+    for _ in 0..len {
+        s.push(ALPHABET[rng.gen_range(0..ALPHABET.len())] as char);
+    }
+    s
+}
+
+/// True when `s` has the shape [`random_id`] makes.
+pub(crate) fn has_id_shape(s: &str, prefix: char, len: usize) -> bool {
+    s.len() == len + 1 && s.starts_with(prefix) && s.bytes().skip(1).all(|b| ALPHABET.contains(&b))
+}
+
 impl TaskId {
     pub fn random() -> Self {
-        let mut rng = rand::thread_rng();
-        let mut s = String::with_capacity(RANDOM_LEN + 1);
-        s.push('t');
-        for _ in 0..RANDOM_LEN {
-            s.push(ALPHABET[rng.gen_range(0..ALPHABET.len())] as char);
-        }
-        TaskId(s)
+        TaskId(random_id('t', RANDOM_LEN))
     }
 
     pub fn as_str(&self) -> &str {
@@ -36,9 +46,7 @@ impl TaskId {
 
     /// True when `s` has the shape of a task id (as opposed to a task name).
     pub fn looks_like(s: &str) -> bool {
-        s.len() == RANDOM_LEN + 1
-            && s.starts_with('t')
-            && s.bytes().skip(1).all(|b| ALPHABET.contains(&b))
+        has_id_shape(s, 't', RANDOM_LEN)
     }
 }
 

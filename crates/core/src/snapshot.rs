@@ -5,12 +5,11 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
-use rand::Rng;
 use serde::{Deserialize, Serialize};
 
+use crate::id::{has_id_shape, random_id};
 use crate::{Error, TaskConfig, TaskId};
 
-const ALPHABET: &[u8] = b"23456789abcdefghijkmnpqrstuvwxyz";
 const RANDOM_LEN: usize = 9;
 
 /// A snapshot id: `s` and 9 characters of the task-id alphabet, e.g.
@@ -22,13 +21,7 @@ pub struct SnapshotId(String);
 
 impl SnapshotId {
     pub fn random() -> Self {
-        let mut rng = rand::thread_rng();
-        let mut s = String::with_capacity(RANDOM_LEN + 1);
-        s.push('s');
-        for _ in 0..RANDOM_LEN {
-            s.push(ALPHABET[rng.gen_range(0..ALPHABET.len())] as char);
-        }
-        SnapshotId(s)
+        SnapshotId(random_id('s', RANDOM_LEN))
     }
 
     pub fn as_str(&self) -> &str {
@@ -36,7 +29,7 @@ impl SnapshotId {
     }
 
     pub fn looks_like(s: &str) -> bool {
-        s.len() == RANDOM_LEN + 1 && s.starts_with('s') && s.bytes().skip(1).all(|b| ALPHABET.contains(&b))
+        has_id_shape(s, 's', RANDOM_LEN)
     }
 }
 

@@ -232,18 +232,7 @@ impl NativeDriver {
         let began = Instant::now();
         let paths = self.paths(task);
         let ids = IdRange::for_slot(slot)?;
-        fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(&paths.run_dir)
-            .map_err(|e| Error::Io(paths.run_dir.display().to_string(), e))?;
-        if !paths.disk_image.exists() {
-            self.pool.take(&paths.disk_image, config.limits.disk_bytes)?;
-        }
-        let t_disk = began.elapsed();
-        if !disk::is_mounted(&paths.disk_mount) {
-            disk::attach_and_mount(&paths.disk_image, &paths.disk_mount)?;
-        }
+        self.prepare_disk(task, config.limits.disk_bytes)?;
         let t_mount = began.elapsed();
         let cgroup = self.cgroups.create(task, &config.limits)?;
         let t_cgroup = began.elapsed();
@@ -269,7 +258,7 @@ impl NativeDriver {
             None => self.spawn_helper(&[])?,
         };
         let report = run_helper(child, &spec)?;
-        tracing::debug!(task, disk = ?t_disk, mount = ?t_mount, cgroup = ?t_cgroup, helper = ?began.elapsed(), "sandbox started");
+        tracing::debug!(task, disk = ?t_mount, cgroup = ?t_cgroup, helper = ?began.elapsed(), "sandbox started");
         Ok(InitProcess { pid: report.init_pid, start_time: report.init_start_time })
     }
 
