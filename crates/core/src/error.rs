@@ -29,6 +29,10 @@ pub enum Error {
     SnapshotKind(String),
     #[error("invalid risk pattern {0:?}: {1}")]
     RiskPattern(String, String),
+    #[error("invalid {0} id {1:?}")]
+    Id(&'static str, String),
+    #[error("invalid event name {0:?}: expected 1-63 letters, digits, '-', '_' or '.'")]
+    EventName(String),
     #[error("task is {from}; it cannot {action}")]
     Transition { from: crate::TaskState, action: &'static str },
 }

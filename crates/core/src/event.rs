@@ -20,6 +20,11 @@ pub enum EventKind {
     Fork,
     SnapshotExpired,
     ServiceStart,
+    Wait,
+    EventReceived,
+    Suspend,
+    Wake,
+    Recovered,
 }
 
 impl EventKind {
@@ -36,6 +41,11 @@ impl EventKind {
             EventKind::Fork => "fork",
             EventKind::SnapshotExpired => "snapshot_expired",
             EventKind::ServiceStart => "service_start",
+            EventKind::Wait => "wait",
+            EventKind::EventReceived => "event_received",
+            EventKind::Suspend => "suspend",
+            EventKind::Wake => "wake",
+            EventKind::Recovered => "recovered",
         }
     }
 }
@@ -44,7 +54,7 @@ impl FromStr for EventKind {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
         use EventKind::*;
-        [Create, SandboxStart, Exec, Cp, Destroy, SandboxLost, Snapshot, Rollback, Fork, SnapshotExpired, ServiceStart]
+        [Create, SandboxStart, Exec, Cp, Destroy, SandboxLost, Snapshot, Rollback, Fork, SnapshotExpired, ServiceStart, Wait, EventReceived, Suspend, Wake, Recovered]
             .into_iter()
             .find(|k| k.as_str() == s)
             .ok_or_else(|| format!("unknown event kind {s:?}"))

@@ -13,6 +13,7 @@ mod risk;
 mod snapshot;
 mod state;
 mod task;
+mod wait;
 
 pub use error::Error;
 pub use event::{Event, EventKind, NewEvent};
@@ -20,6 +21,7 @@ pub use id::TaskId;
 pub use limits::{parse_bytes, parse_duration, Bytes, Limits};
 pub use risk::{RiskPolicy, DEFAULT_RISK_PATTERNS};
 pub use snapshot::{Retention, RollbackNote, Snapshot, SnapshotId, SnapshotKind};
+pub use wait::{check_event_name, EventSource, InboxEvent, InboxId, Wait, WaitFor, WaitId};
 pub use state::{SandboxState, TaskState};
 pub use task::{
     check_image_name, check_name, check_workdir, EnvVar, ExecExit, Task, TaskConfig, DEFAULT_IMAGE, DEFAULT_WORKDIR,

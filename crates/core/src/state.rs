@@ -66,6 +66,39 @@ impl TaskState {
         }
     }
 
+    /// `running -> suspending`: a wait, `cairn suspend` or idle time.
+    pub fn suspend(self) -> Result<TaskState, Error> {
+        match self {
+            TaskState::Running => Ok(TaskState::Suspending),
+            from => Err(Error::Transition { from, action: "suspend" }),
+        }
+    }
+
+    /// `suspending -> suspended`: the suspend snapshot is stored and the
+    /// sandbox is gone.
+    pub fn suspended(self) -> Result<TaskState, Error> {
+        match self {
+            TaskState::Suspending => Ok(TaskState::Suspended),
+            from => Err(Error::Transition { from, action: "finish suspending" }),
+        }
+    }
+
+    /// `suspended -> waking`: an event, `cairn resume`, or an exec.
+    pub fn wake(self) -> Result<TaskState, Error> {
+        match self {
+            TaskState::Suspended => Ok(TaskState::Waking),
+            from => Err(Error::Transition { from, action: "wake" }),
+        }
+    }
+
+    /// `waking -> running`: the fresh sandbox is ready.
+    pub fn woke(self) -> Result<TaskState, Error> {
+        match self {
+            TaskState::Waking => Ok(TaskState::Running),
+            from => Err(Error::Transition { from, action: "finish waking" }),
+        }
+    }
+
     /// `any -> destroyed`, except from destroyed itself.
     pub fn destroy(self) -> Result<TaskState, Error> {
         match self {
@@ -149,5 +182,9 @@ mod tests {
         assert!(TaskState::Destroyed.check_exec().is_err());
         assert!(TaskState::Destroyed.destroy().is_err());
         assert_eq!(TaskState::Running.destroy(), Ok(TaskState::Destroyed));
+        let cycle = TaskState::Running.suspend().and_then(TaskState::suspended).and_then(TaskState::wake).and_then(TaskState::woke);
+        assert_eq!(cycle, Ok(TaskState::Running));
+        assert!(TaskState::Suspended.suspend().is_err() && TaskState::Running.wake().is_err());
+        assert!(TaskState::Created.suspend().is_err() && TaskState::Suspending.woke().is_err());
     }
 }

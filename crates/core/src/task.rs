@@ -83,6 +83,9 @@ pub struct TaskConfig {
     /// (create, rollback, fork), each detached with its output logged.
     #[serde(default)]
     pub services: Vec<String>,
+    /// Suspend the task after this long without activity (`None`: never).
+    #[serde(default)]
+    pub idle_suspend_ms: Option<u64>,
 }
 
 impl Default for TaskConfig {
@@ -95,6 +98,7 @@ impl Default for TaskConfig {
             retention: Retention::default(),
             risky: Vec::new(),
             services: Vec::new(),
+            idle_suspend_ms: None,
         }
     }
 }
@@ -116,6 +120,11 @@ pub struct Task {
     pub sandbox_note: Option<String>,
     /// The latest rollback, so the agent sees why its last attempt failed.
     pub rollback_note: Option<RollbackNote>,
+    /// Set when the daemon rebuilt a lost sandbox from the latest snapshot:
+    /// which snapshot, which step, what was lost since.
+    pub recovery_note: Option<String>,
+    /// The Standard Webhooks secret (`whsec_...`) senders sign with.
+    pub webhook_secret: Option<String>,
 }
 
 impl Task {
@@ -133,6 +142,8 @@ impl Task {
             sandbox: SandboxState::None,
             sandbox_note: None,
             rollback_note: None,
+            recovery_note: None,
+            webhook_secret: None,
         }
     }
 }

@@ -10,6 +10,7 @@
 //! cpus = "1"
 //! pids = 256
 //! disk = "2G"
+//! idle_suspend = "30m"        # suspend tasks idle this long ("never", the default)
 //!
 //! [snapshots]
 //! gc_grace = "1h"             # `cairn gc` keeps unreferenced objects younger than this
@@ -39,6 +40,8 @@ pub struct Config {
     /// Commands matching one of these take a `pre-risk` snapshot first.
     pub risky_patterns: Vec<String>,
     pub gc_grace: Duration,
+    /// Suspend tasks idle this long, unless they say otherwise.
+    pub idle_suspend: Option<Duration>,
 }
 
 impl Default for Config {
@@ -50,6 +53,7 @@ impl Default for Config {
             retention: Retention::default(),
             risky_patterns: DEFAULT_RISK_PATTERNS.iter().map(|p| (*p).to_owned()).collect(),
             gc_grace: Duration::from_secs(3600),
+            idle_suspend: None,
         }
     }
 }
@@ -99,6 +103,7 @@ struct Defaults {
     cpus: Option<toml::Value>,
     pids: Option<toml::Value>,
     disk: Option<String>,
+    idle_suspend: Option<String>,
 }
 
 fn value_text(v: &toml::Value) -> String {
@@ -133,6 +138,9 @@ impl Config {
         }
         if let Some(v) = d.pids {
             c.defaults.set_pids(&value_text(&v)).map_err(|e| format!("defaults.pids: {e}"))?;
+        }
+        if let Some(i) = d.idle_suspend {
+            c.idle_suspend = parse_expiry(&i).map_err(|e| format!("defaults.idle_suspend: {e}"))?;
         }
         if let Some(s) = d.disk {
             c.defaults.set_disk(&s).map_err(|e| format!("defaults.disk: {e}"))?;

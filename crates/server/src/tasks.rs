@@ -57,6 +57,17 @@ pub struct CreateRequest {
     /// Services: commands started whenever the sandbox starts.
     #[serde(default)]
     pub services: Vec<String>,
+    /// Suspend after this long without activity (e.g. `5m`).
+    pub idle_suspend: Option<String>,
+}
+
+/// A duration a user typed that must be positive, in milliseconds.
+pub(crate) fn parse_positive_ms(what: &str, s: &str) -> Result<u64, ApiError> {
+    let d = cairn_core::parse_duration(s).map_err(|e| ApiError::bad_request(format!("{what}: {e}")))?;
+    if d.is_zero() {
+        return Err(ApiError::bad_request(format!("{what} must be longer than zero, not {s:?}")));
+    }
+    Ok(d.as_millis() as u64)
 }
 
 /// Limits as a user reads them.
@@ -99,6 +110,7 @@ pub struct Tasks {
     pub snaps: crate::snapshots::SnapshotState,
     defaults: Limits,
     retention: cairn_core::Retention,
+    idle_suspend_default: Option<Duration>,
     live: Mutex<HashMap<TaskId, Live>>,
     locks: Mutex<HashMap<TaskId, Arc<tokio::sync::Mutex<()>>>>,
 }
@@ -133,6 +145,7 @@ impl Tasks {
             snaps: crate::snapshots::SnapshotState::new(repo, risk, config.gc_grace),
             defaults,
             retention: config.retention.clone(),
+            idle_suspend_default: config.idle_suspend,
             live: Mutex::new(HashMap::new()),
             locks: Mutex::new(HashMap::new()),
         })
@@ -208,10 +221,14 @@ impl Tasks {
             retention.expire_after = crate::config::parse_expiry(e).map_err(|e| ApiError::bad_request(format!("--expire-after: {e}")))?;
         }
         cairn_core::RiskPolicy::new(req.risky.iter().map(String::as_str))?;
+        let idle_suspend_ms = match &req.idle_suspend {
+            Some(d) => Some(parse_positive_ms("--idle-suspend", d)?),
+            None => self.idle_suspend_default.map(|d| d.as_millis() as u64),
+        };
         if req.services.iter().any(|s| s.trim().is_empty() || s.contains('\0')) {
             return Err(ApiError::bad_request("a --service must be a non-empty command"));
         }
-        Ok(TaskConfig { image, limits, env, workdir, retention, risky: req.risky.clone(), services: req.services.clone() })
+        Ok(TaskConfig { image, limits, env, workdir, retention, risky: req.risky.clone(), services: req.services.clone(), idle_suspend_ms })
     }
 
     /// Creates a task and starts its sandbox (Cairn starts sandboxes on

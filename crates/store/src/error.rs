@@ -16,6 +16,10 @@ pub enum Error {
     UnknownTask(String),
     #[error("unknown snapshot {0:?} (see `cairn snapshot list TASK`)")]
     UnknownSnapshot(String),
+    #[error("unknown wait {0:?}")]
+    UnknownWait(String),
+    #[error("task {0} is already waiting; one wait at a time (see `cairn task show`)")]
+    WaitPending(String),
     #[error("a task named {0:?} already exists")]
     NameTaken(String),
     #[error("task database holds a malformed {0}: {1}")]

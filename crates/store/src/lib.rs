@@ -8,6 +8,8 @@
 mod error;
 mod snapshots;
 mod sqlite;
+mod waits;
 
 pub use error::{Error, Result};
 pub use sqlite::{now_ms, SandboxRow, Store};
+pub use waits::Delivered;

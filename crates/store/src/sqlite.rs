@@ -61,8 +61,8 @@ impl Store {
     pub async fn insert_task(&self, task: &Task) -> Result<()> {
         let config = serde_json::to_string(&task.config).map_err(|e| Error::Corrupt("config", e.to_string()))?;
         let res = sqlx::query(
-            "INSERT INTO tasks (id, name, state, config, step, memory, created_ms, last_activity_ms, sandbox_state, sandbox_note)
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO tasks (id, name, state, config, step, memory, created_ms, last_activity_ms, sandbox_state, sandbox_note, webhook_secret)
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         )
         .bind(task.id.as_str())
         .bind(task.name.as_deref())
@@ -74,6 +74,7 @@ impl Store {
         .bind(task.last_activity_ms)
         .bind(task.sandbox.as_str())
         .bind(task.sandbox_note.as_deref())
+        .bind(task.webhook_secret.as_deref())
         .execute(&self.pool)
         .await;
         match res {
@@ -287,6 +288,8 @@ fn task_from_row(r: &SqliteRow) -> Result<Task> {
         last_activity_ms: r.get("last_activity_ms"),
         sandbox: SandboxState::from_str(&sandbox).map_err(|e| Error::Corrupt("sandbox state", e))?,
         sandbox_note: r.get("sandbox_note"),
+        recovery_note: r.get("recovery_note"),
+        webhook_secret: r.get("webhook_secret"),
         rollback_note: r
             .get::<Option<String>, _>("rollback_note")
             .map(|n| serde_json::from_str(&n).map_err(|e| Error::Corrupt("rollback note", e.to_string())))
