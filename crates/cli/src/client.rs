@@ -93,6 +93,43 @@ impl Client {
         self.send(self.request(Method::DELETE, path)).await
     }
 
+    /// Streams the task's event log (server-sent events) to stdout: one
+    /// JSON object per line with `json`, else one readable line per event.
+    pub async fn watch(&self, task: &str, json: bool) -> Result<()> {
+        use futures_util::StreamExt;
+        let resp = self.request(Method::GET, &format!("/v1/tasks/{task}/watch")).send().await.map_err(|e| self.connect_error(e))?;
+        let status = resp.status();
+        if !status.is_success() {
+            let body = resp.bytes().await.unwrap_or_default();
+            bail!("{}", error_message(status, &body));
+        }
+        let mut stream = resp.bytes_stream();
+        let mut buf = String::new();
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk.map_err(|e| anyhow!("the event stream broke: {e}"))?;
+            buf.push_str(&String::from_utf8_lossy(&chunk));
+            while let Some(end) = buf.find("\n\n") {
+                let frame: String = buf.drain(..end + 2).collect();
+                for data in frame.lines().filter_map(|l| l.strip_prefix("data:")) {
+                    let v: Value = serde_json::from_str(data.trim()).unwrap_or(Value::Null);
+                    if json {
+                        println!("{v}");
+                    } else {
+                        println!(
+                            "{:>4}  {}  {:<15} {:<10} {}",
+                            v["seq"],
+                            crate::output::time(&v["time_ms"]),
+                            v["kind"].as_str().unwrap_or_default(),
+                            v["actor"].as_str().unwrap_or_default(),
+                            v["args"]
+                        );
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
     pub fn connect_error(&self, e: reqwest::Error) -> anyhow::Error {
         if e.is_connect() {
             anyhow!("daemon not running at {} (start it with `cairn serve`)", self.base)

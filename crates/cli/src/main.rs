@@ -50,6 +50,29 @@ enum Cmd {
     Fork(ForkCli),
     /// Expire snapshots by retention policy, then delete unreferenced data.
     Gc(GcCli),
+    /// Wait for an approval, a webhook or a timer; the task suspends until then.
+    Wait(WaitCli),
+    /// Approve (or --reject) a task's pending approval.
+    Approve {
+        task: String,
+        #[arg(long)]
+        reject: bool,
+        #[arg(long)]
+        comment: Option<String>,
+    },
+    /// Send a named event to a task (satisfies a --webhook NAME wait).
+    Event {
+        task: String,
+        #[arg(long)]
+        name: String,
+        /// JSON payload.
+        #[arg(long, default_value = "null")]
+        data: String,
+    },
+    /// Suspend a task now: snapshot, then free its compute.
+    Suspend { task: String },
+    /// Wake a suspended task now.
+    Resume { task: String },
     /// Verify the blob store: every referenced object exists (and, with
     /// --read-data, hashes to its id).
     Check {
@@ -95,6 +118,24 @@ enum SnapshotSub {
     List { task: String },
     /// Paths added, changed and deleted from snapshot A to snapshot B.
     Diff { task: String, a: String, b: String },
+}
+
+#[derive(Args, Debug)]
+#[command(group(clap::ArgGroup::new("for").required(true).args(["approval", "webhook", "timer"])))]
+struct WaitCli {
+    task: String,
+    /// Wait for a person to approve; PROMPT says what.
+    #[arg(long, value_name = "PROMPT")]
+    approval: Option<String>,
+    /// Wait for the event NAME (a signed webhook to its URL, or `cairn event`).
+    #[arg(long, value_name = "NAME")]
+    webhook: Option<String>,
+    /// Wait this long (e.g. 30s, 2h).
+    #[arg(long, value_name = "DURATION")]
+    timer: Option<String>,
+    /// Block until the wait is satisfied and the task runs again; print the event.
+    #[arg(long)]
+    block: bool,
 }
 
 #[derive(Args, Debug)]
@@ -153,6 +194,8 @@ enum TaskCmd {
     Create(CreateArgs),
     List,
     Show { task: String },
+    /// Stream the task's event log as it grows (Ctrl-C to stop).
+    Watch { task: String },
 }
 
 #[derive(Args, Debug)]
@@ -194,6 +237,9 @@ struct CreateArgs {
     /// /var/log/cairn/service-N.log) whenever the sandbox starts; repeatable.
     #[arg(long = "service", value_name = "CMD")]
     services: Vec<String>,
+    /// Suspend the task after this long without activity (e.g. 5m).
+    #[arg(long, value_name = "DURATION")]
+    idle_suspend: Option<String>,
 }
 
 #[derive(Args, Debug)]
@@ -308,7 +354,7 @@ async fn client_command(cmd: Cmd, json_out: bool) -> Result<u8> {
                 "image": a.image, "name": a.name, "memory": a.memory, "cpus": a.cpus,
                 "pids": a.pids, "disk": a.disk, "env": a.env, "workdir": a.workdir,
                 "keep_last": a.keep_last, "keep_milestones": a.keep_milestones,
-                "expire_after": a.expire_after, "risky": a.risky, "services": a.services,
+                "expire_after": a.expire_after, "risky": a.risky, "services": a.services, "idle_suspend": a.idle_suspend,
             });
             let task = client.post("/v1/tasks", &body).await?;
             if json_out {
@@ -414,6 +460,52 @@ async fn client_command(cmd: Cmd, json_out: bool) -> Result<u8> {
                     println!("{}", t["id"].as_str().unwrap_or_default());
                 }
             }
+        }
+        Cmd::Wait(a) => {
+            let body = json!({ "approval": a.approval, "webhook": a.webhook, "timer": a.timer });
+            let task = a.task;
+            let v = client.post(&format!("/v1/tasks/{task}/waits"), &body).await?;
+            if !a.block {
+                print(&v, &output::wait_summary);
+                return Ok(0);
+            }
+            if !json_out {
+                eprintln!("{}", output::wait_summary(&v));
+            }
+            let id = v["id"].as_str().unwrap_or_default().to_owned();
+            let done = loop {
+                let w: Value = client.get(&format!("/v1/waits/{id}?block_ms=30000")).await?;
+                if w["state"] == "satisfied" && w["task_state"] != "waking" && w["task_state"] != "suspending" {
+                    break w;
+                }
+            };
+            print(&done["event"], &|e| format!("{}", serde_json::to_string_pretty(e).unwrap_or_default()));
+        }
+        Cmd::Approve { task, reject, comment } => {
+            let v = client.post(&format!("/v1/tasks/{task}/approve"), &json!({ "approve": !reject, "comment": comment })).await?;
+            print(&v, &|v| format!("{} {task}", if reject { "rejected" } else { "approved" }) + if v["wakes"] == true { "; it wakes" } else { "" });
+        }
+        Cmd::Event { task, name, data } => {
+            let data: Value = serde_json::from_str(&data).map_err(|e| anyhow!("--data is not JSON: {e}"))?;
+            let v = client.post(&format!("/v1/tasks/{task}/inbox"), &json!({ "name": name, "data": data })).await?;
+            print(&v, &|v| {
+                let what = match v["satisfied"].as_str() {
+                    Some(w) => format!("satisfied wait {w}"),
+                    None => "kept in the inbox for a later wait".to_owned(),
+                };
+                format!("event {}: {what}", v["event"]["id"].as_str().unwrap_or_default())
+            });
+        }
+        Cmd::Suspend { task } => {
+            let v = client.post(&format!("/v1/tasks/{task}/suspend"), &json!({})).await?;
+            print(&v, &|v| format!("{} is {}", v["id"].as_str().unwrap_or_default(), v["state"].as_str().unwrap_or_default()));
+        }
+        Cmd::Resume { task } => {
+            let v = client.post(&format!("/v1/tasks/{task}/resume"), &json!({})).await?;
+            print(&v, &|v| format!("{} is {}", v["id"].as_str().unwrap_or_default(), v["state"].as_str().unwrap_or_default()));
+        }
+        Cmd::Task(TaskCmd::Watch { task }) => {
+            client.watch(&task, json_out).await?;
         }
         Cmd::Gc(a) => {
             let v = client.post("/v1/gc", &json!({ "dry_run": a.dry_run, "grace": a.grace })).await?;

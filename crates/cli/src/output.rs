@@ -78,6 +78,12 @@ pub fn task_detail(t: &Value) -> String {
             s(&r["reason"])
         ));
     }
+    if let Some(n) = t["recovery_note"].as_str() {
+        lines.push(format!("recovery:      {n}"));
+    }
+    if let Some(ms) = t["config"]["idle_suspend_ms"].as_u64() {
+        lines.push(format!("idle suspend:  after {}", humantime::format_duration(std::time::Duration::from_secs(ms / 1000))));
+    }
     let ret = &t["config"]["retention"];
     lines.push(format!(
         "retention:     keep last {}, {} milestones, others expire {}",
@@ -193,5 +199,22 @@ pub fn check_summary(v: &Value) -> String {
         s(&v["packs"]),
         if lines.is_empty() { "no problems" } else { "PROBLEMS FOUND" }
     ));
+    lines.join("\n")
+}
+
+pub fn wait_summary(v: &Value) -> String {
+    let mut lines = vec![format!(
+        "wait {} ({}): {}; task {}",
+        s(&v["id"]),
+        s(&v["kind"]),
+        s(&v["state"]),
+        s(&v["task_state"])
+    )];
+    if let Some(u) = v["approval_url"].as_str() {
+        lines.push(format!("approve or reject at: {u}"));
+    }
+    if let Some(u) = v["webhook_url"].as_str() {
+        lines.push(format!("webhook URL: {u}"));
+    }
     lines.join("\n")
 }

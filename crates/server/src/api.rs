@@ -15,7 +15,20 @@
 //! | GET | /v1/tasks/{id}/progress | the snapshot or restore in progress, if any |
 //! | POST | /v1/gc | retention, then mark and sweep ([`GcRequest`]) |
 //! | POST | /v1/check | `{read_data}`: verify the blob store |
+//! | POST | /v1/tasks/{id}/waits | wait ([`WaitRequest`]): suspends until satisfied |
+//! | GET | /v1/waits/{id}?block_ms=N | a wait, optionally blocking until satisfied |
+//! | POST | /v1/tasks/{id}/approve | approve or reject ([`ApproveRequest`]) |
+//! | GET, POST | /v1/tasks/{id}/inbox | the inbox; an operator's event ([`EventRequest`]) |
+//! | POST | /v1/tasks/{id}/suspend, /resume | suspend now; wake now |
+//! | GET | /v1/tasks/{id}/watch?after=SEQ | the event log as server-sent events, live |
 //! | GET, POST | /v1/images | list, import `{name, path}` |
+//!
+//! Without the bearer token (their own checks):
+//!
+//! | method | path | what |
+//! |---|---|---|
+//! | POST | /v1/hooks/{task}/{name} | a webhook, signed per Standard Webhooks with the task's secret |
+//! | GET, POST | /approve/{wait}?exp=&sig= | the approval page and its form (a signed link) |
 //! | DELETE | /v1/images/{name} | remove |
 //!
 //! Errors are `{"error": "..."}` with a 4xx/5xx status.
@@ -37,6 +50,7 @@ use serde_json::{json, Value};
 use subtle::ConstantTimeEq;
 
 use crate::snapshots::{ForkRequest, GcRequest, RollbackRequest, SnapshotRequest};
+use crate::waits::{ApproveRequest, EventRequest, WaitRequest};
 use crate::tasks::{CreateRequest, Tasks};
 use crate::ApiError;
 
@@ -47,7 +61,12 @@ struct AppState {
 
 pub fn router(tasks: Arc<Tasks>, token: String) -> Router {
     let token = Arc::new(token);
-    Router::new()
+    let public = Router::new()
+        .route("/v1/hooks/{task}/{name}", axum::routing::post(hook))
+        .route("/approve/{wait}", get(approval_page).post(approval_form))
+        .layer(axum::extract::DefaultBodyLimit::max(crate::gateway::webhook::MAX_BODY))
+        .with_state(AppState { tasks: tasks.clone() });
+    let private = Router::new()
         .route("/v1/health", get(health))
         .route("/v1/tasks", get(list_tasks).post(create_task))
         .route("/v1/tasks/{id}", get(show_task).delete(destroy_task))
@@ -61,11 +80,18 @@ pub fn router(tasks: Arc<Tasks>, token: String) -> Router {
         .route("/v1/tasks/{id}/progress", get(progress))
         .route("/v1/gc", axum::routing::post(gc))
         .route("/v1/check", axum::routing::post(check))
+        .route("/v1/tasks/{id}/waits", axum::routing::post(create_wait))
+        .route("/v1/waits/{id}", get(show_wait))
+        .route("/v1/tasks/{id}/approve", axum::routing::post(approve))
+        .route("/v1/tasks/{id}/inbox", get(inbox).post(operator_event))
+        .route("/v1/tasks/{id}/suspend", axum::routing::post(suspend))
+        .route("/v1/tasks/{id}/resume", axum::routing::post(resume))
+        .route("/v1/tasks/{id}/watch", get(watch))
         .route("/v1/images", get(list_images).post(import_image))
         .route("/v1/images/{name}", delete(remove_image))
-        .fallback(|| async { ApiError::not_found("no such API endpoint") })
         .layer(middleware::from_fn(move |req, next| auth(token.clone(), req, next)))
-        .with_state(AppState { tasks })
+        .with_state(AppState { tasks });
+    public.merge(private).fallback(|| async { ApiError::not_found("no such API endpoint") })
 }
 
 async fn auth(token: Arc<String>, req: Request, next: Next) -> Response {
@@ -254,4 +280,159 @@ async fn remove_image(State(s): State<AppState>, Path(name): Path<String>) -> Re
     let n = name.clone();
     tokio::task::spawn_blocking(move || images.remove(&n)).await??;
     Ok(Json(json!({ "removed": name })))
+}
+
+fn delivered(d: &cairn_store::Delivered) -> Value {
+    json!({ "event": d.event, "duplicate": d.duplicate, "satisfied": d.satisfied, "wakes": d.wake })
+}
+
+async fn create_wait(State(s): State<AppState>, Path(id): Path<String>, headers: HeaderMap, b: axum::body::Bytes) -> Result<Response, ApiError> {
+    let req: WaitRequest = body("wait", &b)?;
+    let view = s.tasks.wait(&id, req, &actor(&headers)).await?;
+    Ok((StatusCode::CREATED, Json(view)).into_response())
+}
+
+#[derive(Deserialize)]
+struct WaitQuery {
+    block_ms: Option<u64>,
+}
+
+async fn show_wait(State(s): State<AppState>, Path(id): Path<String>, Query(q): Query<WaitQuery>) -> Result<Json<Value>, ApiError> {
+    let block = q.block_ms.map(|ms| std::time::Duration::from_millis(ms.min(300_000)));
+    Ok(Json(json!(s.tasks.get_wait(&id, block).await?)))
+}
+
+async fn approve(State(s): State<AppState>, Path(id): Path<String>, headers: HeaderMap, b: axum::body::Bytes) -> Result<Json<Value>, ApiError> {
+    let req: ApproveRequest = body("approve", &b)?;
+    Ok(Json(delivered(&s.tasks.approve(&id, req, &actor(&headers)).await?)))
+}
+
+async fn inbox(State(s): State<AppState>, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
+    let task = s.tasks.find(&id).await?;
+    Ok(Json(json!(s.tasks.store.inbox(&task.id).await?)))
+}
+
+async fn operator_event(State(s): State<AppState>, Path(id): Path<String>, headers: HeaderMap, b: axum::body::Bytes) -> Result<Response, ApiError> {
+    let req: EventRequest = serde_json::from_slice(&b).map_err(|e| ApiError::bad_request(format!("malformed event request: {e}")))?;
+    let d = s.tasks.operator_event(&id, req, &actor(&headers)).await?;
+    Ok((StatusCode::ACCEPTED, Json(delivered(&d))).into_response())
+}
+
+async fn suspend(State(s): State<AppState>, Path(id): Path<String>, headers: HeaderMap) -> Result<Json<Value>, ApiError> {
+    Ok(Json(json!(s.tasks.suspend(&id, &actor(&headers)).await?)))
+}
+
+async fn resume(State(s): State<AppState>, Path(id): Path<String>, headers: HeaderMap) -> Result<Json<Value>, ApiError> {
+    Ok(Json(json!(s.tasks.resume(&id, &actor(&headers)).await?)))
+}
+
+#[derive(Deserialize)]
+struct WatchQuery {
+    after: Option<u64>,
+}
+
+/// The task's event log as server-sent events: what is there after `after`,
+/// then each new entry as it is written.
+async fn watch(State(s): State<AppState>, Path(id): Path<String>, Query(q): Query<WatchQuery>) -> Result<Response, ApiError> {
+    use axum::response::sse::{Event as Sse, KeepAlive};
+    let task = s.tasks.find(&id).await?;
+    let tasks = s.tasks.clone();
+    let start = (q.after.unwrap_or(0), Vec::<cairn_core::Event>::new());
+    let stream = futures_util::stream::unfold(start, move |(mut after, mut queue)| {
+        let tasks = tasks.clone();
+        let id = task.id.clone();
+        async move {
+            loop {
+                if let Some(e) = queue.pop() {
+                    after = e.seq;
+                    let sse = Sse::default().event(e.kind.as_str()).id(e.seq.to_string()).json_data(&e);
+                    return Some((sse.map_err(|e| std::io::Error::other(e.to_string())), (after, queue)));
+                }
+                match tasks.store.events(&id).await {
+                    Ok(all) => {
+                        queue = all.into_iter().filter(|e| e.seq > after).collect();
+                        queue.reverse();
+                    }
+                    Err(e) => return Some((Err(std::io::Error::other(e.to_string())), (after, queue))),
+                }
+                if queue.is_empty() {
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                }
+            }
+        }
+    });
+    Ok(axum::response::sse::Sse::new(stream).keep_alive(KeepAlive::default()).into_response())
+}
+
+/// A webhook: the signature (with the task's secret) is the authentication.
+async fn hook(State(s): State<AppState>, Path((task, name)): Path<(String, String)>, headers: HeaderMap, b: axum::body::Bytes) -> Result<Json<Value>, ApiError> {
+    Ok(Json(delivered(&s.tasks.webhook(&task, &name, &headers, &b).await?)))
+}
+
+#[derive(Deserialize)]
+struct LinkQuery {
+    exp: i64,
+    sig: String,
+}
+
+fn html(status: StatusCode, body: String) -> Response {
+    (status, [(axum::http::header::CONTENT_TYPE, "text/html; charset=utf-8")], body).into_response()
+}
+
+/// Checks an approval link and finds its wait, still pending; or the page
+/// to answer with.
+async fn linked_wait(s: &AppState, wait: &str, exp: i64, sig: &str) -> Result<cairn_core::Wait, Response> {
+    use crate::gateway::page;
+    if let Err(e) = s.tasks.link_key.check(wait, exp, sig, cairn_store::now_ms()) {
+        return Err(html(StatusCode::FORBIDDEN, page::render_error("Link not valid", &e.to_string())));
+    }
+    let w = match s.tasks.store.find_wait(wait).await {
+        Ok(w) => w,
+        Err(_) => return Err(html(StatusCode::NOT_FOUND, page::render_error("Not found", "this approval request does not exist"))),
+    };
+    let pending = s.tasks.store.pending_wait(&w.task).await.ok().flatten();
+    if pending.map(|p| p.id) != Some(w.id.clone()) {
+        return Err(html(StatusCode::CONFLICT, page::render_error("Already decided", "this approval request has been answered already")));
+    }
+    Ok(w)
+}
+
+async fn approval_page(State(s): State<AppState>, Path(wait): Path<String>, Query(q): Query<LinkQuery>) -> Response {
+    match linked_wait(&s, &wait, q.exp, &q.sig).await {
+        Ok(w) => {
+            let prompt = match &w.what {
+                cairn_core::WaitFor::Approval { prompt } => prompt.clone(),
+                _ => String::new(),
+            };
+            html(StatusCode::OK, crate::gateway::page::render_pending(w.task.as_str(), w.id.as_str(), &prompt, q.exp, &q.sig))
+        }
+        Err(page) => page,
+    }
+}
+
+#[derive(Deserialize)]
+struct ApprovalForm {
+    exp: i64,
+    sig: String,
+    decision: String,
+    comment: Option<String>,
+}
+
+async fn approval_form(State(s): State<AppState>, Path(wait): Path<String>, form: axum::Form<ApprovalForm>) -> Response {
+    use crate::gateway::page;
+    let w = match linked_wait(&s, &wait, form.exp, &form.sig).await {
+        Ok(w) => w,
+        Err(page) => return page,
+    };
+    let approve = match form.decision.as_str() {
+        "approve" => true,
+        "reject" => false,
+        other => return html(StatusCode::BAD_REQUEST, page::render_error("Bad request", &format!("unknown decision {other:?}"))),
+    };
+    let comment = form.comment.clone().filter(|c| !c.trim().is_empty());
+    let req = ApproveRequest { approve, comment: comment.clone() };
+    match s.tasks.approve_wait(&w.task, req, "approval-page").await {
+        Ok(_) => html(StatusCode::OK, page::render_done(w.task.as_str(), &form.decision, comment.as_deref())),
+        Err(e) => html(e.status, page::render_error("Failed", &e.message)),
+    }
 }

@@ -120,6 +120,7 @@ async fn run(tasks: &Arc<Tasks>, id: &str, actor: &str, start: ExecStart, ws: &m
     }
     let t0 = Instant::now();
     let (task, _live) = tasks.running(id, actor).await?;
+    let _busy = tasks.mark_busy(&task.id);
     let t_found = t0.elapsed();
     let workdir = start.workdir.clone().unwrap_or_else(|| task.config.workdir.clone());
     cairn_core::check_workdir(&workdir)?;

@@ -16,10 +16,13 @@ pub mod config;
 mod error;
 pub mod exec;
 mod files;
+pub mod gateway;
 pub mod home;
 mod reaper;
 mod services;
 pub mod snapshots;
+mod suspend;
+pub mod waits;
 pub mod tasks;
 
 use std::net::SocketAddr;
@@ -85,6 +88,11 @@ impl Daemon {
             .map_err(|e| StartError::Listen(opts.config.listen, e))?;
         let addr = listener.local_addr().map_err(|e| StartError::Listen(opts.config.listen, e))?;
         let url = format!("http://{addr}");
+        let _ = state.base_url.set(url.clone());
+        // Wake, recover, fire timers: after the URL is known (links).
+        state.recover_all().await;
+        state.clone().spawn_timers();
+        state.clone().spawn_idle_suspender();
         home.write_url(&url)?;
         tracing::info!(%url, home = %home.root().display(), "cairn daemon listening");
         let app = api::router(state.clone(), token.clone());

@@ -97,7 +97,7 @@ pub struct SnapshotState {
     pub repo: Arc<Repository>,
     pub risk: RiskPolicy,
     pub gc_grace: Duration,
-    gc_lock: tokio::sync::RwLock<()>,
+    pub(crate) gc_lock: tokio::sync::RwLock<()>,
     progress: ProgressMap,
     /// Parsed baselines by task, so an incremental snapshot does not parse
     /// its parent's manifest again.
@@ -198,7 +198,7 @@ impl Tasks {
         self.snaps.progress.lock().unwrap_or_else(|e| e.into_inner()).get(task).cloned()
     }
 
-    async fn load_manifest(&self, hex: &str) -> Result<Manifest, ApiError> {
+    pub(crate) async fn load_manifest(&self, hex: &str) -> Result<Manifest, ApiError> {
         let id = manifest_id(hex)?;
         let repo = self.snaps.repo.clone();
         tokio::task::spawn_blocking(move || cairn_snapshot::load(&repo, &id))
@@ -207,7 +207,7 @@ impl Tasks {
     }
 
     /// The manifest describing the task's disk as it is now, if known.
-    async fn baseline_manifest(&self, task: &TaskId) -> Option<Arc<Manifest>> {
+    pub(crate) async fn baseline_manifest(&self, task: &TaskId) -> Option<Arc<Manifest>> {
         let hex = self.store.baseline(task).await.ok()??;
         if let Some((h, m)) = self.snaps.baselines.lock().unwrap_or_else(|e| e.into_inner()).get(task) {
             if *h == hex {
@@ -248,6 +248,9 @@ impl Tasks {
     /// Takes a snapshot of a running task.
     pub async fn snapshot(&self, id_or_name: &str, req: SnapshotRequest, actor: &str) -> Result<Snapshot, ApiError> {
         let kind = req.kind.as_deref().map(str::parse::<SnapshotKind>).transpose()?.unwrap_or(SnapshotKind::Manual);
+        if matches!(kind, SnapshotKind::Branch | SnapshotKind::Suspend) {
+            return Err(ApiError::bad_request(format!("snapshots of kind {kind} are taken by `cairn fork` and by suspends; use milestone, pre-risk or manual")));
+        }
         let note = req.note.unwrap_or_default();
         check_text("the note", &note, MAX_NOTE)?;
         if let Some(m) = &req.memory {
@@ -263,7 +266,7 @@ impl Tasks {
     }
 
     #[allow(clippy::too_many_arguments)]
-    async fn snapshot_locked(
+    pub(crate) async fn snapshot_locked(
         &self,
         task: &Task,
         live: Live,
@@ -432,9 +435,13 @@ impl Tasks {
                 .ok_or_else(|| ApiError::conflict(format!("task {} has no healthy snapshot to roll back to", task.id)))?,
             _ => return Err(ApiError::bad_request("give exactly one of --to SNAPSHOT and --last-healthy")),
         };
-        // Read the target before touching anything: a damaged snapshot is
-        // refused while the sandbox still runs.
+        // No gc may sweep the target's data or the new baseline meanwhile.
+        let _no_gc = self.snaps.gc_lock.read().await;
+        // Read the target and check that all its data is there before
+        // touching anything: a damaged snapshot is refused while the sandbox
+        // still runs.
         let manifest = self.load_manifest(&target.manifest).await?;
+        self.precheck(&target, &manifest).await?;
         let from = snaps.last().map(|s| s.id.clone());
         let begun = Instant::now();
         self.log_event(&task.id, EventKind::Rollback, actor, json!({ "phase": "begin", "to": target.id, "reason": reason }), 0, 0.0)
@@ -457,10 +464,7 @@ impl Tasks {
                 return Err(ApiError::internal(why));
             }
         };
-        self.start(&task, &image, actor, None, Some(slot)).await?;
-        // Services run from the restored layer, as they did at the snapshot.
-        let task = Task { config: target.config.clone(), ..task };
-        self.start_services(&task, actor).await?;
+        // The disk is the target's now: record that first, then start on it.
         let baseline_hex = self.store_baseline(&task.id, fresh).await?;
         let note = RollbackNote { from: from.clone(), to: target.id.clone(), from_step: task.step, reason: reason.clone(), time_ms: now_ms() };
         let duration_ms = begun.elapsed().as_secs_f64() * 1000.0;
@@ -476,11 +480,33 @@ impl Tasks {
             duration_ms: Some(duration_ms as u64),
         };
         self.store.record_rollback(&task.id, &target, &note, &baseline_hex, &event).await?;
+        self.start(&task, &image, actor, None, Some(slot)).await?;
+        // Services run from the restored layer, as they did at the snapshot.
+        let task = Task { config: target.config.clone(), ..task };
+        self.start_services(&task, actor).await?;
         Ok(json!({ "task": task.id, "rollback_note": note, "step": target.step, "duration_ms": duration_ms, "restore": stats }))
     }
 
+    /// Refuses a snapshot whose chunks are not all indexed in packs that
+    /// exist with the right size (reading them all would take as long as the
+    /// restore itself; a damaged byte is still caught by the restore).
+    async fn precheck(&self, snap: &Snapshot, manifest: &Manifest) -> Result<(), ApiError> {
+        let id = manifest_id(&snap.manifest)?;
+        let chunks: Vec<(ObjectId, ObjectId)> = cairn_snapshot::referenced_chunks(manifest).into_iter().map(|c| (c, id)).collect();
+        let repo = self.snaps.repo.clone();
+        let report = tokio::task::spawn_blocking(move || repo.check(&[id], &chunks, false)).await?.map_err(blob_error)?;
+        match report.problems.first() {
+            None => Ok(()),
+            Some(p) => Err(ApiError::internal(format!(
+                "snapshot {} cannot be restored ({} problem(s), first: {p}); nothing was changed",
+                snap.id,
+                report.problems.len()
+            ))),
+        }
+    }
+
     /// Kills the sandbox and unmounts everything of it but keeps its disk.
-    async fn stop_sandbox_keep_disk(&self, task: &Task) -> Result<(), ApiError> {
+    pub(crate) async fn stop_sandbox_keep_disk(&self, task: &Task) -> Result<(), ApiError> {
         let init = self.recorded_init(&task.id).await?;
         let driver = self.driver.clone();
         let id = task.id.to_string();
@@ -495,7 +521,7 @@ impl Tasks {
 
     /// Makes the task's disk hold exactly `manifest`'s writable layer, owned
     /// by `ids`.
-    async fn restore_disk(
+    pub(crate) async fn restore_disk(
         &self,
         task: &Task,
         manifest: &Manifest,
@@ -517,7 +543,7 @@ impl Tasks {
     }
 
     /// Stores a refreshed manifest as the task's baseline; returns its id.
-    async fn store_baseline(&self, task: &TaskId, m: Manifest) -> Result<String, ApiError> {
+    pub(crate) async fn store_baseline(&self, task: &TaskId, m: Manifest) -> Result<String, ApiError> {
         let repo = self.snaps.repo.clone();
         let m = Arc::new(m);
         let m2 = m.clone();
@@ -545,9 +571,10 @@ impl Tasks {
                 ApiError::conflict(format!("task {} has no snapshot to fork from; take one with `cairn snapshot {}`", src.id, src.id))
             })?,
         };
-        let manifest = self.load_manifest(&snap.manifest).await?;
-        let image = self.image(&snap.config.image).await?;
         let _no_gc = self.snaps.gc_lock.read().await;
+        let manifest = self.load_manifest(&snap.manifest).await?;
+        self.precheck(&snap, &manifest).await?;
+        let image = self.image(&snap.config.image).await?;
         let mut children = Vec::new();
         for _ in 0..count {
             let child = self.fork_one(&src, &snap, &manifest, &image, actor).await?;
@@ -579,26 +606,17 @@ impl Tasks {
         let mut task = Task::new(id, None, snap.config.clone(), now_ms());
         task.step = snap.step;
         task.memory = snap.memory.clone();
+        task.webhook_secret = Some(crate::gateway::webhook::new_secret());
+        // Running without a sandbox until its disk is restored: nothing starts
+        // it on an empty disk, and a daemon that dies meanwhile recovers it
+        // from its branch snapshot.
+        task.state = TaskState::Running;
+        task.sandbox = cairn_core::SandboxState::Lost;
+        task.sandbox_note = Some(format!("being restored from snapshot {} (fork)", snap.id));
         self.store.insert_task(&task).await?;
         self.log_event(&task.id, EventKind::Create, actor, json!({ "fork_of": src.id, "snapshot": snap.id }), 0, 0.0).await;
         let lock = self.lock_of(&task.id);
         let _guard = lock.lock().await;
-        let slot = self.claim_slot(&task.id).await?;
-        let ids = IdRange::for_slot(slot).map_err(ApiError::from)?;
-        let (fresh, stats) = match self.restore_disk(&task, manifest, None, ids).await {
-            Ok(r) => r,
-            Err(e) => {
-                self.release_slot(&task.id).await?;
-                self.store.set_state(&task.id, TaskState::Failed).await?;
-                let driver = self.driver.clone();
-                let tid = task.id.to_string();
-                let _ = tokio::task::spawn_blocking(move || driver.destroy(&tid, None)).await;
-                return Err(e);
-            }
-        };
-        self.start(&task, image, actor, ahead, Some(slot)).await?;
-        self.start_services(&task, actor).await?;
-        let baseline = self.store_baseline(&task.id, fresh).await?;
         let branch = Snapshot {
             id: SnapshotId::random(),
             task: task.id.clone(),
@@ -621,11 +639,29 @@ impl Tasks {
             task: task.id.clone(),
             kind: EventKind::Snapshot,
             actor: actor.to_owned(),
-            args: json!({ "snapshot": branch.id, "kind": "branch", "parent": snap.id, "files_written": stats.files_written }),
+            args: json!({ "snapshot": branch.id, "kind": "branch", "parent": snap.id }),
             exit_code: Some(0),
-            duration_ms: Some(branch.duration_ms as u64),
+            duration_ms: None,
         };
-        self.store.insert_snapshot(&branch, &baseline, None, &event).await?;
+        // The branch snapshot first (its data is the source's, durable
+        // already); the disk is made from it next.
+        self.store.insert_snapshot(&branch, &snap.manifest, None, &event).await?;
+        let slot = self.claim_slot(&task.id).await?;
+        let ids = IdRange::for_slot(slot).map_err(ApiError::from)?;
+        let (fresh, _stats) = match self.restore_disk(&task, manifest, None, ids).await {
+            Ok(r) => r,
+            Err(e) => {
+                self.release_slot(&task.id).await?;
+                self.store.set_state(&task.id, TaskState::Failed).await?;
+                let driver = self.driver.clone();
+                let tid = task.id.to_string();
+                let _ = tokio::task::spawn_blocking(move || driver.destroy(&tid, None)).await;
+                return Err(e);
+            }
+        };
+        self.store_baseline(&task.id, fresh).await?;
+        self.start(&task, image, actor, ahead, Some(slot)).await?;
+        self.start_services(&task, actor).await?;
         Ok(self.view(self.find(task.id.as_str()).await?))
     }
 

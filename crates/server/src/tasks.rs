@@ -108,6 +108,12 @@ pub struct Tasks {
     pub images: ImageStore,
     pub driver: Arc<NativeDriver>,
     pub snaps: crate::snapshots::SnapshotState,
+    /// Signs approval links.
+    pub link_key: crate::gateway::approval::LinkKey,
+    /// The daemon's base URL (for webhook and approval links), once bound.
+    pub base_url: std::sync::OnceLock<String>,
+    /// Commands running per task: a task is not idle while one runs.
+    busy: Mutex<HashMap<TaskId, usize>>,
     defaults: Limits,
     retention: cairn_core::Retention,
     idle_suspend_default: Option<Duration>,
@@ -130,6 +136,8 @@ impl Tasks {
         .map_err(|e| StartError::Sandbox(cairn_sandbox::Error::Helper(e.to_string())))??;
         let risk = cairn_core::RiskPolicy::new(config.risky_patterns.iter().map(String::as_str))
             .map_err(|e| StartError::Config(e.to_string()))?;
+        let link_key = crate::gateway::approval::LinkKey::load_or_create(&home.root().join("approval.key"))
+            .map_err(|e| StartError::Config(e.to_string()))?;
         let (defaults, pool) = (config.defaults, config.disk_pool);
         let driver = tokio::task::spawn_blocking(move || -> Result<NativeDriver, cairn_sandbox::Error> {
             images2.cleanup()?;
@@ -143,12 +151,30 @@ impl Tasks {
             images,
             driver: Arc::new(driver),
             snaps: crate::snapshots::SnapshotState::new(repo, risk, config.gc_grace),
+            link_key,
+            base_url: std::sync::OnceLock::new(),
+            busy: Mutex::new(HashMap::new()),
             defaults,
             retention: config.retention.clone(),
             idle_suspend_default: config.idle_suspend,
             live: Mutex::new(HashMap::new()),
             locks: Mutex::new(HashMap::new()),
         })
+    }
+
+    pub fn base_url(&self) -> String {
+        self.base_url.get().cloned().unwrap_or_default()
+    }
+
+    /// True while a command of the task runs.
+    pub(crate) fn busy(&self, id: &TaskId) -> bool {
+        self.busy.lock().unwrap_or_else(|e| e.into_inner()).get(id).copied().unwrap_or(0) > 0
+    }
+
+    /// Counts a running command until the guard drops.
+    pub(crate) fn mark_busy(self: &Arc<Self>, id: &TaskId) -> BusyGuard {
+        *self.busy.lock().unwrap_or_else(|e| e.into_inner()).entry(id.clone()).or_default() += 1;
+        BusyGuard { tasks: self.clone(), id: id.clone() }
     }
 
     pub(crate) fn lock_of(&self, id: &TaskId) -> Arc<tokio::sync::Mutex<()>> {
@@ -240,7 +266,8 @@ impl Tasks {
         // A helper started ahead brings its task id (and its cgroups).
         let ahead = self.driver.take_prestarted();
         let id = ahead.as_ref().and_then(|p| p.task.parse().ok()).unwrap_or_else(TaskId::random);
-        let task = Task::new(id, req.name.clone(), config, now);
+        let mut task = Task::new(id, req.name.clone(), config, now);
+        task.webhook_secret = Some(crate::gateway::webhook::new_secret());
         self.store.insert_task(&task).await?;
         self.store
             .append_event(&NewEvent {
@@ -353,11 +380,22 @@ impl Tasks {
             }
         }
         match (task.state, task.sandbox) {
-            (TaskState::Running, SandboxState::Lost) => Err(ApiError::conflict(format!(
-                "task {} has no sandbox: {}",
-                task.id,
-                task.sandbox_note.as_deref().unwrap_or("it was lost")
-            ))),
+            // Suspended: wake it first, transparently.
+            (TaskState::Suspended | TaskState::Waking | TaskState::Suspending, _) => {
+                self.resume(task.id.as_str(), actor).await?;
+                let task = self.find(task.id.as_str()).await?;
+                let live = self.live(&task.id).ok_or_else(|| ApiError::conflict(format!("task {} did not wake", task.id)))?;
+                Ok((task, live))
+            }
+            // Lost (its init died): rebuild it from the latest snapshot.
+            (TaskState::Running, SandboxState::Lost) => {
+                self.recover(&task.id).await.map_err(|e| {
+                    ApiError::conflict(format!("task {} has no sandbox ({}) and recovery failed: {}", task.id, task.sandbox_note.as_deref().unwrap_or("it was lost"), e.message))
+                })?;
+                let task = self.find(task.id.as_str()).await?;
+                let live = self.live(&task.id).ok_or_else(|| ApiError::conflict(format!("task {} has no running sandbox", task.id)))?;
+                Ok((task, live))
+            }
             (TaskState::Created, SandboxState::None) => {
                 let lock = self.lock_of(&task.id);
                 let _guard = lock.lock().await;
@@ -569,6 +607,25 @@ impl Tasks {
                     }
                 }
             }
+        });
+    }
+}
+
+/// Marks a task busy while a command runs; the end of it counts as activity.
+#[derive(Debug)]
+pub(crate) struct BusyGuard {
+    tasks: Arc<Tasks>,
+    id: TaskId,
+}
+
+impl Drop for BusyGuard {
+    fn drop(&mut self) {
+        if let Some(n) = self.tasks.busy.lock().unwrap_or_else(|e| e.into_inner()).get_mut(&self.id) {
+            *n = n.saturating_sub(1);
+        }
+        let (store, id) = (self.tasks.store.clone(), self.id.clone());
+        tokio::spawn(async move {
+            let _ = store.touch(&id).await;
         });
     }
 }

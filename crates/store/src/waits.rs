@@ -231,6 +231,67 @@ impl Store {
         rows.iter().map(inbox_from_row).collect()
     }
 
+    /// Takes exactly uid slot `slot` for a new sandbox of `task`; false
+    /// when another sandbox holds it.
+    pub async fn try_claim_sandbox_slot(&self, task: &TaskId, slot: u32) -> Result<bool> {
+        let res = sqlx::query("INSERT INTO sandboxes (task_id, uid_slot, started_ms) VALUES (?, ?, ?)")
+            .bind(task.as_str())
+            .bind(slot as i64)
+            .bind(now_ms())
+            .execute(&self.pool)
+            .await;
+        match res {
+            Ok(_) => Ok(true),
+            Err(sqlx::Error::Database(e)) if e.is_unique_violation() => Ok(false),
+            Err(e) => Err(Error::Query("claim sandbox slot", e)),
+        }
+    }
+
+    pub async fn set_last_uid_slot(&self, task: &TaskId, slot: Option<u32>) -> Result<()> {
+        sqlx::query("UPDATE tasks SET last_uid_slot = ? WHERE id = ?")
+            .bind(slot.map(i64::from))
+            .bind(task.as_str())
+            .execute(&self.pool)
+            .await
+            .map_err(|e| Error::Query("set last uid slot", e))?;
+        Ok(())
+    }
+
+    pub async fn last_uid_slot(&self, task: &TaskId) -> Result<Option<u32>> {
+        let row = sqlx::query("SELECT last_uid_slot FROM tasks WHERE id = ?")
+            .bind(task.as_str())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(|e| Error::Query("read last uid slot", e))?;
+        Ok(row.and_then(|r| r.get::<Option<i64>, _>(0)).map(|s| s as u32))
+    }
+
+    /// Records a recovery: the task runs again at `step` with `memory`,
+    /// and says so in its recovery note.
+    pub async fn record_recovery(&self, task: &TaskId, step: u64, memory: &str, note: &str) -> Result<()> {
+        sqlx::query("UPDATE tasks SET state = 'running', step = ?, memory = ?, recovery_note = ?, last_activity_ms = ? WHERE id = ?")
+            .bind(step as i64)
+            .bind(memory)
+            .bind(note)
+            .bind(now_ms())
+            .bind(task.as_str())
+            .execute(&self.pool)
+            .await
+            .map_err(|e| Error::Query("record recovery", e))?;
+        Ok(())
+    }
+
+    /// Marks activity (the end of a long command counts as activity).
+    pub async fn touch(&self, task: &TaskId) -> Result<()> {
+        sqlx::query("UPDATE tasks SET last_activity_ms = ? WHERE id = ?")
+            .bind(now_ms())
+            .bind(task.as_str())
+            .execute(&self.pool)
+            .await
+            .map_err(|e| Error::Query("touch task", e))?;
+        Ok(())
+    }
+
     pub async fn set_recovery_note(&self, task: &TaskId, note: Option<&str>) -> Result<()> {
         sqlx::query("UPDATE tasks SET recovery_note = ? WHERE id = ?")
             .bind(note)

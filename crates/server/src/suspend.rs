@@ -1,0 +1,306 @@
+//! Suspend, wake and recovery: a task's compute goes away while its state
+//! stays, and comes back into a fresh sandbox.
+//!
+//! - Suspend: `suspending`, a `suspend` snapshot fully stored, the sandbox
+//!   destroyed (no process, cgroup, mount or loop device left), `suspended`.
+//!   The task's disk image stays on local disk as a cache of the snapshot.
+//! - Wake: `waking`, a fresh sandbox on the cached disk when it is exactly
+//!   the suspend snapshot and the uid range is the same (nothing to copy, so
+//!   the time does not grow with the workspace), else restored from the blob
+//!   store; services started; `running`.
+//! - Recovery: a task whose sandbox is gone (daemon or host died) is restored
+//!   from its latest snapshot into a fresh sandbox, with a note of what was
+//!   lost since.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cairn_core::{EventKind, NewEvent, SandboxState, SnapshotKind, Task, TaskId, TaskState, WaitId};
+use cairn_sandbox::uidmap::IdRange;
+use cairn_store::now_ms;
+use serde_json::json;
+
+use crate::tasks::{TaskView, Tasks};
+use crate::ApiError;
+
+impl Tasks {
+    /// `cairn suspend`.
+    pub async fn suspend(self: &Arc<Self>, id_or_name: &str, actor: &str) -> Result<TaskView, ApiError> {
+        let task = self.find(id_or_name).await?;
+        let lock = self.lock_of(&task.id);
+        let _guard = lock.lock().await;
+        let task = self.find(task.id.as_str()).await?;
+        if task.state != TaskState::Running {
+            return Err(ApiError::conflict(format!("task {} is {}; only a running task can be suspended", task.id, task.state)));
+        }
+        self.suspend_locked(&task, None, "manual", actor).await?;
+        Ok(self.view(self.find(task.id.as_str()).await?))
+    }
+
+    /// Suspends a running task whose lock the caller holds; `waiting_for`
+    /// is the wait it suspends for. Returns the state it ends in
+    /// (`suspended`, or `waking` when that wait was satisfied meanwhile).
+    pub(crate) async fn suspend_locked(
+        self: &Arc<Self>,
+        task: &Task,
+        waiting_for: Option<&WaitId>,
+        reason: &str,
+        actor: &str,
+    ) -> Result<TaskState, ApiError> {
+        let live = self.live(&task.id).ok_or_else(|| ApiError::conflict(format!("task {} has no running sandbox", task.id)))?;
+        let slot = self.store.sandbox(&task.id).await?.map(|r| r.uid_slot);
+        let begun = Instant::now();
+        self.store.set_state(&task.id, task.state.suspend()?).await?;
+        self.log(&task.id, EventKind::Suspend, actor, json!({ "phase": "begin", "reason": reason, "wait": waiting_for }), None)
+            .await;
+        let note = match waiting_for {
+            Some(w) => format!("suspended for wait {w}"),
+            None => format!("suspended ({reason})"),
+        };
+        let snap = match self.snapshot_locked(task, live, SnapshotKind::Suspend, note, true, None, actor).await {
+            Ok(s) => s,
+            Err(e) => {
+                // Nothing was torn down: the task keeps running.
+                self.store.set_state(&task.id, TaskState::Running).await?;
+                self.log(&task.id, EventKind::Suspend, actor, json!({ "phase": "end", "error": e.message }), Some(1)).await;
+                return Err(e);
+            }
+        };
+        self.stop_sandbox_keep_disk(task).await?;
+        self.store.set_last_uid_slot(&task.id, slot).await?;
+        let end = NewEvent {
+            task: task.id.clone(),
+            kind: EventKind::Suspend,
+            actor: actor.to_owned(),
+            args: json!({ "phase": "end", "snapshot": snap.id, "freeze_ms": snap.freeze_ms, "added_bytes": snap.added_bytes }),
+            exit_code: Some(0),
+            duration_ms: Some(begun.elapsed().as_millis() as u64),
+        };
+        let state = self.store.finish_suspend(&task.id, waiting_for, &end).await?;
+        if state == TaskState::Waking {
+            self.spawn_wake(task.id.clone(), "an event that came while suspending".into(), None);
+        }
+        Ok(state)
+    }
+
+    /// `cairn resume` (and the first exec or cp of a suspended task).
+    pub async fn resume(&self, id_or_name: &str, actor: &str) -> Result<TaskView, ApiError> {
+        let task = self.find(id_or_name).await?;
+        match task.state {
+            TaskState::Suspended => {
+                self.store.begin_wake(&task.id).await?;
+                self.wake(&task.id, &format!("resume by {actor}"), None).await?;
+            }
+            TaskState::Waking | TaskState::Suspending => {
+                // Another request is on it: wait for its outcome under the lock.
+                let lock = self.lock_of(&task.id);
+                drop(lock.lock().await);
+                let now = self.find(task.id.as_str()).await?;
+                if now.state == TaskState::Waking {
+                    self.wake(&task.id, &format!("resume by {actor}"), None).await?;
+                } else if now.state == TaskState::Suspended {
+                    return Box::pin(self.resume(id_or_name, actor)).await;
+                }
+            }
+            TaskState::Running => {}
+            other => return Err(ApiError::conflict(format!("task {} is {other}; it cannot be resumed", task.id))),
+        }
+        Ok(self.view(self.find(task.id.as_str()).await?))
+    }
+
+    pub(crate) fn spawn_wake(self: &Arc<Self>, task: TaskId, trigger: String, accepted: Option<Instant>) {
+        let me = self.clone();
+        tokio::spawn(async move {
+            if let Err(e) = me.wake(&task, &trigger, accepted).await {
+                tracing::error!(task = %task, "wake failed: {}", e.message);
+            }
+        });
+    }
+
+    /// Brings a `waking` task back into a fresh sandbox.
+    pub(crate) async fn wake(&self, id: &TaskId, trigger: &str, accepted: Option<Instant>) -> Result<(), ApiError> {
+        let lock = self.lock_of(id);
+        let _guard = lock.lock().await;
+        let task = self.find(id.as_str()).await?;
+        if task.state != TaskState::Waking {
+            return Ok(());
+        }
+        let _no_gc = self.snaps.gc_lock.read().await;
+        let begun = Instant::now();
+        let snap = self.store.snapshots(&task.id).await?.pop();
+        let image = self.image(&task.config.image).await?;
+        let previous = self.store.last_uid_slot(&task.id).await?;
+        let slot = self.claim_slot_preferring(&task.id, previous).await?;
+        let ids = IdRange::for_slot(slot).map_err(ApiError::from)?;
+        let cached = self.driver.paths(task.id.as_str()).disk_image.exists();
+        let baseline = self.store.baseline(&task.id).await?;
+        let from_cache = match &snap {
+            Some(s) => cached && previous == Some(slot) && baseline.as_deref() == Some(s.manifest.as_str()),
+            None => cached,
+        };
+        let mut restore = json!(null);
+        if let (false, Some(s)) = (from_cache, &snap) {
+            let manifest = self.load_manifest(&s.manifest).await?;
+            let base = if cached { self.baseline_manifest(&task.id).await } else { None };
+            match self.restore_disk(&task, &manifest, base, ids).await {
+                Ok((fresh, stats)) => {
+                    self.store_baseline(&task.id, fresh).await?;
+                    restore = json!(stats);
+                }
+                Err(e) => {
+                    // Back to suspended: the snapshot is intact, a later wake may succeed.
+                    self.release_slot(&task.id).await?;
+                    self.store.set_state(&task.id, TaskState::Suspended).await?;
+                    self.log(&task.id, EventKind::Wake, "daemon", json!({ "trigger": trigger, "error": e.message }), Some(1)).await;
+                    return Err(e);
+                }
+            }
+        }
+        let restored_ms = begun.elapsed().as_secs_f64() * 1000.0;
+        self.start(&task, &image, "daemon", None, Some(slot)).await?;
+        let ready_ms = begun.elapsed().as_secs_f64() * 1000.0;
+        self.start_services(&task, "daemon").await?;
+        self.store.set_state(&task.id, task.state.woke()?).await?;
+        let mut args = json!({
+            "trigger": trigger, "snapshot": snap.as_ref().map(|s| &s.id), "from_cache": from_cache,
+            "restore": restore, "restored_ms": restored_ms, "sandbox_ready_ms": ready_ms,
+        });
+        if let Some(a) = accepted {
+            args["event_accepted_to_ready_ms"] = json!(a.elapsed().as_secs_f64() * 1000.0);
+        }
+        self.log(&task.id, EventKind::Wake, "daemon", args, Some(0)).await;
+        Ok(())
+    }
+
+    /// A uid slot for a new sandbox of `id`, the previous one when free.
+    async fn claim_slot_preferring(&self, id: &TaskId, previous: Option<u32>) -> Result<u32, ApiError> {
+        if let Some(p) = previous {
+            if self.store.try_claim_sandbox_slot(id, p).await? {
+                let driver = self.driver.clone();
+                let tid = id.to_string();
+                if tokio::task::spawn_blocking(move || driver.reserve_slot(p, &tid)).await?? {
+                    return Ok(p);
+                }
+                self.store.release_sandbox(id).await?;
+            }
+        }
+        self.claim_slot(id).await
+    }
+
+    /// Rebuilds the sandbox of a task whose sandbox is gone: from its latest
+    /// snapshot (step and memory summary included) when it has one, else on
+    /// its disk as it was left. Records what was lost in a recovery note.
+    pub(crate) async fn recover(&self, id: &TaskId) -> Result<(), ApiError> {
+        let lock = self.lock_of(id);
+        let _guard = lock.lock().await;
+        let task = self.find(id.as_str()).await?;
+        if !matches!(task.state, TaskState::Running | TaskState::Suspending) || self.live(id).is_some() {
+            return Ok(());
+        }
+        let _no_gc = self.snaps.gc_lock.read().await;
+        let begun = Instant::now();
+        let image = self.image(&task.config.image).await?;
+        let snap = self.store.snapshots(&task.id).await?.pop();
+        let slot = self.claim_slot(&task.id).await?;
+        let ids = IdRange::for_slot(slot).map_err(ApiError::from)?;
+        let (note, step, memory) = match &snap {
+            Some(s) => {
+                let manifest = self.load_manifest(&s.manifest).await?;
+                let cached = self.driver.paths(task.id.as_str()).disk_image.exists();
+                let base = if cached { self.baseline_manifest(&task.id).await } else { None };
+                let (fresh, _) = match self.restore_disk(&task, &manifest, base, ids).await {
+                    Ok(r) => r,
+                    Err(e) => {
+                        self.release_slot(&task.id).await?;
+                        return Err(e);
+                    }
+                };
+                self.store_baseline(&task.id, fresh).await?;
+                let lost = if task.step > s.step {
+                    format!("steps {} to {} and their changes to files were lost", s.step + 1, task.step)
+                } else {
+                    "nothing was lost".to_owned()
+                };
+                (format!("recovered from snapshot {} (step {}) after the sandbox was lost; {lost}", s.id, s.step), s.step, s.memory.clone())
+            }
+            None => (
+                format!("the sandbox was lost and the task has no snapshot: restarted on its writable layer as it was left (step {})", task.step),
+                task.step,
+                task.memory.clone(),
+            ),
+        };
+        if let Err(e) = self.start(&task, &image, "daemon", None, Some(slot)).await {
+            return Err(e);
+        }
+        self.start_services(&task, "daemon").await?;
+        self.store.record_recovery(&task.id, step, &memory, &note).await?;
+        self.log(
+            &task.id,
+            EventKind::Recovered,
+            "daemon",
+            json!({ "snapshot": snap.as_ref().map(|s| &s.id), "step": step, "lost_from_step": task.step, "note": note }),
+            Some(0),
+        )
+        .await;
+        tracing::info!(task = %task.id, took = ?begun.elapsed(), "{note}");
+        Ok(())
+    }
+
+    /// After a restart: wakes tasks left `waking`, recovers running (or
+    /// half-suspended) tasks whose sandbox is gone.
+    pub async fn recover_all(self: &Arc<Self>) {
+        let tasks = match self.store.list_tasks().await {
+            Ok(t) => t,
+            Err(e) => return tracing::error!("recovery: {e}"),
+        };
+        for t in tasks {
+            let result = match (t.state, t.sandbox) {
+                (TaskState::Waking, _) => self.wake(&t.id, "restart of the daemon", None).await,
+                (TaskState::Suspending, _) if self.live(&t.id).is_some() => {
+                    // The sandbox survived a suspend cut short: it runs on.
+                    self.store.set_state(&t.id, TaskState::Running).await.map_err(ApiError::from)
+                }
+                (TaskState::Running | TaskState::Suspending, SandboxState::Lost | SandboxState::None) if self.live(&t.id).is_none() => {
+                    self.recover(&t.id).await
+                }
+                _ => Ok(()),
+            };
+            if let Err(e) = result {
+                tracing::error!(task = %t.id, "recovery failed: {}", e.message);
+            }
+        }
+    }
+
+    /// Suspends tasks idle for longer than their `idle_suspend`.
+    pub fn spawn_idle_suspender(self: Arc<Self>) {
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                let Ok(tasks) = self.store.list_tasks().await else { continue };
+                let now = now_ms();
+                for t in tasks {
+                    let Some(idle) = t.config.idle_suspend_ms else { continue };
+                    if t.state != TaskState::Running || now - t.last_activity_ms < idle as i64 || self.busy(&t.id) {
+                        continue;
+                    }
+                    let lock = self.lock_of(&t.id);
+                    let Ok(_guard) = lock.try_lock() else { continue };
+                    let Ok(task) = self.find(t.id.as_str()).await else { continue };
+                    if task.state != TaskState::Running || self.live(&task.id).is_none() || now_ms() - task.last_activity_ms < idle as i64 {
+                        continue;
+                    }
+                    if let Err(e) = self.suspend_locked(&task, None, "idle", "daemon").await {
+                        tracing::warn!(task = %task.id, "idle suspend: {}", e.message);
+                    }
+                }
+            }
+        });
+    }
+
+    pub(crate) async fn log(&self, task: &TaskId, kind: EventKind, actor: &str, args: serde_json::Value, exit_code: Option<i32>) {
+        let ev = NewEvent { task: task.clone(), kind, actor: actor.to_owned(), args, exit_code, duration_ms: None };
+        if let Err(e) = self.store.append_event(&ev).await {
+            tracing::error!(task = %task, "cannot log {kind}: {e}");
+        }
+    }
+}
