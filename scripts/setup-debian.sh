@@ -7,7 +7,7 @@ if [[ $(id -u) != 0 ]]; then
   echo "setup-debian.sh: run as root (Cairn builds namespaces, mounts and cgroups)" >&2
   exit 1
 fi
-pkgs=(e2fsprogs iproute2 util-linux procps python3 busybox-static bubblewrap runc hyperfine curl ca-certificates build-essential pkg-config)
+pkgs=(e2fsprogs iproute2 util-linux procps python3 python3-pip busybox-static bubblewrap runc hyperfine curl ca-certificates build-essential pkg-config)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -16,6 +16,11 @@ if ((${#missing[@]})); then
   echo "installing: ${missing[*]}"
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+# The tests sign webhooks with the reference Standard Webhooks client.
+if ! python3 -c 'import standardwebhooks' 2>/dev/null; then
+  echo "installing the standardwebhooks Python package"
+  python3 -m pip install -q standardwebhooks 2>/dev/null || python3 -m pip install -q --break-system-packages standardwebhooks
 fi
 if ! command -v cargo >/dev/null; then
   if [[ -x $HOME/.cargo/bin/cargo ]]; then

@@ -1,6 +1,6 @@
 //! A task's whole life through the real CLI: exec (streams, exit codes,
 //! stdin, pty, env, workdir, steps), cp both ways, show/list/log, destroy,
-//! a daemon restart with one sandbox killed meanwhile, one daemon per home,
+//! a daemon restart with one sandbox killed meanwhile (recovered), one daemon per home,
 //! the config file, and images.
 
 #![allow(clippy::unwrap_used)]
@@ -362,7 +362,7 @@ fn destroy_leaves_nothing_but_the_record() {
 }
 
 #[test]
-fn daemon_restart_keeps_tasks_and_notices_lost_sandboxes() {
+fn daemon_restart_keeps_tasks_and_recovers_lost_sandboxes() {
     let mut d = Daemon::start();
     let keep = d.create(&["--name", "keeper"]);
     let lose = d.create(&["--name", "loser"]);
@@ -389,7 +389,8 @@ fn daemon_restart_keeps_tasks_and_notices_lost_sandboxes() {
     assert_eq!(d.json(&["log", &keep]), keep_log, "the survivor's log is whole and unchanged");
     let lose_log_after = d.json(&["log", &lose]);
     assert_eq!(lose_log_after.as_array().unwrap()[..lose_log.as_array().unwrap().len()], lose_log.as_array().unwrap()[..]);
-    assert_eq!(kinds(&lose_log_after).last().map(String::as_str), Some("sandbox_lost"));
+    let after: Vec<String> = kinds(&lose_log_after)[lose_log.as_array().unwrap().len()..].to_vec();
+    assert_eq!(after, ["sandbox_lost", "sandbox_start", "recovered"], "noticed, then rebuilt");
 
     let k = d.task(&keep);
     assert_eq!((k["state"].as_str(), k["sandbox"].as_str()), (Some("running"), Some("ready")));
@@ -397,14 +398,18 @@ fn daemon_restart_keeps_tasks_and_notices_lost_sandboxes() {
     assert_eq!(k["step"].as_u64(), Some(keep_step));
     assert_eq!(d.sh(&keep, "cat /workspace/file").1, "kept\n");
     assert_eq!(d.task(&keep)["step"].as_u64(), Some(keep_step + 1));
+    assert!(k["recovery_note"].is_null(), "a sandbox that survived needs no recovery");
 
+    // The lost one runs again in a fresh sandbox. It has no snapshot, so its
+    // writable layer is as the kill left it; the note says so.
     let l = d.task(&lose);
-    assert_eq!(l["sandbox"], "lost");
-    let note = l["sandbox_note"].as_str().unwrap_or_default();
-    assert!(!note.is_empty(), "a lost sandbox says why: {l}");
-    assert!(d.ok(&["task", "show", &lose]).contains(&format!("sandbox:       lost ({note})")));
-    let err = d.fails(&["exec", &lose, "--", "true"]);
-    assert!(err.contains(&lose) && err.contains("no sandbox"), "{err}");
+    assert_eq!((l["state"].as_str(), l["sandbox"].as_str()), (Some("running"), Some("ready")));
+    assert_ne!(l["sandbox_pid"].as_i64(), Some(lose_pid as i64));
+    let note = l["recovery_note"].as_str().unwrap_or_default();
+    assert!(note.contains("no snapshot"), "a recovered task says what happened: {l}");
+    assert!(d.ok(&["task", "show", &lose]).contains(&format!("recovery:      {note}")));
+    assert_eq!(d.sh(&lose, "cat /workspace/file").1, "lost\n");
+    let lose_pid = pid_of(&d, &lose);
 
     d.ok(&["destroy", &keep]);
     d.ok(&["destroy", &lose]);

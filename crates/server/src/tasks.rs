@@ -475,6 +475,7 @@ impl Tasks {
     async fn reconcile_inner(&self) -> Result<(), ApiError> {
         let tasks = self.store.list_tasks().await?;
         let mut keep = std::collections::HashSet::new();
+        let mut lost = std::collections::HashSet::new();
         for row in self.store.sandboxes().await? {
             let Some(task) = tasks.iter().find(|t| t.id == row.task) else { continue };
             let init = row.init_pid.zip(row.init_start_time).map(|(pid, start_time)| InitProcess { pid, start_time });
@@ -505,11 +506,12 @@ impl Tasks {
                 tracing::info!(task = %task.id, "sandbox survived the restart");
             } else {
                 self.mark_lost(task, init, "the sandbox was gone when the daemon started (host reboot or killed processes)").await?;
+                lost.insert(task.id.clone());
             }
         }
         // Tasks that believe they have a sandbox but have no row for it.
         for t in &tasks {
-            if t.sandbox == SandboxState::Ready && !keep.contains(&t.id) && self.store.sandbox(&t.id).await?.is_none() {
+            if t.sandbox == SandboxState::Ready && !keep.contains(&t.id) && !lost.contains(&t.id) && self.store.sandbox(&t.id).await?.is_none() {
                 self.mark_lost(t, None, "the daemon stopped while the sandbox was being built").await?;
             }
         }

@@ -58,8 +58,13 @@ impl WebhookError {
     pub fn status(&self) -> StatusCode {
         match self {
             WebhookError::BadSecret(_) => StatusCode::INTERNAL_SERVER_ERROR,
-            WebhookError::MissingHeader(_) | WebhookError::BadId | WebhookError::BadTimestamp => StatusCode::BAD_REQUEST,
-            WebhookError::TimestampOutOfRange { .. } | WebhookError::BadSignature => StatusCode::UNAUTHORIZED,
+            // Whatever stops the signature from being checked is refused like
+            // a bad signature.
+            WebhookError::BadId => StatusCode::BAD_REQUEST,
+            WebhookError::MissingHeader(_)
+            | WebhookError::BadTimestamp
+            | WebhookError::TimestampOutOfRange { .. }
+            | WebhookError::BadSignature => StatusCode::UNAUTHORIZED,
             WebhookError::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
         }
     }
