@@ -166,6 +166,7 @@ async fn steps(d: &mut Demo, home: &Path, daemon_port: u16) -> Result<()> {
     d.say("cp a file in and back out", t.elapsed(), &format!("round trip: {}", round.trim()));
 
     snapshots(d).await?;
+    waits(d, home).await?;
 
     let t = Instant::now();
     let events: Value = d.client.get(&format!("/v1/tasks/{}/events", d.task)).await?;
@@ -268,4 +269,104 @@ async fn snapshots(d: &mut Demo) -> Result<()> {
         bail!("the blob store has problems");
     }
     Ok(())
+}
+
+/// Suspend on a wait, wake on an approval (through the signed page's form),
+/// on a signed webhook and on a timer.
+async fn waits(d: &mut Demo, home: &Path) -> Result<()> {
+    let t = Instant::now();
+    let shown: Value = d.client.get(&format!("/v1/tasks/{}", d.task)).await?;
+    let pid = shown["sandbox_pid"].as_i64().unwrap_or(0) as i32;
+    let w = d.client.post(&format!("/v1/tasks/{}/waits", d.task), &json!({"approval": "Publish notes.txt?"})).await?;
+    let traces: Vec<String> = cairn_sandbox::traces::host_traces(home, &d.task, pid)
+        .into_iter()
+        .filter(|l| !l.ends_with(&format!("{}.img", d.task)))
+        .collect();
+    d.say(
+        "wait for an approval: the task suspends",
+        t.elapsed(),
+        &format!(
+            "state {}; on the host: {}\napproval page: {}",
+            w["task_state"].as_str().unwrap_or_default(),
+            if traces.is_empty() { "no process, mount, cgroup or loop device (the disk image stays as a cache)".to_owned() } else { traces.join("; ") },
+            w["approval_url"].as_str().unwrap_or_default()
+        ),
+    );
+    if w["task_state"] != "suspended" || !traces.is_empty() {
+        bail!("the waiting task still holds compute");
+    }
+    let t = Instant::now();
+    let url = w["approval_url"].as_str().unwrap_or_default().to_owned();
+    let http = reqwest::Client::new();
+    let page = http.get(&url).send().await?.text().await?;
+    let query = url.split_once('?').map(|q| q.1).unwrap_or_default().to_owned();
+    let field = |k: &str| query.split('&').find_map(|p| p.strip_prefix(&format!("{k}="))).unwrap_or_default().to_owned();
+    let action = format!("{}/approve/{}", d.client.url(""), w["id"].as_str().unwrap_or_default());
+    let form = [("exp", field("exp")), ("sig", field("sig")), ("decision", "approve".to_owned()), ("comment", "looks good".to_owned())];
+    let done = http.post(&action).form(&form).send().await?;
+    let ok = done.status().is_success() && page.contains("Publish notes.txt?");
+    d.say("approve on the web page (a form post to the signed link)", t.elapsed(), &format!("{} {}", done.status(), if ok { "Approved" } else { "failed" }));
+    if !ok {
+        bail!("the approval page did not work");
+    }
+    let t = Instant::now();
+    let woke = wait_running(d).await?;
+    d.say("the task wakes into a fresh sandbox", t.elapsed(), &woke);
+    d.show("its files are where they were", "cat /workspace/notes.txt", |r| text(r).contains("copied in by cairn cp")).await?;
+
+    let t = Instant::now();
+    let shown: Value = d.client.get(&format!("/v1/tasks/{}", d.task)).await?;
+    let secret = shown["webhook_secret"].as_str().unwrap_or_default().to_owned();
+    let w = d.client.post(&format!("/v1/tasks/{}/waits", d.task), &json!({"webhook": "build-done"})).await?;
+    let hook = w["webhook_url"].as_str().unwrap_or_default().to_owned();
+    let body = r#"{"status":"green"}"#;
+    let ts = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_secs() as i64;
+    let sig = cairn_server::gateway::webhook::sign(&secret, "msg_demo", ts, body.as_bytes())?;
+    let send = |sig: String| {
+        http.post(&hook)
+            .header("webhook-id", "msg_demo")
+            .header("webhook-timestamp", ts.to_string())
+            .header("webhook-signature", sig)
+            .body(body)
+            .send()
+    };
+    let forged = send("v1,AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=".into()).await?.status();
+    let accepted = send(sig.clone()).await?.status();
+    let retried = send(sig).await?.status();
+    d.say(
+        "wait for a webhook; a forged one is refused, a signed one wakes it",
+        t.elapsed(),
+        &format!("forged: {forged}; signed: {accepted}; the sender's retry: {retried} (takes effect once)"),
+    );
+    if forged.as_u16() != 401 || !accepted.is_success() || !retried.is_success() {
+        bail!("the webhook gateway did not answer as it should");
+    }
+    let t = Instant::now();
+    let woke = wait_running(d).await?;
+    d.say("woken by the webhook", t.elapsed(), &woke);
+
+    let t = Instant::now();
+    d.client.post(&format!("/v1/tasks/{}/waits", d.task), &json!({"timer": "1s"})).await?;
+    let woke = wait_running(d).await?;
+    d.say("wait on a 1 s timer: suspended, then woken by it", t.elapsed(), &woke);
+    Ok(())
+}
+
+/// Waits until the demo task runs again; describes its last wake.
+async fn wait_running(d: &Demo) -> Result<String> {
+    for _ in 0..500 {
+        let t: Value = d.client.get(&format!("/v1/tasks/{}", d.task)).await?;
+        if t["state"] == "running" {
+            let log: Value = d.client.get(&format!("/v1/tasks/{}/events", d.task)).await?;
+            let wake = log.as_array().and_then(|a| a.iter().rev().find(|e| e["kind"] == "wake")).cloned().unwrap_or(Value::Null);
+            let a = &wake["args"];
+            return Ok(format!(
+                "sandbox ready {:.1} ms after the wake began ({})",
+                a["sandbox_ready_ms"].as_f64().unwrap_or(0.0),
+                if a["from_cache"] == true { "its disk reused as suspended" } else { "restored from the blob store" }
+            ));
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    bail!("the task did not wake within 10 s")
 }
