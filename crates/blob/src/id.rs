@@ -18,9 +18,12 @@ impl ObjectId {
     }
 
     pub fn to_hex(&self) -> String {
+        // Manifests hold one per chunk: no allocation per byte.
+        const DIGITS: &[u8; 16] = b"0123456789abcdef";
         let mut s = String::with_capacity(64);
         for b in self.0 {
-            s.push_str(&format!("{b:02x}"));
+            s.push(DIGITS[(b >> 4) as usize] as char);
+            s.push(DIGITS[(b & 15) as usize] as char);
         }
         s
     }

@@ -645,6 +645,12 @@ impl PackWriter {
     }
 
     /// Statistics so far.
+    /// True when the chunk is stored, or added by this writer and on its
+    /// way to a pack.
+    pub fn knows(&self, id: &ObjectId) -> bool {
+        self.seen.contains(id) || self.repo.has_chunk(id)
+    }
+
     pub fn stats(&self) -> WriteStats {
         WriteStats {
             stored_bytes: self.progress.stored_bytes.load(Ordering::Relaxed),

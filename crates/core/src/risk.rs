@@ -10,7 +10,7 @@ use crate::Error;
 /// by spaces, so `sh -c '...'` scripts are seen too.
 pub const DEFAULT_RISK_PATTERNS: &[&str] = &[
     // Recursive deletes.
-    r"\brm\s+(-[a-z]*r[a-z]*|--recursive)\b",
+    r"\brm\s+(-\S+\s+)*(-[a-z]*r[a-z]*|--recursive)\b",
     r"\bfind\b.*\s-delete\b",
     // History rewrites and publishing.
     r"\bgit\s+push\b",
@@ -84,6 +84,8 @@ mod tests {
             "rm -rf /workspace/build",
             "rm -r dir",
             "rm --recursive dir",
+            "rm -f -r dir",
+            "rm -v -rf dir",
             "sh -c rm -fr x",
             "git push origin main",
             "git reset --hard HEAD~3",

@@ -120,7 +120,6 @@ async fn run(tasks: &Arc<Tasks>, id: &str, actor: &str, start: ExecStart, ws: &m
     }
     let t0 = Instant::now();
     let (task, _live) = tasks.running(id, actor).await?;
-    let _busy = tasks.mark_busy(&task.id);
     let t_found = t0.elapsed();
     let workdir = start.workdir.clone().unwrap_or_else(|| task.config.workdir.clone());
     cairn_core::check_workdir(&workdir)?;
@@ -142,6 +141,8 @@ async fn run(tasks: &Arc<Tasks>, id: &str, actor: &str, start: ExecStart, ws: &m
         let _ = ws.send(Message::Text(msg.to_string().into())).await;
     }
     let step = tasks.store.bump_step(&task.id).await?;
+    // Running from here on: an idle suspend must wait for it to end.
+    let _busy = tasks.mark_busy(&task.id);
     let t_step = t0.elapsed();
     let begun = Instant::now();
     let cgroup = tasks.driver.cgroup(task.id.as_str())?;

@@ -770,5 +770,14 @@ fn in_image_as_dir(layers: &[cairn_sandbox::rootfs::Layer], path: &str) -> bool 
         return false;
     };
     let Ok(rel) = p.strip_prefix(&layer.at) else { return false };
-    std::fs::symlink_metadata(layer.lower.join(rel)).map(|m| m.is_dir()).unwrap_or(false)
+    // Component by component, following no symlink of the image.
+    let mut at = layer.lower.clone();
+    for c in rel.components() {
+        at.push(c);
+        match std::fs::symlink_metadata(&at) {
+            Ok(m) if m.is_dir() => {}
+            _ => return false,
+        }
+    }
+    true
 }

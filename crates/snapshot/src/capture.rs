@@ -21,7 +21,7 @@ use cairn_blob::{chunker, ObjectId, PackWriter, Repository};
 use serde::Serialize;
 
 use crate::freeze::{Freezer, Frozen};
-use crate::manifest::{store, Entry, EntryKind, Extent, Index, LayerTree, Manifest, Timestamp};
+use crate::manifest::{encode, Entry, EntryKind, Extent, Index, LayerTree, Manifest, Timestamp};
 use crate::meta::{self, IdShift};
 use crate::progress::{Progress, Reporter};
 use crate::sys::{self, XattrAt};
@@ -98,8 +98,16 @@ pub fn capture(
     thawed?;
 
     report.phase("store", 0, 0);
-    let written = writer.finish()?;
-    let id = store(repo, &manifest)?;
+    // Encode the manifest on another core while the packs and the index are
+    // made durable; it is written only after them.
+    let (written, encoded) = std::thread::scope(|scope| {
+        let encoding = scope.spawn(|| encode(&manifest));
+        let written = writer.finish();
+        (written, encoding.join())
+    });
+    let written = written?;
+    let encoded = encoded.map_err(|_| Error::Encode("the manifest encoder panicked".into()))??;
+    let id = repo.put_manifest(&encoded)?;
 
     for e in manifest.layers.iter().flat_map(|l| &l.entries) {
         stats.entries += 1;
@@ -227,7 +235,16 @@ impl Pass<'_, '_> {
                 continue;
             }
 
-            let same = prev.and_then(|p| p.get(path.as_path())).copied().filter(|p| meta::unchanged(p, &st, ft));
+            // A file is reused only while all its chunks are still stored: a
+            // lost pack must not be carried silently into every later snapshot.
+            let same = prev
+                .and_then(|p| p.get(path.as_path()))
+                .copied()
+                .filter(|p| meta::unchanged(p, &st, ft))
+                .filter(|p| match &p.kind {
+                    EntryKind::File { extents, .. } => extents.iter().flat_map(|e| &e.chunks).all(|c| self.writer.knows(c)),
+                    _ => true,
+                });
             let mut child = None;
             let mut read = false;
             let kind = match (ft, same) {
