@@ -479,7 +479,7 @@ async fn client_command(cmd: Cmd, json_out: bool) -> Result<u8> {
                     break w;
                 }
             };
-            print(&done["event"], &|e| format!("{}", serde_json::to_string_pretty(e).unwrap_or_default()));
+            print(&done["event"], &|e| serde_json::to_string_pretty(e).unwrap_or_default());
         }
         Cmd::Approve { task, reject, comment } => {
             let v = client.post(&format!("/v1/tasks/{task}/approve"), &json!({ "approve": !reject, "comment": comment })).await?;

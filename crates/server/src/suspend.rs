@@ -229,9 +229,7 @@ impl Tasks {
                 task.memory.clone(),
             ),
         };
-        if let Err(e) = self.start(&task, &image, "daemon", None, Some(slot)).await {
-            return Err(e);
-        }
+        self.start(&task, &image, "daemon", None, Some(slot)).await?;
         self.start_services(&task, "daemon").await?;
         self.store.record_recovery(&task.id, step, &memory, &note).await?;
         self.log(
