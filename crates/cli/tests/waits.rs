@@ -201,9 +201,32 @@ fn operator_events_timers_and_auto_resume() {
     let d = Daemon::start();
     let id = d.create(&[]);
     must(&d, &id, "echo 1 > /workspace/n");
+    // `task watch` streams the log as it grows.
+    let mut watcher = d.cmd().args(["--json", "task", "watch", &id]).stdout(Stdio::piped()).spawn().unwrap();
+    let lines = std::io::BufRead::lines(std::io::BufReader::new(watcher.stdout.take().unwrap()));
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for l in lines.map_while(Result::ok) {
+            if tx.send(l).is_err() {
+                break;
+            }
+        }
+    });
     // An operator's event before its wait.
     let out = d.ok(&["event", &id, "--name", "deploy", "--data", r#"{"env":"prod"}"#]);
     assert!(out.contains("kept in the inbox"), "{out}");
+    let mut seen = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !seen.iter().any(|l: &String| l.contains("event_received")) {
+        assert!(Instant::now() < deadline, "watch showed {seen:?}");
+        if let Ok(l) = rx.recv_timeout(Duration::from_millis(200)) {
+            seen.push(l);
+        }
+    }
+    let kinds: Vec<String> = seen.iter().map(|l| serde_json::from_str::<Value>(l).unwrap()["kind"].as_str().unwrap().to_owned()).collect();
+    assert_eq!(kinds.first().map(String::as_str), Some("create"), "from the start of the log: {kinds:?}");
+    let _ = watcher.kill();
+    let _ = watcher.wait();
     let done = d.json(&["wait", &id, "--webhook", "deploy", "--block"]);
     assert_eq!(done["data"]["payload"]["env"], "prod");
     assert_eq!(state(&d, &id), "running");
