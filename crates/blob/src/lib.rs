@@ -38,4 +38,4 @@ mod testutil;
 pub use backend::{Kind, ObjectInfo, ObjectStoreBackend, ReadBackend, WriteBackend};
 pub use error::{Error, Result};
 pub use id::ObjectId;
-pub use repo::{CheckReport, GcReport, PackWriter, RepoOptions, RepoStats, Repository, WriteStats};
+pub use repo::{prepare_manifest, PreparedManifest, CheckReport, GcReport, PackWriter, RepoOptions, RepoStats, Repository, WriteStats};

@@ -274,14 +274,17 @@ impl Repository {
     /// Stores a manifest (any bytes; compressed here) under the hash of its
     /// content, durably. Writing the same manifest twice is a no-op.
     pub fn put_manifest(&self, data: &[u8]) -> Result<ObjectId> {
-        let id = ObjectId::of(data);
-        let hex = id.to_hex();
-        if self.backend.exists(Kind::Manifest, &hex)? {
-            return Ok(id);
+        self.put_prepared_manifest(prepare_manifest(data)?)
+    }
+
+    /// Stores a manifest made ready by [`prepare_manifest`] (which may run
+    /// on another thread, e.g. while packs are being flushed).
+    pub fn put_prepared_manifest(&self, m: PreparedManifest) -> Result<ObjectId> {
+        let hex = m.id.to_hex();
+        if !self.backend.exists(Kind::Manifest, &hex)? {
+            self.backend.write(Kind::Manifest, &hex, Bytes::from(m.stored))?;
         }
-        let stored = zstd::bulk::compress(data, COMPRESSION_LEVEL).map_err(|e| Error::Compress(format!("manifest {id}"), e.to_string()))?;
-        self.backend.write(Kind::Manifest, &hex, Bytes::from(stored))?;
-        Ok(id)
+        Ok(m.id)
     }
 
     /// Reads a manifest back, verifying its hash.
@@ -1257,4 +1260,18 @@ mod tests {
             prop_assert_eq!(back, input);
         }
     }
+}
+
+/// A manifest hashed and compressed, ready to store.
+#[derive(Debug)]
+pub struct PreparedManifest {
+    pub id: ObjectId,
+    stored: Vec<u8>,
+}
+
+/// Hashes and compresses a manifest (CPU only, no I/O).
+pub fn prepare_manifest(data: &[u8]) -> Result<PreparedManifest> {
+    let id = ObjectId::of(data);
+    let stored = zstd::bulk::compress(data, COMPRESSION_LEVEL).map_err(|e| Error::Compress(format!("manifest {id}"), e.to_string()))?;
+    Ok(PreparedManifest { id, stored })
 }

@@ -101,13 +101,13 @@ pub fn capture(
     // Encode the manifest on another core while the packs and the index are
     // made durable; it is written only after them.
     let (written, encoded) = std::thread::scope(|scope| {
-        let encoding = scope.spawn(|| encode(&manifest));
+        let encoding = scope.spawn(|| -> Result<cairn_blob::PreparedManifest> { Ok(cairn_blob::prepare_manifest(&encode(&manifest)?)?) });
         let written = writer.finish();
         (written, encoding.join())
     });
     let written = written?;
-    let encoded = encoded.map_err(|_| Error::Encode("the manifest encoder panicked".into()))??;
-    let id = repo.put_manifest(&encoded)?;
+    let prepared = encoded.map_err(|_| Error::Encode("the manifest encoder panicked".into()))??;
+    let id = repo.put_prepared_manifest(prepared)?;
 
     for e in manifest.layers.iter().flat_map(|l| &l.entries) {
         stats.entries += 1;
