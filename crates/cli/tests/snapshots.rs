@@ -145,6 +145,8 @@ fn rollback_restores_step_and_memory_and_tells_the_agent_why() {
     assert_eq!(health, [true, false]);
     let log = d.json(&["log", &id]);
     assert!(log.as_array().unwrap().iter().any(|e| e["kind"] == "rollback" && e["args"]["phase"] == "end"));
+    let after = snapshot(&d, &id, &[]);
+    assert_eq!(after["parent"], good["id"], "the next snapshot descends from the rollback target");
 }
 
 #[test]

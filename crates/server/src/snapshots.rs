@@ -301,7 +301,13 @@ impl Tasks {
                 return Err(err);
             }
         };
-        let parent = self.store.snapshots(&task.id).await?.last().map(|s| s.id.clone());
+        // The parent is what the disk came from: the latest snapshot, or the
+        // rollback target when a rollback came after it.
+        let latest = self.store.snapshots(&task.id).await?.pop();
+        let parent = match (&task.rollback_note, latest) {
+            (Some(n), Some(l)) if n.time_ms >= l.created_ms => Some(n.to.clone()),
+            (_, l) => l.map(|l| l.id),
+        };
         let snap = Snapshot {
             id: SnapshotId::random(),
             task: task.id.clone(),
