@@ -67,6 +67,8 @@ impl Tasks {
             }
         };
         self.stop_sandbox_keep_disk(task).await?;
+        // A suspended task holds no memory in the daemon either.
+        self.forget_baseline(&task.id);
         self.store.set_last_uid_slot(&task.id, slot).await?;
         let end = NewEvent {
             task: task.id.clone(),
