@@ -7,7 +7,7 @@ if [[ $(id -u) != 0 ]]; then
   echo "setup-debian.sh: run as root (Cairn builds namespaces, mounts and cgroups)" >&2
   exit 1
 fi
-pkgs=(e2fsprogs iproute2 util-linux procps python3 python3-pip busybox-static bubblewrap runc hyperfine curl ca-certificates build-essential pkg-config)
+pkgs=(e2fsprogs iproute2 util-linux procps python3 python3-pip busybox-static bubblewrap runc hyperfine curl ca-certificates build-essential pkg-config chromium)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -21,6 +21,12 @@ fi
 if ! python3 -c 'import standardwebhooks' 2>/dev/null; then
   echo "installing the standardwebhooks Python package"
   python3 -m pip install -q standardwebhooks 2>/dev/null || python3 -m pip install -q --break-system-packages standardwebhooks
+fi
+# The browser test drives Debian's Chromium (above) with Playwright for
+# Python; `playwright install` is not needed, the test uses /usr/bin/chromium.
+if ! python3 -c 'import playwright.sync_api' 2>/dev/null; then
+  echo "installing the playwright Python package"
+  python3 -m pip install -q playwright 2>/dev/null || python3 -m pip install -q --break-system-packages playwright
 fi
 if ! command -v cargo >/dev/null; then
   if [[ -x $HOME/.cargo/bin/cargo ]]; then

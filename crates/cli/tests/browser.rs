@@ -22,11 +22,11 @@ use serde_json::Value;
 
 const CHROMIUM: &str = "/usr/bin/chromium";
 
-/// Drives the browser. `approve URL PROMPT COMMENT SHOT`: checks the
-/// pending page, comments, clicks Approve, waits for the confirmation.
-/// `revisit URL TAMPERED SHOT`: opens a used link and a forged one. Prints
-/// one JSON object; asserts on the way, and closes the browser whatever
-/// happens.
+/// Drives the browser: `URL PROMPT COMMENT TAMPERED SHOT`. Checks the
+/// pending page, types the comment, clicks Approve and waits for the
+/// confirmation (screenshot at SHOT, the filled form next to it); then, in
+/// the same browser, opens URL again and TAMPERED. Prints one JSON object;
+/// asserts on the way, and closes the browser whatever happens.
 const DRIVER: &str = r#"
 import json, sys
 from urllib.parse import parse_qs, urlsplit
@@ -72,21 +72,20 @@ def approve(page, url, prompt, comment, shot):
     page.screenshot(path=shot, full_page=True)
     return out
 
-def revisit(page, url, tampered, shot):
+def refused(page, url):
     r = page.goto(url)
-    again = {"status": r.status, **visible_page(page), "buttons": page.locator("button").count()}
-    page.screenshot(path=shot, full_page=True)
-    r = page.goto(tampered)
-    forged = {"status": r.status, **visible_page(page), "buttons": page.locator("button").count()}
-    return {"again": again, "forged": forged}
+    return {"status": r.status, **visible_page(page), "buttons": page.locator("button").count()}
 
-mode, rest = sys.argv[1], sys.argv[2:]
+url, prompt, comment, tampered, shot = sys.argv[1:]
 with sync_playwright() as p:
     browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True, timeout=15000)
     try:
         page = browser.new_page(viewport={"width": 900, "height": 760})
         page.set_default_timeout(5000)
-        out = approve(page, *rest) if mode == "approve" else revisit(page, *rest)
+        out = {"pending": approve(page, url, prompt, comment, shot)}
+        out["again"] = refused(page, url)
+        page.screenshot(path=shot.replace(".png", "-again.png"), full_page=True)
+        out["forged"] = refused(page, tampered)
         out["browser"] = browser.version
         print(json.dumps(out))
     finally:
@@ -108,13 +107,13 @@ fn require_browser() {
     assert!(Path::new(CHROMIUM).exists(), "{CHROMIUM} is missing: apt-get install -y chromium (scripts/setup-debian.sh installs it)");
 }
 
-/// Runs the driver in `mode`; returns its JSON summary. Its temporary
+/// Runs the driver; returns its JSON summary. Its temporary
 /// files (the browser profile) go under `tmp`; afterwards no process may
 /// still use them.
-fn drive(tmp: &Path, mode: &str, args: &[&str]) -> Value {
+fn drive(tmp: &Path, args: &[&str]) -> Value {
     std::fs::create_dir_all(tmp).unwrap();
     let mut child = Command::new("python3")
-        .args(["-c", DRIVER, mode])
+        .args(["-c", DRIVER])
         .args(args)
         .env("TMPDIR", tmp)
         .stdin(Stdio::null())
@@ -135,13 +134,13 @@ fn drive(tmp: &Path, mode: &str, args: &[&str]) -> Value {
             // The driver closes the browser when its client goes away.
             let _ = child.kill();
             let _ = child.wait();
-            panic!("the browser driver ({mode}) ran over a minute: {}", err.join().unwrap());
+            panic!("the browser driver ran over a minute: {}", err.join().unwrap());
         }
         std::thread::sleep(Duration::from_millis(20));
     };
     let (out, err) = (out.join().unwrap(), err.join().unwrap());
     assert_no_browser_left(tmp);
-    assert!(status.success(), "the browser driver ({mode}) failed ({status}):\n{err}\n{out}");
+    assert!(status.success(), "the browser driver failed ({status}):\n{err}\n{out}");
     serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("driver output is not JSON ({e}): {out}\n{err}"))
 }
 
@@ -205,10 +204,12 @@ fn approving_on_the_page_in_a_real_browser_wakes_the_task() {
     let url = w["approval_url"].as_str().unwrap().to_owned();
     assert!(url.starts_with(&format!("{}/approve/{wait_id}?exp=", d.url)) && url.contains("&sig="), "{url}");
 
-    // Approve in the browser.
-    let tmp = d.home().join("browser");
+    // Approve in the browser, then open the same link again and a forged one.
+    let forged = tamper(&url);
+    assert_ne!(forged, url);
     let shot = d.home().join("approved.png");
-    let s = drive(&tmp, "approve", &[&url, prompt, comment, shot.to_str().unwrap()]);
+    let r = drive(&d.home().join("browser"), &[&url, prompt, comment, &forged, shot.to_str().unwrap()]);
+    let s = &r["pending"];
     assert_eq!(s["status"], 200, "{s}");
     assert_eq!(s["heading"], "Approval requested", "{s}");
     assert_eq!(s["prompt_text"], prompt, "the prompt is shown as text: {s}");
@@ -246,11 +247,7 @@ fn approving_on_the_page_in_a_real_browser_wakes_the_task() {
     assert_eq!((decision["data"]["decision"].as_str(), decision["data"]["comment"].as_str()), (Some("approve"), Some(comment)), "{decision}");
     assert_eq!(decision["data"]["by"], "approval-page", "{decision}");
 
-    // The same link again, and a forged one: pages that say why, no form.
-    let forged = tamper(&url);
-    assert_ne!(forged, url);
-    let again_shot = d.home().join("again.png");
-    let r = drive(&tmp, "revisit", &[&url, &forged, again_shot.to_str().unwrap()]);
+    // The same link again, and the forged one: pages that say why, no form.
     let again = &r["again"];
     assert_eq!((again["status"].as_u64(), again["heading"].as_str(), again["buttons"].as_u64()), (Some(409), Some("Already decided"), Some(0)), "{r}");
     assert!(again["text"].as_str().unwrap().contains("answered already"), "{r}");
@@ -259,5 +256,5 @@ fn approving_on_the_page_in_a_real_browser_wakes_the_task() {
     assert_eq!(state(&d, &id), "running", "neither changed anything");
     let log = d.json(&["log", &id]);
     assert_eq!(log.as_array().unwrap().iter().filter(|e| e["kind"] == "event_received").count(), 1, "{log}");
-    eprintln!("browser test: Chromium {}, {:.1} s", s["browser"].as_str().unwrap_or("?"), begun.elapsed().as_secs_f64());
+    eprintln!("browser test: Chromium {}, {:.1} s", r["browser"].as_str().unwrap_or("?"), begun.elapsed().as_secs_f64());
 }
