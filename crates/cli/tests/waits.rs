@@ -265,6 +265,15 @@ fn operator_events_timers_and_auto_resume() {
         assert!(err.contains(want), "{args:?}: {err}");
     }
     assert_eq!(state(&d, &id), "running", "bad input changed nothing");
+
+    // A suspended task destroyed leaves nothing, not even its cached disk.
+    let pid = d.task(&id)["sandbox_pid"].as_i64().unwrap() as i32;
+    d.ok(&["suspend", &id]);
+    assert!(d.home().join(format!("disks/{id}.img")).exists());
+    d.ok(&["destroy", &id]);
+    assert_eq!(d.leftovers(&id, pid), Vec::<String>::new());
+    let err = d.fails(&["resume", &id]);
+    assert!(err.contains("destroyed"), "{err}");
 }
 
 #[test]
