@@ -124,6 +124,8 @@ struct Worker {
 
 enum Job {
     Chunk(ObjectId, Vec<u8>),
+    /// Answer once every chunk sent before has been compressed.
+    Settle(SyncSender<()>),
     Finish,
 }
 
@@ -647,13 +649,27 @@ impl PackWriter {
         Ok(self.stats())
     }
 
-    /// Statistics so far.
     /// True when the chunk is stored, or added by this writer and on its
     /// way to a pack.
     pub fn knows(&self, id: &ObjectId) -> bool {
         self.seen.contains(id) || self.repo.has_chunk(id)
     }
 
+    /// Waits until every chunk added so far has been compressed, so the
+    /// background work does not compete for the CPU with what comes next
+    /// (a snapshot settles before it freezes the sandbox). Writes of full
+    /// packs may still be in flight.
+    pub fn settle(&mut self) -> Result<()> {
+        let Some(worker) = &self.worker else { return Ok(()) };
+        let (done, wait) = sync_channel(1);
+        if worker.jobs.send(Job::Settle(done)).is_ok() && wait.recv().is_ok() {
+            return Ok(());
+        }
+        // The worker stopped: on an error, which finish reports.
+        Ok(())
+    }
+
+    /// Statistics so far.
     pub fn stats(&self) -> WriteStats {
         WriteStats {
             stored_bytes: self.progress.stored_bytes.load(Ordering::Relaxed),
@@ -774,6 +790,10 @@ fn build_packs(
         let finishing = match job {
             Job::Chunk(id, data) => {
                 builder.add(id, &data)?;
+                false
+            }
+            Job::Settle(done) => {
+                let _ = done.send(());
                 false
             }
             Job::Finish => true,
@@ -904,6 +924,22 @@ mod tests {
         // Another process (a second open) sees the same.
         let other = open_repo(dir.path(), SMALL_PACKS);
         assert_eq!(store(&other, &chunks).1.new_chunks, 0);
+    }
+
+    #[test]
+    fn settle_waits_for_compression_and_the_writer_goes_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = open_repo(dir.path(), SMALL_PACKS);
+        let mut w = repo.writer();
+        w.settle().unwrap();
+        let a = noise(21, 300_000);
+        let (ida, _) = w.add_chunk(&a).unwrap();
+        w.settle().unwrap();
+        assert!(w.knows(&ida) && !repo.has_chunk(&ida), "known to the writer, not yet indexed");
+        let b = noise(22, 1000);
+        let (idb, _) = w.add_chunk(&b).unwrap();
+        w.finish().unwrap();
+        assert_eq!((repo.read_chunk(&ida).unwrap(), repo.read_chunk(&idb).unwrap()), (a, b));
     }
 
     #[test]

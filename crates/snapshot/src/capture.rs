@@ -81,17 +81,20 @@ pub fn capture(
     let mut stats = CaptureStats::default();
     let mut writer = repo.writer();
 
-    let mut pass = |frozen: bool, base: Option<&Index<'_>>| {
+    let mut pass = |writer: &mut PackWriter, frozen: bool, base: Option<&Index<'_>>| {
         let looked_at = SystemTime::now();
-        Pass { writer: &mut writer, ids, stats: &mut stats, report: &mut report, frozen, looked_at }.run(disk, layers, base)
+        Pass { writer, ids, stats: &mut stats, report: &mut report, frozen, looked_at }.run(disk, layers, base)
     };
     let base = baseline.map(Index::new);
-    let draft = pass(false, base.as_ref())?;
+    let draft = pass(&mut writer, false, base.as_ref())?;
     let draft_base = Index::new(&draft);
 
+    // Compression of what pass 1 read must not share the CPU with the
+    // frozen pass.
+    writer.settle()?;
     let freeze_start = Instant::now();
     let frozen = Frozen::new(freezer)?;
-    let result = pass(true, Some(&draft_base));
+    let result = pass(&mut writer, true, Some(&draft_base));
     let thawed = frozen.thaw();
     stats.freeze_ms = ms(freeze_start);
     let manifest = result?;
