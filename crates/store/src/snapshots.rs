@@ -16,7 +16,7 @@ impl Store {
     pub async fn insert_snapshot(&self, s: &Snapshot, baseline: &str, memory: Option<&str>, ev: &NewEvent) -> Result<()> {
         let q = |e| Error::Query("insert snapshot", e);
         let config = serde_json::to_string(&s.config).map_err(|e| Error::Corrupt("config", e.to_string()))?;
-        let mut tx = self.pool.begin().await.map_err(q)?;
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(q)?;
         sqlx::query(
             "INSERT INTO snapshots (id, task_id, parent, kind, note, healthy, step, memory, config, manifest,
                                     files, bytes, added_bytes, freeze_ms, duration_ms, created_ms)
@@ -118,7 +118,7 @@ impl Store {
     pub async fn record_rollback(&self, task: &TaskId, to: &Snapshot, note: &RollbackNote, baseline: &str, ev: &NewEvent) -> Result<()> {
         let q = |e| Error::Query("record rollback", e);
         let note = serde_json::to_string(note).map_err(|e| Error::Corrupt("rollback note", e.to_string()))?;
-        let mut tx = self.pool.begin().await.map_err(q)?;
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(q)?;
         sqlx::query("UPDATE tasks SET step = ?, memory = ?, baseline = ?, rollback_note = ?, last_activity_ms = ? WHERE id = ?")
             .bind(to.step as i64)
             .bind(&to.memory)
@@ -137,7 +137,7 @@ impl Store {
     /// Their data becomes garbage for `gc`.
     pub async fn expire_snapshots(&self, ids: &[SnapshotId], events: &[NewEvent]) -> Result<()> {
         let q = |e| Error::Query("expire snapshots", e);
-        let mut tx = self.pool.begin().await.map_err(q)?;
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(q)?;
         for id in ids {
             sqlx::query("DELETE FROM snapshots WHERE id = ?").bind(id.as_str()).execute(&mut *tx).await.map_err(q)?;
         }

@@ -185,7 +185,7 @@ impl Store {
     /// state, and the start event. Returns the event's sequence number.
     pub async fn record_sandbox_ready(&self, id: &TaskId, pid: i32, start_time: u64, ev: &NewEvent) -> Result<u64> {
         let q = |e| Error::Query("record sandbox start", e);
-        let mut tx = self.pool.begin().await.map_err(q)?;
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(q)?;
         sqlx::query("UPDATE sandboxes SET init_pid = ?, init_start_time = ? WHERE task_id = ?")
             .bind(pid)
             .bind(start_time as i64)

@@ -34,7 +34,7 @@ impl Store {
             WaitFor::Timer { fire_at_ms } => Some(fire_at_ms),
             _ => None,
         };
-        let mut tx = self.pool.begin().await.map_err(q)?;
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(q)?;
         let res = sqlx::query("INSERT INTO waits (id, task_id, what, kind, fire_at_ms, created_ms) VALUES (?, ?, ?, ?, ?, ?)")
             .bind(w.id.as_str())
             .bind(w.task.as_str())
@@ -75,7 +75,7 @@ impl Store {
     /// before makes it a no-op.
     pub async fn deliver(&self, ev: &InboxEvent) -> Result<Delivered> {
         let q = |e| Error::Query("deliver event", e);
-        let mut tx = self.pool.begin().await.map_err(q)?;
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(q)?;
         if let Some(d) = &ev.delivery {
             let seen = sqlx::query("SELECT * FROM inbox WHERE task_id = ? AND source = ? AND delivery = ?")
                 .bind(ev.task.as_str())
@@ -137,7 +137,7 @@ impl Store {
     /// the snapshot was being stored). Returns the state written.
     pub async fn finish_suspend(&self, task: &TaskId, waiting_for: Option<&WaitId>, ev: &NewEvent) -> Result<TaskState> {
         let q = |e| Error::Query("finish suspend", e);
-        let mut tx = self.pool.begin().await.map_err(q)?;
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(q)?;
         let satisfied = match waiting_for {
             Some(w) => sqlx::query("SELECT satisfied_ms IS NOT NULL FROM waits WHERE id = ?")
                 .bind(w.as_str())
@@ -436,6 +436,20 @@ mod tests {
         let got = store.insert_wait(&hook, &log(&t)).await.unwrap().expect("satisfied by the early event");
         assert_eq!(got.name, "deploy");
         assert!(store.pending_wait(&t).await.unwrap().is_none());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn concurrent_deliveries_wait_their_turn() {
+        let (_d, store, t) = store_with_task().await;
+        let mut all = Vec::new();
+        for i in 0..48 {
+            let (store, t) = (store.clone(), t.clone());
+            all.push(tokio::spawn(async move { store.deliver(&event(&t, EventSource::Webhook, "x", Some(&format!("d{i}")))).await }));
+        }
+        for h in all {
+            h.await.unwrap().expect("no delivery is refused for a busy database");
+        }
+        assert_eq!(store.inbox(&t).await.unwrap().len(), 48);
     }
 
     #[tokio::test]
