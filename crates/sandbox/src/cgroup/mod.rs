@@ -462,9 +462,13 @@ fn rmdir(path: &Path) -> Result<()> {
     }
 }
 
-/// Polls `done` until it returns true or `timeout` passes.
+/// Polls `done` until it returns true or `timeout` passes: first after
+/// 100 µs, then twice as long each time up to [`POLL`]. A freeze is usually
+/// done within a millisecond, and a snapshot's sandbox is frozen while this
+/// waits.
 fn wait_until(timeout: Duration, mut done: impl FnMut() -> Result<bool>) -> Result<bool> {
     let deadline = Instant::now() + timeout;
+    let mut pause = Duration::from_micros(100);
     loop {
         if done()? {
             return Ok(true);
@@ -472,7 +476,8 @@ fn wait_until(timeout: Duration, mut done: impl FnMut() -> Result<bool>) -> Resu
         if Instant::now() >= deadline {
             return Ok(false);
         }
-        thread::sleep(POLL);
+        thread::sleep(pause);
+        pause = (pause * 2).min(POLL);
     }
 }
 
