@@ -165,18 +165,6 @@ fn assert_no_browser_left(tmp: &Path) {
     }
 }
 
-fn state(d: &Daemon, task: &str) -> String {
-    d.task(task)["state"].as_str().unwrap().to_owned()
-}
-
-fn wait_for_state(d: &Daemon, task: &str, want: &str, limit: Duration) {
-    let deadline = Instant::now() + limit;
-    while state(d, task) != want {
-        assert!(Instant::now() < deadline, "task {task} is {} after {limit:?}, not {want}: {}", state(d, task), d.log());
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
 /// The link with the first character of its signature changed.
 fn tamper(url: &str) -> String {
     let (head, sig) = url.split_once("sig=").unwrap();
@@ -228,7 +216,7 @@ fn approving_on_the_page_in_a_real_browser_wakes_the_task() {
     assert!(png.starts_with(b"\x89PNG") && png.len() > 5000, "a real screenshot, {} bytes", png.len());
 
     // The task wakes with its files, and the decision reached it.
-    wait_for_state(&d, &id, "running", Duration::from_secs(10));
+    d.wait_for_state(&id, "running", Duration::from_secs(10));
     let (code, out, err) = d.sh(&id, "cat /workspace/notes.txt");
     assert_eq!((code, out.as_str()), (0, "release notes for v2\n"), "{err}");
     let log = d.json(&["log", &id]);
@@ -253,7 +241,7 @@ fn approving_on_the_page_in_a_real_browser_wakes_the_task() {
     assert!(again["text"].as_str().unwrap().contains("answered already"), "{r}");
     let bad = &r["forged"];
     assert_eq!((bad["status"].as_u64(), bad["heading"].as_str(), bad["buttons"].as_u64()), (Some(403), Some("Link not valid"), Some(0)), "{r}");
-    assert_eq!(state(&d, &id), "running", "neither changed anything");
+    assert_eq!(d.state(&id), "running", "neither changed anything");
     let log = d.json(&["log", &id]);
     assert_eq!(log.as_array().unwrap().iter().filter(|e| e["kind"] == "event_received").count(), 1, "{log}");
     eprintln!("browser test: Chromium {}, {:.1} s", r["browser"].as_str().unwrap_or("?"), begun.elapsed().as_secs_f64());

@@ -26,18 +26,6 @@ fn traces_besides_cache(d: &Daemon, task: &str, init_pid: i32) -> Vec<String> {
     d.leftovers(task, init_pid).into_iter().filter(|t| !(t.starts_with("scratch") && t.ends_with(&format!("{task}.img")))).collect()
 }
 
-fn state(d: &Daemon, task: &str) -> String {
-    d.task(task)["state"].as_str().unwrap().to_owned()
-}
-
-fn wait_for_state(d: &Daemon, task: &str, want: &str, limit: Duration) {
-    let deadline = Instant::now() + limit;
-    while state(d, task) != want {
-        assert!(Instant::now() < deadline, "task {task} is {} after {limit:?}, not {want}: {}", state(d, task), d.log());
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
 /// `curl` with a status line: returns (status, body).
 fn curl(args: &[&str]) -> (u16, String) {
     let out = Command::new("curl").args(["-s", "-o", "-", "-w", "\n%{http_code}"]).args(args).output().expect("curl");
@@ -85,7 +73,7 @@ fn an_approval_suspends_the_task_frees_its_compute_and_wakes_it_intact() {
     let (code, _) = curl(&["-X", "POST", "--data-urlencode", &format!("exp={exp}"), "--data-urlencode", &format!("sig={sig}"), "-d", "decision=reject", &action]);
     assert_eq!(code, 409, "a decided approval cannot be decided again");
 
-    wait_for_state(&d, &id, "running", Duration::from_secs(10));
+    d.wait_for_state(&id, "running", Duration::from_secs(10));
     let back = d.json(&["log", &id]);
     let wake = back.as_array().unwrap().iter().rev().find(|e| e["kind"] == "wake").unwrap().clone();
     assert_eq!(wake["args"]["from_cache"], true, "{wake}");
@@ -102,7 +90,7 @@ fn an_approval_suspends_the_task_frees_its_compute_and_wakes_it_intact() {
     assert!(err.contains("suspended") && err.contains("only a running task can wait"), "{err}");
     // Reject from the CLI; the task wakes and the agent sees the decision.
     d.ok(&["approve", &id, "--reject", "--comment", "not yet"]);
-    wait_for_state(&d, &id, "running", Duration::from_secs(10));
+    d.wait_for_state(&id, "running", Duration::from_secs(10));
     let w = d.json(&["wait", &id, "--timer", "1ms", "--block"]);
     assert_eq!(w["source"], "timer", "--block prints the event: {w}");
     let log = d.json(&["log", &id]);
@@ -170,7 +158,7 @@ fn signed_webhooks_wake_the_task_once_and_bad_ones_change_nothing() {
     let huge = format!("{{\"x\":\"{}\"}}", "a".repeat(300 * 1024));
     assert_eq!(post_hook(&url, "msg_big", ts, &py_sign(&secret, "msg_big", ts, &huge), &huge).0, 413);
     assert_eq!(post_hook(&url, "msg_bad", ts, &py_sign(&secret, "msg_bad", ts, "{not json"), "{not json").0, 400);
-    assert_eq!(state(&d, &id), "suspended", "nothing of that woke it");
+    assert_eq!(d.state(&id), "suspended", "nothing of that woke it");
 
     let (code, ok) = post_hook(&url, "msg_1", ts, &sig, body);
     assert_eq!(code, 200, "{ok}");
@@ -180,7 +168,7 @@ fn signed_webhooks_wake_the_task_once_and_bad_ones_change_nothing() {
     let again: Value = serde_json::from_str(&again).unwrap();
     assert_eq!((code, again["duplicate"].as_bool()), (200, Some(true)), "a retry gets 2xx and changes nothing");
     assert_eq!(again["event"]["id"], first["event"]["id"]);
-    wait_for_state(&d, &id, "running", Duration::from_secs(10));
+    d.wait_for_state(&id, "running", Duration::from_secs(10));
     let log = d.json(&["log", &id]);
     let received: Vec<&Value> = log.as_array().unwrap().iter().filter(|e| e["kind"] == "event_received").collect();
     assert_eq!(received.len(), 1, "the event took effect once");
@@ -229,18 +217,18 @@ fn operator_events_timers_and_auto_resume() {
     let _ = watcher.wait();
     let done = d.json(&["wait", &id, "--webhook", "deploy", "--block"]);
     assert_eq!(done["data"]["payload"]["env"], "prod");
-    assert_eq!(state(&d, &id), "running");
+    assert_eq!(d.state(&id), "running");
 
     // A timer suspends, then wakes the task by itself.
     let begun = Instant::now();
     let w = d.json(&["wait", &id, "--timer", "1s"]);
     assert_eq!(w["task_state"], "suspended");
-    wait_for_state(&d, &id, "running", Duration::from_secs(10));
+    d.wait_for_state(&id, "running", Duration::from_secs(10));
     assert!(begun.elapsed() >= Duration::from_secs(1), "the 1 s timer held the task");
 
     // exec and cp on a suspended task wake it first.
     d.ok(&["suspend", &id]);
-    assert_eq!(state(&d, &id), "suspended");
+    assert_eq!(d.state(&id), "suspended");
     assert_eq!(must(&d, &id, "cat /workspace/n"), "1\n");
     d.ok(&["suspend", &id]);
     let dst = d.home().join("n.out");
@@ -264,7 +252,7 @@ fn operator_events_timers_and_auto_resume() {
         let err = d.fails(&args);
         assert!(err.contains(want), "{args:?}: {err}");
     }
-    assert_eq!(state(&d, &id), "running", "bad input changed nothing");
+    assert_eq!(d.state(&id), "running", "bad input changed nothing");
 
     // A suspended task destroyed leaves nothing, not even its cached disk.
     let pid = d.task(&id)["sandbox_pid"].as_i64().unwrap() as i32;
@@ -283,8 +271,8 @@ fn idle_tasks_suspend_themselves_and_timers_survive_a_restart() {
     must(&d, &idle, "echo idle > /workspace/f");
     // A command that runs longer than the idle time keeps it awake.
     must(&d, &idle, "sleep 1.6");
-    assert_eq!(state(&d, &idle), "running");
-    wait_for_state(&d, &idle, "suspended", Duration::from_secs(10));
+    assert_eq!(d.state(&idle), "running");
+    d.wait_for_state(&idle, "suspended", Duration::from_secs(10));
     assert_eq!(must(&d, &idle, "cat /workspace/f"), "idle\n");
 
     let id = d.create(&[]);
@@ -294,7 +282,7 @@ fn idle_tasks_suspend_themselves_and_timers_survive_a_restart() {
     d.kill();
     std::thread::sleep(Duration::from_millis(2500));
     d.spawn(&[]);
-    wait_for_state(&d, &id, "running", Duration::from_secs(10));
+    d.wait_for_state(&id, "running", Duration::from_secs(10));
     assert_eq!(must(&d, &id, "cat /workspace/t"), "before\n");
     let log = d.json(&["log", &id]);
     let fired = log.as_array().unwrap().iter().filter(|e| e["kind"] == "event_received" && e["args"]["source"] == "timer").count();
@@ -321,7 +309,7 @@ fn killing_the_daemon_at_random_points_loses_no_acknowledged_event() {
         d.kill();
         let _ = waiter.wait_with_output();
         d.spawn(&[]);
-        let st = state(&d, &id);
+        let st = d.state(&id);
         assert!(st == "running" || st == "suspended" || st == "waking", "round {round}: {st}");
 
         // A signed webhook, killed at a random point of intake or wake.
@@ -398,8 +386,8 @@ fn a_host_reboot_recovers_tasks_from_their_latest_snapshot() {
     let log = d.json(&["log", &id]);
     assert!(log.as_array().unwrap().iter().any(|e| e["kind"] == "recovered"));
     // The suspended task stayed suspended and still wakes on its event.
-    assert_eq!(state(&d, &sleeper), "suspended");
+    assert_eq!(d.state(&sleeper), "suspended");
     d.ok(&["event", &sleeper, "--name", "morning"]);
-    wait_for_state(&d, &sleeper, "running", Duration::from_secs(10));
+    d.wait_for_state(&sleeper, "running", Duration::from_secs(10));
     assert_eq!(must(&d, &sleeper, "cat /workspace/z"), "zzz\n");
 }

@@ -171,6 +171,20 @@ impl Daemon {
         self.json(&["task", "show", id])
     }
 
+    /// The task's state (`running`, `suspended`, ...).
+    pub fn state(&self, id: &str) -> String {
+        self.task(id)["state"].as_str().unwrap_or_default().to_owned()
+    }
+
+    /// Waits (at most `limit`) until the task is in state `want`.
+    pub fn wait_for_state(&self, id: &str, want: &str, limit: Duration) {
+        let deadline = Instant::now() + limit;
+        while self.state(id) != want {
+            assert!(Instant::now() < deadline, "task {id} is {} after {limit:?}, not {want}: {}", self.state(id), self.log());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     /// Everything of `task` still on the host (see `leaks` in the binary).
     pub fn leftovers(&self, task: &str, init_pid: i32) -> Vec<String> {
         if init_pid > 0 {
