@@ -1,0 +1,416 @@
+//! Allow and deny rules for destinations, and the decision for one request.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+use crate::host::{normalise, parse_ip_literal};
+use crate::{Error, Host, Result};
+
+/// Ports an allow rule without a port covers: plain and TLS HTTP.
+pub const DEFAULT_PORTS: [u16; 2] = [80, 443];
+
+/// Which names a rule covers.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum Pattern {
+    /// Exactly this name.
+    Exact(Host),
+    /// Names strictly below this one (`*.example.com`), never the name itself.
+    Subdomains(Host),
+}
+
+/// One `HOST[:PORT]` rule: `example.com`, `*.example.com`, `example.com:8443`.
+///
+/// A wildcard is only a whole leftmost `*.` label over a name of at least
+/// two labels: `*.com` would open a whole top-level domain. (`*.co.uk` is
+/// not caught: that needs the public suffix list.)
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct Rule {
+    pattern: Pattern,
+    port: Option<u16>,
+}
+
+impl Rule {
+    pub fn parse(rule: &str) -> Result<Self> {
+        let bad = |problem: &str| Error::Rule {
+            rule: rule.to_owned(),
+            problem: problem.to_owned(),
+        };
+        if let Some(ip) = parse_ip_literal(rule).or_else(|| ip_with_port(rule)) {
+            return Err(Error::IpLiteral {
+                host: rule.to_owned(),
+                ip,
+            });
+        }
+        let (name, port) = match rule.split_once(':') {
+            Some((n, p)) => (n, Some(parse_port(rule, p)?)),
+            None => (rule, None),
+        };
+        let pattern = if let Some(base) = name.strip_prefix("*.") {
+            let base = normalise(base)?;
+            if base.labels() < 2 {
+                return Err(bad(
+                    "a wildcard needs a name of at least two labels under it, like *.example.com",
+                ));
+            }
+            Pattern::Subdomains(base)
+        } else if name.contains('*') {
+            return Err(bad(
+                "a wildcard is only allowed as the whole leftmost label, like *.example.com",
+            ));
+        } else {
+            Pattern::Exact(normalise(name)?)
+        };
+        Ok(Rule { pattern, port })
+    }
+
+    /// Whether this rule covers `host`; `any_port` makes a rule without a
+    /// port cover every port (deny rules) instead of the default ones.
+    fn matches(&self, host: &Host, port: u16, any_port: bool) -> bool {
+        let port_ok = match self.port {
+            Some(p) => p == port,
+            None => any_port || DEFAULT_PORTS.contains(&port),
+        };
+        port_ok
+            && match &self.pattern {
+                Pattern::Exact(h) => h == host,
+                Pattern::Subdomains(base) => host
+                    .as_str()
+                    .strip_suffix(base.as_str())
+                    .is_some_and(|head| head.len() > 1 && head.ends_with('.')),
+            }
+    }
+}
+
+/// `[v6]:port` or `v4:port`: an address with a port is still an address.
+fn ip_with_port(rule: &str) -> Option<std::net::IpAddr> {
+    let (addr, _) = rule.rsplit_once(':')?;
+    parse_ip_literal(addr)
+}
+
+fn parse_port(rule: &str, p: &str) -> Result<u16> {
+    let bad = || Error::Port {
+        rule: rule.to_owned(),
+        port: p.to_owned(),
+    };
+    // Digits only: `u16::from_str` would also take "+443".
+    if p.is_empty() || p.len() > 5 || !p.chars().all(|c| c.is_ascii_digit()) {
+        return Err(bad());
+    }
+    match p.parse::<u16>() {
+        Ok(0) | Err(_) => Err(bad()),
+        Ok(n) => Ok(n),
+    }
+}
+
+impl fmt::Display for Rule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.pattern {
+            Pattern::Exact(h) => write!(f, "{h}")?,
+            Pattern::Subdomains(h) => write!(f, "*.{h}")?,
+        }
+        if let Some(p) = self.port {
+            write!(f, ":{p}")?;
+        }
+        Ok(())
+    }
+}
+
+impl FromStr for Rule {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        Rule::parse(s)
+    }
+}
+
+impl TryFrom<String> for Rule {
+    type Error = Error;
+    fn try_from(s: String) -> Result<Self> {
+        Rule::parse(&s)
+    }
+}
+
+impl From<Rule> for String {
+    fn from(r: Rule) -> String {
+        r.to_string()
+    }
+}
+
+/// A task's egress policy. Deny wins over allow; nothing is allowed unless
+/// a rule allows it. A deny rule without a port denies every port (a bare
+/// name there means "never this host"); an allow rule without one allows
+/// only ports 80 and 443.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Policy {
+    #[serde(default)]
+    pub allow: Vec<Rule>,
+    #[serde(default)]
+    pub deny: Vec<Rule>,
+}
+
+/// The answer for one destination, with what to write in the decision log.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Decision {
+    pub allowed: bool,
+    /// The rule that decided, in its normalised form; `None` for the default.
+    pub rule: Option<String>,
+    pub reason: String,
+}
+
+impl Policy {
+    /// Parse rule strings; the first invalid one is the error.
+    pub fn parse<S: AsRef<str>>(allow: &[S], deny: &[S]) -> Result<Self> {
+        let rules = |v: &[S]| {
+            v.iter()
+                .map(|r| Rule::parse(r.as_ref()))
+                .collect::<Result<Vec<_>>>()
+        };
+        Ok(Policy {
+            allow: rules(allow)?,
+            deny: rules(deny)?,
+        })
+    }
+
+    pub fn decide(&self, host: &Host, port: u16) -> Decision {
+        if let Some(r) = self.deny.iter().find(|r| r.matches(host, port, true)) {
+            return Decision {
+                allowed: false,
+                rule: Some(r.to_string()),
+                reason: format!("denied by rule {r}"),
+            };
+        }
+        if let Some(r) = self.allow.iter().find(|r| r.matches(host, port, false)) {
+            return Decision {
+                allowed: true,
+                rule: Some(r.to_string()),
+                reason: format!("allowed by rule {r}"),
+            };
+        }
+        Decision {
+            allowed: false,
+            rule: None,
+            reason: "no rule allows it".to_owned(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn h(s: &str) -> Host {
+        Host::parse(s).unwrap()
+    }
+
+    fn policy(allow: &[&str], deny: &[&str]) -> Policy {
+        Policy::parse(allow, deny).unwrap()
+    }
+
+    #[test]
+    fn exact_rule_matches_only_that_name_on_default_ports() {
+        let p = policy(&["example.com"], &[]);
+        assert!(p.decide(&h("example.com"), 443).allowed);
+        assert!(p.decide(&h("EXAMPLE.com."), 80).allowed);
+        assert!(!p.decide(&h("example.com"), 22).allowed);
+        assert!(!p.decide(&h("www.example.com"), 443).allowed);
+        assert!(!p.decide(&h("badexample.com"), 443).allowed);
+    }
+
+    #[test]
+    fn wildcard_matches_subdomains_only() {
+        let p = policy(&["*.example.com"], &[]);
+        assert!(p.decide(&h("a.example.com"), 443).allowed);
+        assert!(p.decide(&h("a.b.example.com"), 443).allowed);
+        assert!(!p.decide(&h("example.com"), 443).allowed);
+        assert!(!p.decide(&h("badexample.com"), 443).allowed);
+        assert!(!p.decide(&h("a.badexample.com"), 443).allowed);
+        assert!(!p.decide(&h("example.com.evil.net"), 443).allowed);
+    }
+
+    #[test]
+    fn port_rules() {
+        let p = policy(&["example.com:8443"], &[]);
+        assert!(p.decide(&h("example.com"), 8443).allowed);
+        assert!(!p.decide(&h("example.com"), 443).allowed);
+        let p = policy(&["*.example.com:22"], &[]);
+        assert!(p.decide(&h("git.example.com"), 22).allowed);
+        assert!(!p.decide(&h("git.example.com"), 443).allowed);
+    }
+
+    #[test]
+    fn deny_wins_and_covers_every_port() {
+        let p = policy(
+            &["*.example.com", "*.example.com:8443"],
+            &["bad.example.com"],
+        );
+        let d = p.decide(&h("bad.example.com"), 443);
+        assert_eq!(
+            d,
+            Decision {
+                allowed: false,
+                rule: Some("bad.example.com".into()),
+                reason: "denied by rule bad.example.com".into()
+            }
+        );
+        assert!(!p.decide(&h("bad.example.com"), 8443).allowed);
+        assert!(p.decide(&h("good.example.com"), 8443).allowed);
+        let p = policy(&["*.example.com"], &["bad.example.com:22"]);
+        assert!(
+            p.decide(&h("bad.example.com"), 443).allowed,
+            "a deny with a port denies only that port"
+        );
+    }
+
+    #[test]
+    fn decision_names_rule_and_reason() {
+        let p = policy(&["Bücher.example"], &[]);
+        let d = p.decide(&h("xn--bcher-kva.example"), 443);
+        assert_eq!(
+            d,
+            Decision {
+                allowed: true,
+                rule: Some("xn--bcher-kva.example".into()),
+                reason: "allowed by rule xn--bcher-kva.example".into()
+            }
+        );
+        let d = p.decide(&h("other.example"), 443);
+        assert_eq!(
+            d,
+            Decision {
+                allowed: false,
+                rule: None,
+                reason: "no rule allows it".into()
+            }
+        );
+        assert!(
+            !Policy::default().decide(&h("example.com"), 443).allowed,
+            "default deny"
+        );
+    }
+
+    #[test]
+    fn refuses_bad_wildcards() {
+        for r in [
+            "*",
+            "*x.com",
+            "a.*.com",
+            "*.*.com",
+            "**.example.com",
+            "example.*",
+            "*.",
+            "*.com",
+            "*.com:443",
+        ] {
+            assert!(Rule::parse(r).is_err(), "{r:?}");
+        }
+        for r in ["*.example.com", "*.co.uk", "*.a.b.c"] {
+            assert!(Rule::parse(r).is_ok(), "{r:?}");
+        }
+    }
+
+    #[test]
+    fn refuses_bad_ports() {
+        for r in [
+            "example.com:0",
+            "example.com:65536",
+            "example.com:99999",
+            "example.com:http",
+            "example.com:",
+            "example.com:+443",
+            "example.com:-1",
+            "example.com:443:1",
+            "example.com: 443",
+        ] {
+            assert!(
+                matches!(Rule::parse(r), Err(Error::Port { .. })),
+                "{r:?}: {:?}",
+                Rule::parse(r)
+            );
+        }
+        for r in ["example.com:1", "example.com:65535", "example.com:0443"] {
+            assert!(Rule::parse(r).is_ok(), "{r:?}");
+        }
+    }
+
+    #[test]
+    fn refuses_ip_literals() {
+        for r in [
+            "127.0.0.1",
+            "127.0.0.1:80",
+            "0x7f.1",
+            "2130706433:443",
+            "::1",
+            "[::1]",
+            "[::1]:443",
+            "::ffff:127.0.0.1",
+            "*.127.0.0.1",
+        ] {
+            assert!(
+                matches!(Rule::parse(r), Err(Error::IpLiteral { .. })),
+                "{r:?}: {:?}",
+                Rule::parse(r)
+            );
+        }
+        assert!(Rule::parse("127.0.0.1.nip.io").is_ok());
+    }
+
+    #[test]
+    fn refuses_bad_hosts_in_rules() {
+        for r in [
+            "",
+            "user@example.com",
+            "example.com/x",
+            "a..com",
+            "exa mple.com",
+        ] {
+            assert!(Rule::parse(r).is_err(), "{r:?}");
+        }
+    }
+
+    #[test]
+    fn rules_display_normalised() {
+        assert_eq!(
+            Rule::parse("*.EXAMPLE.com.:0443").unwrap().to_string(),
+            "*.example.com:443"
+        );
+        assert_eq!(
+            Rule::parse("Example.com").unwrap().to_string(),
+            "example.com"
+        );
+    }
+
+    #[test]
+    fn policy_parse_reports_the_bad_rule() {
+        let e = Policy::parse(&["example.com", "*"], &[]).unwrap_err();
+        assert!(e.to_string().contains("\"*\""), "{e}");
+        assert!(Policy::parse(&["example.com"], &["bad:0"]).is_err());
+    }
+
+    #[test]
+    fn serde_round_trip() {
+        let json =
+            r#"{"allow":["*.Example.com","api.example.net:8443"],"deny":["bad.example.com"]}"#;
+        let p: Policy = serde_json::from_str(json).unwrap();
+        assert_eq!(
+            p,
+            policy(
+                &["*.example.com", "api.example.net:8443"],
+                &["bad.example.com"]
+            )
+        );
+        let back = serde_json::to_string(&p).unwrap();
+        assert_eq!(
+            back,
+            r#"{"allow":["*.example.com","api.example.net:8443"],"deny":["bad.example.com"]}"#
+        );
+        assert_eq!(
+            serde_json::from_str::<Policy>("{}").unwrap(),
+            Policy::default()
+        );
+        assert!(serde_json::from_str::<Policy>(r#"{"allow":["*"]}"#).is_err());
+        assert!(serde_json::from_str::<Policy>(r#"{"allow":[],"alow":[]}"#).is_err());
+    }
+}
