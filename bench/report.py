@@ -3,8 +3,9 @@ import datetime
 import json
 import os
 import platform
-import subprocess
 import sys
+
+from machine import cpu_model, version
 
 results = json.load(open(sys.argv[1]))["results"]
 runs = sys.argv[2]
@@ -15,18 +16,6 @@ def median_ms(name):
     return by_name[name]["median"] * 1e3
 
 
-def cpu_model():
-    for line in open("/proc/cpuinfo"):
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor() or "unknown"
-
-
-def version(cmd):
-    try:
-        return subprocess.run(cmd, capture_output=True, text=True).stdout.strip().splitlines()[0]
-    except (OSError, IndexError):
-        return "unknown"
 
 
 warm = median_ms("cairn exec (warm)")

@@ -13,9 +13,10 @@ import os
 import platform
 import re
 import statistics
-import subprocess
 import sys
 from collections import defaultdict
+
+from machine import cpu_model, mem_total, version
 
 args = sys.argv[1:]
 doc = None
@@ -47,25 +48,7 @@ def ms(x):
     return f"{x / 1000:.2f} s" if x >= 1000 else f"{x:.0f} ms" if x >= 100 else f"{x:.1f} ms"
 
 
-def cpu_model():
-    for line in open("/proc/cpuinfo"):
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor() or "unknown"
 
-
-def mem_total():
-    for line in open("/proc/meminfo"):
-        if line.startswith("MemTotal"):
-            return f"{int(line.split()[1]) / 1024 / 1024:.0f} GiB RAM"
-    return "unknown RAM"
-
-
-def version(cmd):
-    try:
-        return subprocess.run(cmd, capture_output=True, text=True).stdout.strip().splitlines()[0]
-    except (OSError, IndexError):
-        return "unknown"
 
 
 def zstd_version():

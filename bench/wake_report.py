@@ -19,6 +19,8 @@ import sys
 import textwrap
 from collections import defaultdict
 
+from machine import cpu_model, mem_total
+
 HEADING = "## Suspend and wake"
 SIZES = ("10", "200")
 
@@ -67,18 +69,6 @@ def kib(x):
     return f"{x / 1024:.1f} MiB" if x >= 1024 else f"{x:.0f} KiB"
 
 
-def cpu_model():
-    for line in open("/proc/cpuinfo"):
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor() or "unknown"
-
-
-def mem_total():
-    for line in open("/proc/meminfo"):
-        if line.startswith("MemTotal"):
-            return f"{int(line.split()[1]) / 1024 / 1024:.0f} GiB RAM"
-    return "unknown RAM"
 
 
 def wakes(group):
