@@ -452,6 +452,9 @@ impl Tasks {
             })
             .await?;
         result.map_err(|e| ApiError::internal(format!("teardown of {} failed: {e}", task.id)))?;
+        // A destroyed task takes no more lifecycle steps: its lock can go
+        // (the guard held here keeps it alive until this returns).
+        self.locks.lock().unwrap_or_else(|e| e.into_inner()).remove(&task.id);
         Ok(self.view(self.find(task.id.as_str()).await?))
     }
 
@@ -622,9 +625,14 @@ pub(crate) struct BusyGuard {
 
 impl Drop for BusyGuard {
     fn drop(&mut self) {
-        if let Some(n) = self.tasks.busy.lock().unwrap_or_else(|e| e.into_inner()).get_mut(&self.id) {
+        let mut busy = self.tasks.busy.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = busy.get_mut(&self.id) {
             *n = n.saturating_sub(1);
+            if *n == 0 {
+                busy.remove(&self.id);
+            }
         }
+        drop(busy);
         let (store, id) = (self.tasks.store.clone(), self.id.clone());
         tokio::spawn(async move {
             let _ = store.touch(&id).await;
