@@ -13,6 +13,22 @@ pub enum Error {
     Port { rule: String, port: String },
     #[error("invalid address range {range:?}: {problem}")]
     Range { range: String, problem: String },
+    /// A proxy request head the proxy will not act on.
+    #[error("bad proxy request: {problem}")]
+    Request { problem: String },
+    /// The absolute-form URI and the `Host` header name different places.
+    #[error("Host header {header:?} does not match request target {target:?}")]
+    HostMismatch { target: String, header: String },
+    /// The first bytes after CONNECT are not a TLS handshake starting with a
+    /// ClientHello.
+    #[error("not a TLS ClientHello: {problem}")]
+    NotTls { problem: String },
+    /// A ClientHello whose lengths or fields do not add up.
+    #[error("malformed TLS ClientHello: {problem}")]
+    MalformedHello { problem: String },
+    /// A head or handshake bigger than the parser will buffer.
+    #[error("{what} exceeds {limit} bytes")]
+    TooLarge { what: &'static str, limit: usize },
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -10,13 +10,22 @@
 //! - [`addr`]: reserved address ranges ([`classify`]), so a public name that
 //!   resolves to a private address is still refused, and the operator's
 //!   explicit exceptions ([`AllowedRanges`]).
+//! - [`connect`]: the head of a proxy request, `CONNECT host:port` or an
+//!   absolute-form `GET http://host/...` ([`parse_request_head`]), and the
+//!   check that its `Host` header names the same place.
+//! - [`sni`]: the server name in a TLS ClientHello ([`parse_client_hello`]),
+//!   read from the bytes a client sends into a CONNECT tunnel.
 
 pub mod addr;
+pub mod connect;
 mod error;
 pub mod host;
 pub mod policy;
+pub mod sni;
 
 pub use addr::{classify, AllowedRanges, Cidr};
+pub use connect::{host_header_agrees, parse_request_head, RequestHead, Target};
 pub use error::{Error, Result};
 pub use host::{normalise, parse_ip_literal, Host};
 pub use policy::{Decision, Policy, Rule};
+pub use sni::{parse_client_hello, ClientHello};
