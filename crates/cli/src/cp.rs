@@ -118,6 +118,13 @@ fn unpack_local(file: std::fs::File, into: &Path, rename: Option<&std::ffi::OsSt
 
 async fn upload(client: &Client, local: &Path, task: &str, path: &str) -> Result<Value> {
     let meta = std::fs::symlink_metadata(local).with_context(|| format!("cannot read {}", local.display()))?;
+    // Refusals the daemon would make before reading the archive are asked
+    // first: an early refusal cuts the upload, and the pipe breaks before
+    // its answer can be read.
+    let shown: Value = client.get(&format!("/v1/tasks/{task}")).await?;
+    if let Some(state @ ("destroyed" | "completed" | "failed")) = shown["state"].as_str() {
+        bail!("task {} is {state}; nothing can be copied into it", shown["id"].as_str().unwrap_or(task));
+    }
     let name = local
         .canonicalize()
         .ok()
@@ -141,8 +148,12 @@ async fn upload(client: &Client, local: &Path, task: &str, path: &str) -> Result
     let body = reqwest::Body::wrap_stream(tokio_stream::wrappers::ReceiverStream::new(rx));
     let url = format!("/v1/tasks/{task}/files?path={}&name={}", query_escape(path), query_escape(&name.to_string_lossy()));
     let result = client.send::<Value>(client.request(Method::PUT, &url).body(body)).await;
-    builder.await.map_err(|e| anyhow!("{e}"))??;
-    result
+    let built = builder.await;
+    // A daemon that refuses early (unknown task, bad path) closes the body
+    // stream, so the archive writer sees a broken pipe: its answer says why.
+    let value = result?;
+    built.map_err(|e| anyhow!("{e}"))??;
+    Ok(value)
 }
 
 #[cfg(test)]
