@@ -348,9 +348,9 @@ async fn watch(State(s): State<AppState>, Path(id): Path<String>, Query(q): Quer
                     let sse = Sse::default().event(e.kind.as_str()).id(e.seq.to_string()).json_data(&e);
                     return Some((sse.map_err(|e| std::io::Error::other(e.to_string())), (after, queue)));
                 }
-                match tasks.store.events(&id).await {
-                    Ok(all) => {
-                        queue = all.into_iter().filter(|e| e.seq > after).collect();
+                match tasks.store.events_after(&id, after).await {
+                    Ok(new) => {
+                        queue = new;
                         queue.reverse();
                     }
                     Err(e) => return Some((Err(std::io::Error::other(e.to_string())), (after, queue))),

@@ -166,12 +166,11 @@ fn blob_error(e: cairn_blob::Error) -> ApiError {
 }
 
 fn snapshot_error(what: &str, e: cairn_snapshot::Error) -> ApiError {
-    let msg = format!("{what}: {e}");
-    if msg.contains("no space left") || msg.contains("No space left") {
-        ApiError::new(axum::http::StatusCode::INSUFFICIENT_STORAGE, msg)
-    } else {
-        ApiError::internal(msg)
-    }
+    let status = match &e {
+        cairn_snapshot::Error::Blob(cairn_blob::Error::NoSpace(_)) => axum::http::StatusCode::INSUFFICIENT_STORAGE,
+        _ => axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+    };
+    ApiError::new(status, format!("{what}: {e}"))
 }
 
 fn manifest_id(hex: &str) -> Result<ObjectId, ApiError> {
@@ -296,7 +295,7 @@ impl Tasks {
             Ok(c) => c,
             Err(e) => {
                 let err = snapshot_error("snapshot failed", e);
-                self.log_event(&task.id, EventKind::Snapshot, actor, json!({ "kind": kind, "error": err.message }), 1, duration_ms)
+                self.log(&task.id, EventKind::Snapshot, actor, json!({ "kind": kind, "error": err.message }), Some(1), Some(duration_ms as u64))
                     .await;
                 return Err(err);
             }
@@ -345,20 +344,6 @@ impl Tasks {
             tracing::warn!(task = %task.id, "retention: {e}");
         }
         Ok(snap)
-    }
-
-    async fn log_event(&self, task: &TaskId, kind: EventKind, actor: &str, args: serde_json::Value, exit_code: i32, duration_ms: f64) {
-        let ev = NewEvent {
-            task: task.clone(),
-            kind,
-            actor: actor.to_owned(),
-            args,
-            exit_code: Some(exit_code),
-            duration_ms: Some(duration_ms as u64),
-        };
-        if let Err(e) = self.store.append_event(&ev).await {
-            tracing::error!(task = %task, "cannot log {kind}: {e}");
-        }
     }
 
     /// Expires the task's snapshots its retention policy no longer keeps;
@@ -450,7 +435,7 @@ impl Tasks {
         self.precheck(&target, &manifest).await?;
         let from = snaps.last().map(|s| s.id.clone());
         let begun = Instant::now();
-        self.log_event(&task.id, EventKind::Rollback, actor, json!({ "phase": "begin", "to": target.id, "reason": reason }), 0, 0.0)
+        self.log(&task.id, EventKind::Rollback, actor, json!({ "phase": "begin", "to": target.id, "reason": reason }), Some(0), None)
             .await;
 
         let image = self.image(&task.config.image).await?;
@@ -465,7 +450,7 @@ impl Tasks {
                 self.release_slot(&task.id).await?;
                 let why = format!("rollback to {} failed: {}", target.id, e.message);
                 self.store.set_sandbox_state(&task.id, cairn_core::SandboxState::Lost, Some(&why)).await?;
-                self.log_event(&task.id, EventKind::Rollback, actor, json!({ "phase": "end", "to": target.id, "error": why }), 1, 0.0)
+                self.log(&task.id, EventKind::Rollback, actor, json!({ "phase": "end", "to": target.id, "error": why }), Some(1), None)
                     .await;
                 return Err(ApiError::internal(why));
             }
@@ -586,13 +571,13 @@ impl Tasks {
             let child = self.fork_one(&src, &snap, &manifest, &image, actor).await?;
             children.push(child);
         }
-        self.log_event(
+        self.log(
             &src.id,
             EventKind::Fork,
             actor,
             json!({ "snapshot": snap.id, "children": children.iter().map(|c| c.task.id.clone()).collect::<Vec<_>>() }),
-            0,
-            0.0,
+            Some(0),
+            None,
         )
         .await;
         Ok(children)
@@ -620,7 +605,7 @@ impl Tasks {
         task.sandbox = cairn_core::SandboxState::Lost;
         task.sandbox_note = Some(format!("being restored from snapshot {} (fork)", snap.id));
         self.store.insert_task(&task).await?;
-        self.log_event(&task.id, EventKind::Create, actor, json!({ "fork_of": src.id, "snapshot": snap.id }), 0, 0.0).await;
+        self.log(&task.id, EventKind::Create, actor, json!({ "fork_of": src.id, "snapshot": snap.id }), Some(0), None).await;
         let lock = self.lock_of(&task.id);
         let _guard = lock.lock().await;
         let branch = Snapshot {
@@ -731,16 +716,18 @@ impl Tasks {
         let mut chunks = Vec::new();
         for (hex, who) in &live {
             let id = manifest_id(hex)?;
-            manifests.push(id);
+            // A manifest that cannot be read is reported here, once; the
+            // store checks the ones that load, and every chunk they name.
             match self.load_manifest(hex).await {
-                Ok(m) => chunks.extend(cairn_snapshot::referenced_chunks(&m).into_iter().map(|c| (c, id))),
+                Ok(m) => {
+                    manifests.push(id);
+                    chunks.extend(cairn_snapshot::referenced_chunks(&m).into_iter().map(|c| (c, id)));
+                }
                 Err(e) => problems.push(format!("manifest {hex} ({who}): {}", e.message)),
             }
         }
         let repo = self.snaps.repo.clone();
         let mut report = tokio::task::spawn_blocking(move || repo.check(&manifests, &chunks, read_data)).await?.map_err(blob_error)?;
-        // A manifest that cannot be read is reported once, by the load above.
-        report.problems.retain(|p| !problems.iter().any(|q| q.split(' ').nth(1) == p.split(' ').nth(1) && p.starts_with("manifest")));
         problems.append(&mut report.problems);
         report.problems = problems;
         Ok(report)

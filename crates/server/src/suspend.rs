@@ -51,8 +51,7 @@ impl Tasks {
         let slot = self.store.sandbox(&task.id).await?.map(|r| r.uid_slot);
         let begun = Instant::now();
         self.store.set_state(&task.id, task.state.suspend()?).await?;
-        self.log(&task.id, EventKind::Suspend, actor, json!({ "phase": "begin", "reason": reason, "wait": waiting_for }), None)
-            .await;
+        self.log(&task.id, EventKind::Suspend, actor, json!({ "phase": "begin", "reason": reason, "wait": waiting_for }), None, None).await;
         let note = match waiting_for {
             Some(w) => format!("suspended for wait {w}"),
             None => format!("suspended ({reason})"),
@@ -62,7 +61,7 @@ impl Tasks {
             Err(e) => {
                 // Nothing was torn down: the task keeps running.
                 self.store.set_state(&task.id, TaskState::Running).await?;
-                self.log(&task.id, EventKind::Suspend, actor, json!({ "phase": "end", "error": e.message }), Some(1)).await;
+                self.log(&task.id, EventKind::Suspend, actor, json!({ "phase": "end", "error": e.message }), Some(1), None).await;
                 return Err(e);
             }
         };
@@ -153,7 +152,7 @@ impl Tasks {
                     // Back to suspended: the snapshot is intact, a later wake may succeed.
                     self.release_slot(&task.id).await?;
                     self.store.set_state(&task.id, TaskState::Suspended).await?;
-                    self.log(&task.id, EventKind::Wake, "daemon", json!({ "trigger": trigger, "error": e.message }), Some(1)).await;
+                    self.log(&task.id, EventKind::Wake, "daemon", json!({ "trigger": trigger, "error": e.message }), Some(1), None).await;
                     return Err(e);
                 }
             }
@@ -170,7 +169,7 @@ impl Tasks {
         if let Some(a) = accepted {
             args["event_accepted_to_ready_ms"] = json!(a.elapsed().as_secs_f64() * 1000.0);
         }
-        self.log(&task.id, EventKind::Wake, "daemon", args, Some(0)).await;
+        self.log(&task.id, EventKind::Wake, "daemon", args, Some(0), Some(begun.elapsed().as_millis() as u64)).await;
         Ok(())
     }
 
@@ -240,6 +239,7 @@ impl Tasks {
             "daemon",
             json!({ "snapshot": snap.as_ref().map(|s| &s.id), "step": step, "lost_from_step": task.step, "note": note }),
             Some(0),
+            Some(begun.elapsed().as_millis() as u64),
         )
         .await;
         tracing::info!(task = %task.id, took = ?begun.elapsed(), "{note}");
@@ -276,11 +276,10 @@ impl Tasks {
         tokio::spawn(async move {
             loop {
                 tokio::time::sleep(Duration::from_millis(500)).await;
-                let Ok(tasks) = self.store.list_tasks().await else { continue };
-                let now = now_ms();
+                let Ok(tasks) = self.store.idle_tasks(now_ms()).await else { continue };
                 for t in tasks {
                     let Some(idle) = t.config.idle_suspend_ms else { continue };
-                    if t.state != TaskState::Running || now - t.last_activity_ms < idle as i64 || self.busy(&t.id) {
+                    if self.busy(&t.id) {
                         continue;
                     }
                     let lock = self.lock_of(&t.id);
@@ -297,8 +296,10 @@ impl Tasks {
         });
     }
 
-    pub(crate) async fn log(&self, task: &TaskId, kind: EventKind, actor: &str, args: serde_json::Value, exit_code: Option<i32>) {
-        let ev = NewEvent { task: task.clone(), kind, actor: actor.to_owned(), args, exit_code, duration_ms: None };
+    /// Appends an event; a failure to log is reported, not returned (the
+    /// step it records has happened either way).
+    pub(crate) async fn log(&self, task: &TaskId, kind: EventKind, actor: &str, args: serde_json::Value, exit_code: Option<i32>, duration_ms: Option<u64>) {
+        let ev = NewEvent { task: task.clone(), kind, actor: actor.to_owned(), args, exit_code, duration_ms };
         if let Err(e) = self.store.append_event(&ev).await {
             tracing::error!(task = %task, "cannot log {kind}: {e}");
         }

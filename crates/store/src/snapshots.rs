@@ -146,16 +146,6 @@ impl Store {
         }
         tx.commit().await.map_err(q)
     }
-
-    pub async fn set_memory(&self, task: &TaskId, memory: &str) -> Result<()> {
-        sqlx::query("UPDATE tasks SET memory = ? WHERE id = ?")
-            .bind(memory)
-            .bind(task.as_str())
-            .execute(&self.pool)
-            .await
-            .map_err(|e| Error::Query("set memory", e))?;
-        Ok(())
-    }
 }
 
 fn snapshot_from_row(r: &SqliteRow) -> Result<Snapshot> {

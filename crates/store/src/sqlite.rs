@@ -97,6 +97,21 @@ impl Store {
         row.map(|r| task_from_row(&r)).transpose()?.ok_or_else(|| Error::UnknownTask(id_or_name.to_owned()))
     }
 
+    /// Running tasks with an idle-suspend time that have had no activity
+    /// for longer than it at `now_ms`.
+    pub async fn idle_tasks(&self, now_ms: i64) -> Result<Vec<Task>> {
+        let rows = sqlx::query(
+            "SELECT * FROM tasks WHERE state = 'running'
+               AND json_extract(config, '$.idle_suspend_ms') IS NOT NULL
+               AND last_activity_ms + json_extract(config, '$.idle_suspend_ms') <= ?",
+        )
+        .bind(now_ms)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(|e| Error::Query("list idle tasks", e))?;
+        rows.iter().map(task_from_row).collect()
+    }
+
     pub async fn list_tasks(&self) -> Result<Vec<Task>> {
         let rows = sqlx::query("SELECT * FROM tasks ORDER BY created_ms, id")
             .fetch_all(&self.pool)
@@ -145,6 +160,18 @@ impl Store {
     pub async fn append_event(&self, ev: &NewEvent) -> Result<u64> {
         let mut conn = self.pool.acquire().await.map_err(|e| Error::Query("append event", e))?;
         insert_event(&mut conn, ev).await.map_err(|e| Error::Query("append event", e))
+    }
+
+    /// The task's events after sequence number `after` (a live watch asks
+    /// for what is new, not for the whole log again).
+    pub async fn events_after(&self, id: &TaskId, after: u64) -> Result<Vec<Event>> {
+        let rows = sqlx::query("SELECT * FROM events WHERE task_id = ? AND seq > ? ORDER BY seq")
+            .bind(id.as_str())
+            .bind(after as i64)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| Error::Query("read events", e))?;
+        rows.iter().map(event_from_row).collect()
     }
 
     pub async fn events(&self, id: &TaskId) -> Result<Vec<Event>> {
@@ -365,6 +392,8 @@ mod tests {
         let evs = store.events(&t.id).await.unwrap();
         assert_eq!(evs.iter().map(|e| (e.seq, e.kind)).collect::<Vec<_>>(), [(1, EventKind::Create), (2, EventKind::Exec)]);
         assert_eq!(evs[1].args["argv"][0], "true");
+        let new: Vec<u64> = store.events_after(&t.id, 1).await.unwrap().iter().map(|e| e.seq).collect();
+        assert_eq!(new, [2], "only what came after seq 1");
     }
 
     #[tokio::test]

@@ -185,15 +185,6 @@ impl Store {
         row.map(|r| wait_from_row(&r)).transpose()?.ok_or_else(|| Error::UnknownWait(id.to_owned()))
     }
 
-    pub async fn waits(&self, task: &TaskId) -> Result<Vec<Wait>> {
-        let rows = sqlx::query("SELECT * FROM waits WHERE task_id = ? ORDER BY created_ms, rowid")
-            .bind(task.as_str())
-            .fetch_all(&self.pool)
-            .await
-            .map_err(|e| Error::Query("list waits", e))?;
-        rows.iter().map(wait_from_row).collect()
-    }
-
     /// Pending timers due at `now_ms`.
     pub async fn due_timers(&self, now_ms: i64) -> Result<Vec<Wait>> {
         let rows = sqlx::query("SELECT * FROM waits WHERE kind = 'timer' AND satisfied_ms IS NULL AND fire_at_ms <= ? ORDER BY fire_at_ms")
@@ -289,16 +280,6 @@ impl Store {
             .execute(&self.pool)
             .await
             .map_err(|e| Error::Query("touch task", e))?;
-        Ok(())
-    }
-
-    pub async fn set_recovery_note(&self, task: &TaskId, note: Option<&str>) -> Result<()> {
-        sqlx::query("UPDATE tasks SET recovery_note = ? WHERE id = ?")
-            .bind(note)
-            .bind(task.as_str())
-            .execute(&self.pool)
-            .await
-            .map_err(|e| Error::Query("set recovery note", e))?;
         Ok(())
     }
 }
