@@ -333,7 +333,7 @@ fn a_damaged_store_is_named_by_check_and_never_restored() {
     // kept as it is on disk, which is correct data).
     must(&d, &id, "rm /workspace/blob; echo after > /workspace/marker");
     let err = d.fails(&["rollback", &id, "--to", &s, "--reason", "try it"]);
-    assert!(err.contains(&pack_id[..16]) || err.contains("corrupt"), "{err}");
+    assert!(err.contains(&pack_id[..16]) && err.contains("corrupt"), "the damaged pack is named: {err}");
     // The refused rollback left a usable task: either untouched, or marked
     // with what failed; never silently restored wrong data.
     let t = d.task(&id);
