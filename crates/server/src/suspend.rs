@@ -126,6 +126,14 @@ impl Tasks {
         if task.state != TaskState::Waking {
             return Ok(());
         }
+        if self.live(&task.id).is_some() {
+            // A daemon that died after the new sandbox started, before the
+            // task was marked running: the sandbox survived the restart.
+            self.store.set_state(&task.id, task.state.woke()?).await?;
+            let args = json!({ "trigger": trigger, "note": "the sandbox had started before the daemon restarted" });
+            self.log(&task.id, EventKind::Wake, "daemon", args, Some(0), None).await;
+            return Ok(());
+        }
         let _no_gc = self.snaps.gc_lock.read().await;
         let begun = Instant::now();
         let snap = self.store.snapshots(&task.id).await?.pop();
