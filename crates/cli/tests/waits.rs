@@ -76,7 +76,11 @@ fn an_approval_suspends_the_task_frees_its_compute_and_wakes_it_intact() {
     d.wait_for_state(&id, "running", Duration::from_secs(10));
     let back = d.json(&["log", &id]);
     let wake = back.as_array().unwrap().iter().rev().find(|e| e["kind"] == "wake").unwrap().clone();
-    assert_eq!(wake["args"]["from_cache"], true, "{wake}");
+    // The local disk was used: as it is, or (when another daemon on this
+    // host took the task's uid slot meanwhile) re-owned in place with no
+    // file written.
+    let a = &wake["args"];
+    assert!(a["from_cache"] == true || (a["restore"]["files_written"] == 0 && a["restore"]["files_kept"].as_u64() > Some(0)), "{wake}");
     assert!(wake["args"]["event_accepted_to_ready_ms"].as_f64().is_some());
     assert_eq!(must(&d, &id, "cat /workspace/out/report.md"), "draft\nfinal\n", "files as they were at the wait");
     let t = d.task(&id);
