@@ -7,3 +7,5 @@ cd "$(dirname "$0")/.."
 scripts/setup-debian.sh
 export PATH=$HOME/.cargo/bin:$PATH
 cargo test --workspace --locked
+# A short fuzz run of the egress parsers.
+scripts/fuzz.sh

@@ -59,7 +59,14 @@ pub async fn run() -> Result<u8> {
     let home = tempfile::Builder::new().prefix("cairn-demo-").tempdir_in("/var/tmp").context("temporary home")?;
     println!("Cairn demo: an embedded daemon in {}\n", home.path().display());
     let t = Instant::now();
-    let config = cairn_server::Config { listen: "127.0.0.1:0".parse()?, disk_pool: 1, ..Default::default() };
+    // A stand-in for a documentation site, on the host's loopback: the
+    // daemon is told its name and that this one loopback address may be
+    // reached (both are printed at start-up, as any operator exception).
+    let docs = docs_site().await?;
+    let mut config = cairn_server::Config { listen: "127.0.0.1:0".parse()?, disk_pool: 1, ..Default::default() };
+    config.egress.hosts.insert(DOCS_HOST.to_owned(), vec![(docs.ip(), Some(docs.port()))]);
+    config.egress.allow_private = cairn_egress::AllowedRanges::parse(&["127.0.0.1/32"])?;
+    let exceptions = config.egress.exceptions().join("\n");
     let daemon = cairn_server::Daemon::start(cairn_server::DaemonOptions {
         home: home.path().to_owned(),
         config,
@@ -69,7 +76,7 @@ pub async fn run() -> Result<u8> {
     let client = Client::new(daemon.url.clone(), daemon.token.clone());
     let port = daemon.addr.port();
     let mut d = Demo { client, task: String::new(), step: 0 };
-    d.say("start the daemon (SQLite store, host image, disk pool)", t.elapsed(), &format!("listening on {}", daemon.url));
+    d.say("start the daemon (SQLite store, host image, disk pool)", t.elapsed(), &format!("listening on {}\n{exceptions}", daemon.url));
 
     let result = steps(&mut d, home.path(), port).await;
     if result.is_err() && !d.task.is_empty() {
@@ -137,6 +144,7 @@ async fn steps(d: &mut Demo, home: &Path, daemon_port: u16) -> Result<()> {
         bail!("the write reached the host's /usr");
     }
     println!("      host: /usr/bin/cairn-demo-marker does not exist");
+    egress(d).await?;
     d.show(
         "memory limit: allocating 400M in a 256M task is OOM-killed",
         "dd if=/dev/zero of=/dev/null bs=400M count=1",
@@ -187,6 +195,79 @@ async fn steps(d: &mut Demo, home: &Path, daemon_port: u16) -> Result<()> {
     });
     if !leftovers.is_empty() {
         bail!("the destroyed task left things behind");
+    }
+    Ok(())
+}
+
+const DOCS_HOST: &str = "docs.demo.test";
+
+/// Serves one page to whoever asks, until the demo ends.
+async fn docs_site() -> Result<std::net::SocketAddr> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    tokio::spawn(async move {
+        while let Ok((mut conn, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut buf = [0u8; 4096];
+                let _ = conn.read(&mut buf).await;
+                let body = "the guide: step 1, read the docs\n";
+                let reply = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
+                let _ = conn.write_all(reply.as_bytes()).await;
+            });
+        }
+    });
+    Ok(addr)
+}
+
+/// Offline by default; one allowed host through the proxy; what it refuses;
+/// the decision log.
+async fn egress(d: &mut Demo) -> Result<()> {
+    // Named explicitly: NO_PROXY would send 127.0.0.1 past it.
+    let proxy = "--noproxy '' -x http://127.0.0.1:3128";
+    d.show(
+        "egress: offline by default (no DNS, proxy denies)",
+        &format!("getent hosts example.com || echo 'no DNS'; curl -s -o /dev/null -w 'proxy answered %{{http_code}}\n' {proxy} http://{DOCS_HOST}/"),
+        |r| text(r).contains("no DNS") && text(r).contains("proxy answered 403"),
+    )
+    .await?;
+    let t = Instant::now();
+    let v = d.client.post(&format!("/v1/tasks/{}/egress", d.task), &json!({"allow": [DOCS_HOST]})).await?;
+    d.say("allow one host while the task runs", t.elapsed(), &format!("policy: allow {}", v["allow"]));
+    d.show(
+        "the allowed host answers through the proxy",
+        &format!("echo $HTTP_PROXY; curl -sS --max-time 5 http://{DOCS_HOST}/guide"),
+        |r| text(r).contains("the guide"),
+    )
+    .await?;
+    d.show(
+        "refused: other names, IP literals, bypassing the proxy",
+        &format!(
+            "for u in http://other.demo.test/ http://127.0.0.1/ http://2130706433/ 'http://[::1]/'; do \
+             curl -s -o /dev/null -w \"$u: %{{http_code}}\\n\" {proxy} \"$u\"; done; \
+             curl -s --noproxy '*' --max-time 3 http://93.184.215.14/ || echo \"without the proxy: no route (curl exit $?)\""
+        ),
+        |r| text(r).matches(": 403").count() == 4 && text(r).contains("no route"),
+    )
+    .await?;
+    let t = Instant::now();
+    // Each attempt is written when its connection closes.
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    let log: Value = d.client.get(&format!("/v1/tasks/{}/egress", d.task)).await?;
+    let lines: Vec<String> = log["decisions"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|e| {
+                    let verdict = if e["allowed"] == json!(true) { "allowed" } else { "denied " };
+                    format!("{verdict} {}:{} -> {}", e["host"].as_str().unwrap_or("?"), e["port"], e["reason"].as_str().unwrap_or("?"))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    d.say("the decision log (cairn egress log)", t.elapsed(), &lines.join("\n"));
+    if lines.len() < 6 {
+        bail!("the decision log has {} entries, want at least 6", lines.len());
     }
     Ok(())
 }

@@ -82,6 +82,9 @@ enum Cmd {
     /// Manage base images.
     #[command(subcommand)]
     Image(ImageCmd),
+    /// A task's egress: the decision log of its proxy.
+    #[command(subcommand)]
+    Egress(EgressCmd),
     /// Run everything end to end against an embedded daemon.
     Demo,
     #[command(name = "__sandbox-start", hide = true)]
@@ -196,6 +199,29 @@ enum TaskCmd {
     Show { task: String },
     /// Stream the task's event log as it grows (Ctrl-C to stop).
     Watch { task: String },
+    /// Change a running task's egress policy; tunnels it now denies are cut.
+    Update(UpdateArgs),
+}
+
+#[derive(Args, Debug)]
+struct UpdateArgs {
+    task: String,
+    /// Allow HOST[:PORT] (repeatable); removes the same rule from the deny list.
+    #[arg(long, value_name = "HOST[:PORT]")]
+    allow: Vec<String>,
+    /// Deny HOST[:PORT] (repeatable; without a port: every port); removes
+    /// the same rule from the allow list.
+    #[arg(long, value_name = "HOST[:PORT]")]
+    deny: Vec<String>,
+    /// Remove every rule first (alone: the task goes offline).
+    #[arg(long)]
+    clear_egress: bool,
+}
+
+#[derive(Subcommand, Debug)]
+enum EgressCmd {
+    /// Every connection attempt through the task's proxy, allowed or not.
+    Log { task: String },
 }
 
 #[derive(Args, Debug)]
@@ -240,6 +266,14 @@ struct CreateArgs {
     /// Suspend the task after this long without activity (e.g. 5m).
     #[arg(long, value_name = "DURATION")]
     idle_suspend: Option<String>,
+    /// Let the sandbox reach HOST[:PORT] through its proxy (repeatable;
+    /// *.example.com matches subdomains only; default ports 80 and 443).
+    /// Without any, the sandbox is offline.
+    #[arg(long, value_name = "HOST[:PORT]")]
+    allow: Vec<String>,
+    /// Never let it reach HOST[:PORT] (repeatable; wins over --allow).
+    #[arg(long, value_name = "HOST[:PORT]")]
+    deny: Vec<String>,
 }
 
 #[derive(Args, Debug)]
@@ -355,6 +389,7 @@ async fn client_command(cmd: Cmd, json_out: bool) -> Result<u8> {
                 "pids": a.pids, "disk": a.disk, "env": a.env, "workdir": a.workdir,
                 "keep_last": a.keep_last, "keep_milestones": a.keep_milestones,
                 "expire_after": a.expire_after, "risky": a.risky, "services": a.services, "idle_suspend": a.idle_suspend,
+                "allow": a.allow, "deny": a.deny,
             });
             let task = client.post("/v1/tasks", &body).await?;
             if json_out {
@@ -362,6 +397,18 @@ async fn client_command(cmd: Cmd, json_out: bool) -> Result<u8> {
             } else {
                 println!("{}", task["id"].as_str().unwrap_or_default());
             }
+        }
+        Cmd::Task(TaskCmd::Update(a)) => {
+            if a.allow.is_empty() && a.deny.is_empty() && !a.clear_egress {
+                return Err(anyhow!("nothing to update: give --allow, --deny or --clear-egress"));
+            }
+            let body = json!({ "allow": a.allow, "deny": a.deny, "clear": a.clear_egress });
+            let v = client.post(&format!("/v1/tasks/{}/egress", a.task), &body).await?;
+            print(&v, &|v| format!("{}: {}", v["task"].as_str().unwrap_or_default(), output::policy_line(v)));
+        }
+        Cmd::Egress(EgressCmd::Log { task }) => {
+            let v: Value = client.get(&format!("/v1/tasks/{task}/egress")).await?;
+            print(&v, &output::egress_log);
         }
         Cmd::Task(TaskCmd::List) => {
             let v: Value = client.get("/v1/tasks").await?;

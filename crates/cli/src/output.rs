@@ -91,6 +91,7 @@ pub fn task_detail(t: &Value) -> String {
         if ret["keep_milestones"].as_bool() == Some(true) { "keep" } else { "no special rule for" },
         ret["expire_after"].as_u64().map(|ms| format!("after {}", humantime::format_duration(std::time::Duration::from_secs(ms / 1000)))).unwrap_or("never".into())
     ));
+    lines.push(format!("egress:        {}", policy_line(&t["config"]["egress"])));
     if let Some(p) = t["config"]["risky"].as_array().filter(|a| !a.is_empty()) {
         lines.push(format!("risky:         {}", p.iter().map(s).collect::<Vec<_>>().join(", ")));
     }
@@ -217,4 +218,45 @@ pub fn wait_summary(v: &Value) -> String {
         lines.push(format!("webhook URL: {u}"));
     }
     lines.join("\n")
+}
+
+/// `allow a, b; deny c`, or `offline` when nothing is allowed.
+pub fn policy_line(p: &Value) -> String {
+    let list = |v: &Value| v.as_array().map(|a| a.iter().map(s).collect::<Vec<_>>()).unwrap_or_default();
+    let (allow, deny) = (list(&p["allow"]), list(&p["deny"]));
+    let mut out = if allow.is_empty() { "offline (no allow rules)".to_owned() } else { format!("allow {}", allow.join(", ")) };
+    if !deny.is_empty() {
+        out.push_str(&format!("; deny {}", deny.join(", ")));
+    }
+    out
+}
+
+/// `cairn egress log`: the policy, then one line per attempt.
+pub fn egress_log(v: &Value) -> String {
+    let rows = v["decisions"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|d| {
+                    let verdict = if d["allowed"].as_bool() == Some(true) { "allow" } else { "deny" };
+                    vec![
+                        time(&d["time_ms"]),
+                        s(&d["kind"]),
+                        format!("{}:{}", s(&d["host"]), s(&d["port"])),
+                        s(&d["address"]),
+                        verdict.to_owned(),
+                        s(&d["status"]),
+                        format!("{}/{}", s(&d["bytes_up"]), s(&d["bytes_down"])),
+                        d["duration_ms"].as_u64().map(|d| format!("{d}ms")).unwrap_or("-".into()),
+                        s(&d["reason"]),
+                    ]
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    format!(
+        "policy: {}\n{}",
+        policy_line(v),
+        table(&["TIME", "KIND", "DESTINATION", "ADDRESS", "VERDICT", "STATUS", "UP/DOWN", "TOOK", "REASON"], rows)
+    )
 }

@@ -25,6 +25,10 @@ pub enum EventKind {
     Suspend,
     Wake,
     Recovered,
+    /// One egress connection attempt through the proxy, allowed or not.
+    Egress,
+    /// The task's egress policy changed.
+    PolicyUpdate,
 }
 
 impl EventKind {
@@ -46,6 +50,8 @@ impl EventKind {
             EventKind::Suspend => "suspend",
             EventKind::Wake => "wake",
             EventKind::Recovered => "recovered",
+            EventKind::Egress => "egress",
+            EventKind::PolicyUpdate => "policy_update",
         }
     }
 }
@@ -54,7 +60,7 @@ impl FromStr for EventKind {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
         use EventKind::*;
-        [Create, SandboxStart, Exec, Cp, Destroy, SandboxLost, Snapshot, Rollback, Fork, SnapshotExpired, ServiceStart, Wait, EventReceived, Suspend, Wake, Recovered]
+        [Create, SandboxStart, Exec, Cp, Destroy, SandboxLost, Snapshot, Rollback, Fork, SnapshotExpired, ServiceStart, Wait, EventReceived, Suspend, Wake, Recovered, Egress, PolicyUpdate]
             .into_iter()
             .find(|k| k.as_str() == s)
             .ok_or_else(|| format!("unknown event kind {s:?}"))

@@ -24,5 +24,6 @@ pub use snapshot::{Retention, RollbackNote, Snapshot, SnapshotId, SnapshotKind};
 pub use wait::{check_event_name, EventSource, InboxEvent, InboxId, Wait, WaitFor, WaitId};
 pub use state::{SandboxState, TaskState};
 pub use task::{
-    check_image_name, check_name, check_workdir, EnvVar, ExecExit, Task, TaskConfig, DEFAULT_IMAGE, DEFAULT_WORKDIR,
+    check_image_name, check_name, check_workdir, EgressRules, EnvVar, ExecExit, Task, TaskConfig, DEFAULT_IMAGE,
+    DEFAULT_WORKDIR,
 };

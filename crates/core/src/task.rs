@@ -86,6 +86,20 @@ pub struct TaskConfig {
     /// Suspend the task after this long without activity (`None`: never).
     #[serde(default)]
     pub idle_suspend_ms: Option<u64>,
+    /// Where the task may connect through the egress proxy.
+    #[serde(default)]
+    pub egress: EgressRules,
+}
+
+/// A task's egress allow and deny rules (`HOST[:PORT]`, `*.example.com`),
+/// kept in the normalised form the egress crate checked them in. Empty
+/// allow: the sandbox is offline.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EgressRules {
+    #[serde(default)]
+    pub allow: Vec<String>,
+    #[serde(default)]
+    pub deny: Vec<String>,
 }
 
 impl Default for TaskConfig {
@@ -99,6 +113,7 @@ impl Default for TaskConfig {
             risky: Vec::new(),
             services: Vec::new(),
             idle_suspend_ms: None,
+            egress: EgressRules::default(),
         }
     }
 }

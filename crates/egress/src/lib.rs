@@ -1,6 +1,8 @@
-//! Cairn's egress allowlist: what a task's outbound connection may reach.
-//! Pure: nothing here resolves names or opens sockets; the proxy does that
-//! and asks this crate for every decision.
+//! Cairn's egress allowlist and the per-task proxy that enforces it.
+//!
+//! The decision modules are pure: nothing in them resolves names or opens
+//! sockets. The [`proxy`] module does the I/O and asks them for every
+//! decision.
 //!
 //! - [`host`]: a destination name normalised once ([`Host`]), so rules and
 //!   requests compare as plain strings; IP literals in every spelling a URL
@@ -15,12 +17,15 @@
 //!   check that its `Host` header names the same place.
 //! - [`sni`]: the server name in a TLS ClientHello ([`parse_client_hello`]),
 //!   read from the bytes a client sends into a CONNECT tunnel.
+//! - [`proxy`]: the proxy of one task ([`TaskProxy`]): CONNECT tunnels and
+//!   plain HTTP forwarding, each attempt logged as an [`Attempt`].
 
 pub mod addr;
 pub mod connect;
 mod error;
 pub mod host;
 pub mod policy;
+pub mod proxy;
 pub mod sni;
 
 pub use addr::{classify, AllowedRanges, Cidr};
@@ -28,4 +33,5 @@ pub use connect::{host_header_agrees, parse_request_head, RequestHead, Target};
 pub use error::{Error, Result};
 pub use host::{normalise, parse_ip_literal, Host};
 pub use policy::{Decision, Policy, Rule};
+pub use proxy::{Attempt, AttemptKind, ProxyConfig, Resolver, SystemResolver, TaskProxy};
 pub use sni::{parse_client_hello, ClientHello};

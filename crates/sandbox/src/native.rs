@@ -323,6 +323,22 @@ impl NativeDriver {
         }
     }
 
+    /// The listening socket of the sandbox's egress proxy port (see
+    /// [`crate::net`]), for the daemon to serve from outside.
+    pub fn proxy_listener(&self, task: &str) -> Result<std::net::TcpListener> {
+        let conn = self.connect(task)?;
+        conn.set_read_timeout(Some(Duration::from_secs(2))).map_err(Error::Control)?;
+        proto::send(&conn, &Request::ProxyListener, &[])?;
+        match proto::recv::<Reply>(&conn)? {
+            Some((Reply::ProxyListener, fds)) if fds.len() == 1 => {
+                let listener = std::net::TcpListener::from(fds.into_iter().next().ok_or_else(|| Error::Protocol("no proxy listener".into()))?);
+                crate::net::check_proxy_listener(&listener)?;
+                Ok(listener)
+            }
+            other => Err(Error::Protocol(format!("unexpected answer to a proxy listener request: {other:?}"))),
+        }
+    }
+
     /// Starts a command. `stdio` (stdin, stdout, stderr) is empty when the
     /// request asks for a tty.
     pub fn exec(&self, task: &str, req: &ExecRequest, stdio: &[RawFd]) -> Result<std::result::Result<RunningCommand, String>> {

@@ -1,9 +1,48 @@
 //! The sandbox's network: a fresh network namespace with only `lo`, brought
 //! up here. No interface, no route, no DNS: nothing leaves the namespace.
+//! The one way out is the egress proxy's port on `lo`, whose listening
+//! socket the init creates here and hands to the daemon, which serves it
+//! from outside the namespace.
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
+use std::net::{Ipv4Addr, SocketAddr, TcpListener};
+
 use crate::{Error, Result};
+
+/// Where the egress proxy listens inside every sandbox.
+pub const PROXY_ADDR: SocketAddr = SocketAddr::new(std::net::IpAddr::V4(Ipv4Addr::LOCALHOST), 3128);
+
+/// Binds the proxy port in the calling process's network namespace. Done by
+/// the init before any command runs, so no workload can take the port first.
+pub fn proxy_listener() -> Result<TcpListener> {
+    TcpListener::bind(PROXY_ADDR).map_err(|e| Error::sys("bind the egress proxy port", e))
+}
+
+/// Checks that a descriptor received from an init is what it should be: a
+/// listening TCP socket on [`PROXY_ADDR`].
+pub fn check_proxy_listener(listener: &TcpListener) -> Result<()> {
+    let addr = listener.local_addr().map_err(|e| Error::sys("proxy listener address", e))?;
+    let mut accepting: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into `accepting`, an int.
+    let rc = unsafe {
+        libc::getsockopt(
+            listener.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_ACCEPTCONN,
+            (&mut accepting as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return Err(Error::sys("SO_ACCEPTCONN", std::io::Error::last_os_error()));
+    }
+    if addr != PROXY_ADDR || accepting == 0 {
+        return Err(Error::Protocol(format!("the sandbox handed over {addr} (listening: {}) as its proxy port", accepting != 0)));
+    }
+    Ok(())
+}
 
 /// Sets `lo` up in the calling process's network namespace.
 pub fn loopback_up() -> Result<()> {

@@ -45,6 +45,9 @@ pub enum Request {
     Exec(ExecRequest),
     /// Liveness check: init answers with its pid in the sandbox.
     Ping,
+    /// The listening socket of the egress proxy port, which init bound in
+    /// the sandbox's network namespace; it travels with [`Reply::ProxyListener`].
+    ProxyListener,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -56,6 +59,7 @@ pub enum Reply {
     Failed { errno: i32, message: String },
     Exited { code: Option<i32>, signal: Option<i32> },
     Pong { pid: i32 },
+    ProxyListener,
 }
 
 /// Sends one frame with `fds` attached.

@@ -87,6 +87,7 @@ pub fn router(tasks: Arc<Tasks>, token: String) -> Router {
         .route("/v1/tasks/{id}/suspend", axum::routing::post(suspend))
         .route("/v1/tasks/{id}/resume", axum::routing::post(resume))
         .route("/v1/tasks/{id}/watch", get(watch))
+        .route("/v1/tasks/{id}/egress", get(show_egress).post(update_egress))
         .route("/v1/images", get(list_images).post(import_image))
         .route("/v1/images/{name}", delete(remove_image))
         .layer(middleware::from_fn(move |req, next| auth(token.clone(), req, next)))
@@ -320,6 +321,15 @@ async fn operator_event(State(s): State<AppState>, Path(id): Path<String>, heade
 
 async fn suspend(State(s): State<AppState>, Path(id): Path<String>, headers: HeaderMap) -> Result<Json<Value>, ApiError> {
     Ok(Json(json!(s.tasks.suspend(&id, &actor(&headers)).await?)))
+}
+
+async fn show_egress(State(s): State<AppState>, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
+    Ok(Json(json!(s.tasks.egress_view(&id).await?)))
+}
+
+async fn update_egress(State(s): State<AppState>, Path(id): Path<String>, headers: HeaderMap, bytes: axum::body::Bytes) -> Result<Json<Value>, ApiError> {
+    let update: crate::egress::PolicyUpdate = body("egress policy", &bytes)?;
+    Ok(Json(json!(s.tasks.update_egress(&id, update, &actor(&headers)).await?)))
 }
 
 async fn resume(State(s): State<AppState>, Path(id): Path<String>, headers: HeaderMap) -> Result<Json<Value>, ApiError> {

@@ -21,6 +21,18 @@
 //! keep_last = 20
 //! keep_milestones = true
 //! expire_after = "7d"         # or "never"
+//!
+//! [egress]
+//! allow = ["pypi.org"]        # default policy of tasks created without --allow/--deny
+//! deny = []
+//! allow_private = []          # reserved ranges the proxy may connect to, e.g. "127.0.0.0/8"
+//! max_connections = 64        # open proxy connections per task
+//! idle_timeout = "5m"         # a tunnel with no bytes either way is closed
+//! max_duration = "1h"         # and any tunnel after this long
+//! handshake_timeout = "10s"   # for a request head and a TLS ClientHello
+//!
+//! [egress.hosts]              # names the proxy resolves itself (tests, closed networks)
+//! "pkgs.internal" = "10.1.2.3"          # or "10.1.2.3:8080", or a list
 //! ```
 
 use std::net::SocketAddr;
@@ -42,6 +54,77 @@ pub struct Config {
     pub gc_grace: Duration,
     /// Suspend tasks idle this long, unless they say otherwise.
     pub idle_suspend: Option<Duration>,
+    pub egress: EgressConfig,
+}
+
+/// The `[egress]` table, checked.
+#[derive(Debug, Clone)]
+pub struct EgressConfig {
+    /// Rules of tasks created without any of their own.
+    pub default_rules: cairn_core::EgressRules,
+    pub allow_private: cairn_egress::AllowedRanges,
+    /// Normalised name -> addresses (a port replaces the requested one).
+    pub hosts: std::collections::BTreeMap<String, Vec<(std::net::IpAddr, Option<u16>)>>,
+    pub max_connections: usize,
+    pub idle_timeout: Duration,
+    pub max_duration: Duration,
+    pub handshake_timeout: Duration,
+}
+
+impl Default for EgressConfig {
+    fn default() -> Self {
+        EgressConfig {
+            default_rules: cairn_core::EgressRules::default(),
+            allow_private: cairn_egress::AllowedRanges::default(),
+            hosts: Default::default(),
+            max_connections: 64,
+            idle_timeout: Duration::from_secs(300),
+            max_duration: Duration::from_secs(3600),
+            handshake_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+impl EgressConfig {
+    /// What `cairn serve` prints at start-up when the operator opened
+    /// anything beyond the public internet.
+    pub fn exceptions(&self) -> Vec<String> {
+        let mut lines = Vec::new();
+        if !self.allow_private.is_empty() {
+            let ranges: Vec<String> = self.allow_private.clone().into();
+            lines.push(format!("egress: reserved ranges allowed: {}", ranges.join(", ")));
+        }
+        for (name, addrs) in &self.hosts {
+            let addrs: Vec<String> = addrs
+                .iter()
+                .map(|(ip, port)| match port {
+                    Some(p) => std::net::SocketAddr::new(*ip, *p).to_string(),
+                    None => ip.to_string(),
+                })
+                .collect();
+            lines.push(format!("egress: {name} resolves to {}", addrs.join(", ")));
+        }
+        lines
+    }
+}
+
+/// Checks allow and deny rules and returns them normalised.
+pub fn egress_rules(allow: &[String], deny: &[String]) -> Result<cairn_core::EgressRules, cairn_egress::Error> {
+    let policy = cairn_egress::Policy::parse(allow, deny)?;
+    Ok(cairn_core::EgressRules {
+        allow: policy.allow.iter().map(ToString::to_string).collect(),
+        deny: policy.deny.iter().map(ToString::to_string).collect(),
+    })
+}
+
+/// One `[egress.hosts]` address: `IP` or `IP:PORT` (`[v6]:PORT`).
+fn host_address(name: &str, s: &str) -> Result<(std::net::IpAddr, Option<u16>), String> {
+    if let Ok(sa) = s.parse::<SocketAddr>() {
+        return Ok((sa.ip(), Some(sa.port())));
+    }
+    s.parse::<std::net::IpAddr>()
+        .map(|ip| (ip, None))
+        .map_err(|_| format!("egress.hosts.{name:?}: {s:?} is not an IP address or IP:PORT"))
 }
 
 impl Default for Config {
@@ -54,6 +137,7 @@ impl Default for Config {
             risky_patterns: DEFAULT_RISK_PATTERNS.iter().map(|p| (*p).to_owned()).collect(),
             gc_grace: Duration::from_secs(3600),
             idle_suspend: None,
+            egress: EgressConfig::default(),
         }
     }
 }
@@ -67,6 +151,32 @@ struct File {
     defaults: Defaults,
     #[serde(default)]
     snapshots: Snapshots,
+    #[serde(default)]
+    egress: EgressFile,
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct EgressFile {
+    #[serde(default)]
+    allow: Vec<String>,
+    #[serde(default)]
+    deny: Vec<String>,
+    #[serde(default)]
+    allow_private: Vec<String>,
+    max_connections: Option<usize>,
+    idle_timeout: Option<String>,
+    max_duration: Option<String>,
+    handshake_timeout: Option<String>,
+    #[serde(default)]
+    hosts: std::collections::BTreeMap<String, OneOrMany>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum OneOrMany {
+    One(String),
+    Many(Vec<String>),
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -164,7 +274,51 @@ impl Config {
         if let Some(e) = r.expire_after {
             c.retention.expire_after = parse_expiry(&e).map_err(|e| format!("snapshots.retention.expire_after: {e}"))?;
         }
+        c.egress = Self::parse_egress(file.egress)?;
         Ok(c)
+    }
+
+    fn parse_egress(f: EgressFile) -> Result<EgressConfig, String> {
+        let mut e = EgressConfig {
+            default_rules: egress_rules(&f.allow, &f.deny).map_err(|e| format!("egress: {e}"))?,
+            allow_private: cairn_egress::AllowedRanges::parse(&f.allow_private).map_err(|e| format!("egress.allow_private: {e}"))?,
+            ..EgressConfig::default()
+        };
+        if let Some(n) = f.max_connections {
+            if n == 0 {
+                return Err("egress.max_connections: must be at least 1".into());
+            }
+            e.max_connections = n;
+        }
+        let positive = |key: &str, v: &str| -> Result<Duration, String> {
+            match parse_duration(v) {
+                Ok(d) if !d.is_zero() => Ok(d),
+                Ok(_) => Err(format!("egress.{key}: must be more than zero")),
+                Err(err) => Err(format!("egress.{key}: {err}")),
+            }
+        };
+        if let Some(v) = f.idle_timeout {
+            e.idle_timeout = positive("idle_timeout", &v)?;
+        }
+        if let Some(v) = f.max_duration {
+            e.max_duration = positive("max_duration", &v)?;
+        }
+        if let Some(v) = f.handshake_timeout {
+            e.handshake_timeout = positive("handshake_timeout", &v)?;
+        }
+        for (name, addrs) in f.hosts {
+            let host = cairn_egress::normalise(&name).map_err(|err| format!("egress.hosts: {err}"))?;
+            let addrs = match addrs {
+                OneOrMany::One(a) => vec![a],
+                OneOrMany::Many(v) => v,
+            };
+            if addrs.is_empty() {
+                return Err(format!("egress.hosts.{name:?}: no address"));
+            }
+            let parsed = addrs.iter().map(|a| host_address(&name, a)).collect::<Result<Vec<_>, _>>()?;
+            e.hosts.insert(host.to_string(), parsed);
+        }
+        Ok(e)
     }
 }
 
@@ -189,5 +343,36 @@ mod tests {
         assert_eq!(c.risky_patterns.last().map(String::as_str), Some("terraform apply"));
         assert!(Config::parse("[snapshots]\nrisky_patterns = [\"(\"]").unwrap_err().contains("risk pattern"));
         assert!(Config::parse("[snapshots.retention]\nexpire_after = \"soon\"").unwrap_err().contains("expire_after"));
+    }
+
+    #[test]
+    fn egress_section_is_checked_normalised_and_described() {
+        let c = Config::default();
+        assert!(c.egress.exceptions().is_empty() && c.egress.allow_private.is_empty() && c.egress.default_rules.allow.is_empty());
+        let c = Config::parse(
+            "[egress]\nallow = [\"PyPI.org.\", \"*.example.com:8443\"]\ndeny = [\"evil.example.com\"]\nallow_private = [\"127.0.0.0/8\", \"fd00::/8\"]\nmax_connections = 8\nidle_timeout = \"30s\"\n[egress.hosts]\n\"Web.Test\" = \"127.0.0.1:8080\"\n\"multi.test\" = [\"10.0.0.1\", \"[::1]:443\"]\n",
+        )
+        .unwrap();
+        let e = &c.egress;
+        assert_eq!(e.default_rules.allow, vec!["pypi.org", "*.example.com:8443"]);
+        assert_eq!(e.default_rules.deny, vec!["evil.example.com"]);
+        assert_eq!((e.max_connections, e.idle_timeout), (8, Duration::from_secs(30)));
+        assert_eq!(e.hosts["web.test"], vec![("127.0.0.1".parse().unwrap(), Some(8080))]);
+        assert_eq!(e.hosts["multi.test"], vec![("10.0.0.1".parse().unwrap(), None), ("::1".parse().unwrap(), Some(443))]);
+        let printed = e.exceptions().join("\n");
+        assert!(printed.contains("127.0.0.0/8, fd00::/8") && printed.contains("web.test resolves to 127.0.0.1:8080"), "{printed}");
+        for (bad, key) in [
+            ("[egress]\nallow = [\"*\"]", "egress"),
+            ("[egress]\nallow_private = [\"10.0.0.0/40\"]", "allow_private"),
+            ("[egress]\nmax_connections = 0", "max_connections"),
+            ("[egress]\nhandshake_timeout = \"0s\"", "handshake_timeout"),
+            ("[egress]\nproxy_port = 1", "proxy_port"),
+            ("[egress.hosts]\n\"a.test\" = \"somewhere\"", "somewhere"),
+            ("[egress.hosts]\n\"a.test\" = []", "no address"),
+            ("[egress.hosts]\n\"a b\" = \"10.0.0.1\"", "egress.hosts"),
+        ] {
+            let err = Config::parse(bad).unwrap_err();
+            assert!(err.contains(key), "{bad}: {err}");
+        }
     }
 }

@@ -89,8 +89,9 @@ pub async fn serve(tasks: Arc<Tasks>, id: String, actor: String, mut ws: WebSock
     .await;
 }
 
-/// The full environment of a command: defaults, the task's, the exec's.
-pub(crate) fn environment(task_env: &[EnvVar], exec_env: &[String], hostname: &str, tty: bool) -> Result<Vec<String>, ApiError> {
+/// The full environment of a command: defaults, the proxy variables (when
+/// the task has an allowlist), the task's, the exec's.
+pub(crate) fn environment(task: &cairn_core::TaskConfig, exec_env: &[String], hostname: &str, tty: bool) -> Result<Vec<String>, ApiError> {
     let mut env: Vec<(String, String)> = vec![
         ("PATH".into(), DEFAULT_PATH.into()),
         ("HOME".into(), "/root".into()),
@@ -104,7 +105,12 @@ pub(crate) fn environment(task_env: &[EnvVar], exec_env: &[String], hostname: &s
         Some(e) => e.1 = v,
         None => env.push((k, v)),
     };
-    for e in task_env {
+    for kv in crate::egress::proxy_environment(&task.egress) {
+        if let Some((k, v)) = kv.split_once('=') {
+            set(k.to_owned(), v.to_owned());
+        }
+    }
+    for e in &task.env {
         set(e.key.clone(), e.value.clone());
     }
     for s in exec_env {
@@ -123,7 +129,7 @@ async fn run(tasks: &Arc<Tasks>, id: &str, actor: &str, start: ExecStart, ws: &m
     let t_found = t0.elapsed();
     let workdir = start.workdir.clone().unwrap_or_else(|| task.config.workdir.clone());
     cairn_core::check_workdir(&workdir)?;
-    let env = environment(&task.config.env, &start.env, task.id.as_str(), start.tty.is_some())?;
+    let env = environment(&task.config, &start.env, task.id.as_str(), start.tty.is_some())?;
     let matched = tasks.risky_match(&task, &start.argv)?;
     if start.risky || matched.is_some() {
         let reason = match &matched {
@@ -394,11 +400,19 @@ mod tests {
 
     #[test]
     fn environment_layers_defaults_task_and_exec() {
-        let task = vec![EnvVar::parse("A=task").unwrap(), EnvVar::parse("PATH=/opt/bin").unwrap()];
+        let mut task = cairn_core::TaskConfig {
+            env: vec![EnvVar::parse("A=task").unwrap(), EnvVar::parse("PATH=/opt/bin").unwrap()],
+            ..Default::default()
+        };
         let env = environment(&task, &["A=exec".into(), "B=2".into()], "t1", true).unwrap();
         assert!(env.contains(&"A=exec".to_owned()) && env.contains(&"B=2".to_owned()));
         assert!(env.contains(&"PATH=/opt/bin".to_owned()) && env.contains(&"HOSTNAME=t1".to_owned()));
         assert!(env.contains(&"TERM=xterm-256color".to_owned()));
-        assert!(environment(&[], &["bad".into()], "t1", false).is_err());
+        assert!(!env.iter().any(|e| e.starts_with("HTTP_PROXY=")), "offline task gets no proxy: {env:?}");
+        assert!(environment(&cairn_core::TaskConfig::default(), &["bad".into()], "t1", false).is_err());
+        task.egress.allow = vec!["pypi.org".into()];
+        let env = environment(&task, &["NO_PROXY=*".into()], "t1", false).unwrap();
+        assert!(env.contains(&"HTTPS_PROXY=http://127.0.0.1:3128".to_owned()), "{env:?}");
+        assert!(env.contains(&"NO_PROXY=*".to_owned()), "an exec's own variables win: {env:?}");
     }
 }

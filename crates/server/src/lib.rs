@@ -6,6 +6,7 @@
 //! - [`tasks`]: task lifecycle (create, start, destroy, reconcile).
 //! - [`exec`]: commands over a WebSocket, streamed as they run.
 //! - [`snapshots`]: snapshots, rollback in place, forks, retention, check, gc.
+//! - [`egress`]: each live sandbox's allowlist proxy and its decision log.
 //! - [`api`]: routes, authentication, errors as JSON.
 //!
 //! [`Daemon::start`] runs everything on the caller's tokio runtime, so the
@@ -13,6 +14,7 @@
 
 pub mod api;
 pub mod config;
+pub mod egress;
 mod error;
 pub mod exec;
 mod files;
@@ -79,14 +81,19 @@ impl Daemon {
         let home = Home::new(opts.home.clone());
         let lock = home.lock()?;
         let token = home.token()?;
-        let state = Arc::new(tasks::Tasks::open(&home, &opts.config, opts.helper_exe.clone()).await?);
-        reaper::become_subreaper();
-        state.reconcile().await;
-        state.clone().spawn_background();
+        // Bound first: the egress proxies must know the address to refuse.
+        // Requests wait in the backlog until serving starts below.
         let listener = tokio::net::TcpListener::bind(opts.config.listen)
             .await
             .map_err(|e| StartError::Listen(opts.config.listen, e))?;
         let addr = listener.local_addr().map_err(|e| StartError::Listen(opts.config.listen, e))?;
+        for line in opts.config.egress.exceptions() {
+            tracing::warn!("{line}");
+        }
+        let state = Arc::new(tasks::Tasks::open(&home, &opts.config, opts.helper_exe.clone(), addr).await?);
+        reaper::become_subreaper();
+        state.reconcile().await;
+        state.clone().spawn_background();
         let url = format!("http://{addr}");
         let _ = state.base_url.set(url.clone());
         // Wake, recover, fire timers: after the URL is known (links).
@@ -122,6 +129,7 @@ impl Daemon {
             let _ = tx.send(());
         }
         let _ = (&mut self.served).await;
+        self.tasks.egress.shutdown().await;
         let driver = self.tasks.driver.clone();
         let _ = tokio::task::spawn_blocking(move || driver.discard_prestarted()).await;
     }

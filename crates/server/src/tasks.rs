@@ -59,6 +59,12 @@ pub struct CreateRequest {
     pub services: Vec<String>,
     /// Suspend after this long without activity (e.g. `5m`).
     pub idle_suspend: Option<String>,
+    /// Egress allow rules (`HOST[:PORT]`, `*.example.com`). Without allow
+    /// or deny rules the task gets the daemon's default policy.
+    #[serde(default)]
+    pub allow: Vec<String>,
+    #[serde(default)]
+    pub deny: Vec<String>,
 }
 
 /// A duration a user typed that must be positive, in milliseconds.
@@ -119,10 +125,13 @@ pub struct Tasks {
     idle_suspend_default: Option<Duration>,
     live: Mutex<HashMap<TaskId, Live>>,
     locks: Mutex<HashMap<TaskId, Arc<tokio::sync::Mutex<()>>>>,
+    pub egress: crate::egress::Egress,
+    default_egress: cairn_core::EgressRules,
 }
 
 impl Tasks {
-    pub async fn open(home: &Home, config: &Config, helper: PathBuf) -> Result<Tasks, StartError> {
+    /// `own` is the daemon's API address, which sandboxes must never reach.
+    pub async fn open(home: &Home, config: &Config, helper: PathBuf, own: std::net::SocketAddr) -> Result<Tasks, StartError> {
         let store = Store::open(&home.db()).await?;
         let images = ImageStore::new(home.images());
         let images2 = images.clone();
@@ -159,6 +168,8 @@ impl Tasks {
             idle_suspend_default: config.idle_suspend,
             live: Mutex::new(HashMap::new()),
             locks: Mutex::new(HashMap::new()),
+            egress: crate::egress::Egress::new(&config.egress, own),
+            default_egress: config.egress.default_rules.clone(),
         })
     }
 
@@ -186,12 +197,22 @@ impl Tasks {
         self.live.lock().unwrap_or_else(|e| e.into_inner()).get(id).copied()
     }
 
+    /// Records the task's live sandbox; with `None`, also stops its proxy.
+    /// (A new sandbox gets its proxy from [`Tasks::serve_egress`].)
     pub(crate) fn set_live(&self, id: &TaskId, live: Option<Live>) {
         let mut map = self.live.lock().unwrap_or_else(|e| e.into_inner());
         match live {
             Some(l) => map.insert(id.clone(), l),
-            None => map.remove(id),
+            None => {
+                self.egress.detach(id);
+                map.remove(id)
+            }
         };
+    }
+
+    /// Serves the egress proxy of the task's live sandbox.
+    pub(crate) async fn serve_egress(&self, task: &Task, live: Live) {
+        self.egress.attach(&self.store, &self.driver, &task.id, &task.config.egress, live.init).await;
     }
 
     pub fn view(&self, task: Task) -> TaskView {
@@ -254,7 +275,22 @@ impl Tasks {
         if req.services.iter().any(|s| s.trim().is_empty() || s.contains('\0')) {
             return Err(ApiError::bad_request("a --service must be a non-empty command"));
         }
-        Ok(TaskConfig { image, limits, env, workdir, retention, risky: req.risky.clone(), services: req.services.clone(), idle_suspend_ms })
+        let egress = if req.allow.is_empty() && req.deny.is_empty() {
+            self.default_egress.clone()
+        } else {
+            crate::config::egress_rules(&req.allow, &req.deny).map_err(|e| ApiError::bad_request(e.to_string()))?
+        };
+        Ok(TaskConfig {
+            image,
+            limits,
+            env,
+            workdir,
+            retention,
+            risky: req.risky.clone(),
+            services: req.services.clone(),
+            idle_suspend_ms,
+            egress,
+        })
     }
 
     /// Creates a task and starts its sandbox (Cairn starts sandboxes on
@@ -323,6 +359,7 @@ impl Tasks {
                 self.store.record_sandbox_ready(&task.id, init.pid, init.start_time, &event).await?;
                 let live = Live { init, ids };
                 self.set_live(&task.id, Some(live));
+                self.serve_egress(task, live).await;
                 self.wake_pool_refill();
                 Ok(live)
             }
@@ -503,7 +540,11 @@ impl Tasks {
                 if let Some(i) = init {
                     self.driver.record_slot_init(row.uid_slot, task.id.as_str(), i);
                 }
-                self.set_live(&task.id, init.map(|init| Live { init, ids }));
+                let live = init.map(|init| Live { init, ids });
+                self.set_live(&task.id, live);
+                if let Some(live) = live {
+                    self.serve_egress(task, live).await;
+                }
                 self.store.set_sandbox_state(&task.id, SandboxState::Ready, None).await?;
                 keep.insert(task.id.clone());
                 tracing::info!(task = %task.id, "sandbox survived the restart");

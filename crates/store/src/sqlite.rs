@@ -162,6 +162,35 @@ impl Store {
         insert_event(&mut conn, ev).await.map_err(|e| Error::Query("append event", e))
     }
 
+    /// Appends several events in one transaction (one fsync): the egress
+    /// decision log writes bursts of connection attempts this way.
+    pub async fn append_events(&self, events: &[NewEvent]) -> Result<()> {
+        let q = |e| Error::Query("append events", e);
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(q)?;
+        for ev in events {
+            insert_event(&mut tx, ev).await.map_err(q)?;
+        }
+        tx.commit().await.map_err(q)
+    }
+
+    /// Replaces a task's config and logs why, in one transaction.
+    pub async fn set_config(&self, id: &TaskId, config: &TaskConfig, ev: &NewEvent) -> Result<()> {
+        let q = |e| Error::Query("set task config", e);
+        let text = serde_json::to_string(config).map_err(|e| Error::Corrupt("config", e.to_string()))?;
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(q)?;
+        let done = sqlx::query("UPDATE tasks SET config = ? WHERE id = ?")
+            .bind(text)
+            .bind(id.as_str())
+            .execute(&mut *tx)
+            .await
+            .map_err(q)?;
+        if done.rows_affected() == 0 {
+            return Err(Error::UnknownTask(id.to_string()));
+        }
+        insert_event(&mut tx, ev).await.map_err(q)?;
+        tx.commit().await.map_err(q)
+    }
+
     /// The task's events after sequence number `after` (a live watch asks
     /// for what is new, not for the whole log again).
     pub async fn events_after(&self, id: &TaskId, after: u64) -> Result<Vec<Event>> {

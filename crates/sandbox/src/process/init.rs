@@ -8,6 +8,7 @@
 
 use std::collections::HashMap;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
+use std::net::TcpListener;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::time::Duration;
 
@@ -28,7 +29,7 @@ struct Session {
 }
 
 /// Serves until killed. Never returns.
-pub fn serve(listener: &UnixListener) -> ! {
+pub fn serve(listener: &UnixListener, proxy: &TcpListener) -> ! {
     let mut mask = SigSet::empty();
     mask.add(Signal::SIGCHLD);
     // Pid 1 of a namespace ignores signals it has no handler for, so only
@@ -72,7 +73,7 @@ pub fn serve(listener: &UnixListener) -> ! {
         }
         if ready[0] {
             while let Ok((conn, _)) = listener.accept() {
-                if let Some((pid, conn)) = handle(conn) {
+                if let Some((pid, conn)) = handle(conn, proxy) {
                     sessions.insert(pid, Session { conn, abandoned: false });
                 }
             }
@@ -83,7 +84,7 @@ pub fn serve(listener: &UnixListener) -> ! {
 }
 
 /// Reads one request; returns the session of a started command.
-fn handle(conn: UnixStream) -> Option<(i32, UnixStream)> {
+fn handle(conn: UnixStream, proxy: &TcpListener) -> Option<(i32, UnixStream)> {
     // The daemon is the only client; a stuck one must not stall pid 1.
     let _ = conn.set_nonblocking(false);
     let _ = conn.set_read_timeout(Some(Duration::from_secs(5)));
@@ -98,6 +99,11 @@ fn handle(conn: UnixStream) -> Option<(i32, UnixStream)> {
     match req {
         Request::Ping => {
             let _ = proto::send(&conn, &Reply::Pong { pid: std::process::id() as i32 }, &[]);
+            None
+        }
+        // Init keeps its copy: a restarted daemon asks again.
+        Request::ProxyListener => {
+            let _ = proto::send(&conn, &Reply::ProxyListener, &[proxy.as_raw_fd()]);
             None
         }
         Request::Exec(exec_req) => match exec::spawn(&exec_req, fds) {

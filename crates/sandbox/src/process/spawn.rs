@@ -13,7 +13,7 @@
 //!    ipc and cgroup namespaces and forks I, pid 1 of the new pid namespace;
 //!    C reports I's host pid and exits.
 //! 4. I mounts `/proc`, `/dev`, `/tmp`, pivots into the root, sets hostname
-//!    and `lo`, bounds its capabilities, sets no_new_privs and seccomp, says
+//!    and `lo`, binds the egress proxy port, bounds its capabilities, sets no_new_privs and seccomp, says
 //!    "ready" and serves commands ([`super::init`]).
 
 use std::fs::{self, File};
@@ -266,10 +266,10 @@ fn in_userns_child(
         ForkResult::Child => {
             let result = init_setup(spec, log, filter);
             match result {
-                Ok(()) => {
+                Ok(proxy) => {
                     let _ = ready.write_all(b"r\n");
                     drop(ready);
-                    super::init::serve(listener)
+                    super::init::serve(listener, &proxy)
                 }
                 Err(e) => {
                     let _ = ready.write_all(format!("e{}\n", e.to_string().replace('\n', " ")).as_bytes());
@@ -293,7 +293,7 @@ fn become_root() -> Result<()> {
 }
 
 /// I, before serving: filesystems, identity, then the security bounds.
-fn init_setup(spec: &SandboxSpec, log: &File, filter: &seccompiler::BpfProgram) -> Result<()> {
+fn init_setup(spec: &SandboxSpec, log: &File, filter: &seccompiler::BpfProgram) -> Result<std::net::TcpListener> {
     // The init must not hold the daemon's pipes open: its stdio goes to a log.
     let null = File::open("/dev/null").map_err(|e| Error::Io("/dev/null".into(), e))?;
     for (src, dst) in [(null.as_raw_fd(), 0), (log.as_raw_fd(), 1), (log.as_raw_fd(), 2)] {
@@ -302,6 +302,7 @@ fn init_setup(spec: &SandboxSpec, log: &File, filter: &seccompiler::BpfProgram) 
     rootfs::build_inner(&Kernel, Path::new("."), spec.tmp_bytes)?;
     nix::unistd::sethostname(&spec.hostname).map_err(|e| Error::sys("sethostname", e))?;
     net::loopback_up()?;
+    let proxy = net::proxy_listener()?;
     caps::restrict()?;
     // SAFETY: prctl with constant arguments; no pointers involved.
     if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
@@ -312,5 +313,5 @@ fn init_setup(spec: &SandboxSpec, log: &File, filter: &seccompiler::BpfProgram) 
     // SAFETY: prctl with constant arguments.
     unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) };
     seccomp::apply(filter)?;
-    Ok(())
+    Ok(proxy)
 }

@@ -1,0 +1,287 @@
+//! Egress for live sandboxes: one [`TaskProxy`] per sandbox, serving the
+//! listening socket its init bound on `127.0.0.1:3128` inside the sandbox's
+//! network namespace; the task's policy, changeable while it runs; and the
+//! decision log, every attempt an `egress` event in the task's log.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use cairn_core::{EgressRules, EventKind, NewEvent, TaskId};
+use cairn_egress::{Attempt, Policy, ProxyConfig, SystemResolver, TaskProxy};
+use cairn_sandbox::native::{InitProcess, NativeDriver};
+use cairn_store::Store;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use tokio::sync::{mpsc, watch};
+
+use crate::config::EgressConfig;
+use crate::ApiError;
+
+/// Most decision-log entries written in one transaction.
+const LOG_BATCH: usize = 256;
+
+/// The proxies of the daemon's live sandboxes.
+pub struct Egress {
+    config: Arc<ProxyConfig>,
+    resolver: Arc<SystemResolver>,
+    running: Mutex<HashMap<TaskId, Running>>,
+}
+
+impl std::fmt::Debug for Egress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Egress").field("config", &self.config).finish_non_exhaustive()
+    }
+}
+
+struct Running {
+    init: InitProcess,
+    policy: watch::Sender<Arc<Policy>>,
+    proxy: TaskProxy,
+}
+
+/// Body of `POST /v1/tasks/{id}/egress`: rules to add (each moves out of
+/// the other list if it was there), after clearing both lists if asked.
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct PolicyUpdate {
+    #[serde(default)]
+    pub allow: Vec<String>,
+    #[serde(default)]
+    pub deny: Vec<String>,
+    #[serde(default)]
+    pub clear: bool,
+}
+
+impl PolicyUpdate {
+    /// The rules after this update, checked and normalised.
+    pub fn apply(&self, current: &EgressRules) -> Result<EgressRules, ApiError> {
+        let added = crate::config::egress_rules(&self.allow, &self.deny).map_err(|e| ApiError::bad_request(e.to_string()))?;
+        let mut rules = if self.clear { EgressRules::default() } else { current.clone() };
+        for r in added.allow {
+            rules.deny.retain(|d| *d != r);
+            if !rules.allow.contains(&r) {
+                rules.allow.push(r);
+            }
+        }
+        for r in added.deny {
+            rules.allow.retain(|a| *a != r);
+            if !rules.deny.contains(&r) {
+                rules.deny.push(r);
+            }
+        }
+        Ok(rules)
+    }
+}
+
+/// The policy the proxy enforces for stored rules (stored rules were
+/// checked when they were set; one that no longer parses denies all).
+pub fn policy_of(rules: &EgressRules) -> Policy {
+    Policy::parse(&rules.allow, &rules.deny).unwrap_or_else(|e| {
+        tracing::error!("stored egress rules do not parse ({e}); denying everything");
+        Policy::default()
+    })
+}
+
+/// What a command in the sandbox needs to find the proxy: set when the task
+/// may reach anything at all.
+pub fn proxy_environment(rules: &EgressRules) -> Vec<String> {
+    if rules.allow.is_empty() {
+        return Vec::new();
+    }
+    let url = format!("http://{}", cairn_sandbox::net::PROXY_ADDR);
+    ["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"]
+        .iter()
+        .map(|k| format!("{k}={url}"))
+        .chain(["NO_PROXY=localhost,127.0.0.1".to_owned(), "no_proxy=localhost,127.0.0.1".to_owned()])
+        .collect()
+}
+
+impl Egress {
+    /// `own` is the daemon's API address: the proxy never connects there.
+    pub fn new(config: &EgressConfig, own: SocketAddr) -> Egress {
+        let hosts: HashMap<_, _> = config.hosts.clone().into_iter().collect();
+        let proxy = ProxyConfig {
+            hosts: hosts.clone(),
+            allow_private: config.allow_private.clone(),
+            own_addrs: vec![own],
+            max_tunnels: config.max_connections,
+            idle_timeout: config.idle_timeout,
+            max_duration: config.max_duration,
+            handshake_timeout: config.handshake_timeout,
+            ..ProxyConfig::default()
+        };
+        Egress { config: Arc::new(proxy), resolver: Arc::new(SystemResolver::new(hosts)), running: Mutex::new(HashMap::new()) }
+    }
+
+    fn running(&self) -> std::sync::MutexGuard<'_, HashMap<TaskId, Running>> {
+        self.running.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Starts serving the proxy port of a sandbox that just started (or
+    /// survived a daemon restart). Its init hands over the listening socket.
+    pub async fn attach(&self, store: &Store, driver: &Arc<NativeDriver>, task: &TaskId, rules: &EgressRules, init: InitProcess) {
+        if self.running().get(task).is_some_and(|r| r.init == init) {
+            return;
+        }
+        let (d, id) = (driver.clone(), task.to_string());
+        let listener = match tokio::task::spawn_blocking(move || d.proxy_listener(&id)).await {
+            Ok(Ok(l)) => l,
+            Ok(Err(e)) => return tracing::error!(task = %task, "cannot serve the egress proxy: {e}"),
+            Err(e) => return tracing::error!(task = %task, "cannot serve the egress proxy: {e}"),
+        };
+        let (policy, policy_rx) = watch::channel(Arc::new(policy_of(rules)));
+        let (log_tx, log_rx) = mpsc::unbounded_channel();
+        let resolver: Arc<dyn cairn_egress::Resolver> = self.resolver.clone();
+        let proxy = match TaskProxy::start(listener, policy_rx, self.config.clone(), resolver, log_tx) {
+            Ok(p) => p,
+            Err(e) => return tracing::error!(task = %task, "cannot serve the egress proxy: {e}"),
+        };
+        tokio::spawn(write_decisions(store.clone(), task.clone(), log_rx));
+        // A replaced entry (a sandbox rebuilt by a rollback) stops here.
+        self.running().insert(task.clone(), Running { init, policy, proxy });
+    }
+
+    /// Stops the proxy of a sandbox that is going away. Its open
+    /// connections are closed and logged.
+    pub fn detach(&self, task: &TaskId) {
+        if let Some(r) = self.running().remove(task) {
+            tokio::spawn(r.proxy.shutdown());
+        }
+    }
+
+    /// Hands new rules to the task's proxy: tunnels they deny are cut.
+    pub fn update(&self, task: &TaskId, rules: &EgressRules) {
+        if let Some(r) = self.running().get(task) {
+            r.policy.send_replace(Arc::new(policy_of(rules)));
+        }
+    }
+
+    /// Stops every proxy (the daemon is stopping).
+    pub async fn shutdown(&self) {
+        let all: Vec<Running> = self.running().drain().map(|(_, r)| r).collect();
+        for r in all {
+            r.proxy.shutdown().await;
+        }
+    }
+}
+
+/// `GET /v1/tasks/{id}/egress`: the policy and every decision so far.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct EgressView {
+    pub task: TaskId,
+    pub allow: Vec<String>,
+    pub deny: Vec<String>,
+    pub decisions: Vec<Decision>,
+}
+
+/// One decision-log entry: when, and the attempt.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Decision {
+    pub seq: u64,
+    pub time_ms: i64,
+    #[serde(flatten)]
+    pub attempt: Attempt,
+}
+
+impl crate::tasks::Tasks {
+    pub async fn egress_view(&self, id: &str) -> Result<EgressView, ApiError> {
+        let task = self.find(id).await?;
+        let decisions = self
+            .store
+            .events(&task.id)
+            .await?
+            .into_iter()
+            .filter(|e| e.kind == EventKind::Egress)
+            .filter_map(|e| Some(Decision { seq: e.seq, time_ms: e.time_ms, attempt: serde_json::from_value(e.args).ok()? }))
+            .collect();
+        Ok(EgressView { task: task.id, allow: task.config.egress.allow, deny: task.config.egress.deny, decisions })
+    }
+
+    /// Changes a task's rules: stored with a `policy_update` event first,
+    /// then handed to its running proxy, which cuts what they now deny.
+    pub async fn update_egress(&self, id: &str, update: PolicyUpdate, actor: &str) -> Result<EgressView, ApiError> {
+        let task = self.find(id).await?;
+        let lock = self.lock_of(&task.id);
+        let _guard = lock.lock().await;
+        let mut task = self.find(task.id.as_str()).await?;
+        if task.state.is_terminal() {
+            return Err(ApiError::conflict(format!("task {} is {}; its egress policy cannot change", task.id, task.state)));
+        }
+        task.config.egress = update.apply(&task.config.egress)?;
+        let event = NewEvent {
+            task: task.id.clone(),
+            kind: EventKind::PolicyUpdate,
+            actor: actor.to_owned(),
+            args: json!({ "request": update, "allow": task.config.egress.allow, "deny": task.config.egress.deny }),
+            exit_code: None,
+            duration_ms: None,
+        };
+        self.store.set_config(&task.id, &task.config, &event).await?;
+        self.egress.update(&task.id, &task.config.egress);
+        drop(_guard);
+        self.egress_view(task.id.as_str()).await
+    }
+}
+
+/// Drains one proxy's attempts into the task's event log, in batches.
+async fn write_decisions(store: Store, task: TaskId, mut rx: mpsc::UnboundedReceiver<Attempt>) {
+    let mut batch = Vec::new();
+    while rx.recv_many(&mut batch, LOG_BATCH).await > 0 {
+        let events: Vec<NewEvent> = batch.drain(..).map(|a| decision_event(&task, &a)).collect();
+        if let Err(e) = store.append_events(&events).await {
+            tracing::error!(task = %task, "cannot write {} egress decisions: {e}", events.len());
+        }
+    }
+}
+
+fn decision_event(task: &TaskId, a: &Attempt) -> NewEvent {
+    NewEvent {
+        task: task.clone(),
+        kind: EventKind::Egress,
+        actor: "egress".to_owned(),
+        args: serde_json::to_value(a).unwrap_or_else(|e| json!({ "error": e.to_string() })),
+        exit_code: Some(if a.allowed { 0 } else { 1 }),
+        duration_ms: Some(a.duration_ms),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rules(allow: &[&str], deny: &[&str]) -> EgressRules {
+        EgressRules { allow: allow.iter().map(|s| s.to_string()).collect(), deny: deny.iter().map(|s| s.to_string()).collect() }
+    }
+
+    #[test]
+    fn update_moves_rules_between_lists_and_normalises() {
+        let current = rules(&["a.example.com", "b.example.com"], &[]);
+        let up = PolicyUpdate { allow: vec!["C.Example.com.".into()], deny: vec!["a.example.com".into()], clear: false };
+        let new = up.apply(&current).unwrap();
+        assert_eq!(new, rules(&["b.example.com", "c.example.com"], &["a.example.com"]));
+        let back = PolicyUpdate { allow: vec!["a.example.com".into()], ..Default::default() }.apply(&new).unwrap();
+        assert_eq!(back.deny, Vec::<String>::new());
+        let cleared = PolicyUpdate { clear: true, ..Default::default() }.apply(&new).unwrap();
+        assert_eq!(cleared, EgressRules::default());
+    }
+
+    #[test]
+    fn update_refuses_invalid_patterns_and_names_them() {
+        for bad in ["*", "*x.com", "a.*.com", "example.com:0", "example.com:99999", "10.0.0.1"] {
+            let err = PolicyUpdate { allow: vec![bad.into()], ..Default::default() }.apply(&EgressRules::default()).unwrap_err();
+            assert!(err.to_string().contains(bad), "{bad}: {err}");
+        }
+        assert!(PolicyUpdate { allow: vec!["*.example.com:8443".into()], ..Default::default() }.apply(&EgressRules::default()).is_ok());
+    }
+
+    #[test]
+    fn proxy_variables_only_with_an_allowlist() {
+        assert!(proxy_environment(&EgressRules::default()).is_empty());
+        assert!(proxy_environment(&rules(&[], &["x.com"])).is_empty());
+        let env = proxy_environment(&rules(&["pypi.org"], &[]));
+        for k in ["HTTP_PROXY=http://127.0.0.1:3128", "https_proxy=http://127.0.0.1:3128", "NO_PROXY=localhost,127.0.0.1"] {
+            assert!(env.contains(&k.to_owned()), "{k} in {env:?}");
+        }
+    }
+}
