@@ -1248,6 +1248,8 @@ async fn shutdown_closes_every_connection_and_logs_each_once() {
         .await
         .unwrap();
     let mut silent = proxy.client().await;
+    let mut half = proxy.client().await;
+    half.write_all(b"CONNECT half.test:44").await.unwrap();
     let until = Instant::now() + WAIT;
     while !world.seen().iter().any(|s| s.target == "/slow") {
         assert!(Instant::now() < until);
@@ -1272,11 +1274,13 @@ async fn shutdown_closes_every_connection_and_logs_each_once() {
         vec![
             ("allowed.test", 80, true, "proxy shut down"),
             ("echo.test", 7000, true, "proxy shut down"),
+            ("half.test", 44, false, "proxy shut down"),
             ("tls.test", 443, false, "proxy shut down"),
         ]
     );
+    assert_eq!(rest[2].status, None, "no answer to half a head");
     assert_eq!(rest[1].bytes_up, 5);
-    for s in [&mut echo, &mut gate, &mut slow, &mut silent] {
+    for s in [&mut echo, &mut gate, &mut slow, &mut silent, &mut half] {
         assert!(read_to_close(s).await.is_empty());
     }
     assert!(

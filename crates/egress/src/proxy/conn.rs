@@ -32,8 +32,11 @@ pub(crate) fn recorder(ctx: &Ctx, kind: AttemptKind, started: Instant) -> Record
 /// holds its place in the connection limit until then.
 pub(crate) async fn serve(ctx: Arc<Ctx>, stream: TcpStream, _permit: OwnedSemaphorePermit) {
     tokio::select! {
-        () = ctx.cancel.cancelled() => {}
+        // The connection first: while its head is read it handles shutdown
+        // itself, to log what was asked for.
+        biased;
         () = handle(&ctx, stream) => {}
+        () = ctx.cancel.cancelled() => {}
     }
 }
 
@@ -42,7 +45,11 @@ async fn handle(ctx: &Arc<Ctx>, mut stream: TcpStream) {
     let _ = stream.set_nodelay(true);
     let config = &ctx.config;
     let mut buf = Vec::new();
-    let error = match read_head(&mut stream, &mut buf, config.handshake_timeout).await {
+    let read = tokio::select! {
+        read = read_head(&mut stream, &mut buf, config.handshake_timeout) => read,
+        () = ctx.cancel.cancelled() => Err(HeadError::Shutdown),
+    };
+    let error = match read {
         Ok(head) => {
             return match head.target {
                 Target::Authority { .. } => tunnel::run(ctx, stream, head, buf, started).await,
@@ -50,7 +57,7 @@ async fn handle(ctx: &Arc<Ctx>, mut stream: TcpStream) {
             };
         }
         // A connection that asked for nothing is not an attempt.
-        Err(HeadError::Closed | HeadError::Io(_)) if buf.is_empty() => return,
+        Err(HeadError::Closed | HeadError::Io(_) | HeadError::Shutdown) if buf.is_empty() => return,
         Err(e) => e,
     };
     let g = guess(&buf);
@@ -68,6 +75,10 @@ async fn handle(ctx: &Arc<Ctx>, mut stream: TcpStream) {
         HeadError::Bad(e) => refuse(&mut stream, rec, 400, &e.to_string(), linger).await,
         HeadError::Closed => {
             rec.reason("client closed the connection before its request head was complete");
+            rec.finish();
+        }
+        HeadError::Shutdown => {
+            rec.reason("proxy shut down");
             rec.finish();
         }
         HeadError::Io(e) => {
@@ -94,7 +105,11 @@ pub(crate) async fn refuse_over_limit(
     let refusal = async {
         let wait = ctx.config.handshake_timeout.min(OVER_LIMIT_WAIT);
         let mut buf = Vec::new();
-        let rec = match read_head(&mut stream, &mut buf, wait).await {
+        let read = tokio::select! {
+            read = read_head(&mut stream, &mut buf, wait) => read,
+            () = ctx.cancel.cancelled() => Err(HeadError::Shutdown),
+        };
+        let rec = match read {
             Ok(head) => head_recorder(&ctx, &head, started),
             Err(_) => {
                 let g = guess(&buf);
@@ -103,11 +118,18 @@ pub(crate) async fn refuse_over_limit(
                 rec
             }
         };
-        refuse(&mut stream, rec, 429, &too_many(&ctx), wait).await;
+        let linger = if ctx.cancel.is_cancelled() {
+            Duration::ZERO
+        } else {
+            wait
+        };
+        refuse(&mut stream, rec, 429, &too_many(&ctx), linger).await;
     };
     tokio::select! {
-        () = ctx.cancel.cancelled() => {}
+        // Answered and logged even when the proxy is shutting down.
+        biased;
         () = refusal => {}
+        () = ctx.cancel.cancelled() => {}
     }
 }
 

@@ -22,6 +22,8 @@ pub(crate) enum HeadError {
     /// The parser refused it.
     Bad(Error),
     Io(io::Error),
+    /// The proxy is shutting down.
+    Shutdown,
 }
 
 /// Reads until `buf` holds a complete head (which it returns; bytes past
