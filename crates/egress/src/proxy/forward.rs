@@ -263,14 +263,14 @@ async fn forward(
     };
     let (sender, conn) = match client_http1::handshake(TokioIo::new(upstream)).await {
         Ok(pair) => pair,
-        Err(e) => return refused(rec, Refusal::new(502, format!("{name}: {e}"))),
+        Err(e) => return refused(rec, Refusal::new(502, format!("upstream {name}: {e}"))),
     };
     let upstream_req = match upstream_request(req, path, rec.meter().clone()) {
         Ok(r) => r,
         Err(r) => return refused(rec, r),
     };
     rec.allowed();
-    let (sender, mut conn, sent) = send(sender, conn, upstream_req, &name).await;
+    let (sender, conn, sent) = send(sender, conn, upstream_req, &name).await;
     let resp = match sent {
         Ok(resp) => resp,
         Err(r) => return refused(rec, r),
@@ -280,7 +280,7 @@ async fn forward(
     strip_hop_by_hop(&mut parts.headers);
     let body = UpstreamBody {
         inner: body,
-        conn: conn.take(),
+        conn,
         _sender: sender,
         meter: rec.meter().clone(),
         rec: Some(rec),
@@ -309,7 +309,9 @@ async fn send(
         tokio::pin!(sending);
         loop {
             tokio::select! {
-                r = &mut sending => break r.map_err(|e| Refusal::new(502, format!("{name} failed: {e}"))),
+                r = &mut sending => {
+                    break r.map_err(|e| Refusal::new(502, format!("upstream {name} failed: {e}")));
+                }
                 r = conn.as_mut(), if !conn_done => {
                     conn_done = true;
                     if let Err(e) = r {
@@ -531,5 +533,45 @@ impl UpstreamBody {
             }
             rec.finish();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hop_by_hop_headers_are_stripped() {
+        let mut h = HeaderMap::new();
+        for (name, value) in [
+            ("connection", "keep-alive, X-Secret, host, Content-Length"),
+            ("connection", "x-other"),
+            ("x-secret", "1"),
+            ("x-other", "1"),
+            ("x-kept", "1"),
+            ("host", "a.test"),
+            ("content-length", "3"),
+            ("keep-alive", "timeout=5"),
+            ("proxy-authorization", "Basic eDp5"),
+            ("proxy-connection", "keep-alive"),
+            ("te", "trailers"),
+            ("trailer", "x-sum"),
+            ("upgrade", "websocket"),
+        ] {
+            h.append(
+                HeaderName::from_static(name),
+                HeaderValue::from_static(value),
+            );
+        }
+        strip_hop_by_hop(&mut h);
+        let mut left: Vec<_> = h.keys().map(|k| k.as_str()).collect();
+        left.sort_unstable();
+        assert_eq!(left, ["content-length", "host", "x-kept"]);
+
+        let mut h = HeaderMap::new();
+        h.insert(TRANSFER_ENCODING, HeaderValue::from_static("chunked"));
+        h.insert(CONTENT_LENGTH, HeaderValue::from_static("10"));
+        strip_hop_by_hop(&mut h);
+        assert!(h.is_empty(), "framing is hyper's: {h:?}");
     }
 }
