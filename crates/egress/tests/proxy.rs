@@ -466,6 +466,38 @@ async fn tunnel_data_sent_with_the_connect_head_is_kept() {
 }
 
 #[tokio::test]
+async fn the_sni_is_normalised_before_it_is_compared() {
+    let world = World::new().await;
+    let mut proxy = world.proxy();
+    for sni in ["TLS.Test", "tls.test."] {
+        let mut s = proxy.tunnel("Tls.TEST:443").await;
+        s.write_all(&client_hello(sni)).await.unwrap();
+        let until = Instant::now() + WAIT;
+        while world.snis().is_empty() && Instant::now() < until {
+            sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(
+            world.snis().len(),
+            1,
+            "{sni}: the hello reached the upstream"
+        );
+        world.snis.lock().unwrap().clear();
+        drop(s);
+        let a = proxy.attempt().await;
+        assert!(a.allowed, "{sni}: {a:?}");
+        assert_eq!(a.host, "tls.test");
+    }
+    // Control: a name that differs only after normalising is still refused.
+    let mut s = proxy.tunnel("tls.test:443").await;
+    s.write_all(&client_hello("tls.test.other")).await.unwrap();
+    assert!(read_to_close(&mut s).await.is_empty());
+    assert_eq!(
+        proxy.attempt().await.reason,
+        "SNI tls.test.other does not match CONNECT host tls.test"
+    );
+}
+
+#[tokio::test]
 async fn an_unfinished_client_hello_times_out() {
     let world = World::new().await;
     let mut proxy = world.proxy_with(|c| c.handshake_timeout = Duration::from_millis(200));
