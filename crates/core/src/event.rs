@@ -98,4 +98,11 @@ pub struct Event {
     pub args: serde_json::Value,
     pub exit_code: Option<i32>,
     pub duration_ms: Option<u64>,
+    /// The hash of the entry before it in the task's ledger (64 zeros for
+    /// the first); absent in logs written before the ledger.
+    #[serde(default)]
+    pub prev_hash: Option<String>,
+    /// This entry's hash, chaining it to `prev_hash` (see `cairn-ledger`).
+    #[serde(default)]
+    pub hash: Option<String>,
 }

@@ -1,5 +1,6 @@
 //! Cairn's durable task state: tasks, their sandbox slots and their
-//! append-only event logs, in SQLite (a file under `$CAIRN_HOME`).
+//! append-only, hash-chained event logs with signed checkpoints, in SQLite
+//! (a file under `$CAIRN_HOME`).
 //!
 //! Every write is one statement or one transaction, so a crash at any point
 //! leaves either the old or the new state. Transactions that write begin
@@ -9,6 +10,7 @@
 //! `synchronous=FULL`: a call that returned has reached the disk.
 
 mod error;
+mod ledger;
 mod snapshots;
 mod sqlite;
 mod waits;

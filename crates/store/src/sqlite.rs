@@ -47,6 +47,7 @@ impl Store {
             .await
             .map_err(|e| Error::Open(path.to_owned(), e))?;
         sqlx::migrate!("./migrations").run(&pool).await.map_err(|e| Error::Migrate(path.to_owned(), e))?;
+        crate::ledger::backfill(&pool).await?;
         Ok(Store { pool, path: path.to_owned() })
     }
 
@@ -158,8 +159,12 @@ impl Store {
 
     /// Appends an event; returns its sequence number in the task's log.
     pub async fn append_event(&self, ev: &NewEvent) -> Result<u64> {
-        let mut conn = self.pool.acquire().await.map_err(|e| Error::Query("append event", e))?;
-        insert_event(&mut conn, ev).await.map_err(|e| Error::Query("append event", e))
+        let q = |e| Error::Query("append event", e);
+        // IMMEDIATE: the chain's head is read and extended under the write lock.
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(q)?;
+        let seq = insert_event(&mut tx, ev).await.map_err(q)?;
+        tx.commit().await.map_err(q)?;
+        Ok(seq)
     }
 
     /// Appends several events in one transaction (one fsync): the egress
@@ -308,24 +313,61 @@ impl Store {
     }
 }
 
-/// Appends `ev` with the next sequence number of its task's log, in one
-/// statement so two writers never take the same number.
+/// Appends `ev` as the next entry of its task's log, chained to the one
+/// before it (its `prev_hash`) with its own `hash` (see `cairn_ledger::chain`).
+///
+/// Runs inside the caller's transaction, which must have begun `IMMEDIATE`:
+/// the head is read and extended under the write lock, so two writers
+/// cannot fork the chain (and the primary key refuses a second entry with
+/// the same seq if one tried).
 pub(crate) async fn insert_event(conn: &mut sqlx::SqliteConnection, ev: &NewEvent) -> sqlx::Result<u64> {
-    let row = sqlx::query(
-        "INSERT INTO events (task_id, seq, time_ms, kind, actor, args, exit_code, duration_ms)
-         VALUES (?1, (SELECT COALESCE(MAX(seq), 0) + 1 FROM events WHERE task_id = ?1), ?2, ?3, ?4, ?5, ?6, ?7)
-         RETURNING seq",
+    let last = sqlx::query("SELECT seq, hash FROM events WHERE task_id = ? ORDER BY seq DESC LIMIT 1")
+        .bind(ev.task.as_str())
+        .fetch_optional(&mut *conn)
+        .await?;
+    let (seq, prev) = match last {
+        Some(r) => (r.get::<i64, _>(0) as u64 + 1, r.get::<Option<String>, _>(1)),
+        None => (1, Some(cairn_ledger::GENESIS.to_owned())),
+    };
+    let prev = prev.unwrap_or_else(|| {
+        // Only a database edited behind the daemon's back has a hashless
+        // head; the log stays writable and `cairn log --verify` names it.
+        tracing::warn!(task = %ev.task, seq = seq - 1, "the event log's last entry has no hash");
+        String::new()
+    });
+    // Hash what a reader will get back: the args as parsed from their text.
+    let args_text = ev.args.to_string();
+    let args = serde_json::from_str(&args_text).unwrap_or_else(|_| ev.args.clone());
+    let entry = Event {
+        seq,
+        task: ev.task.clone(),
+        time_ms: now_ms(),
+        kind: ev.kind,
+        actor: ev.actor.clone(),
+        args,
+        exit_code: ev.exit_code,
+        duration_ms: ev.duration_ms,
+        prev_hash: None,
+        hash: None,
+    };
+    let hash = cairn_ledger::entry_hash(&prev, &entry);
+    sqlx::query(
+        "INSERT INTO events (task_id, seq, time_ms, kind, actor, args, exit_code, duration_ms, prev_hash, hash)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
     )
     .bind(ev.task.as_str())
-    .bind(now_ms())
+    .bind(seq as i64)
+    .bind(entry.time_ms)
     .bind(ev.kind.as_str())
     .bind(&ev.actor)
-    .bind(ev.args.to_string())
+    .bind(args_text)
     .bind(ev.exit_code)
     .bind(ev.duration_ms.map(|d| d as i64))
-    .fetch_one(&mut *conn)
+    .bind(prev)
+    .bind(hash)
+    .execute(&mut *conn)
     .await?;
-    Ok(row.get::<i64, _>(0) as u64)
+    Ok(seq)
 }
 
 fn task_from_row(r: &SqliteRow) -> Result<Task> {
@@ -353,7 +395,7 @@ fn task_from_row(r: &SqliteRow) -> Result<Task> {
     })
 }
 
-fn event_from_row(r: &SqliteRow) -> Result<Event> {
+pub(crate) fn event_from_row(r: &SqliteRow) -> Result<Event> {
     let task: String = r.get("task_id");
     let kind: String = r.get("kind");
     let args: String = r.get("args");
@@ -366,6 +408,8 @@ fn event_from_row(r: &SqliteRow) -> Result<Event> {
         args: serde_json::from_str(&args).map_err(|e| Error::Corrupt("event args", e.to_string()))?,
         exit_code: r.get("exit_code"),
         duration_ms: r.get::<Option<i64>, _>("duration_ms").map(|d| d as u64),
+        prev_hash: r.get("prev_hash"),
+        hash: r.get("hash"),
     })
 }
 
