@@ -7,7 +7,7 @@ if [[ $(id -u) != 0 ]]; then
   echo "setup-debian.sh: run as root (Cairn builds namespaces, mounts and cgroups)" >&2
   exit 1
 fi
-pkgs=(e2fsprogs iproute2 util-linux procps python3 python3-pip busybox-static bubblewrap runc hyperfine curl ca-certificates build-essential pkg-config chromium)
+pkgs=(e2fsprogs iproute2 util-linux procps python3 python3-pip busybox-static bubblewrap runc hyperfine curl ca-certificates build-essential pkg-config chromium git sqlite3)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -27,6 +27,13 @@ fi
 if ! python3 -c 'import playwright.sync_api' 2>/dev/null; then
   echo "installing the playwright Python package"
   python3 -m pip install -q playwright 2>/dev/null || python3 -m pip install -q --break-system-packages playwright
+fi
+# Delivery records are checked with the reference DSSE and in-toto
+# implementations (securesystemslib, in-toto-attestation).
+if ! python3 -c 'import securesystemslib.dsse, in_toto_attestation.v1.statement' 2>/dev/null; then
+  echo "installing the securesystemslib, in-toto and in-toto-attestation Python packages"
+  python3 -m pip install -q 'securesystemslib[crypto]' in-toto in-toto-attestation 2>/dev/null ||
+    python3 -m pip install -q --break-system-packages 'securesystemslib[crypto]' in-toto in-toto-attestation
 fi
 if ! command -v cargo >/dev/null; then
   if [[ -x $HOME/.cargo/bin/cargo ]]; then

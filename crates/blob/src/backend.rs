@@ -19,6 +19,12 @@ pub enum Kind {
     Pack,
     Index,
     Manifest,
+    /// A delivered file, archive, patch or report, whole, keyed by its
+    /// SHA-256 (the digest its delivery record names). `gc` never
+    /// touches deliverables or records.
+    Deliverable,
+    /// A signed delivery record (DSSE envelope), keyed by the SHA-256 of its bytes.
+    Record,
 }
 
 impl Kind {
@@ -28,13 +34,15 @@ impl Kind {
             Kind::Pack => "packs",
             Kind::Index => "index",
             Kind::Manifest => "manifests",
+            Kind::Deliverable => "deliverables",
+            Kind::Record => "records",
         }
     }
 
     /// Packs and manifests are many, so they are fanned out over 256
     /// sub-directories by their first two hex digits; index files are few.
     fn fanned_out(self) -> bool {
-        matches!(self, Kind::Pack | Kind::Manifest)
+        matches!(self, Kind::Pack | Kind::Manifest | Kind::Deliverable)
     }
 }
 

@@ -29,6 +29,10 @@ pub enum EventKind {
     Egress,
     /// The task's egress policy changed.
     PolicyUpdate,
+    /// Deliverables stored with a signed record.
+    Delivery,
+    /// The task completed: its sandbox is gone, its records stay.
+    Complete,
 }
 
 impl EventKind {
@@ -52,6 +56,8 @@ impl EventKind {
             EventKind::Recovered => "recovered",
             EventKind::Egress => "egress",
             EventKind::PolicyUpdate => "policy_update",
+            EventKind::Delivery => "delivery",
+            EventKind::Complete => "complete",
         }
     }
 }
@@ -60,7 +66,7 @@ impl FromStr for EventKind {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
         use EventKind::*;
-        [Create, SandboxStart, Exec, Cp, Destroy, SandboxLost, Snapshot, Rollback, Fork, SnapshotExpired, ServiceStart, Wait, EventReceived, Suspend, Wake, Recovered, Egress, PolicyUpdate]
+        [Create, SandboxStart, Exec, Cp, Destroy, SandboxLost, Snapshot, Rollback, Fork, SnapshotExpired, ServiceStart, Wait, EventReceived, Suspend, Wake, Recovered, Egress, PolicyUpdate, Delivery, Complete]
             .into_iter()
             .find(|k| k.as_str() == s)
             .ok_or_else(|| format!("unknown event kind {s:?}"))

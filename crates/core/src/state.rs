@@ -99,6 +99,15 @@ impl TaskState {
         }
     }
 
+    /// `running | suspended | created -> completed`: the task's work was
+    /// delivered; its sandbox goes, its records and deliverables stay.
+    pub fn complete(self) -> Result<TaskState, Error> {
+        match self {
+            TaskState::Running | TaskState::Suspended | TaskState::Created => Ok(TaskState::Completed),
+            from => Err(Error::Transition { from, action: "complete" }),
+        }
+    }
+
     /// `any -> destroyed`, except from destroyed itself.
     pub fn destroy(self) -> Result<TaskState, Error> {
         match self {

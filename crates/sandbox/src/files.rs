@@ -243,6 +243,30 @@ pub fn kind_at(dir: &OwnedFd, name: &OsStr) -> Result<Kind> {
     })
 }
 
+/// Reads the regular file `name` in `dir` (a final symlink is refused, not
+/// followed), at most `limit` bytes.
+pub fn read_file(dir: &OwnedFd, name: &OsStr, limit: u64) -> Result<Vec<u8>> {
+    let c = cstr(name)?;
+    let what = || name.to_string_lossy().into_owned();
+    // SAFETY: valid dir fd and C string; the returned fd is owned below.
+    let fd = unsafe { libc::openat(dir.as_raw_fd(), c.as_ptr(), libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK) };
+    if fd < 0 {
+        return Err(Error::Io(format!("open {}", what()), io::Error::last_os_error()));
+    }
+    // SAFETY: `fd` is a fresh descriptor nothing else owns.
+    let file = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+    let meta = file.metadata().map_err(|e| Error::Io(format!("stat {}", what()), e))?;
+    if !meta.is_file() {
+        return Err(Error::Io(what(), io::Error::new(io::ErrorKind::InvalidInput, "not a regular file")));
+    }
+    if meta.len() > limit {
+        return Err(Error::Io(what(), io::Error::new(io::ErrorKind::FileTooLarge, format!("{} bytes is over the {limit}-byte limit", meta.len()))));
+    }
+    let mut data = Vec::with_capacity(meta.len() as usize);
+    file.take(limit + 1).read_to_end(&mut data).map_err(|e| Error::Io(format!("read {}", what()), e))?;
+    Ok(data)
+}
+
 /// Writes a sandbox subtree as a tar stream: `name` becomes the top entry.
 pub fn write_tar(dir: &OwnedFd, name: &OsStr, top: &Path, out: impl Write) -> Result<u64> {
     let mut builder = tar::Builder::new(out);

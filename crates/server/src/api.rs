@@ -21,6 +21,10 @@
 //! | GET, POST | /v1/tasks/{id}/inbox | the inbox; an operator's event ([`EventRequest`]) |
 //! | POST | /v1/tasks/{id}/suspend, /resume | suspend now; wake now |
 //! | GET | /v1/tasks/{id}/watch?after=SEQ | the event log as server-sent events, live |
+//! | GET | /v1/tasks/{id}/ledger | walk the hash chain, check it against the signed checkpoints |
+//! | POST | /v1/tasks/{id}/checkpoint | sign the chain's head now |
+//! | GET | /v1/keys | the node's public keys, current first |
+//! | POST | /v1/keys/rotate | a new signing key; the old public key stays |
 //! | GET, POST | /v1/images | list, import `{name, path}` |
 //!
 //! Without the bearer token (their own checks):
@@ -88,6 +92,14 @@ pub fn router(tasks: Arc<Tasks>, token: String) -> Router {
         .route("/v1/tasks/{id}/resume", axum::routing::post(resume))
         .route("/v1/tasks/{id}/watch", get(watch))
         .route("/v1/tasks/{id}/egress", get(show_egress).post(update_egress))
+        .route("/v1/tasks/{id}/ledger", get(ledger))
+        .route("/v1/tasks/{id}/checkpoint", axum::routing::post(checkpoint))
+        .route("/v1/tasks/{id}/deliveries", axum::routing::post(deliver))
+        .route("/v1/tasks/{id}/complete", axum::routing::post(complete))
+        .route("/v1/deliverables/{sha256}", get(deliverable))
+        .route("/v1/records/{id}", get(record))
+        .route("/v1/keys", get(keys))
+        .route("/v1/keys/rotate", axum::routing::post(rotate_key))
         .route("/v1/images", get(list_images).post(import_image))
         .route("/v1/images/{name}", delete(remove_image))
         .layer(middleware::from_fn(move |req, next| auth(token.clone(), req, next)))
@@ -323,6 +335,23 @@ async fn suspend(State(s): State<AppState>, Path(id): Path<String>, headers: Hea
     Ok(Json(json!(s.tasks.suspend(&id, &actor(&headers)).await?)))
 }
 
+async fn deliver(State(s): State<AppState>, Path(id): Path<String>, headers: HeaderMap, bytes: axum::body::Bytes) -> Result<Json<Value>, ApiError> {
+    let req: crate::deliver::DeliverRequest = body("delivery", &bytes)?;
+    Ok(Json(json!(s.tasks.deliver_outputs(&id, req, &actor(&headers)).await?)))
+}
+
+async fn complete(State(s): State<AppState>, Path(id): Path<String>, headers: HeaderMap) -> Result<Json<Value>, ApiError> {
+    Ok(Json(json!(s.tasks.complete(&id, &actor(&headers)).await?)))
+}
+
+async fn deliverable(State(s): State<AppState>, Path(sha): Path<String>) -> Result<Vec<u8>, ApiError> {
+    Ok(s.tasks.deliverable(&sha).await?.to_vec())
+}
+
+async fn record(State(s): State<AppState>, Path(id): Path<String>) -> Result<Vec<u8>, ApiError> {
+    Ok(s.tasks.record(&id).await?.to_vec())
+}
+
 async fn show_egress(State(s): State<AppState>, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
     Ok(Json(json!(s.tasks.egress_view(&id).await?)))
 }
@@ -330,6 +359,24 @@ async fn show_egress(State(s): State<AppState>, Path(id): Path<String>) -> Resul
 async fn update_egress(State(s): State<AppState>, Path(id): Path<String>, headers: HeaderMap, bytes: axum::body::Bytes) -> Result<Json<Value>, ApiError> {
     let update: crate::egress::PolicyUpdate = body("egress policy", &bytes)?;
     Ok(Json(json!(s.tasks.update_egress(&id, update, &actor(&headers)).await?)))
+}
+
+async fn ledger(State(s): State<AppState>, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
+    Ok(Json(json!(s.tasks.ledger_report(&id).await?)))
+}
+
+async fn checkpoint(State(s): State<AppState>, Path(id): Path<String>, headers: HeaderMap) -> Result<Response, ApiError> {
+    let task = s.tasks.find(&id).await?;
+    let view = s.tasks.checkpoint(&task.id, &actor(&headers)).await?;
+    Ok((StatusCode::CREATED, Json(view)).into_response())
+}
+
+async fn keys(State(s): State<AppState>) -> Json<Value> {
+    Json(json!(s.tasks.public_keys()))
+}
+
+async fn rotate_key(State(s): State<AppState>, headers: HeaderMap) -> Result<Json<Value>, ApiError> {
+    Ok(Json(json!(s.tasks.rotate_key(&actor(&headers))?)))
 }
 
 async fn resume(State(s): State<AppState>, Path(id): Path<String>, headers: HeaderMap) -> Result<Json<Value>, ApiError> {

@@ -7,6 +7,9 @@
 //! - [`exec`]: commands over a WebSocket, streamed as they run.
 //! - [`snapshots`]: snapshots, rollback in place, forks, retention, check, gc.
 //! - [`egress`]: each live sandbox's allowlist proxy and its decision log.
+//! - [`deliver`]: deliverables into the blob store, signed delivery records, completion.
+//! - [`ledger`]: each task's hash-chained log, signed checkpoints, the
+//!   node's signing keys.
 //! - [`api`]: routes, authentication, errors as JSON.
 //!
 //! [`Daemon::start`] runs everything on the caller's tokio runtime, so the
@@ -14,12 +17,14 @@
 
 pub mod api;
 pub mod config;
+pub mod deliver;
 pub mod egress;
 mod error;
 pub mod exec;
 mod files;
 pub mod gateway;
 pub mod home;
+pub mod ledger;
 mod reaper;
 mod services;
 pub mod snapshots;
@@ -47,6 +52,8 @@ pub enum StartError {
     Sandbox(#[from] cairn_sandbox::Error),
     #[error("blob store: {0}")]
     Blob(#[from] cairn_blob::Error),
+    #[error("signing keys: {0}")]
+    Keys(#[from] cairn_ledger::Error),
     #[error("config: {0}")]
     Config(String),
     #[error("cannot listen on {0}: {1}")]

@@ -158,7 +158,7 @@ impl Drop for ProgressSink {
     }
 }
 
-fn blob_error(e: cairn_blob::Error) -> ApiError {
+pub(crate) fn blob_error(e: cairn_blob::Error) -> ApiError {
     match e {
         cairn_blob::Error::NoSpace(_) => ApiError::new(axum::http::StatusCode::INSUFFICIENT_STORAGE, e.to_string()),
         _ => ApiError::internal(e.to_string()),
@@ -348,7 +348,7 @@ impl Tasks {
 
     /// Expires the task's snapshots its retention policy no longer keeps;
     /// returns them (without deleting anything when `dry_run`).
-    async fn apply_retention(&self, task: &TaskId, dry_run: bool) -> Result<Vec<Snapshot>, ApiError> {
+    pub(crate) async fn apply_retention(&self, task: &TaskId, dry_run: bool) -> Result<Vec<Snapshot>, ApiError> {
         let t = self.store.find_task(task.as_str()).await?;
         let snaps = self.store.snapshots(task).await?;
         let expired: Vec<Snapshot> = t.config.retention.expired(&snaps, now_ms()).into_iter().cloned().collect();

@@ -116,6 +116,8 @@ pub struct Tasks {
     pub snaps: crate::snapshots::SnapshotState,
     /// Signs approval links.
     pub link_key: crate::gateway::approval::LinkKey,
+    /// The node's ledger signing keys (`$CAIRN_HOME/keys/`).
+    pub keys: std::sync::Mutex<cairn_ledger::NodeKeys>,
     /// The daemon's base URL (for webhook and approval links), once bound.
     pub base_url: std::sync::OnceLock<String>,
     /// Commands running per task: a task is not idle while one runs.
@@ -147,6 +149,7 @@ impl Tasks {
             .map_err(|e| StartError::Config(e.to_string()))?;
         let link_key = crate::gateway::approval::LinkKey::load_or_create(&home.root().join("approval.key"))
             .map_err(|e| StartError::Config(e.to_string()))?;
+        let keys = cairn_ledger::NodeKeys::load_or_create(&home.root().join("keys"))?;
         let (defaults, pool) = (config.defaults, config.disk_pool);
         let driver = tokio::task::spawn_blocking(move || -> Result<NativeDriver, cairn_sandbox::Error> {
             images2.cleanup()?;
@@ -161,6 +164,7 @@ impl Tasks {
             driver: Arc::new(driver),
             snaps: crate::snapshots::SnapshotState::new(repo, risk, config.gc_grace),
             link_key,
+            keys: std::sync::Mutex::new(keys),
             base_url: std::sync::OnceLock::new(),
             busy: Mutex::new(HashMap::new()),
             defaults,

@@ -1,0 +1,191 @@
+//! `cairn deliver` and `cairn verify`.
+//!
+//! `deliver` asks the daemon to store the deliverables and sign a record;
+//! with `--out` it also writes them and `record.json` to a local directory.
+//! `verify` checks a record on its own: the DSSE signature against the
+//! node's public keys, every deliverable's SHA-256 (next to the record, or
+//! from the daemon's store), and, when the daemon is reachable, that the
+//! task's ledger still has the head the record names.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{anyhow, bail, Context, Result};
+use reqwest::Method;
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+
+use crate::client::{error_message, Client};
+
+pub struct DeliverArgs {
+    pub task: String,
+    pub files: Vec<String>,
+    pub archive: Option<String>,
+    pub patch: bool,
+    pub report: Option<String>,
+    pub out: Option<PathBuf>,
+    pub complete: bool,
+}
+
+fn sha256_hex(data: &[u8]) -> String {
+    Sha256::digest(data).iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Raw bytes of a GET.
+async fn get_bytes(client: &Client, path: &str) -> Result<Vec<u8>> {
+    let resp = client.request(Method::GET, path).send().await.map_err(|e| client.connect_error(e))?;
+    let status = resp.status();
+    let body = resp.bytes().await.map_err(|e| anyhow!("reading the daemon's answer: {e}"))?;
+    if !status.is_success() {
+        bail!("{}", error_message(status, &body));
+    }
+    Ok(body.to_vec())
+}
+
+/// A file name from a record that is safe to join to a directory.
+fn plain_name(name: &str) -> Result<&str> {
+    if name.is_empty() || name == "." || name == ".." || name.contains('/') || name.contains('\0') {
+        bail!("the record names a deliverable {name:?}, which is not a plain file name");
+    }
+    Ok(name)
+}
+
+pub async fn deliver(client: &Client, a: DeliverArgs) -> Result<Value> {
+    if let Some(out) = &a.out {
+        if out.exists() && std::fs::read_dir(out).map(|mut d| d.next().is_some()).unwrap_or(true) {
+            bail!("--out {}: the directory exists and is not empty", out.display());
+        }
+    }
+    let body = json!({ "files": a.files, "archive": a.archive, "patch": a.patch, "report": a.report, "complete": a.complete });
+    let v = client.post(&format!("/v1/tasks/{}/deliveries", a.task), &body).await?;
+    if let Some(out) = &a.out {
+        std::fs::create_dir_all(out).with_context(|| format!("--out {}", out.display()))?;
+        for d in v["deliverables"].as_array().into_iter().flatten() {
+            let (name, sha) = (plain_name(d["name"].as_str().unwrap_or_default())?, d["sha256"].as_str().unwrap_or_default());
+            let data = get_bytes(client, &format!("/v1/deliverables/{sha}")).await?;
+            if sha256_hex(&data) != sha {
+                bail!("deliverable {name} came back from the store with another digest");
+            }
+            std::fs::write(out.join(name), data).with_context(|| format!("write {}", out.join(name).display()))?;
+        }
+        let record = get_bytes(client, &format!("/v1/records/{}", v["record_id"].as_str().unwrap_or_default())).await?;
+        std::fs::write(out.join("record.json"), record).with_context(|| format!("write {}", out.join("record.json").display()))?;
+    }
+    Ok(v)
+}
+
+pub fn delivery_summary(v: &Value, out: Option<&Path>) -> String {
+    let mut lines = vec![format!("delivered from {}: record {}", v["task"].as_str().unwrap_or("?"), v["record_id"].as_str().unwrap_or("?"))];
+    for d in v["deliverables"].as_array().into_iter().flatten() {
+        lines.push(format!(
+            "  {:<8} {:<28} {:>10} bytes  sha256:{}",
+            d["kind"].as_str().unwrap_or("?"),
+            d["name"].as_str().unwrap_or("?"),
+            d["size"],
+            d["sha256"].as_str().unwrap_or("?")
+        ));
+    }
+    lines.push(format!("  ledger head at entry {}: {}", v["ledger_seq"], v["ledger_head"].as_str().unwrap_or("?")));
+    if let Some(out) = out {
+        lines.push(format!("  written to {} (with record.json)", out.display()));
+    }
+    if v["completed"] == json!(true) {
+        lines.push("  task completed: its sandbox and scratch space are gone".into());
+    }
+    lines.join("\n")
+}
+
+/// The keys a record may be signed with: `--key` (hex, or a file holding
+/// hex or `cairn --json key show` output), else every key the daemon has
+/// used.
+async fn verifying_keys(client: Option<&Client>, key: Option<&str>) -> Result<Vec<(String, cairn_ledger::VerifyingKey)>> {
+    if let Some(k) = key {
+        let text = if Path::new(k).is_file() { std::fs::read_to_string(k).with_context(|| format!("--key {k}"))? } else { k.to_owned() };
+        return cairn_ledger::parse_public_key(text.trim()).map_err(|e| anyhow!("--key: {e}"));
+    }
+    let client = client.ok_or_else(|| anyhow!("no key to check the signature with: give --key PUBKEY (`cairn key show` prints it)"))?;
+    let keys: Value = client.get("/v1/keys").await.map_err(|e| anyhow!("no --key given and cannot get the node's keys from the daemon: {e}"))?;
+    cairn_ledger::parse_public_key(&keys.to_string()).map_err(|e| anyhow!("the daemon's keys: {e}"))
+}
+
+/// What `verify` found; every check passed when this is returned.
+pub async fn verify(client: Option<&Client>, record: &Path, key: Option<&str>) -> Result<Value> {
+    let text = std::fs::read(record).with_context(|| format!("cannot read record {}", record.display()))?;
+    let envelope: cairn_ledger::Envelope =
+        serde_json::from_slice(&text).map_err(|e| anyhow!("{} is not a delivery record (a DSSE envelope): {e}", record.display()))?;
+    let keys = verifying_keys(client, key).await?;
+    let key_id = envelope.verify(&keys).map_err(|e| anyhow!("record signature: {e}"))?;
+    let payload = envelope.payload().map_err(|e| anyhow!("record payload: {e}"))?;
+    let statement: Value = serde_json::from_slice(&payload).map_err(|e| anyhow!("record payload is not an in-toto statement: {e}"))?;
+    if statement["_type"] != json!(cairn_ledger::STATEMENT_TYPE) {
+        bail!("record payload has _type {}, not {}", statement["_type"], cairn_ledger::STATEMENT_TYPE);
+    }
+    let pred = &statement["predicate"];
+    let task = pred["task"]["id"].as_str().ok_or_else(|| anyhow!("record names no task"))?.to_owned();
+
+    // Each deliverable: next to the record, else from the daemon's store.
+    let dir = record.parent().unwrap_or(Path::new("."));
+    let mut checked = Vec::new();
+    for s in statement["subject"].as_array().into_iter().flatten() {
+        let name = plain_name(s["name"].as_str().unwrap_or_default())?;
+        let want = s["digest"]["sha256"].as_str().ok_or_else(|| anyhow!("deliverable {name}: the record gives no sha256"))?;
+        let local = dir.join(name);
+        let (data, from) = if local.exists() {
+            (std::fs::read(&local).with_context(|| format!("read {}", local.display()))?, "next to the record")
+        } else if let Some(c) = client {
+            let data = get_bytes(c, &format!("/v1/deliverables/{want}"))
+                .await
+                .map_err(|e| anyhow!("deliverable {name}: not next to the record, and the store: {e}"))?;
+            (data, "from the store")
+        } else {
+            bail!("deliverable {name}: not next to the record and no daemon to fetch it from");
+        };
+        let got = sha256_hex(&data);
+        if got != want {
+            bail!("deliverable {name} ({from}) does not match the record: its sha256 is {got}, the record says {want}");
+        }
+        checked.push(json!({ "name": name, "sha256": want, "from": from }));
+    }
+
+    // The signed checkpoint inside the record, and the live ledger.
+    let seq = pred["ledger"]["seq"].as_u64().ok_or_else(|| anyhow!("record names no ledger entry"))?;
+    let head = pred["ledger"]["head"].as_str().ok_or_else(|| anyhow!("record names no ledger head"))?.to_owned();
+    let checkpoint: cairn_ledger::Envelope =
+        serde_json::from_value(pred["ledger"]["checkpoint"].clone()).map_err(|e| anyhow!("record's ledger checkpoint: {e}"))?;
+    checkpoint.verify(&keys).map_err(|e| anyhow!("record's ledger checkpoint signature: {e}"))?;
+    let cp: Value = serde_json::from_slice(&checkpoint.payload().map_err(|e| anyhow!("record's ledger checkpoint: {e}"))?)?;
+    if cp["head"] != json!(head) || cp["seq"] != json!(seq) || cp["task"] != json!(task) {
+        bail!("record's ledger checkpoint names entry {} head {}, the record entry {seq} head {head}", cp["seq"], cp["head"]);
+    }
+    let ledger = match client {
+        Some(c) => match c.get::<Value>(&format!("/v1/tasks/{task}/ledger")).await {
+            Ok(l) => {
+                if l["ok"] != json!(true) {
+                    bail!("ledger of {task}: {}", l["problem"].as_str().unwrap_or("does not verify"));
+                }
+                let at = l["hashes"].as_array().into_iter().flatten().find(|h| h[0] == json!(seq)).map(|h| h[1].clone());
+                match at {
+                    Some(h) if h == json!(head) => json!({ "checked": true, "seq": seq, "head": head }),
+                    Some(h) => bail!("ledger of {task} at entry {seq} is {}, the record names {head}", h.as_str().unwrap_or("?")),
+                    None => bail!("ledger of {task} has no entry {seq}, which the record names"),
+                }
+            }
+            Err(e) => json!({ "checked": false, "why": e.to_string(), "seq": seq, "head": head }),
+        },
+        None => json!({ "checked": false, "why": "no daemon", "seq": seq, "head": head }),
+    };
+    Ok(json!({ "record": record.display().to_string(), "task": task, "key_id": key_id, "deliverables": checked, "ledger": ledger }))
+}
+
+pub fn verify_summary(v: &Value) -> String {
+    let mut lines = vec![format!("record {} verified: signed by node key {}", v["record"].as_str().unwrap_or("?"), v["key_id"].as_str().unwrap_or("?"))];
+    for d in v["deliverables"].as_array().into_iter().flatten() {
+        lines.push(format!("  {} matches sha256:{} ({})", d["name"].as_str().unwrap_or("?"), d["sha256"].as_str().unwrap_or("?"), d["from"].as_str().unwrap_or("?")));
+    }
+    let l = &v["ledger"];
+    if l["checked"] == json!(true) {
+        lines.push(format!("  ledger of {} has head {} at entry {}", v["task"].as_str().unwrap_or("?"), l["head"].as_str().unwrap_or("?"), l["seq"]));
+    } else {
+        lines.push(format!("  ledger not checked ({}): the record's signed checkpoint names entry {}", l["why"].as_str().unwrap_or("?"), l["seq"]));
+    }
+    lines.join("\n")
+}

@@ -1,0 +1,94 @@
+//! `cairn log ID --verify` and `--checkpoint`, `cairn key show` and
+//! `rotate`: the client side of the ledger.
+
+use anyhow::{anyhow, Result};
+use serde_json::{json, Value};
+
+use crate::client::Client;
+use crate::output::time;
+
+fn str_of<'a>(v: &'a Value, key: &str) -> &'a str {
+    v[key].as_str().unwrap_or("-")
+}
+
+/// Walks the task's chain on the daemon. Exits non-zero with one line
+/// naming the first bad entry.
+pub async fn verify(client: &Client, task: &str, json_out: bool) -> Result<u8> {
+    let v: Value = client.get(&format!("/v1/tasks/{task}/ledger")).await?;
+    let id = str_of(&v, "task");
+    if json_out {
+        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+    }
+    if v["ok"] != true {
+        let problem = v["problem"].as_str().unwrap_or("the ledger does not verify");
+        if json_out {
+            eprintln!("cairn: ledger of {id}: {problem}");
+            return Ok(1);
+        }
+        return Err(anyhow!("ledger of {id}: {problem}"));
+    }
+    if !json_out {
+        let head = match (v["head_seq"].as_u64(), v["head"].as_str()) {
+            (Some(seq), Some(h)) => format!("head {seq} {h}"),
+            _ => "empty".to_owned(),
+        };
+        let checkpoint = match v["checkpoint"].as_object() {
+            Some(c) => {
+                let n = v["checkpoints"].as_u64().unwrap_or(1);
+                let all = if n > 1 { format!(" ({n} checkpoints, all verified)") } else { String::new() };
+                format!("checkpoint at seq {} verified, signed by key {} at {}{all}", c["seq"], str_of(&v["checkpoint"], "key_id"), time(&c["time_ms"]))
+            }
+            None => format!("no checkpoint yet (`cairn log {id} --checkpoint` signs one)"),
+        };
+        println!("ledger of {id}: {} entries, {head}, {checkpoint}", v["entries"]);
+    }
+    Ok(0)
+}
+
+/// Signs the task's chain head now.
+pub async fn checkpoint(client: &Client, task: &str, json_out: bool) -> Result<u8> {
+    let v = client.post(&format!("/v1/tasks/{task}/checkpoint"), &json!({})).await?;
+    if json_out {
+        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+    } else {
+        println!(
+            "checkpoint of {} at seq {}: head {}, signed by key {} at {}",
+            str_of(&v, "task"),
+            v["seq"],
+            str_of(&v, "head"),
+            str_of(&v, "key_id"),
+            time(&v["time_ms"])
+        );
+    }
+    Ok(0)
+}
+
+/// The current key; with `--json`, every key the node has used.
+pub async fn key_show(client: &Client, json_out: bool) -> Result<u8> {
+    let v: Value = client.get("/v1/keys").await?;
+    if json_out {
+        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+        return Ok(0);
+    }
+    let keys = v.as_array().cloned().unwrap_or_default();
+    let current = keys.iter().find(|k| k["current"] == true).ok_or_else(|| anyhow!("the daemon reported no current key"))?;
+    println!("key id:     {}", str_of(current, "key_id"));
+    println!("public key: {}", str_of(current, "public_key"));
+    println!("created:    {}", time(&current["created_ms"]));
+    if keys.len() > 1 {
+        println!("({} older key(s) kept to verify what they signed: cairn --json key show)", keys.len() - 1);
+    }
+    Ok(0)
+}
+
+/// A new signing key; the old public keys stay.
+pub async fn key_rotate(client: &Client, json_out: bool) -> Result<u8> {
+    let v = client.post("/v1/keys/rotate", &json!({})).await?;
+    if json_out {
+        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+    } else {
+        println!("new signing key {}, public key {}", str_of(&v, "key_id"), str_of(&v, "public_key"));
+        println!("older keys stay known: what they signed still verifies");
+    }
+    Ok(0)
+}

@@ -1,0 +1,359 @@
+//! Delivery: what a task made, copied out of its sandbox into the blob
+//! store (each deliverable whole, keyed by its SHA-256), a signed record of
+//! it, and the teardown that completes the task.
+//!
+//! The record is an in-toto Statement v1 whose subjects are the
+//! deliverables and whose predicate names the task, its image, its
+//! snapshot chain, the ledger head and its signed checkpoint, the egress
+//! policy and the times; it is signed by the node key in a DSSE envelope.
+
+pub mod patch;
+
+use std::ffi::OsStr;
+use std::path::Path;
+use std::time::Instant;
+
+use cairn_blob::Kind;
+use cairn_core::{EventKind, NewEvent, SandboxState, Task, TaskId};
+use cairn_sandbox::files::{self, SandboxRoot};
+use cairn_sandbox::native::NativeDriver;
+use cairn_sandbox::proto::{self, ExecRequest, Reply};
+use cairn_store::now_ms;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+
+use crate::tasks::{Live, TaskView, Tasks};
+use crate::snapshots::blob_error;
+use crate::{reaper, ApiError};
+
+/// Largest single deliverable: it is held in memory while it is hashed
+/// and stored.
+pub const MAX_DELIVERABLE: u64 = 1 << 30;
+/// What the record's predicate is.
+pub const PREDICATE_TYPE: &str = "https://cairn.dev/delivery/v1";
+/// The DSSE payload type of an in-toto statement.
+pub const STATEMENT_PAYLOAD_TYPE: &str = "application/vnd.in-toto+json";
+pub const STATEMENT_TYPE: &str = "https://in-toto.io/Statement/v1";
+
+/// Body of `POST /v1/tasks/{id}/deliveries`. Paths are inside the sandbox.
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeliverRequest {
+    #[serde(default)]
+    pub files: Vec<String>,
+    /// A directory, delivered as `NAME.tar.zst`.
+    pub archive: Option<String>,
+    /// A unified diff of the workspace.
+    #[serde(default)]
+    pub patch: bool,
+    pub report: Option<String>,
+    /// Then complete the task: sandbox and scratch space go.
+    #[serde(default)]
+    pub complete: bool,
+}
+
+/// One deliverable as recorded.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Deliverable {
+    /// Its file name in the record and in `--out`.
+    pub name: String,
+    /// `file`, `archive`, `patch` or `report`.
+    pub kind: String,
+    /// Where it came from in the sandbox.
+    pub source: String,
+    pub sha256: String,
+    pub size: u64,
+}
+
+/// The answer of a delivery.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct DeliveryView {
+    pub task: TaskId,
+    /// SHA-256 of the record's bytes, its key in the blob store.
+    pub record_id: String,
+    /// The DSSE envelope, as stored.
+    pub record: Value,
+    pub deliverables: Vec<Deliverable>,
+    pub ledger_seq: u64,
+    pub ledger_head: String,
+    pub completed: bool,
+}
+
+pub fn sha256_hex(data: &[u8]) -> String {
+    let mut h = Sha256::new();
+    h.update(data);
+    h.finalize().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn file_error(what: &str, e: cairn_sandbox::Error) -> ApiError {
+    match &e {
+        cairn_sandbox::Error::Io(_, io) if io.kind() == std::io::ErrorKind::NotFound => ApiError::not_found(format!("{what}: no such file in the sandbox")),
+        cairn_sandbox::Error::PathEscape(_) => ApiError::bad_request(format!("{what}: the path leaves the sandbox root")),
+        _ => ApiError::bad_request(format!("{what}: {e}")),
+    }
+}
+
+fn base_name(path: &str) -> Result<String, ApiError> {
+    Path::new(path)
+        .file_name()
+        .and_then(OsStr::to_str)
+        .filter(|n| !n.is_empty() && *n != "." && *n != "..")
+        .map(str::to_owned)
+        .ok_or_else(|| ApiError::bad_request(format!("{path:?} does not name a file")))
+}
+
+/// Reads the deliverables named by paths, in the blocking pool.
+fn collect_from_sandbox(driver: &NativeDriver, live: Live, req: &DeliverRequest) -> Result<Vec<(Deliverable, Vec<u8>)>, ApiError> {
+    let root = SandboxRoot::new(driver.open_root(live.init)?);
+    let mut out = Vec::new();
+    let read = |path: &str, kind: &str| -> Result<(Deliverable, Vec<u8>), ApiError> {
+        let what = format!("--{} {path}", if kind == "report" { "report" } else { "file" });
+        let l = root.locate(path).map_err(|e| file_error(&what, e))?;
+        let data = files::read_file(&l.dir, &l.name, MAX_DELIVERABLE).map_err(|e| file_error(&what, e))?;
+        let d = Deliverable { name: base_name(path)?, kind: kind.into(), source: path.into(), sha256: sha256_hex(&data), size: data.len() as u64 };
+        Ok((d, data))
+    };
+    for f in &req.files {
+        out.push(read(f, "file")?);
+    }
+    if let Some(r) = &req.report {
+        out.push(read(r, "report")?);
+    }
+    if let Some(dir) = &req.archive {
+        let what = format!("--archive {dir}");
+        let l = root.locate(dir).map_err(|e| file_error(&what, e))?;
+        match files::kind_at(&l.dir, &l.name).map_err(|e| file_error(&what, e))? {
+            files::Kind::Dir => {}
+            files::Kind::Missing => return Err(ApiError::not_found(format!("{what}: no such directory in the sandbox"))),
+            _ => return Err(ApiError::bad_request(format!("{what}: not a directory"))),
+        }
+        let mut enc = zstd::Encoder::new(Vec::new(), 3).map_err(|e| ApiError::internal(format!("zstd: {e}")))?;
+        files::write_tar(&l.dir, &l.name, Path::new(&l.name), &mut enc).map_err(|e| file_error(&what, e))?;
+        let data = enc.finish().map_err(|e| ApiError::internal(format!("zstd: {e}")))?;
+        if data.len() as u64 > MAX_DELIVERABLE {
+            return Err(ApiError::bad_request(format!("{what}: the archive is over the {MAX_DELIVERABLE}-byte limit")));
+        }
+        let name = format!("{}.tar.zst", l.name.to_string_lossy());
+        out.push((Deliverable { name, kind: "archive".into(), source: dir.clone(), sha256: sha256_hex(&data), size: data.len() as u64 }, data));
+    }
+    Ok(out)
+}
+
+impl Tasks {
+    /// Runs a command in the sandbox; returns (exit code, stdout, stderr).
+    async fn capture(&self, task: &Task, argv: Vec<String>) -> Result<(i32, Vec<u8>, Vec<u8>), ApiError> {
+        let env = crate::exec::environment(&task.config, &[], task.id.as_str(), false)?;
+        let req = ExecRequest { argv, env, cwd: "/".into(), tty: None };
+        let driver = self.driver.clone();
+        let tid = task.id.to_string();
+        tokio::task::spawn_blocking(move || -> Result<(i32, Vec<u8>, Vec<u8>), ApiError> {
+            use std::io::{Read, Seek};
+            use std::os::fd::AsRawFd;
+            let io = |e: std::io::Error| ApiError::internal(format!("capture output: {e}"));
+            let (mut out, mut err) = (tempfile::tempfile().map_err(io)?, tempfile::tempfile().map_err(io)?);
+            let null = std::fs::File::open("/dev/null").map_err(io)?;
+            let code = match driver.exec(&tid, &req, &[null.as_raw_fd(), out.as_raw_fd(), err.as_raw_fd()])? {
+                Ok(running) => match proto::recv::<Reply>(&running.conn)? {
+                    Some((Reply::Exited { code, signal }, _)) => code.unwrap_or(128 + signal.unwrap_or(0)),
+                    other => return Err(ApiError::internal(format!("unexpected answer from the sandbox: {other:?}"))),
+                },
+                Err(message) => return Err(ApiError::internal(message)),
+            };
+            let (mut o, mut e) = (Vec::new(), Vec::new());
+            out.rewind().map_err(io)?;
+            out.read_to_end(&mut o).map_err(io)?;
+            err.rewind().map_err(io)?;
+            err.read_to_end(&mut e).map_err(io)?;
+            Ok((code, o, e))
+        })
+        .await?
+    }
+
+    /// The workspace patch: git's view when the working directory is in a
+    /// repository, else the writable layer against the base image.
+    async fn workspace_patch(&self, task: &Task) -> Result<(Deliverable, Vec<u8>), ApiError> {
+        let argv = vec!["sh".into(), "-c".into(), patch::GIT_DIFF.into(), "cairn-patch".into(), task.config.workdir.clone()];
+        let (code, out, err) = self.capture(task, argv).await?;
+        let (data, source) = match code {
+            0 => (out, format!("git diff in {}", task.config.workdir)),
+            3 => {
+                let image = self.image(&task.config.image).await?;
+                let disk = self.driver.paths(task.id.as_str()).disk_mount;
+                let layers: Vec<patch::LayerDirs> = NativeDriver::layers(&image).iter().map(|l| patch::LayerDirs::of(&disk, l)).collect();
+                let diff = tokio::task::spawn_blocking(move || patch::layer_diff(&layers))
+                    .await?
+                    .map_err(|e| ApiError::internal(format!("diff of the writable layer: {e}")))?;
+                (diff.into_bytes(), "writable layer against the base image".to_owned())
+            }
+            _ => return Err(ApiError::internal(format!("git diff failed (exit {code}): {}", String::from_utf8_lossy(&err).trim()))),
+        };
+        let d = Deliverable { name: "workspace.patch".into(), kind: "patch".into(), source, sha256: sha256_hex(&data), size: data.len() as u64 };
+        Ok((d, data))
+    }
+
+    /// Copies the deliverables out, stores them and a signed record;
+    /// completes the task if asked.
+    pub async fn deliver_outputs(&self, id_or_name: &str, req: DeliverRequest, actor: &str) -> Result<DeliveryView, ApiError> {
+        let begun = Instant::now();
+        if req.files.is_empty() && req.archive.is_none() && !req.patch && req.report.is_none() {
+            return Err(ApiError::bad_request("nothing to deliver: give --file, --archive, --patch or --report"));
+        }
+        for p in req.files.iter().chain(req.archive.iter()).chain(req.report.iter()) {
+            if p.trim().is_empty() || p.contains('\0') {
+                return Err(ApiError::bad_request(format!("invalid sandbox path {p:?}")));
+            }
+        }
+        let (task, live) = self.running(id_or_name, actor).await?;
+        let lock = self.lock_of(&task.id);
+        let guard = lock.lock().await;
+        let mut items = Vec::new();
+        if req.patch {
+            items.push(self.workspace_patch(&task).await?);
+        }
+        let driver = self.driver.clone();
+        let req2 = DeliverRequest { files: req.files.clone(), archive: req.archive.clone(), patch: false, report: req.report.clone(), complete: false };
+        items.extend(tokio::task::spawn_blocking(move || collect_from_sandbox(&driver, live, &req2)).await??);
+        let mut names = std::collections::HashSet::new();
+        for (d, _) in &items {
+            if !names.insert(d.name.clone()) {
+                return Err(ApiError::bad_request(format!("two deliverables are named {}; deliver them separately", d.name)));
+            }
+        }
+
+        // Content first: a record never names what the store lacks.
+        let backend = self.snaps.repo.backend().clone();
+        let stored: Vec<(Deliverable, Vec<u8>)> = items;
+        let deliverables: Vec<Deliverable> = stored.iter().map(|(d, _)| d.clone()).collect();
+        tokio::task::spawn_blocking(move || -> Result<(), ApiError> {
+            for (d, data) in stored {
+                if !backend.exists(Kind::Deliverable, &d.sha256).map_err(blob_error)? {
+                    backend.write(Kind::Deliverable, &d.sha256, data.into()).map_err(blob_error)?;
+                }
+            }
+            Ok(())
+        })
+        .await??;
+
+        let checkpoint = self.checkpoint(&task.id, actor).await?;
+        let snapshots = self.store.snapshots(&task.id).await?;
+        let chain: Vec<Value> = snapshots
+            .iter()
+            .rev()
+            .map(|s| json!({ "id": s.id, "parent": s.parent, "kind": s.kind, "healthy": s.healthy, "step": s.step, "created_ms": s.created_ms, "manifest": s.manifest }))
+            .collect();
+        let now = now_ms();
+        let statement = json!({
+            "_type": STATEMENT_TYPE,
+            "subject": deliverables.iter().map(|d| json!({ "name": d.name, "digest": { "sha256": d.sha256 } })).collect::<Vec<_>>(),
+            "predicateType": PREDICATE_TYPE,
+            "predicate": {
+                "task": { "id": task.id, "name": task.name, "step": task.step, "memory": task.memory },
+                "image": task.config.image,
+                "snapshots": chain,
+                "ledger": { "seq": checkpoint.seq, "head": checkpoint.head, "checkpoint": checkpoint.envelope },
+                "egress": { "allow": task.config.egress.allow, "deny": task.config.egress.deny },
+                "deliverables": deliverables,
+                "times": { "created_ms": task.created_ms, "delivered_ms": now },
+                "node": { "key_id": checkpoint.key_id, "daemon": env!("CARGO_PKG_VERSION") },
+            }
+        });
+        let payload = serde_json::to_vec(&statement).map_err(|e| ApiError::internal(e.to_string()))?;
+        let envelope = self.sign_envelope(STATEMENT_PAYLOAD_TYPE, &payload);
+        let record = serde_json::to_value(&envelope).map_err(|e| ApiError::internal(e.to_string()))?;
+        let mut record_bytes = serde_json::to_vec_pretty(&record).map_err(|e| ApiError::internal(e.to_string()))?;
+        record_bytes.push(b'\n');
+        let record_id = sha256_hex(&record_bytes);
+        let backend = self.snaps.repo.backend().clone();
+        let rid = record_id.clone();
+        tokio::task::spawn_blocking(move || backend.write(Kind::Record, &rid, record_bytes.into())).await?.map_err(blob_error)?;
+        self.store
+            .append_event(&NewEvent {
+                task: task.id.clone(),
+                kind: EventKind::Delivery,
+                actor: actor.to_owned(),
+                args: json!({ "request": req, "record_id": record_id, "deliverables": deliverables, "ledger_seq": checkpoint.seq, "ledger_head": checkpoint.head }),
+                exit_code: Some(0),
+                duration_ms: Some(begun.elapsed().as_millis() as u64),
+            })
+            .await?;
+        drop(guard);
+        let completed = if req.complete {
+            self.complete(task.id.as_str(), actor).await?;
+            true
+        } else {
+            false
+        };
+        Ok(DeliveryView { task: task.id, record_id, record, deliverables, ledger_seq: checkpoint.seq, ledger_head: checkpoint.head, completed })
+    }
+
+    /// A deliverable's bytes, by SHA-256.
+    pub async fn deliverable(&self, sha256: &str) -> Result<axum::body::Bytes, ApiError> {
+        self.stored_object(Kind::Deliverable, sha256).await
+    }
+
+    /// A delivery record's bytes, by the SHA-256 of those bytes.
+    pub async fn record(&self, id: &str) -> Result<axum::body::Bytes, ApiError> {
+        self.stored_object(Kind::Record, id).await
+    }
+
+    async fn stored_object(&self, kind: Kind, id: &str) -> Result<axum::body::Bytes, ApiError> {
+        if id.len() != 64 || !id.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(ApiError::bad_request(format!("{id:?} is not a SHA-256 digest (64 hex digits)")));
+        }
+        let backend = self.snaps.repo.backend().clone();
+        let id2 = id.to_ascii_lowercase();
+        match tokio::task::spawn_blocking(move || backend.read(kind, &id2)).await? {
+            Ok(b) => Ok(b),
+            Err(cairn_blob::Error::Missing(..)) => Err(ApiError::not_found(format!("no {} {id} in the store", kind.dir().trim_end_matches('s')))),
+            Err(e) => Err(blob_error(e)),
+        }
+    }
+
+    /// `running | suspended | created -> completed`: the sandbox and its
+    /// scratch space go, retention applies to the snapshots; the records,
+    /// the ledger and the deliverables stay.
+    pub async fn complete(&self, id_or_name: &str, actor: &str) -> Result<TaskView, ApiError> {
+        let task = self.find(id_or_name).await?;
+        let lock = self.lock_of(&task.id);
+        let _guard = lock.lock().await;
+        let task = self.find(task.id.as_str()).await?;
+        let next = task.state.complete()?;
+        let begun = Instant::now();
+        self.store.set_state(&task.id, next).await?;
+        let init = self.recorded_init(&task.id).await?;
+        let driver = self.driver.clone();
+        let id = task.id.to_string();
+        let result = tokio::task::spawn_blocking(move || driver.destroy(&id, init)).await?;
+        if let Some(i) = init {
+            reaper::reap(i.pid);
+        }
+        self.set_live(&task.id, None);
+        let mut args = json!({});
+        let mut code = 0;
+        match &result {
+            Ok(()) => {
+                self.release_slot(&task.id).await?;
+                self.store.set_sandbox_state(&task.id, SandboxState::None, None).await?;
+                let expired = self.apply_retention(&task.id, false).await?;
+                args["expired_snapshots"] = json!(expired.iter().map(|s| s.id.clone()).collect::<Vec<_>>());
+            }
+            Err(e) => {
+                code = 1;
+                args["error"] = json!(e.to_string());
+            }
+        }
+        self.store
+            .append_event(&NewEvent {
+                task: task.id.clone(),
+                kind: EventKind::Complete,
+                actor: actor.to_owned(),
+                args,
+                exit_code: Some(code),
+                duration_ms: Some(begun.elapsed().as_millis() as u64),
+            })
+            .await?;
+        result.map_err(|e| ApiError::internal(format!("teardown of {} failed: {e}", task.id)))?;
+        Ok(self.view(self.find(task.id.as_str()).await?))
+    }
+}

@@ -1,0 +1,138 @@
+//! Each task's ledger: its hash-chained event log, walked and checked
+//! against the signed checkpoints of its head; and the node's signing keys
+//! (`$CAIRN_HOME/keys/`).
+//!
+//! A checkpoint signs the head as it is and is stored beside the log; it is
+//! not itself an entry of the log (an entry would move the head it signs).
+//! The daemon refuses to sign a log that does not verify.
+
+use cairn_core::TaskId;
+use cairn_ledger::{check_against_checkpoint, verify_chain, Checkpoint, ChainProblem, Envelope, KeyInfo, NodeKeys, ProblemKind, SignedCheckpoint, VerifyingKey};
+use cairn_store::now_ms;
+use serde::{Deserialize, Serialize};
+
+use crate::tasks::Tasks;
+use crate::ApiError;
+
+/// A signed checkpoint as the API returns it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckpointView {
+    pub task: String,
+    pub seq: u64,
+    pub head: String,
+    pub time_ms: i64,
+    pub key_id: String,
+    /// The DSSE envelope whose payload is the checkpoint.
+    pub envelope: Envelope,
+}
+
+impl From<&SignedCheckpoint> for CheckpointView {
+    fn from(c: &SignedCheckpoint) -> Self {
+        let cp = &c.checkpoint;
+        CheckpointView { task: cp.task.clone(), seq: cp.seq, head: cp.head.clone(), time_ms: cp.time_ms, key_id: cp.key_id.clone(), envelope: c.envelope.clone() }
+    }
+}
+
+/// The result of walking a task's ledger.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LedgerView {
+    pub task: String,
+    pub entries: usize,
+    pub head_seq: Option<u64>,
+    pub head: Option<String>,
+    /// The chain and every checkpoint verify.
+    pub ok: bool,
+    /// One line naming the first changed, removed or reordered entry.
+    pub problem: Option<String>,
+    /// The entry the problem names, and what happened to it (`changed`,
+    /// `removed`, `reordered`, `rewritten`, `bad_checkpoint`).
+    pub problem_seq: Option<u64>,
+    pub problem_kind: Option<ProblemKind>,
+    /// The newest checkpoint.
+    pub checkpoint: Option<CheckpointView>,
+    /// How many checkpoints the log was checked against.
+    pub checkpoints: usize,
+    /// Every entry's seq and hash, in order.
+    pub hashes: Vec<(u64, String)>,
+}
+
+impl Tasks {
+    fn node_keys(&self) -> std::sync::MutexGuard<'_, NodeKeys> {
+        self.keys.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Walks the task's chain, then checks it against each of its
+    /// checkpoints, oldest first, with every public key the node has used.
+    pub async fn ledger_report(&self, id_or_name: &str) -> Result<LedgerView, ApiError> {
+        let task = self.find(id_or_name).await?;
+        let events = self.store.events(&task.id).await?;
+        let report = verify_chain(&task.id, &events);
+        let checkpoints = self.store.checkpoints(&task.id).await?;
+        let keys = self.verifying_keys();
+        let mut problem = report.problem.clone();
+        if problem.is_none() {
+            problem = checkpoints.iter().find_map(|c| match c.verify(&keys) {
+                Err(e) => Some(ChainProblem {
+                    seq: c.checkpoint.seq,
+                    what: ProblemKind::BadCheckpoint,
+                    message: format!("the checkpoint at entry {} does not verify: {e}", c.checkpoint.seq),
+                }),
+                Ok(()) => check_against_checkpoint(&report, &c.checkpoint),
+            });
+        }
+        Ok(LedgerView {
+            task: task.id.to_string(),
+            entries: report.entries,
+            head_seq: report.head.as_ref().map(|h| h.0),
+            head: report.head.as_ref().map(|h| h.1.clone()),
+            ok: problem.is_none(),
+            problem_seq: problem.as_ref().map(|p| p.seq),
+            problem_kind: problem.as_ref().map(|p| p.what),
+            problem: problem.map(|p| p.message),
+            checkpoint: checkpoints.last().map(CheckpointView::from),
+            checkpoints: checkpoints.len(),
+            hashes: report.hashes,
+        })
+    }
+
+    /// Signs the task's chain head now with the node's current key and
+    /// stores the checkpoint. Refused when the ledger does not verify.
+    pub async fn checkpoint(&self, task: &TaskId, actor: &str) -> Result<CheckpointView, ApiError> {
+        let report = self.ledger_report(task.as_str()).await?;
+        if let Some(p) = &report.problem {
+            return Err(ApiError::conflict(format!("will not sign the ledger of {}: {p}", report.task)));
+        }
+        let (Some(seq), Some(head)) = (report.head_seq, report.head.clone()) else {
+            return Err(ApiError::conflict(format!("the ledger of {} is empty: nothing to sign", report.task)));
+        };
+        let signed = SignedCheckpoint::sign(&self.node_keys(), Checkpoint { task: report.task.clone(), seq, head, time_ms: now_ms(), key_id: String::new() });
+        self.store.insert_checkpoint(&signed, actor).await?;
+        tracing::info!(task = %report.task, seq, key = %signed.checkpoint.key_id, %actor, "checkpoint signed");
+        Ok(CheckpointView::from(&signed))
+    }
+
+    /// Signs `payload` as a DSSE envelope with the node's current key.
+    pub fn sign_envelope(&self, payload_type: &str, payload: &[u8]) -> Envelope {
+        Envelope::sign(&self.node_keys(), payload_type, payload)
+    }
+
+    /// Every public key the node has used, the current one first.
+    pub fn public_keys(&self) -> Vec<KeyInfo> {
+        self.node_keys().all()
+    }
+
+    /// Every public key the node has used with its id, to verify against.
+    pub fn verifying_keys(&self) -> Vec<(String, VerifyingKey)> {
+        self.node_keys().verifying_keys()
+    }
+
+    /// Replaces the signing key; the old public key stays for verifying what
+    /// it signed. Returns the new key.
+    pub fn rotate_key(&self, actor: &str) -> Result<KeyInfo, ApiError> {
+        let mut keys = self.node_keys();
+        let old = keys.current().key_id;
+        let new = keys.rotate().map_err(|e| ApiError::internal(e.to_string()))?;
+        tracing::warn!(%old, new = %new.key_id, %actor, "signing key rotated");
+        Ok(new)
+    }
+}
