@@ -3,6 +3,7 @@
 
 mod client;
 mod cp;
+mod deliver;
 mod demo;
 mod exec;
 mod ledger;
@@ -95,6 +96,17 @@ enum Cmd {
     /// Manage base images.
     #[command(subcommand)]
     Image(ImageCmd),
+    /// Store a task's deliverables with a signed record (and --complete it).
+    Deliver(DeliverCli),
+    /// Check a delivery record: signature, deliverables, ledger.
+    Verify {
+        /// The record.json written by `cairn deliver --out`.
+        record: PathBuf,
+        /// The node's public key (64 hex digits, or a file holding it or
+        /// the output of `cairn --json key show`); default: the daemon's keys.
+        #[arg(long, value_name = "PUBKEY")]
+        key: Option<String>,
+    },
     /// A task's egress: the decision log of its proxy.
     #[command(subcommand)]
     Egress(EgressCmd),
@@ -214,6 +226,33 @@ enum TaskCmd {
     Watch { task: String },
     /// Change a running task's egress policy; tunnels it now denies are cut.
     Update(UpdateArgs),
+    /// Mark a task completed: its sandbox and scratch space go, its
+    /// records, snapshots kept by retention and deliverables stay.
+    Complete { task: String },
+}
+
+#[derive(Args, Debug)]
+struct DeliverCli {
+    task: String,
+    /// A file in the sandbox, delivered as it is (repeatable).
+    #[arg(long = "file", value_name = "PATH")]
+    files: Vec<String>,
+    /// A directory in the sandbox, delivered as NAME.tar.zst.
+    #[arg(long, value_name = "DIR")]
+    archive: Option<String>,
+    /// A unified diff of the workspace: `git diff` of the repository in the
+    /// working directory, else the writable layer against the base image.
+    #[arg(long)]
+    patch: bool,
+    /// A report file in the sandbox.
+    #[arg(long, value_name = "PATH")]
+    report: Option<String>,
+    /// Also write the deliverables and record.json to this local directory.
+    #[arg(long, value_name = "LOCALDIR")]
+    out: Option<PathBuf>,
+    /// Then complete the task (as `cairn task complete`).
+    #[arg(long)]
+    complete: bool,
 }
 
 #[derive(Args, Debug)]
@@ -392,6 +431,17 @@ async fn client_command(cmd: Cmd, json_out: bool) -> Result<u8> {
     if matches!(cmd, Cmd::Demo) {
         return demo::run().await;
     }
+    if let Cmd::Verify { record, key } = &cmd {
+        // Works without a daemon when the record's key is given.
+        let client = Client::from_env().ok();
+        let v = deliver::verify(client.as_ref(), record, key.as_deref()).await?;
+        if json_out {
+            println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+        } else {
+            println!("{}", deliver::verify_summary(&v));
+        }
+        return Ok(0);
+    }
     let client = Client::from_env()?;
     let print = |v: &Value, human: &dyn Fn(&Value) -> String| {
         if json_out {
@@ -426,6 +476,24 @@ async fn client_command(cmd: Cmd, json_out: bool) -> Result<u8> {
             let body = json!({ "allow": a.allow, "deny": a.deny, "clear": a.clear_egress });
             let v = client.post(&format!("/v1/tasks/{}/egress", a.task), &body).await?;
             print(&v, &|v| format!("{}: {}", v["task"].as_str().unwrap_or_default(), output::policy_line(v)));
+        }
+        Cmd::Deliver(a) => {
+            let out = a.out.clone();
+            let args = deliver::DeliverArgs {
+                task: a.task,
+                files: a.files,
+                archive: a.archive,
+                patch: a.patch,
+                report: a.report,
+                out: a.out,
+                complete: a.complete,
+            };
+            let v = deliver::deliver(&client, args).await?;
+            print(&v, &|v| deliver::delivery_summary(v, out.as_deref()));
+        }
+        Cmd::Task(TaskCmd::Complete { task }) => {
+            let v = client.post(&format!("/v1/tasks/{task}/complete"), &json!({})).await?;
+            print(&v, &|v| format!("{} completed; its sandbox and scratch space are gone", v["id"].as_str().unwrap_or_default()));
         }
         Cmd::Egress(EgressCmd::Log { task }) => {
             let v: Value = client.get(&format!("/v1/tasks/{task}/egress")).await?;
@@ -618,7 +686,7 @@ async fn client_command(cmd: Cmd, json_out: bool) -> Result<u8> {
             let v = client.delete(&format!("/v1/images/{name}")).await?;
             print(&v, &|_| format!("removed image {name}"));
         }
-        Cmd::Serve(_) | Cmd::Demo | Cmd::SandboxStart { .. } => unreachable!("handled above"),
+        Cmd::Serve(_) | Cmd::Demo | Cmd::Verify { .. } | Cmd::SandboxStart { .. } => unreachable!("handled above"),
     }
     Ok(0)
 }
