@@ -181,20 +181,71 @@ async fn steps(d: &mut Demo, home: &Path, daemon_port: u16) -> Result<()> {
     let kinds: Vec<String> = events.as_array().map(|a| a.iter().filter_map(|e| e["kind"].as_str().map(str::to_owned)).collect()).unwrap_or_default();
     d.say("the durable event log", t.elapsed(), &format!("{} entries: {}", kinds.len(), kinds.join(", ")));
 
-    let t = Instant::now();
+    deliver(d, home).await
+}
+
+/// A patch, an archive and a report with a signed record; verify it; the
+/// ledger's chain; then complete the task and show nothing is left.
+async fn deliver(d: &mut Demo, home: &Path) -> Result<()> {
+    d.show(
+        "the agent's work: a git repository in the workspace",
+        "cd /workspace && git init -q && git add notes.txt && git -c user.name=agent -c user.email=agent@example.com commit -qm start \
+         && echo 'a second line' >> notes.txt && mkdir -p dist && echo 'built' > dist/app.txt && echo '# Report: all green' > report.md \
+         && git status --short",
+        |r| r.code() == 0 && text(r).contains("notes.txt"),
+    )
+    .await?;
     let shown: Value = d.client.get(&format!("/v1/tasks/{}", d.task)).await?;
     let init_pid = shown["sandbox_pid"].as_i64().unwrap_or(0);
-    d.client.delete(&format!("/v1/tasks/{}", d.task)).await?;
-    d.say("destroy the task", t.elapsed(), "");
+    let t = Instant::now();
+    let out = tempfile::tempdir()?;
+    let args = crate::deliver::DeliverArgs {
+        task: d.task.clone(),
+        files: Vec::new(),
+        archive: Some("/workspace/dist".into()),
+        patch: true,
+        report: Some("/workspace/report.md".into()),
+        out: Some(out.path().join("delivered")),
+        complete: true,
+    };
+    let v = crate::deliver::deliver(&d.client, args).await?;
+    d.say(
+        "deliver a patch, an archive and a report; complete the task",
+        t.elapsed(),
+        &crate::deliver::delivery_summary(&v, Some(&out.path().join("delivered"))),
+    );
+    let patch = std::fs::read_to_string(out.path().join("delivered/workspace.patch"))?;
+    println!("      {}", patch.lines().filter(|l| l.starts_with('+') && !l.starts_with("+++")).collect::<Vec<_>>().join("\n      "));
+    let t = Instant::now();
+    let record = out.path().join("delivered/record.json");
+    let checked = crate::deliver::verify(Some(&d.client), &record, None).await?;
+    d.say("verify the record: signature, digests, ledger head", t.elapsed(), &crate::deliver::verify_summary(&checked));
+    let t = Instant::now();
+    std::fs::write(out.path().join("delivered/report.md"), "# Report: all green (edited)\n")?;
+    let refused = match crate::deliver::verify(Some(&d.client), &record, None).await {
+        Ok(_) => bail!("an edited deliverable passed verification"),
+        Err(e) => e.to_string(),
+    };
+    d.say("an edited report no longer verifies", t.elapsed(), &refused);
+    let t = Instant::now();
+    let ledger: Value = d.client.get(&format!("/v1/tasks/{}/ledger", d.task)).await?;
+    if ledger["ok"] != json!(true) {
+        bail!("the ledger does not verify: {}", ledger["problem"]);
+    }
+    d.say(
+        "the ledger: every log entry chained to the one before",
+        t.elapsed(),
+        &format!("{} entries, head {}, ok", ledger["entries"], ledger["head"].as_str().unwrap_or("?")),
+    );
     let t = Instant::now();
     let leftovers = cairn_sandbox::traces::host_traces(home, &d.task, init_pid as i32);
-    d.say("nothing of it is left on the host", t.elapsed(), &if leftovers.is_empty() {
+    d.say("nothing of the completed task is left on the host", t.elapsed(), &if leftovers.is_empty() {
         "no process, mount, cgroup, loop device or scratch directory remains".to_owned()
     } else {
         leftovers.join("\n")
     });
     if !leftovers.is_empty() {
-        bail!("the destroyed task left things behind");
+        bail!("the completed task left things behind");
     }
     Ok(())
 }
