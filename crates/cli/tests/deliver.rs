@@ -207,6 +207,8 @@ fn complete_tears_everything_down_and_keeps_the_records() {
     must(&d, &id, "echo result > /workspace/result.txt; echo changed >> /etc/motd");
     d.ok(&["snapshot", &id, "--kind", "milestone", "--note", "done"]);
     let pid = d.task(&id)["sandbox_pid"].as_i64().unwrap() as i32;
+    let netns = std::fs::read_link(format!("/proc/{pid}/ns/net")).unwrap();
+    assert!(net_holders(&netns).contains(&pid.to_string()), "positive control: the init holds it");
     // No repository in the working directory: the patch is the writable
     // layer against the base image.
     let v = d.json(&["deliver", &id, "--patch", "--file", "/workspace/result.txt", "--complete"]);
@@ -216,6 +218,8 @@ fn complete_tears_everything_down_and_keeps_the_records() {
     assert_eq!((t["state"].as_str(), t["sandbox"].as_str()), (Some("completed"), Some("none")));
     assert_eq!(d.leftovers(&id, pid), Vec::<String>::new(), "no process, mount, cgroup, loop device or scratch directory remains");
     assert!(!Path::new(&format!("/proc/{pid}")).exists());
+    let holders = net_holders(&netns);
+    assert!(holders.is_empty(), "no process holds the sandbox's network namespace {netns:?}: {holders:?}");
     // Records stay: the log (with its chain), snapshots kept by retention,
     // the deliverables.
     d.ok(&["log", &id, "--verify"]);
@@ -235,6 +239,16 @@ fn complete_tears_everything_down_and_keeps_the_records() {
     assert!(err.contains("completed"), "{err}");
     let err = d.fails(&["task", "complete", &id]);
     assert!(err.contains("completed"), "{err}");
+}
+
+/// Processes whose network namespace is `ns`.
+fn net_holders(ns: &Path) -> Vec<String> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter(|e| std::fs::read_link(e.path().join("ns/net")).ok().as_deref() == Some(ns))
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect()
 }
 
 /// The record of the task's last delivery, alone in a new directory.
