@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{anyhow, bail, Context, Result};
 use reqwest::Method;
 use serde_json::{json, Value};
-use sha2::{Digest, Sha256};
+use cairn_ledger::sha256_hex;
 
 use crate::client::{error_message, Client};
 
@@ -24,10 +24,6 @@ pub struct DeliverArgs {
     pub report: Option<String>,
     pub out: Option<PathBuf>,
     pub complete: bool,
-}
-
-fn sha256_hex(data: &[u8]) -> String {
-    Sha256::digest(data).iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// Raw bytes of a GET.
@@ -115,19 +111,16 @@ pub async fn verify(client: Option<&Client>, record: &Path, key: Option<&str>) -
     let keys = verifying_keys(client, key).await?;
     let key_id = envelope.verify(&keys).map_err(|e| anyhow!("record signature: {e}"))?;
     let payload = envelope.payload().map_err(|e| anyhow!("record payload: {e}"))?;
-    let statement: Value = serde_json::from_slice(&payload).map_err(|e| anyhow!("record payload is not an in-toto statement: {e}"))?;
-    if statement["_type"] != json!(cairn_ledger::STATEMENT_TYPE) {
-        bail!("record payload has _type {}, not {}", statement["_type"], cairn_ledger::STATEMENT_TYPE);
-    }
-    let pred = &statement["predicate"];
+    let statement = cairn_ledger::Statement::from_payload(&payload).map_err(|e| anyhow!("record payload: {e}"))?;
+    let pred = &statement.predicate;
     let task = pred["task"]["id"].as_str().ok_or_else(|| anyhow!("record names no task"))?.to_owned();
 
     // Each deliverable: next to the record, else from the daemon's store.
     let dir = record.parent().unwrap_or(Path::new("."));
     let mut checked = Vec::new();
-    for s in statement["subject"].as_array().into_iter().flatten() {
-        let name = plain_name(s["name"].as_str().unwrap_or_default())?;
-        let want = s["digest"]["sha256"].as_str().ok_or_else(|| anyhow!("deliverable {name}: the record gives no sha256"))?;
+    for s in &statement.subject {
+        let name = plain_name(&s.name)?;
+        let want = s.digest.get("sha256").ok_or_else(|| anyhow!("deliverable {name}: the record gives no sha256"))?;
         let local = dir.join(name);
         let (data, from) = if local.exists() {
             (std::fs::read(&local).with_context(|| format!("read {}", local.display()))?, "next to the record")
@@ -140,7 +133,7 @@ pub async fn verify(client: Option<&Client>, record: &Path, key: Option<&str>) -
             bail!("deliverable {name}: not next to the record and no daemon to fetch it from");
         };
         let got = sha256_hex(&data);
-        if got != want {
+        if got != *want {
             bail!("deliverable {name} ({from}) does not match the record: its sha256 is {got}, the record says {want}");
         }
         checked.push(json!({ "name": name, "sha256": want, "from": from }));

@@ -26,4 +26,4 @@ pub use dsse::{pae, Envelope, EnvelopeSignature};
 pub use ed25519_dalek::VerifyingKey;
 pub use error::{Error, Result};
 pub use keys::{key_id, parse_public_key, KeyInfo, NodeKeys};
-pub use statement::{Statement, Subject, PAYLOAD_TYPE, STATEMENT_TYPE};
+pub use statement::{sha256_hex, Statement, Subject, PAYLOAD_TYPE, STATEMENT_TYPE};

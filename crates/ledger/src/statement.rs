@@ -9,6 +9,12 @@ use serde::{Deserialize, Serialize};
 
 use crate::{Error, Result};
 
+/// The lowercase hex SHA-256 of `data`: the digest subjects carry.
+pub fn sha256_hex(data: &[u8]) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(data).iter().map(|b| format!("{b:02x}")).collect()
+}
+
 /// The `_type` of every v1 statement.
 pub const STATEMENT_TYPE: &str = "https://in-toto.io/Statement/v1";
 

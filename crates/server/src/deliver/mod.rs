@@ -21,7 +21,7 @@ use cairn_sandbox::proto::{self, ExecRequest, Reply};
 use cairn_store::now_ms;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
-use sha2::{Digest, Sha256};
+use cairn_ledger::sha256_hex;
 
 use crate::tasks::{Live, TaskView, Tasks};
 use crate::snapshots::blob_error;
@@ -33,8 +33,7 @@ pub const MAX_DELIVERABLE: u64 = 1 << 30;
 /// What the record's predicate is.
 pub const PREDICATE_TYPE: &str = "https://cairn.dev/delivery/v1";
 /// The DSSE payload type of an in-toto statement.
-pub const STATEMENT_PAYLOAD_TYPE: &str = "application/vnd.in-toto+json";
-pub const STATEMENT_TYPE: &str = "https://in-toto.io/Statement/v1";
+use cairn_ledger::{Statement, Subject, PAYLOAD_TYPE as STATEMENT_PAYLOAD_TYPE};
 
 /// Body of `POST /v1/tasks/{id}/deliveries`. Paths are inside the sandbox.
 #[derive(Debug, Default, Deserialize, Serialize)]
@@ -78,12 +77,6 @@ pub struct DeliveryView {
     pub ledger_seq: u64,
     pub ledger_head: String,
     pub completed: bool,
-}
-
-pub fn sha256_hex(data: &[u8]) -> String {
-    let mut h = Sha256::new();
-    h.update(data);
-    h.finalize().iter().map(|b| format!("{b:02x}")).collect()
 }
 
 fn file_error(what: &str, e: cairn_sandbox::Error) -> ApiError {
@@ -243,22 +236,18 @@ impl Tasks {
             .map(|s| json!({ "id": s.id, "parent": s.parent, "kind": s.kind, "healthy": s.healthy, "step": s.step, "created_ms": s.created_ms, "manifest": s.manifest }))
             .collect();
         let now = now_ms();
-        let statement = json!({
-            "_type": STATEMENT_TYPE,
-            "subject": deliverables.iter().map(|d| json!({ "name": d.name, "digest": { "sha256": d.sha256 } })).collect::<Vec<_>>(),
-            "predicateType": PREDICATE_TYPE,
-            "predicate": {
-                "task": { "id": task.id, "name": task.name, "step": task.step, "memory": task.memory },
-                "image": task.config.image,
-                "snapshots": chain,
-                "ledger": { "seq": checkpoint.seq, "head": checkpoint.head, "checkpoint": checkpoint.envelope },
-                "egress": { "allow": task.config.egress.allow, "deny": task.config.egress.deny },
-                "deliverables": deliverables,
-                "times": { "created_ms": task.created_ms, "delivered_ms": now },
-                "node": { "key_id": checkpoint.key_id, "daemon": env!("CARGO_PKG_VERSION") },
-            }
+        let subjects = deliverables.iter().map(|d| Subject::sha256(&d.name, &d.sha256)).collect();
+        let predicate = json!({
+            "task": { "id": task.id, "name": task.name, "step": task.step, "memory": task.memory },
+            "image": task.config.image,
+            "snapshots": chain,
+            "ledger": { "seq": checkpoint.seq, "head": checkpoint.head, "checkpoint": checkpoint.envelope },
+            "egress": { "allow": task.config.egress.allow, "deny": task.config.egress.deny },
+            "deliverables": deliverables,
+            "times": { "created_ms": task.created_ms, "delivered_ms": now },
+            "node": { "key_id": checkpoint.key_id, "daemon": env!("CARGO_PKG_VERSION") },
         });
-        let payload = serde_json::to_vec(&statement).map_err(|e| ApiError::internal(e.to_string()))?;
+        let payload = Statement::new(subjects, PREDICATE_TYPE, predicate).to_payload();
         let envelope = self.sign_envelope(STATEMENT_PAYLOAD_TYPE, &payload);
         let record = serde_json::to_value(&envelope).map_err(|e| ApiError::internal(e.to_string()))?;
         let mut record_bytes = serde_json::to_vec_pretty(&record).map_err(|e| ApiError::internal(e.to_string()))?;
