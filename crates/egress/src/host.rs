@@ -14,8 +14,11 @@ const MAX_NAME: usize = 253;
 /// Longest DNS label.
 const MAX_LABEL: usize = 63;
 
-/// A normalised DNS name: lowercase ASCII (IDNs in punycode), no trailing
-/// dot, 1-253 bytes, labels of 1-63 bytes, never an IP literal.
+/// A destination host. Almost always a normalised DNS name: lowercase ASCII
+/// (IDNs in punycode), no trailing dot, 1-253 bytes, labels of 1-63 bytes,
+/// never an IP literal. The one exception is made by [`Host::address`]: an
+/// IP literal in a request becomes its canonical address (`192.0.2.1`,
+/// `[2001:db8::1]`), which only a rule naming that address allows.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
 pub struct Host(String);
@@ -27,6 +30,20 @@ impl Host {
 
     pub fn as_str(&self) -> &str {
         &self.0
+    }
+
+    /// An IP address as a destination, in canonical form.
+    pub fn address(ip: IpAddr) -> Host {
+        Host(match ip {
+            IpAddr::V4(v4) => v4.to_string(),
+            IpAddr::V6(v6) => format!("[{v6}]"),
+        })
+    }
+
+    /// The address of a host made by [`Host::address`]; `None` for a name
+    /// (names are never IP literals, so this cannot mistake one).
+    pub fn ip(&self) -> Option<IpAddr> {
+        parse_ip_literal(&self.0)
     }
 
     /// Number of dot-separated labels.

@@ -18,6 +18,8 @@ enum Pattern {
     Exact(Host),
     /// Names strictly below this one (`*.example.com`), never the name itself.
     Subdomains(Host),
+    /// Requests that name this address as an IP literal, in any spelling.
+    Address(std::net::IpAddr),
 }
 
 /// One `HOST[:PORT]` rule: `example.com`, `*.example.com`, `example.com:8443`.
@@ -38,11 +40,18 @@ impl Rule {
             rule: rule.to_owned(),
             problem: problem.to_owned(),
         };
-        if let Some(ip) = parse_ip_literal(rule).or_else(|| ip_with_port(rule)) {
-            return Err(Error::IpLiteral {
-                host: rule.to_owned(),
-                ip,
-            });
+        // An address, alone (`192.0.2.1`, `::1`, `[::1]`) or with a port
+        // (`192.0.2.1:8443`, `[::1]:443`): allows exactly that address.
+        if let Some(ip) = parse_ip_literal(rule) {
+            return Ok(Rule { pattern: Pattern::Address(ip), port: None });
+        }
+        if let Some((addr, p)) = rule.rsplit_once(':') {
+            if let Some(ip) = parse_ip_literal(addr).filter(|_| !addr.contains(':') || addr.starts_with('[')) {
+                return Ok(Rule { pattern: Pattern::Address(ip), port: Some(parse_port(rule, p)?) });
+            }
+        }
+        if rule.strip_prefix("*.").and_then(parse_ip_literal).is_some() {
+            return Err(bad("a wildcard cannot stand over an IP address"));
         }
         let (name, port) = match rule.split_once(':') {
             Some((n, p)) => (n, Some(parse_port(rule, p)?)),
@@ -76,18 +85,13 @@ impl Rule {
         port_ok
             && match &self.pattern {
                 Pattern::Exact(h) => h == host,
+                Pattern::Address(ip) => host.ip() == Some(*ip),
                 Pattern::Subdomains(base) => host
                     .as_str()
                     .strip_suffix(base.as_str())
                     .is_some_and(|head| head.len() > 1 && head.ends_with('.')),
             }
     }
-}
-
-/// `[v6]:port` or `v4:port`: an address with a port is still an address.
-fn ip_with_port(rule: &str) -> Option<std::net::IpAddr> {
-    let (addr, _) = rule.rsplit_once(':')?;
-    parse_ip_literal(addr)
 }
 
 fn parse_port(rule: &str, p: &str) -> Result<u16> {
@@ -110,6 +114,7 @@ impl fmt::Display for Rule {
         match &self.pattern {
             Pattern::Exact(h) => write!(f, "{h}")?,
             Pattern::Subdomains(h) => write!(f, "*.{h}")?,
+            Pattern::Address(ip) => write!(f, "{}", Host::address(*ip))?,
         }
         if let Some(p) = self.port {
             write!(f, ":{p}")?;
@@ -189,10 +194,14 @@ impl Policy {
                 reason: format!("allowed by rule {r}"),
             };
         }
+        let reason = match host.ip() {
+            Some(ip) => format!("IP literals are not allowed unless a rule names the address ({ip})"),
+            None => "no rule allows it".to_owned(),
+        };
         Decision {
             allowed: false,
             rule: None,
-            reason: "no rule allows it".to_owned(),
+            reason,
         }
     }
 }
@@ -336,25 +345,43 @@ mod tests {
     }
 
     #[test]
-    fn refuses_ip_literals() {
-        for r in [
-            "127.0.0.1",
-            "127.0.0.1:80",
-            "0x7f.1",
-            "2130706433:443",
-            "::1",
-            "[::1]",
-            "[::1]:443",
-            "::ffff:127.0.0.1",
-            "*.127.0.0.1",
+    fn address_rules_name_one_address_in_canonical_form() {
+        for (r, shown) in [
+            ("127.0.0.1", "127.0.0.1"),
+            ("127.0.0.1:80", "127.0.0.1:80"),
+            ("0x7f.1", "127.0.0.1"),
+            ("2130706433:443", "127.0.0.1:443"),
+            ("::1", "[::1]"),
+            ("[::1]", "[::1]"),
+            ("[0:0::1]:443", "[::1]:443"),
+            ("::ffff:127.0.0.1", "[::ffff:127.0.0.1]"),
         ] {
-            assert!(
-                matches!(Rule::parse(r), Err(Error::IpLiteral { .. })),
-                "{r:?}: {:?}",
-                Rule::parse(r)
-            );
+            assert_eq!(Rule::parse(r).map(|r| r.to_string()), Ok(shown.to_owned()), "{r:?}");
+        }
+        for r in ["*.127.0.0.1", "127.0.0.1:0", "[::1]:99999", "127.0.0.1:x"] {
+            assert!(Rule::parse(r).is_err(), "{r:?}");
         }
         assert!(Rule::parse("127.0.0.1.nip.io").is_ok());
+    }
+
+    #[test]
+    fn an_address_rule_allows_that_address_in_any_spelling_and_nothing_else() {
+        let p = policy(&["192.0.2.7", "[2001:db8::1]:8443"], &[]);
+        let addr = |s: &str| Host::address(parse_ip_literal(s).unwrap());
+        for spelled in ["192.0.2.7", "3221225991", "0xc0.0.2.7", "192.0.519"] {
+            assert!(p.decide(&addr(spelled), 443).allowed, "{spelled}");
+        }
+        assert!(!p.decide(&addr("192.0.2.7"), 22).allowed, "default ports only");
+        assert!(p.decide(&addr("[2001:db8::1]"), 8443).allowed);
+        assert!(!p.decide(&addr("[2001:db8::1]"), 443).allowed);
+        let other = p.decide(&addr("192.0.2.8"), 443);
+        assert!(!other.allowed);
+        assert_eq!(other.reason, "IP literals are not allowed unless a rule names the address (192.0.2.8)");
+        // A name rule never matches an address, nor an address rule a name.
+        assert!(!policy(&["example.com"], &[]).decide(&addr("192.0.2.7"), 443).allowed);
+        assert!(!p.decide(&h("example.com"), 443).allowed);
+        // Deny wins for addresses too.
+        assert!(!policy(&["192.0.2.7"], &["192.0.2.7"]).decide(&addr("192.0.2.7"), 443).allowed);
     }
 
     #[test]

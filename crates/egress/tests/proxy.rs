@@ -227,7 +227,7 @@ async fn every_request_on_a_connection_is_checked_on_its_own() {
         (
             "GET http://127.0.0.1/ HTTP/1.1\r\n\r\n",
             403,
-            "IP literals are not allowed: 127.0.0.1 is 127.0.0.1",
+            "IP literals are not allowed unless a rule names the address (127.0.0.1)",
         ),
         (
             "GET http://allowed.test:8080/ HTTP/1.1\r\n\r\n",
@@ -579,7 +579,7 @@ async fn denied_hosts_are_refused_before_any_lookup() {
 }
 
 #[tokio::test]
-async fn ip_literals_are_refused_in_every_spelling() {
+async fn ip_literals_are_refused_in_every_spelling_unless_a_rule_names_the_address() {
     let world = World::new().await;
     let mut proxy = world.proxy();
     let literals = [
@@ -595,7 +595,8 @@ async fn ip_literals_are_refused_in_every_spelling() {
         ("8.8.8.8", "8.8.8.8"),
     ];
     for (literal, ip) in literals {
-        let reason = format!("IP literals are not allowed: {literal} is {ip}");
+        let reason = format!("IP literals are not allowed unless a rule names the address ({ip})");
+        let canonical = cairn_egress::Host::address(ip.parse().unwrap()).to_string();
         let (mut s, r) = proxy.connect(&format!("{literal}:443")).await;
         assert_eq!(r.status, 403, "{literal}");
         assert_eq!(r.text(), format!("{reason}\n"));
@@ -603,7 +604,7 @@ async fn ip_literals_are_refused_in_every_spelling() {
         assert_refused(
             &proxy.attempt().await,
             AttemptKind::Connect,
-            literal,
+            &canonical,
             443,
             403,
             &reason,
@@ -615,7 +616,7 @@ async fn ip_literals_are_refused_in_every_spelling() {
         assert_refused(
             &proxy.attempt().await,
             AttemptKind::Http,
-            literal,
+            &canonical,
             80,
             403,
             &reason,
@@ -628,6 +629,60 @@ async fn ip_literals_are_refused_in_every_spelling() {
     proxy.attempt().await;
     assert!(proxy.lookups().is_empty());
     assert!(world.seen().is_empty());
+}
+
+#[tokio::test]
+async fn a_rule_naming_an_address_allows_it_without_a_lookup_and_still_screens_it() {
+    let world = World::new().await;
+    let port = world.http.port();
+    let mut proxy = world.proxy();
+    proxy.set_policy(&[&format!("127.0.0.1:{port}")], &[]);
+    for spelled in ["127.0.0.1", "0x7f.1", "2130706433"] {
+        let req = format!("GET http://{spelled}:{port}/x HTTP/1.1\r\nHost: {spelled}:{port}\r\n\r\n");
+        let r = proxy.request(req.as_bytes()).await;
+        assert_eq!(r.status, 200, "{spelled}: {}", r.text());
+        let a = proxy.attempt().await;
+        assert!(a.allowed && a.host == "127.0.0.1" && a.rule.as_deref() == Some(&*format!("127.0.0.1:{port}")), "{a:?}");
+        assert_eq!(a.address, Some(world.http));
+    }
+    assert!(proxy.lookups().is_empty(), "an address is not looked up");
+    // Another address, or another port of it: refused.
+    for target in [format!("127.0.0.2:{port}"), "127.0.0.1:80".to_owned()] {
+        let req = format!("GET http://{target}/ HTTP/1.1\r\nHost: {target}\r\n\r\n");
+        assert_eq!(proxy.request(req.as_bytes()).await.status, 403, "{target}");
+        proxy.attempt().await;
+    }
+    // Named by a rule, but loopback without allow_private: still refused.
+    let mut strict = world.proxy_with(|c| c.allow_private = AllowedRanges::default());
+    strict.set_policy(&[&format!("127.0.0.1:{port}")], &[]);
+    let req = format!("GET http://127.0.0.1:{port}/ HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n");
+    let r = strict.request(req.as_bytes()).await;
+    assert_eq!(r.status, 403);
+    assert!(r.text().contains("reserved range (loopback)"), "{}", r.text());
+    strict.attempt().await;
+}
+
+#[tokio::test]
+async fn a_tunnel_to_an_address_takes_tls_without_sni_but_not_a_hostname() {
+    let world = World::new().await;
+    let target = format!("127.0.0.1:{}", world.tls.port());
+    let mut proxy = world.proxy();
+    proxy.set_policy(&[&target], &[]);
+    // TLS clients send no SNI to an address: relayed.
+    let s = proxy.tunnel(&target).await;
+    let mut tls = tls_over(&world.tls_connector(false), "tls.test", s).await.unwrap();
+    let mut hello = [0u8; 6];
+    tls.read_exact(&mut hello).await.unwrap();
+    assert_eq!(&hello, b"tls-ok");
+    drop(tls);
+    let a = proxy.attempt().await;
+    assert!(a.allowed && a.host == "127.0.0.1", "{a:?}");
+    // A hostname in the SNI would front for another site: refused.
+    let s = proxy.tunnel(&target).await;
+    assert!(tls_over(&world.tls_connector(true), "tls.test", s).await.is_err());
+    let a = proxy.attempt().await;
+    assert!(!a.allowed);
+    assert_eq!(a.reason, "SNI tls.test does not match CONNECT address 127.0.0.1");
 }
 
 #[tokio::test]

@@ -268,7 +268,7 @@ mod tests {
 
     #[test]
     fn update_refuses_invalid_patterns_and_names_them() {
-        for bad in ["*", "*x.com", "a.*.com", "example.com:0", "example.com:99999", "10.0.0.1"] {
+        for bad in ["*", "*x.com", "a.*.com", "example.com:0", "example.com:99999", "*.10.0.0.1", "10.0.0.1:0"] {
             let err = PolicyUpdate { allow: vec![bad.into()], ..Default::default() }.apply(&EgressRules::default()).unwrap_err();
             assert!(err.to_string().contains(bad), "{bad}: {err}");
         }

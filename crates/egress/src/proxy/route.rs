@@ -7,7 +7,7 @@ use std::sync::Arc;
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 
-use super::attempt::{as_sent, Recorder};
+use super::attempt::Recorder;
 use super::resolve::{connect_first, Guard};
 use super::{fmt_duration, Ctx};
 use crate::{normalise, Error, Host, Policy};
@@ -28,16 +28,13 @@ impl Refusal {
     }
 }
 
-/// The requested host, normalised. IP literals are refused in every
-/// spelling and whatever address they name, even one in `allow_private`:
-/// the policy speaks of names only, so an address has nothing to match.
+/// The requested host, normalised. An IP literal, in any spelling, becomes
+/// its canonical address ([`Host::address`]), which the policy allows only
+/// through a rule naming that address.
 pub(crate) fn name(host: &str) -> Result<Host, Refusal> {
     match normalise(host) {
         Ok(h) => Ok(h),
-        Err(Error::IpLiteral { host, ip }) => Err(Refusal::new(
-            403,
-            format!("IP literals are not allowed: {} is {ip}", as_sent(&host)),
-        )),
+        Err(Error::IpLiteral { ip, .. }) => Ok(Host::address(ip)),
         Err(e) => Err(Refusal::new(400, e.to_string())),
     }
 }
@@ -58,7 +55,14 @@ pub(crate) async fn open(
         return Err(Refusal::new(403, decision.reason));
     }
     let config = &ctx.config;
-    let lookup = tokio::time::timeout(config.connect_timeout, ctx.resolver.resolve(host, port));
+    // An address a rule named is the address: nothing to look up.
+    let lookup = async {
+        match host.ip() {
+            Some(ip) => Ok(vec![std::net::SocketAddr::new(ip, port)]),
+            None => ctx.resolver.resolve(host, port).await,
+        }
+    };
+    let lookup = tokio::time::timeout(config.connect_timeout, lookup);
     let addrs = match lookup.await {
         Ok(Ok(addrs)) if !addrs.is_empty() => addrs,
         Ok(Ok(_)) => {
@@ -112,12 +116,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn names_are_normalised_and_literals_refused() {
+    fn names_are_normalised_and_literals_become_addresses() {
         assert_eq!(name("Example.COM.").unwrap().as_str(), "example.com");
-        let r = name("0x7f.1").unwrap_err();
-        assert_eq!(r.status, 403);
-        assert_eq!(r.reason, "IP literals are not allowed: 0x7f.1 is 127.0.0.1");
-        assert_eq!(name("[::1]").unwrap_err().status, 403);
+        assert_eq!(name("0x7f.1").unwrap().as_str(), "127.0.0.1");
+        assert_eq!(name("[0:0::1]").unwrap().as_str(), "[::1]");
+        assert_eq!(name("[::1]").unwrap().ip(), Some("::1".parse().unwrap()));
         let r = name("a_b.test").unwrap_err();
         assert_eq!(r.status, 400);
         assert!(r.reason.contains("a_b.test"), "{}", r.reason);

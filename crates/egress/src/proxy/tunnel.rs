@@ -188,6 +188,15 @@ impl Tunnel<'_> {
             .unwrap_or_else(|_| Err(format!("no ClientHello within {}", fmt_duration(wait))))
             .map_err(End::Refused)?;
         let host = self.host;
+        // TLS clients send no SNI for an address (RFC 6066); one naming
+        // anything but this address is fronting for another site.
+        if let Some(ip) = host.ip() {
+            return match hello {
+                None => Ok(buf),
+                Some(sni) if crate::parse_ip_literal(&sni) == Some(ip) => Ok(buf),
+                Some(sni) => Err(End::Refused(format!("SNI {} does not match CONNECT address {host}", as_sent(&sni)))),
+            };
+        }
         match hello {
             None => Err(End::Refused(format!(
                 "no SNI in the ClientHello for CONNECT host {host}"
