@@ -33,6 +33,7 @@ mod head;
 mod resolve;
 mod respond;
 mod route;
+mod splice;
 mod stream;
 mod tunnel;
 

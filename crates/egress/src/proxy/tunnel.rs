@@ -13,6 +13,7 @@ use tokio::time::Instant;
 use super::attempt::{as_sent, Activity, AttemptKind, Meter};
 use super::conn::recorder;
 use super::respond::refuse;
+use super::splice::{self, Pipe};
 use super::{fmt_duration, route, Ctx, ProxyConfig};
 use crate::sni::MAX_HANDSHAKE;
 use crate::{
@@ -27,7 +28,8 @@ const TLS_HANDSHAKE: u8 = 0x16;
 /// Most raw bytes buffered while waiting for a complete ClientHello: the
 /// message limit plus room for the headers of the records it is split into.
 const MAX_HELLO_BYTES: usize = MAX_HANDSHAKE + 1024;
-const RELAY_BUF: usize = 16 * 1024;
+/// Buffer of each direction when no pipe is to be had for `splice`.
+const RELAY_BUF: usize = 256 * 1024;
 
 /// Runs one CONNECT request to its end and logs it.
 pub(crate) async fn run(
@@ -126,10 +128,15 @@ impl Tunnel<'_> {
                 self.meter.add_up(first.len());
                 self.activity.touch();
             }
-            pump(&mut client_r, &mut upstream_w, &self.activity, |n| {
-                self.meter.add_up(n)
-            })
-            .await
+            match Pipe::new() {
+                Ok(pipe) => splice::relay(client_r.as_ref(), upstream_w.as_ref(), &pipe, |n| {
+                    self.meter.add_up(n);
+                    self.activity.touch();
+                })
+                .await
+                .map_err(|_| End::Closed),
+                Err(_) => pump(&mut client_r, &mut upstream_w, &self.activity, |n| self.meter.add_up(n)).await,
+            }
         };
         let down = async {
             // A TLS server never speaks first; nothing reaches the client
@@ -137,10 +144,15 @@ impl Tunnel<'_> {
             if self.port == TLS_PORT {
                 self.gate_open.notified().await;
             }
-            pump(&mut upstream_r, &mut client_w, &self.activity, |n| {
-                self.meter.add_down(n)
-            })
-            .await
+            match Pipe::new() {
+                Ok(pipe) => splice::relay(upstream_r.as_ref(), client_w.as_ref(), &pipe, |n| {
+                    self.meter.add_down(n);
+                    self.activity.touch();
+                })
+                .await
+                .map_err(|_| End::Closed),
+                Err(_) => pump(&mut upstream_r, &mut client_w, &self.activity, |n| self.meter.add_down(n)).await,
+            }
         };
         let idle = self.config.idle_timeout;
         tokio::select! {
@@ -172,7 +184,7 @@ impl Tunnel<'_> {
         if self.port != TLS_PORT {
             if buf.is_empty() {
                 // The server may speak first; the other direction is open.
-                let mut chunk = vec![0u8; RELAY_BUF];
+                let mut chunk = vec![0u8; MAX_HELLO_BYTES];
                 let n = client.read(&mut chunk).await.map_err(|_| End::Closed)?;
                 chunk.truncate(n);
                 buf = chunk;
