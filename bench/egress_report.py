@@ -302,21 +302,11 @@ if round_ratio["inside"]:
                  f"the control, client and nginx both in the sandbox, reached {c * 100:.0f} % of direct "
                  "(median of the rounds), so part of the gap may be the sandbox's own, not the proxy's")
 if notes:
-    tunnel_slower = "tunnel" in med and "forward" in med and med["tunnel"] < med["forward"]
-    # The tunnel's relay buffer, as the source has it now.
-    try:
-        src = open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "crates", "egress", "src",
-                                "proxy", "tunnel.rs")).read()
-        m = re.search(r"const RELAY_BUF: usize = (\d+) \* 1024;", src)
-        relay = f" ({m.group(1)} KiB)" if m else ""
-    except OSError:
-        relay = ""
     para("Where the time goes: " + "; ".join(notes) + ". Through the proxy every byte crosses",
-         "loopback twice (nginx → daemon, daemon → client) and passes through the daemon's",
-         f"user-space buffers, on {os.cpu_count()} cores that the client, nginx and the daemon share.",
-         *(["The tunnel is slower than forwarding and costs more CPU per byte: it relays with one",
-            f"read and one write of a small fixed buffer{relay} at a time, where forwarding reads the",
-            "response with hyper's HTTP/1 client, whose read buffer grows with the transfer."] if tunnel_slower else []))
+         "loopback twice (nginx → daemon, daemon → client),",
+         f"on {os.cpu_count()} cores that the client, nginx and the daemon share. Forwarded bytes pass",
+         "through the daemon's user space (hyper's HTTP/1 client and server); tunnelled ones do not:",
+         "the tunnel moves them with splice(2), socket to pipe to socket, one pipe per direction.")
 if lat["forward"] and lat["direct"]:
     v = lat["forward"]
     nd = lat["direct"]["nginx_cpu_s"] * 1e6 / lat["direct"]["requests"]
