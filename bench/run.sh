@@ -51,7 +51,8 @@ c["process"]["args"] = ["/bin/true"]
 json.dump(c, open(p, "w"))
 PY
 
-"$CAIRN" serve --listen 127.0.0.1:0 --disk-pool 4 >"$WORK/daemon.log" 2>&1 &
+# setsid: Ctrl-C must reach this script, not the daemon (see cleanup).
+setsid "$CAIRN" serve --listen 127.0.0.1:0 --disk-pool 4 >"$WORK/daemon.log" 2>&1 &
 DAEMON=$!
 for _ in $(seq 100); do [[ -s $CAIRN_HOME/url ]] && "$CAIRN" task list >/dev/null 2>&1 && break; sleep 0.1; done
 "$CAIRN" image import bench "$WORK/rootfs" >/dev/null

@@ -209,7 +209,8 @@ for ROUND in $(seq "$ROUNDS"); do
   export CAIRN_HOME=$WORK/home$ROUND
   REPO=$WORK/restic$ROUND
   export RESTIC_CACHE_DIR=$WORK/restic-cache$ROUND
-  RUST_LOG=${RUST_LOG:-info} "$CAIRN" serve --listen 127.0.0.1:0 >"$WORK/daemon$ROUND.log" 2>&1 &
+  # setsid: Ctrl-C must reach this script, not the daemon (see cleanup).
+  RUST_LOG=${RUST_LOG:-info} setsid "$CAIRN" serve --listen 127.0.0.1:0 >"$WORK/daemon$ROUND.log" 2>&1 &
   DAEMON=$!
   for _ in $(seq 100); do [[ -s $CAIRN_HOME/url ]] && "$CAIRN" task list >/dev/null 2>&1 && break; sleep 0.1; done
   TASK=$("$CAIRN" task create --disk 4G --memory 1G)

@@ -122,7 +122,9 @@ fi
 LOG=${RUST_LOG:-cairn_server=debug,cairn_sandbox=debug}
 start_daemon() {
   rm -f "$CAIRN_HOME/url"
-  RUST_LOG="$LOG" "$CAIRN" serve --listen 127.0.0.1:0 --disk-pool 4 >>"$WORK/daemon.log" 2>&1 &
+  # setsid: Ctrl-C must reach this script, not the daemon, so cleanup can
+  # still destroy the tasks through it.
+  RUST_LOG="$LOG" setsid "$CAIRN" serve --listen 127.0.0.1:0 --disk-pool 4 >>"$WORK/daemon.log" 2>&1 &
   DAEMON=$!
   echo "$DAEMON" >"$WORK/daemon.pid"
   # Ready when it takes a connection (an API call would allocate in it, and

@@ -7,5 +7,7 @@ cd "$(dirname "$0")/.."
 scripts/setup-debian.sh
 export PATH=$HOME/.cargo/bin:$PATH
 cargo test --workspace --locked
+# Lints are part of the build: warnings fail it.
+cargo clippy --workspace --all-targets --locked -- -D warnings
 # A short fuzz run of the egress parsers.
 scripts/fuzz.sh
