@@ -43,3 +43,9 @@ if ! command -v cargo >/dev/null; then
     curl -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal >/dev/null
   fi
 fi
+# The test script runs clippy; a minimal rustup profile lacks it.
+export PATH=$HOME/.cargo/bin:$PATH
+if ! cargo clippy --version >/dev/null 2>&1; then
+  echo "installing clippy"
+  rustup component add clippy
+fi
