@@ -238,7 +238,11 @@ pub fn egress_log(v: &Value) -> String {
         .map(|a| {
             a.iter()
                 .map(|d| {
-                    let verdict = if d["allowed"].as_bool() == Some(true) { "allow" } else { "deny" };
+                    let verdict = match (d["open"].as_bool(), d["allowed"].as_bool()) {
+                        (Some(true), _) => "open",
+                        (_, Some(true)) => "allow",
+                        _ => "deny",
+                    };
                     vec![
                         time(&d["time_ms"]),
                         s(&d["kind"]),

@@ -344,6 +344,10 @@ print("cut after", n, flush=True)
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     assert_eq!(lines.next().unwrap().unwrap(), "proxy: HTTP/1.1 200 Connection established");
     std::thread::sleep(Duration::from_millis(500));
+    // An open tunnel is on record before it ends.
+    let open = decision(&d, &id, |v| v["host"] == "echo.test" && v["open"] == true);
+    assert_eq!((open["allowed"].as_bool(), open["address"].is_string()), (Some(true), true), "{open}");
+    assert!(d.ok(&["egress", "log", &id]).contains(" open "), "the human log shows it open");
     let v = d.json(&["task", "update", &id, "--deny", "echo.test"]);
     assert_eq!(v["deny"], serde_json::json!(["echo.test"]));
     let t0 = Instant::now();

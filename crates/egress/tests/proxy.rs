@@ -99,6 +99,7 @@ async fn http_requests_are_forwarded_in_origin_form() {
             bytes_up: 0,
             bytes_down: r.body.len() as u64,
             duration_ms: a.duration_ms,
+            open: false,
         }
     );
 
@@ -285,7 +286,13 @@ async fn connect_with_matching_sni_is_relayed() {
     assert_eq!(&back, b"ping");
     tls.shutdown().await.unwrap();
     drop(tls);
-    let a = proxy.attempt().await;
+    // First the entry written when the bytes started to flow, then the
+    // final one.
+    let opened = proxy.entry().await;
+    assert!(opened.open && opened.allowed && opened.host == "tls.test" && opened.status == Some(200), "{opened:?}");
+    assert_eq!((opened.bytes_up, opened.bytes_down), (0, 0));
+    let a = proxy.entry().await;
+    assert!(!a.open, "{a:?}");
     assert_eq!(a.kind, AttemptKind::Connect);
     assert_eq!((a.host.as_str(), a.port), ("tls.test", 443));
     assert_eq!(a.address, Some(world.tls));

@@ -58,6 +58,12 @@ pub struct Attempt {
     /// Upstream -> client payload bytes (tunnel data, or response body).
     pub bytes_down: u64,
     pub duration_ms: u64,
+    /// Set on the entry a tunnel writes when its bytes start to flow, so
+    /// a long tunnel is on record while it is open (a daemon killed
+    /// before it ends cannot write its final entry, which follows with
+    /// this unset).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub open: bool,
 }
 
 /// A host as sent, cut to the length the log keeps.
@@ -188,6 +194,7 @@ impl Recorder {
                 bytes_up: 0,
                 bytes_down: 0,
                 duration_ms: 0,
+                open: false,
             },
             started,
             meter: Arc::default(),
@@ -236,6 +243,20 @@ impl Recorder {
     #[cfg(test)]
     pub fn cut_slot(&self) -> &Arc<CutSlot> {
         &self.cut
+    }
+
+    /// What sends the tunnel's "open" entry: the attempt as it stands now,
+    /// marked open and let through, when called.
+    pub fn open_notice(&self) -> impl Fn() + Send + Sync + 'static {
+        let mut attempt = self.attempt.clone();
+        attempt.open = true;
+        attempt.allowed = true;
+        let (log, started) = (self.log.clone(), self.started);
+        move || {
+            let mut a = attempt.clone();
+            a.duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+            let _ = log.send(a);
+        }
     }
 
     /// Sends the attempt as it stands.
@@ -310,9 +331,11 @@ mod tests {
             bytes_up: 1,
             bytes_down: 2,
             duration_ms: 3,
+            open: false,
         };
         let v = serde_json::to_value(&a).unwrap();
         assert_eq!(v["kind"], "http");
+        assert!(v.get("open").is_none(), "only open entries say so");
         assert_eq!(v["address"], "93.184.216.34:80");
         assert_eq!(
             serde_json::to_value(AttemptKind::Connect).unwrap(),

@@ -65,6 +65,7 @@ pub(crate) async fn run(
     // Bytes sent right after the head are already tunnel data.
     let early = buf.split_off(head.head_len.min(buf.len()));
     let tunnel = Tunnel {
+        on_open: Box::new(rec.open_notice()),
         host: &host,
         port,
         config,
@@ -95,6 +96,8 @@ enum End {
 }
 
 struct Tunnel<'a> {
+    /// Writes the tunnel's "open" entry once its bytes start to flow.
+    on_open: Box<dyn Fn() + Send + Sync>,
     host: &'a Host,
     port: u16,
     config: &'a ProxyConfig,
@@ -119,6 +122,7 @@ impl Tunnel<'_> {
             let first = self.gate(&mut client_r, early).await?;
             // Let through: logged as allowed even if cut from here on.
             self.meter.let_through();
+            (self.on_open)();
             self.gate_open.notify_one();
             if !first.is_empty() {
                 upstream_w

@@ -251,17 +251,30 @@ impl Proxy {
     }
 
     /// The next logged attempt.
+    /// The next final entry (a tunnel's "open" entries are skipped; see
+    /// [`Proxy::entry`]).
     pub async fn attempt(&mut self) -> Attempt {
+        loop {
+            let a = self.entry().await;
+            if !a.open {
+                return a;
+            }
+        }
+    }
+
+    /// The next entry, "open" ones included.
+    pub async fn entry(&mut self) -> Attempt {
         timeout(WAIT, self.log.recv())
             .await
             .expect("an attempt is logged in time")
             .expect("the log is open")
     }
 
-    /// Asserts nothing more is logged for a moment.
+    /// Asserts no final entry is logged for a moment (a tunnel's "open"
+    /// entry may be).
     pub async fn quiet(&mut self) {
-        if let Ok(Some(a)) = timeout(Duration::from_millis(150), self.log.recv()).await {
-            panic!("unexpected attempt {a:?}");
+        while let Ok(Some(a)) = timeout(Duration::from_millis(150), self.log.recv()).await {
+            assert!(a.open, "unexpected attempt {a:?}");
         }
     }
 
@@ -275,8 +288,8 @@ impl Proxy {
             .unwrap();
     }
 
-    /// Shuts the proxy down and returns every attempt still to be logged;
-    /// the log is closed afterwards, so nothing is logged twice.
+    /// Shuts the proxy down and returns every final entry still to be
+    /// logged; the log is closed afterwards, so nothing is logged twice.
     pub async fn shutdown(mut self) -> Vec<Attempt> {
         let proxy = self.proxy.take().unwrap();
         timeout(WAIT, proxy.shutdown())
@@ -287,7 +300,9 @@ impl Proxy {
             .await
             .expect("the log closes after shutdown")
         {
-            rest.push(a);
+            if !a.open {
+                rest.push(a);
+            }
         }
         rest
     }
