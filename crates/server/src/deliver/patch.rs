@@ -52,17 +52,39 @@ pub fn layer_diff(layers: &[LayerDirs]) -> io::Result<String> {
             continue;
         }
         let mut entries = Vec::new();
-        walk(&layer.upper, Path::new(""), &mut entries)?;
+        let mut opaque = Vec::new();
+        walk(&layer.upper, Path::new(""), &mut entries, &mut opaque)?;
+        // Lower files an opaque directory hides were deleted, unless the
+        // upper layer has its own file of that name (then it is a change).
+        for dir in &opaque {
+            let mut hidden = Vec::new();
+            lower_files(&layer.lower, dir, &mut hidden);
+            entries.extend(hidden.into_iter().filter(|f| fs::symlink_metadata(layer.upper.join(f)).is_err()));
+        }
         entries.sort();
+        entries.dedup();
         for rel in entries {
-            let shown = layer.at.join(&rel);
-            let shown = shown.strip_prefix("/").unwrap_or(&shown).to_string_lossy().into_owned();
-            let meta = fs::symlink_metadata(layer.upper.join(&rel))?;
+            let shown = |rel: &Path| {
+                let p = layer.at.join(rel);
+                p.strip_prefix("/").unwrap_or(&p).to_string_lossy().into_owned()
+            };
             let before = lower_content(&layer.lower, &rel);
-            if meta.file_type().is_char_device() && meta.rdev() == 0 {
-                // An overlay whiteout: the file was deleted.
+            let Ok(meta) = fs::symlink_metadata(layer.upper.join(&rel)) else {
+                // Hidden by an opaque directory.
                 if let Some(old) = before {
-                    out.push_str(&file_diff(&shown, Some(&old), None));
+                    out.push_str(&file_diff(&shown(&rel), Some(&old), None));
+                }
+                continue;
+            };
+            if meta.file_type().is_char_device() && meta.rdev() == 0 {
+                // An overlay whiteout: the file, or the whole directory, was deleted.
+                let mut gone = Vec::new();
+                lower_files(&layer.lower, &rel, &mut gone);
+                gone.sort();
+                for f in gone {
+                    if let Some(old) = lower_content(&layer.lower, &f) {
+                        out.push_str(&file_diff(&shown(&f), Some(&old), None));
+                    }
                 }
                 continue;
             }
@@ -73,6 +95,7 @@ pub fn layer_diff(layers: &[LayerDirs]) -> io::Result<String> {
             } else {
                 Some(fs::read(layer.upper.join(&rel))?)
             };
+            let shown = shown(&rel);
             match after {
                 Some(new) if before.as_deref() == Some(new.as_slice()) => {}
                 Some(new) => out.push_str(&file_diff(&shown, before.as_deref(), Some(&new))),
@@ -83,14 +106,28 @@ pub fn layer_diff(layers: &[LayerDirs]) -> io::Result<String> {
     Ok(out)
 }
 
-/// Regular files, symlinks and whiteouts under `dir`, relative to the upper root.
-fn walk(root: &Path, rel: &Path, out: &mut Vec<PathBuf>) -> io::Result<()> {
+/// Whether overlayfs marked this upper directory opaque (it hides the
+/// lower directory of the same name).
+fn is_opaque(dir: &Path) -> bool {
+    let Ok(path) = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()) else { return false };
+    let mut value = [0u8; 1];
+    // SAFETY: valid C strings; the kernel writes at most one byte into `value`.
+    let n = unsafe { libc::lgetxattr(path.as_ptr(), c"trusted.overlay.opaque".as_ptr(), value.as_mut_ptr().cast(), value.len()) };
+    n == 1 && value[0] == b'y'
+}
+
+/// Regular files, symlinks and whiteouts under `rel` of the upper root,
+/// and the opaque directories among its directories.
+fn walk(root: &Path, rel: &Path, out: &mut Vec<PathBuf>, opaque: &mut Vec<PathBuf>) -> io::Result<()> {
     for entry in fs::read_dir(root.join(rel))? {
         let entry = entry?;
         let path = rel.join(entry.file_name());
         let kind = entry.file_type()?;
         if kind.is_dir() {
-            walk(root, &path, out)?;
+            if is_opaque(&root.join(&path)) {
+                opaque.push(path.clone());
+            }
+            walk(root, &path, out, opaque)?;
         } else if kind.is_file() || kind.is_symlink() || kind.is_char_device() {
             out.push(path);
         }
@@ -98,31 +135,50 @@ fn walk(root: &Path, rel: &Path, out: &mut Vec<PathBuf>) -> io::Result<()> {
     Ok(())
 }
 
-/// The content of `rel` in the lower layer: a file's bytes or a symlink's
-/// target. `None` when it does not exist there or a directory on its way is
-/// a symlink (which would lead out of the image, into the host).
-fn lower_content(lower: &Path, rel: &Path) -> Option<Vec<u8>> {
+/// Files and symlinks of the lower layer at or under `rel` (a file, or a
+/// directory walked without following symlinks); nothing when a directory
+/// on the way there is a symlink.
+fn lower_files(lower: &Path, rel: &Path, out: &mut Vec<PathBuf>) {
+    let Some(path) = lower_path(lower, rel) else { return };
+    let Ok(meta) = fs::symlink_metadata(&path) else { return };
+    if !meta.is_dir() {
+        if meta.is_file() || meta.file_type().is_symlink() {
+            out.push(rel.to_path_buf());
+        }
+        return;
+    }
+    for entry in fs::read_dir(&path).into_iter().flatten().flatten() {
+        lower_files(lower, &rel.join(entry.file_name()), out);
+    }
+}
+
+/// `lower/rel` when every directory on the way is a real directory.
+fn lower_path(lower: &Path, rel: &Path) -> Option<PathBuf> {
     let mut cur = lower.to_path_buf();
     let comps: Vec<Component> = rel.components().collect();
     for (i, c) in comps.iter().enumerate() {
         let Component::Normal(name) = c else { return None };
         cur.push(name);
-        let meta = fs::symlink_metadata(&cur).ok()?;
-        let last = i + 1 == comps.len();
-        if !last && !meta.is_dir() {
+        if i + 1 < comps.len() && !fs::symlink_metadata(&cur).ok()?.is_dir() {
             return None;
         }
-        if last {
-            return if meta.file_type().is_symlink() {
-                fs::read_link(&cur).ok().map(|t| t.into_os_string().into_encoded_bytes())
-            } else if meta.is_file() && meta.len() <= MAX_DIFFED {
-                fs::read(&cur).ok()
-            } else {
-                None
-            };
-        }
     }
-    None
+    Some(cur)
+}
+
+/// The content of `rel` in the lower layer: a file's bytes or a symlink's
+/// target. `None` when it does not exist there or a directory on its way is
+/// a symlink (which would lead out of the image, into the host).
+fn lower_content(lower: &Path, rel: &Path) -> Option<Vec<u8>> {
+    let path = lower_path(lower, rel)?;
+    let meta = fs::symlink_metadata(&path).ok()?;
+    if meta.file_type().is_symlink() {
+        fs::read_link(&path).ok().map(|t| t.into_os_string().into_encoded_bytes())
+    } else if meta.is_file() && meta.len() <= MAX_DIFFED {
+        fs::read(&path).ok()
+    } else {
+        None
+    }
 }
 
 fn is_text(b: &[u8]) -> bool {
@@ -176,6 +232,34 @@ mod tests {
         assert!(d.contains("new file mode 100644\n--- /dev/null\n+++ b/workspace/new.txt\n@@ -0,0 +1 @@\n+fresh\n"), "{d}");
         assert!(d.contains("Binary files /dev/null and b/workspace/blob.bin differ"), "{d}");
         assert!(!d.contains("etc/same"), "{d}");
+    }
+
+    #[test]
+    fn deleted_and_opaque_directories_list_the_lower_files_they_hide() {
+        let dir = tempfile::tempdir().unwrap();
+        let (lower, upper) = (dir.path().join("lower"), dir.path().join("upper"));
+        for d in ["gone/sub", "redone", "kept"] {
+            fs::create_dir_all(lower.join(d)).unwrap();
+        }
+        fs::write(lower.join("gone/a"), "a\n").unwrap();
+        fs::write(lower.join("gone/sub/b"), "b\n").unwrap();
+        fs::write(lower.join("redone/old"), "old\n").unwrap();
+        fs::write(lower.join("redone/same-name"), "before\n").unwrap();
+        fs::write(lower.join("kept/k"), "k\n").unwrap();
+        fs::create_dir_all(&upper).unwrap();
+        nix::sys::stat::mknod(&upper.join("gone"), nix::sys::stat::SFlag::S_IFCHR, nix::sys::stat::Mode::empty(), 0).unwrap();
+        fs::create_dir_all(upper.join("redone")).unwrap();
+        fs::write(upper.join("redone/same-name"), "after\n").unwrap();
+        let c = std::ffi::CString::new(upper.join("redone").into_os_string().into_encoded_bytes()).unwrap();
+        // SAFETY: valid C strings and a one-byte value.
+        let rc = unsafe { libc::lsetxattr(c.as_ptr(), c"trusted.overlay.opaque".as_ptr(), b"y".as_ptr().cast(), 1, 0) };
+        assert_eq!(rc, 0, "setting trusted.* needs root: {}", io::Error::last_os_error());
+        let d = layer_diff(&[LayerDirs { upper, lower, at: "/".into() }]).unwrap();
+        for gone in ["gone/a", "gone/sub/b", "redone/old"] {
+            assert!(d.contains(&format!("deleted file mode 100644\n--- a/{gone}\n+++ /dev/null\n")), "{gone} deleted: {d}");
+        }
+        assert!(d.contains("--- a/redone/same-name\n+++ b/redone/same-name\n@@ -1 +1 @@\n-before\n+after\n"), "{d}");
+        assert!(!d.contains("kept/k"), "{d}");
     }
 
     #[test]
