@@ -37,6 +37,35 @@ async fn get_bytes(client: &Client, path: &str) -> Result<Vec<u8>> {
     Ok(body.to_vec())
 }
 
+/// Streams a GET into `to`, with progress on a terminal; returns the
+/// SHA-256 of what was written.
+async fn download(client: &Client, path: &str, to: &Path, total: Option<u64>) -> Result<String> {
+    use futures_util::StreamExt;
+    use sha2::Digest;
+    use std::io::Write;
+    let resp = client.request(Method::GET, path).send().await.map_err(|e| client.connect_error(e))?;
+    let status = resp.status();
+    if !status.is_success() {
+        let body = resp.bytes().await.unwrap_or_default();
+        bail!("{}", error_message(status, &body));
+    }
+    let mut file = std::fs::File::create(to).with_context(|| format!("write {}", to.display()))?;
+    let mut hash = sha2::Sha256::new();
+    let mut done = 0u64;
+    let progress = crate::progress::Progress::new("deliverable");
+    let mut stream = resp.bytes_stream();
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|e| anyhow!("download of {} broke off: {e}", to.display()))?;
+        file.write_all(&chunk).with_context(|| format!("write {}", to.display()))?;
+        hash.update(&chunk);
+        done += chunk.len() as u64;
+        progress.update(done, total);
+    }
+    file.sync_all().with_context(|| format!("write {}", to.display()))?;
+    progress.finish(done);
+    Ok(hash.finalize().iter().map(|b| format!("{b:02x}")).collect())
+}
+
 /// A file name from a record that is safe to join to a directory.
 fn plain_name(name: &str) -> Result<&str> {
     if name.is_empty() || name == "." || name == ".." || name.contains('/') || name.contains('\0') {
@@ -57,11 +86,10 @@ pub async fn deliver(client: &Client, a: DeliverArgs) -> Result<Value> {
         std::fs::create_dir_all(out).with_context(|| format!("--out {}", out.display()))?;
         for d in v["deliverables"].as_array().into_iter().flatten() {
             let (name, sha) = (plain_name(d["name"].as_str().unwrap_or_default())?, d["sha256"].as_str().unwrap_or_default());
-            let data = get_bytes(client, &format!("/v1/deliverables/{sha}")).await?;
-            if sha256_hex(&data) != sha {
+            let got = download(client, &format!("/v1/deliverables/{sha}"), &out.join(name), d["size"].as_u64()).await?;
+            if got != sha {
                 bail!("deliverable {name} came back from the store with another digest");
             }
-            std::fs::write(out.join(name), data).with_context(|| format!("write {}", out.join(name).display()))?;
         }
         let record = get_bytes(client, &format!("/v1/records/{}", v["record_id"].as_str().unwrap_or_default())).await?;
         std::fs::write(out.join("record.json"), record).with_context(|| format!("write {}", out.join("record.json").display()))?;
