@@ -187,6 +187,9 @@ pub fn gc_summary(v: &Value) -> String {
         s(&r["kept_young"]),
         s(&r["packs_partly_live"]),
     ));
+    for o in v["orphan_deliverables"].as_array().into_iter().flatten() {
+        lines.push(format!("{} deliverable {} (no record names it)", if v["dry_run"].as_bool() == Some(true) { "would delete" } else { "deleted" }, s(o)));
+    }
     lines.join("\n")
 }
 

@@ -232,6 +232,22 @@ fn complete_tears_everything_down_and_keeps_the_records() {
     assert!(ok && text.contains("from the store"), "{text}{err}");
     let patch = String::from_utf8(fetch(&d, &format!("/v1/deliverables/{patch_sha}"))).unwrap();
     assert!(patch.contains("+++ b/workspace/result.txt") && patch.contains("+changed") && patch.contains("a/etc/motd"), "{patch}");
+    // gc keeps what a record names and removes, after the grace period,
+    // a deliverable no record names (a delivery cut short).
+    let orphan = "ab".repeat(32);
+    let dir = d.home().join("blobs/deliverables/ab");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join(&orphan), "left behind").unwrap();
+    let young = d.json(&["gc"]);
+    assert_eq!(young["orphan_deliverables"], serde_json::json!([]), "young orphans stay");
+    assert!(Command::new("touch").args(["-d", "2 hours ago"]).arg(dir.join(&orphan)).status().unwrap().success());
+    let dry = d.json(&["gc", "--dry-run"]);
+    assert_eq!(dry["orphan_deliverables"], serde_json::json!([orphan]));
+    assert!(dir.join(&orphan).exists());
+    assert!(d.ok(&["gc"]).contains(&format!("deleted deliverable {orphan}")));
+    assert!(!dir.join(&orphan).exists());
+    let (ok, _, err) = verify(&d, &[out.path().join("record.json").to_str().unwrap()]);
+    assert!(ok, "what the record names stays: {err}");
     // A completed task takes no more commands or deliveries.
     let err = d.fails(&["exec", &id, "--", "true"]);
     assert!(err.contains("completed"), "{err}");

@@ -697,12 +697,14 @@ impl Tasks {
         let repo = self.snaps.repo.clone();
         let dry = req.dry_run;
         let report = tokio::task::spawn_blocking(move || repo.gc(&live_manifests, &live_chunks, grace, dry)).await?.map_err(blob_error)?;
-        tracing::info!(actor, dry_run = dry, freed = report.bytes_freed, "gc");
+        let orphans = self.gc_deliverables(grace, dry).await?;
+        tracing::info!(actor, dry_run = dry, freed = report.bytes_freed, orphan_deliverables = orphans.len(), "gc");
         Ok(json!({
             "dry_run": dry,
             "grace_ms": grace.as_millis() as u64,
             "expired_snapshots": expired.iter().map(|s| json!({"id": s.id, "task": s.task, "kind": s.kind})).collect::<Vec<_>>(),
             "report": report,
+            "orphan_deliverables": orphans,
         }))
     }
 

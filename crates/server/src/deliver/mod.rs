@@ -276,6 +276,39 @@ impl Tasks {
         Ok(DeliveryView { task: task.id, record_id, record, deliverables, ledger_seq: checkpoint.seq, ledger_head: checkpoint.head, completed })
     }
 
+    /// Deliverables no record names and older than `grace`: left by a
+    /// delivery cut short between storing its content and its record.
+    /// Removed unless `dry_run`; records, and what they name, always stay.
+    pub(crate) async fn gc_deliverables(&self, grace: std::time::Duration, dry_run: bool) -> Result<Vec<String>, ApiError> {
+        let backend = self.snaps.repo.backend().clone();
+        tokio::task::spawn_blocking(move || -> Result<Vec<String>, ApiError> {
+            let mut named = std::collections::HashSet::new();
+            for info in backend.list(Kind::Record).map_err(blob_error)? {
+                let bytes = backend.read(Kind::Record, &info.id).map_err(blob_error)?;
+                let statement = serde_json::from_slice::<cairn_ledger::Envelope>(&bytes)
+                    .ok()
+                    .and_then(|e| e.payload().ok())
+                    .and_then(|p| Statement::from_payload(&p).ok())
+                    .ok_or_else(|| ApiError::internal(format!("gc stopped, no deliverable deleted: record {} is unreadable", info.id)))?;
+                named.extend(statement.subject.into_iter().filter_map(|s| s.digest.get("sha256").cloned()));
+            }
+            let now = std::time::SystemTime::now();
+            let mut orphans = Vec::new();
+            for info in backend.list(Kind::Deliverable).map_err(blob_error)? {
+                let young = now.duration_since(info.modified).map(|age| age < grace).unwrap_or(true);
+                if named.contains(&info.id) || young {
+                    continue;
+                }
+                if !dry_run {
+                    backend.delete(Kind::Deliverable, &info.id).map_err(blob_error)?;
+                }
+                orphans.push(info.id);
+            }
+            Ok(orphans)
+        })
+        .await?
+    }
+
     /// A deliverable's bytes, by SHA-256.
     pub async fn deliverable(&self, sha256: &str) -> Result<axum::body::Bytes, ApiError> {
         self.stored_object(Kind::Deliverable, sha256).await
