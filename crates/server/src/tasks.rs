@@ -464,22 +464,12 @@ impl Tasks {
         let task = self.find(task.id.as_str()).await?;
         let next = task.state.destroy()?;
         let begun = Instant::now();
-        self.store.set_state(&task.id, next).await?;
-        let init = self.recorded_init(&task.id).await?;
-        let driver = self.driver.clone();
-        let id = task.id.to_string();
-        let result = tokio::task::spawn_blocking(move || driver.destroy(&id, init)).await?;
-        if let Some(i) = init {
-            reaper::reap(i.pid);
-        }
-        self.set_live(&task.id, None);
+        let result = self.end_sandbox(&task, next).await?;
         let exit_code = if result.is_ok() { 0 } else { 1 };
         let mut args = json!({});
         if let Err(e) = &result {
             args["error"] = json!(e.to_string());
         } else {
-            self.release_slot(&task.id).await?;
-            self.store.set_sandbox_state(&task.id, SandboxState::None, None).await?;
             self.drop_snapshots(&task.id).await?;
         }
         self.store
@@ -497,6 +487,27 @@ impl Tasks {
         // (the guard held here keeps it alive until this returns).
         self.locks.lock().unwrap_or_else(|e| e.into_inner()).remove(&task.id);
         Ok(self.view(self.find(task.id.as_str()).await?))
+    }
+
+    /// Moves a task to a final state `next` and removes its sandbox and
+    /// everything of it from the host (the state is written first, so a
+    /// daemon killed midway finishes the teardown at its next start). The
+    /// teardown's own failure is returned for the caller to log.
+    pub(crate) async fn end_sandbox(&self, task: &Task, next: TaskState) -> Result<Result<(), cairn_sandbox::Error>, ApiError> {
+        self.store.set_state(&task.id, next).await?;
+        let init = self.recorded_init(&task.id).await?;
+        let driver = self.driver.clone();
+        let id = task.id.to_string();
+        let result = tokio::task::spawn_blocking(move || driver.destroy(&id, init)).await?;
+        if let Some(i) = init {
+            reaper::reap(i.pid);
+        }
+        self.set_live(&task.id, None);
+        if result.is_ok() {
+            self.release_slot(&task.id).await?;
+            self.store.set_sandbox_state(&task.id, SandboxState::None, None).await?;
+        }
+        Ok(result)
     }
 
     pub(crate) async fn recorded_init(&self, id: &TaskId) -> Result<Option<InitProcess>, ApiError> {

@@ -162,8 +162,11 @@ fn restore_empties_layers_the_target_lacks_and_clears_work() {
     let usr = upper(&disk, "at_usr", X);
     fs::create_dir_all(usr.join("lib/deep")).unwrap();
     fs::write(usr.join("lib/deep/x"), b"x").unwrap();
-    fs::create_dir_all(disk.join("root/work/work")).unwrap();
-    fs::write(disk.join("root/work/work/stale"), b"s").unwrap();
+    // overlayfs's scratch directory: `work` inside the root layer's
+    // work directory on the task disk.
+    let overlay_scratch = disk.join("root").join("work").join("work");
+    fs::create_dir_all(&overlay_scratch).unwrap();
+    fs::write(overlay_scratch.join("stale"), b"s").unwrap();
     fs::create_dir_all(disk.join("lost+found")).unwrap();
 
     let (_, rs) = restore(&repo, &m, &disk, Some(&m), X, &mut |_| {}).unwrap();

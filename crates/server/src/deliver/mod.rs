@@ -14,7 +14,7 @@ use std::path::Path;
 use std::time::Instant;
 
 use cairn_blob::Kind;
-use cairn_core::{EventKind, NewEvent, SandboxState, Task, TaskId};
+use cairn_core::{EventKind, NewEvent, Task, TaskId};
 use cairn_sandbox::files::{self, SandboxRoot};
 use cairn_sandbox::native::NativeDriver;
 use cairn_sandbox::proto::{self, ExecRequest, Reply};
@@ -25,7 +25,7 @@ use cairn_ledger::sha256_hex;
 
 use crate::tasks::{Live, TaskView, Tasks};
 use crate::snapshots::blob_error;
-use crate::{reaper, ApiError};
+use crate::ApiError;
 
 /// Largest single deliverable: it is held in memory while it is hashed
 /// and stored.
@@ -342,21 +342,11 @@ impl Tasks {
         let task = self.find(task.id.as_str()).await?;
         let next = task.state.complete()?;
         let begun = Instant::now();
-        self.store.set_state(&task.id, next).await?;
-        let init = self.recorded_init(&task.id).await?;
-        let driver = self.driver.clone();
-        let id = task.id.to_string();
-        let result = tokio::task::spawn_blocking(move || driver.destroy(&id, init)).await?;
-        if let Some(i) = init {
-            reaper::reap(i.pid);
-        }
-        self.set_live(&task.id, None);
+        let result = self.end_sandbox(&task, next).await?;
         let mut args = json!({});
         let mut code = 0;
         match &result {
             Ok(()) => {
-                self.release_slot(&task.id).await?;
-                self.store.set_sandbox_state(&task.id, SandboxState::None, None).await?;
                 let expired = self.apply_retention(&task.id, false).await?;
                 args["expired_snapshots"] = json!(expired.iter().map(|s| s.id.clone()).collect::<Vec<_>>());
             }
