@@ -100,9 +100,7 @@ pub fn proxy_environment(rules: &EgressRules) -> Vec<String> {
 impl Egress {
     /// `own` is the daemon's API address: the proxy never connects there.
     pub fn new(config: &EgressConfig, own: SocketAddr) -> Egress {
-        let hosts: HashMap<_, _> = config.hosts.clone().into_iter().collect();
         let proxy = ProxyConfig {
-            hosts: hosts.clone(),
             allow_private: config.allow_private.clone(),
             own_addrs: vec![own],
             max_tunnels: config.max_connections,
@@ -111,7 +109,7 @@ impl Egress {
             handshake_timeout: config.handshake_timeout,
             ..ProxyConfig::default()
         };
-        Egress { config: Arc::new(proxy), resolver: Arc::new(SystemResolver::new(hosts)), running: Mutex::new(HashMap::new()) }
+        Egress { config: Arc::new(proxy), resolver: Arc::new(SystemResolver::new(config.hosts.clone().into_iter().collect())), running: Mutex::new(HashMap::new()) }
     }
 
     fn running(&self) -> std::sync::MutexGuard<'_, HashMap<TaskId, Running>> {

@@ -37,9 +37,8 @@ mod splice;
 mod stream;
 mod tunnel;
 
-use std::collections::HashMap;
 use std::io;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -55,11 +54,6 @@ pub use resolve::{Resolver, SystemResolver};
 /// How a task's proxy behaves. Limits apply per [`TaskProxy`].
 #[derive(Debug, Clone)]
 pub struct ProxyConfig {
-    /// Test / closed-network name map: normalised name -> addresses. An
-    /// entry's port, when `Some`, replaces the requested port (lets tests run
-    /// upstreams on ephemeral ports while clients use 80/443). Read by
-    /// [`SystemResolver::new`]; the proxy itself asks only its [`Resolver`].
-    pub hosts: HashMap<String, Vec<(IpAddr, Option<u16>)>>,
     /// Reserved ranges the operator allows explicitly.
     pub allow_private: AllowedRanges,
     /// The daemon's own listening sockets: never connect there. An address
@@ -84,7 +78,6 @@ pub struct ProxyConfig {
 impl Default for ProxyConfig {
     fn default() -> Self {
         ProxyConfig {
-            hosts: HashMap::new(),
             allow_private: AllowedRanges::default(),
             own_addrs: Vec::new(),
             max_tunnels: 64,
@@ -262,6 +255,6 @@ mod tests {
         assert_eq!(c.max_duration, Duration::from_secs(3600));
         assert_eq!(c.handshake_timeout, Duration::from_secs(10));
         assert_eq!(c.connect_timeout, Duration::from_secs(10));
-        assert!(c.hosts.is_empty() && c.allow_private.is_empty() && c.own_addrs.is_empty());
+        assert!(c.allow_private.is_empty() && c.own_addrs.is_empty());
     }
 }

@@ -18,8 +18,11 @@ pub trait Resolver: Send + Sync + 'static {
     fn resolve(&self, host: &Host, port: u16) -> BoxFuture<'static, io::Result<Vec<SocketAddr>>>;
 }
 
-/// The configured name map first (see [`super::ProxyConfig::hosts`]), else
-/// the system resolver (`getaddrinfo`, through `tokio::net::lookup_host`).
+/// The configured name map first, else the system resolver (`getaddrinfo`,
+/// through `tokio::net::lookup_host`). The map (`[egress.hosts]`, for tests
+/// and closed networks) takes normalised names to addresses; an entry's
+/// port, when `Some`, replaces the requested one (so tests can run
+/// upstreams on ephemeral ports while clients use 80 and 443).
 #[derive(Debug, Clone, Default)]
 pub struct SystemResolver {
     hosts: HashMap<String, Vec<(IpAddr, Option<u16>)>>,

@@ -135,7 +135,6 @@ impl World {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
         let mut config = ProxyConfig {
-            hosts: self.hosts(addr),
             allow_private: AllowedRanges::parse(&["127.0.0.0/8"]).unwrap(),
             handshake_timeout: Duration::from_secs(2),
             connect_timeout: Duration::from_secs(2),
@@ -143,7 +142,7 @@ impl World {
         };
         tweak(&mut config);
         let resolver = Arc::new(Recording {
-            inner: SystemResolver::new(config.hosts.clone()),
+            inner: SystemResolver::new(self.hosts(addr)),
             calls: Mutex::default(),
         });
         let (policy, policy_rx) = watch::channel(Arc::new(test_policy()));
