@@ -85,16 +85,20 @@ pub fn policy_of(rules: &EgressRules) -> Policy {
 
 /// What a command in the sandbox needs to find the proxy: set when the task
 /// may reach anything at all.
-pub fn proxy_environment(rules: &EgressRules) -> Vec<String> {
+pub fn proxy_environment(rules: &EgressRules) -> Vec<(&'static str, String)> {
     if rules.allow.is_empty() {
         return Vec::new();
     }
     let url = format!("http://{}", cairn_sandbox::net::PROXY_ADDR);
-    ["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"]
-        .iter()
-        .map(|k| format!("{k}={url}"))
-        .chain(["NO_PROXY=localhost,127.0.0.1".to_owned(), "no_proxy=localhost,127.0.0.1".to_owned()])
-        .collect()
+    let bypass = "localhost,127.0.0.1".to_owned();
+    vec![
+        ("HTTP_PROXY", url.clone()),
+        ("HTTPS_PROXY", url.clone()),
+        ("http_proxy", url.clone()),
+        ("https_proxy", url),
+        ("NO_PROXY", bypass.clone()),
+        ("no_proxy", bypass),
+    ]
 }
 
 impl Egress {
@@ -278,8 +282,8 @@ mod tests {
         assert!(proxy_environment(&EgressRules::default()).is_empty());
         assert!(proxy_environment(&rules(&[], &["x.com"])).is_empty());
         let env = proxy_environment(&rules(&["pypi.org"], &[]));
-        for k in ["HTTP_PROXY=http://127.0.0.1:3128", "https_proxy=http://127.0.0.1:3128", "NO_PROXY=localhost,127.0.0.1"] {
-            assert!(env.contains(&k.to_owned()), "{k} in {env:?}");
+        for (k, v) in [("HTTP_PROXY", "http://127.0.0.1:3128"), ("https_proxy", "http://127.0.0.1:3128"), ("NO_PROXY", "localhost,127.0.0.1")] {
+            assert!(env.contains(&(k, v.to_owned())), "{k}={v} in {env:?}");
         }
     }
 }

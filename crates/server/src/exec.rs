@@ -105,10 +105,8 @@ pub(crate) fn environment(task: &cairn_core::TaskConfig, exec_env: &[String], ho
         Some(e) => e.1 = v,
         None => env.push((k, v)),
     };
-    for kv in crate::egress::proxy_environment(&task.egress) {
-        if let Some((k, v)) = kv.split_once('=') {
-            set(k.to_owned(), v.to_owned());
-        }
+    for (k, v) in crate::egress::proxy_environment(&task.egress) {
+        set(k.to_owned(), v);
     }
     for e in &task.env {
         set(e.key.clone(), e.value.clone());
