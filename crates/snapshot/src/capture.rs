@@ -232,7 +232,7 @@ impl Pass<'_, '_> {
             let linked = ft != libc::S_IFDIR && !whiteout && st.st_nlink > 1;
             if let Some(first) = links.get(&(st.st_dev, st.st_ino)).filter(|_| linked) {
                 let kind = EntryKind::HardLink { to: first.clone() };
-                let xattrs = meta::read_xattrs(&XattrAt::name_in(dir, &name));
+                let xattrs = XattrAt::name_in(dir, &name).and_then(|at| meta::read_xattrs(&at));
                 let Some(xattrs) = self.vanished_is_ok(xattrs, upper, &path)? else { continue };
                 entries.push(self.entry(path, kind, &st, xattrs));
                 continue;
@@ -274,7 +274,7 @@ impl Pass<'_, '_> {
             let xattrs = match (same, &child) {
                 (Some(p), _) => Ok(p.xattrs.clone()),
                 (None, Some(fd)) => meta::read_xattrs(&XattrAt::Fd(fd.as_fd())),
-                (None, None) => meta::read_xattrs(&XattrAt::name_in(dir, &name)),
+                (None, None) => XattrAt::name_in(dir, &name).and_then(|at| meta::read_xattrs(&at)),
             };
             let Some(xattrs) = self.vanished_is_ok(xattrs, upper, &path)? else { continue };
             let names = match &child {
@@ -319,7 +319,7 @@ impl Pass<'_, '_> {
         &self,
         path: PathBuf,
         kind: EntryKind,
-        st: &libc::stat,
+        st: &sys::Stat,
         xattrs: Vec<(crate::ByteBuf, crate::ByteBuf)>,
     ) -> Entry {
         Entry {
@@ -342,7 +342,7 @@ impl Pass<'_, '_> {
     fn read_file(&mut self, root: BorrowedFd<'_>, upper: &Path, e: &mut Entry) -> Result<()> {
         let full = upper.join(&e.path);
         let open = sys::cstr(e.path.as_os_str())
-            .and_then(|c| sys::open_beneath(root, &c, libc::O_RDONLY | libc::O_NONBLOCK | libc::O_NOCTTY));
+            .and_then(|c| sys::open_beneath_same_fs(root, c.as_c_str(), sys::OFlags::RDONLY | sys::OFlags::NONBLOCK | sys::OFlags::NOCTTY, 0));
         let fd = match open {
             Ok(fd) => fd,
             Err(_) if !self.frozen => {

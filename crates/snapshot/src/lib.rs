@@ -19,7 +19,7 @@ mod manifest;
 mod meta;
 mod progress;
 mod restore;
-mod sys;
+pub(crate) use cairn_fsat as sys;
 
 pub use bytes::ByteBuf;
 pub use capture::{capture, CaptureStats, LayerSpec};

@@ -40,15 +40,15 @@ impl IdShift {
     }
 }
 
-pub(crate) fn mtime(st: &libc::stat) -> Timestamp {
+pub(crate) fn mtime(st: &sys::Stat) -> Timestamp {
     Timestamp { sec: st.st_mtime, nsec: st.st_mtime_nsec as u32 }
 }
 
-pub(crate) fn ctime(st: &libc::stat) -> Timestamp {
+pub(crate) fn ctime(st: &sys::Stat) -> Timestamp {
     Timestamp { sec: st.st_ctime, nsec: st.st_ctime_nsec as u32 }
 }
 
-pub(crate) fn file_type(st: &libc::stat) -> u32 {
+pub(crate) fn file_type(st: &sys::Stat) -> u32 {
     st.st_mode & libc::S_IFMT
 }
 
@@ -56,7 +56,7 @@ pub(crate) fn file_type(st: &libc::stat) -> u32 {
 /// ctime, mtime and type (and size or device). Every change of contents,
 /// mode, owner, attributes or links moves the ctime, which cannot be set
 /// from user space; an UNKNOWN ctime matches nothing.
-pub(crate) fn unchanged(prev: &Entry, st: &libc::stat, file_type: u32) -> bool {
+pub(crate) fn unchanged(prev: &Entry, st: &sys::Stat, file_type: u32) -> bool {
     prev.ino == st.st_ino
         && prev.ctime != Timestamp::UNKNOWN
         && prev.ctime == ctime(st)
@@ -125,7 +125,7 @@ pub(crate) fn data_regions(fd: BorrowedFd<'_>, size: u64) -> io::Result<Vec<(u64
     let mut out = Vec::new();
     let mut pos = 0;
     while pos < size {
-        let data = match sys::seek(fd, pos, libc::SEEK_DATA) {
+        let data = match sys::seek(fd, sys::SeekFrom::Data(pos)) {
             Ok(Some(d)) => d,
             Ok(None) => break,
             Err(e) if e.raw_os_error() == Some(libc::EINVAL) && pos == 0 => return Ok(vec![(0, size)]),
@@ -134,7 +134,7 @@ pub(crate) fn data_regions(fd: BorrowedFd<'_>, size: u64) -> io::Result<Vec<(u64
         if data >= size {
             break;
         }
-        let hole = sys::seek(fd, data, libc::SEEK_HOLE)?.unwrap_or(size).min(size);
+        let hole = sys::seek(fd, sys::SeekFrom::Hole(data))?.unwrap_or(size).min(size);
         if hole <= data {
             // Cannot happen on a sane filesystem; read the rest densely.
             out.push((data, size - data));
@@ -151,7 +151,7 @@ pub(crate) fn data_regions(fd: BorrowedFd<'_>, size: u64) -> io::Result<Vec<(u64
 pub(crate) struct Known<'a> {
     /// The entry's current stat, to skip chown/chmod/utimes that would not
     /// change anything.
-    pub stat: Option<&'a libc::stat>,
+    pub stat: Option<&'a sys::Stat>,
     /// The current attributes are already the entry's.
     pub xattrs_equal: bool,
     /// Leave the mtime (directories get theirs after their children).
@@ -174,7 +174,7 @@ pub(crate) fn apply(dir: BorrowedFd<'_>, name: &CStr, e: &Entry, ids: IdShift, k
         sys::chmod_at(dir, name, e.mode & 0o7777)?;
     }
     if !xattrs_equal {
-        write_xattrs(&XattrAt::name_in(dir, name), &e.xattrs)?;
+        write_xattrs(&XattrAt::name_in(dir, name)?, &e.xattrs)?;
     }
     if !known.skip_mtime && known.stat.is_none_or(|st| mtime(st) != e.mtime) {
         sys::set_mtime_at(dir, name, e.mtime.sec, e.mtime.nsec)?;

@@ -184,7 +184,7 @@ fn clear(dir: BorrowedFd<'_>, path: &Path) -> Result<u64> {
 }
 
 /// Removes `name` in `dir`, a whole tree if it is a directory.
-fn remove(dir: BorrowedFd<'_>, name: &CStr, st: &libc::stat, path: &Path) -> Result<u64> {
+fn remove(dir: BorrowedFd<'_>, name: &CStr, st: &sys::Stat, path: &Path) -> Result<u64> {
     if meta::file_type(st) != libc::S_IFDIR {
         sys::unlink_at(dir, name, false).map_err(|e| Error::Remove(path.into(), e))?;
         return Ok(1);
@@ -312,7 +312,7 @@ impl Writer<'_, '_> {
                     meta::apply(dir, &name, e, self.ids, known).map_err(wr)?;
                 }
                 (EntryKind::File { size, extents }, None) => {
-                    let fd = sys::open_at(dir, &name, libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL, 0o600).map_err(wr)?;
+                    let fd = sys::open_at(dir, &name, sys::OFlags::WRONLY | sys::OFlags::CREATE | sys::OFlags::EXCL, 0o600).map_err(wr)?;
                     let file = File::from(fd);
                     file.set_len(*size).map_err(wr)?;
                     for x in extents {
@@ -384,7 +384,7 @@ impl Writer<'_, '_> {
         dir: BorrowedFd<'_>,
         name: &CStr,
         e: &Entry,
-        st: &libc::stat,
+        st: &sys::Stat,
         inos: &HashMap<&Path, u64>,
         kept_inos: &HashSet<u64>,
     ) -> bool {
@@ -419,7 +419,7 @@ impl Writer<'_, '_> {
 
     /// The attributes on disk are known to be the entry's: the baseline has
     /// the same ones and the entry has not changed since.
-    fn xattrs_equal(&self, e: &Entry, st: &libc::stat) -> bool {
+    fn xattrs_equal(&self, e: &Entry, st: &sys::Stat) -> bool {
         self.prev_entry(e).is_some_and(|p| p.xattrs == e.xattrs && meta::unchanged(p, st, meta::file_type(st)))
     }
 
@@ -432,7 +432,7 @@ impl Writer<'_, '_> {
             return Ok((None, name));
         }
         let c = sys::cstr(parent.as_os_str()).map_err(err)?;
-        let fd = sys::open_beneath(root, &c, libc::O_PATH | libc::O_DIRECTORY).map_err(err)?;
+        let fd = sys::open_beneath_same_fs(root, c.as_c_str(), sys::OFlags::PATH | sys::OFlags::DIRECTORY, 0).map_err(err)?;
         Ok((Some(fd), name))
     }
 }
