@@ -31,9 +31,35 @@ pub fn parse_endpoint(s: &str) -> Endpoint {
     Endpoint::Local(PathBuf::from(s))
 }
 
-pub async fn run(client: &Client, src: &str, dst: &str) -> Result<Value> {
+/// What copying out does with a symlink that is absolute or leads out of
+/// the copied tree.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Links {
+    /// Refuse the copy, naming the link (the default): planted on this
+    /// host, a later write through it would land outside the copy.
+    Refuse,
+    /// Copy the link as it is.
+    Keep,
+    /// Copy what it points to, resolved inside the sandbox.
+    Follow,
+}
+
+impl Links {
+    fn query(self) -> &'static str {
+        match self {
+            Links::Refuse => "refuse",
+            Links::Keep => "keep",
+            Links::Follow => "follow",
+        }
+    }
+}
+
+pub async fn run(client: &Client, src: &str, dst: &str, links: Links) -> Result<Value> {
     match (parse_endpoint(src), parse_endpoint(dst)) {
-        (Endpoint::Sandbox { task, path }, Endpoint::Local(local)) => download(client, &task, &path, &local).await,
+        (Endpoint::Sandbox { task, path }, Endpoint::Local(local)) => download(client, &task, &path, &local, links).await,
+        (Endpoint::Local(_), Endpoint::Sandbox { .. }) if links != Links::Refuse => {
+            bail!("--follow-links and --keep-links apply to copies out of a sandbox")
+        }
         (Endpoint::Local(local), Endpoint::Sandbox { task, path }) => upload(client, &local, &task, &path).await,
         (Endpoint::Local(_), Endpoint::Local(_)) => {
             bail!("one side of `cairn cp` must be in a sandbox, written ID:/absolute/path")
@@ -42,8 +68,8 @@ pub async fn run(client: &Client, src: &str, dst: &str) -> Result<Value> {
     }
 }
 
-async fn download(client: &Client, task: &str, path: &str, local: &Path) -> Result<Value> {
-    let req = client.request(Method::GET, &format!("/v1/tasks/{task}/files?path={}", query_escape(path)));
+async fn download(client: &Client, task: &str, path: &str, local: &Path, links: Links) -> Result<Value> {
+    let req = client.request(Method::GET, &format!("/v1/tasks/{task}/files?path={}&links={}", query_escape(path), links.query()));
     let resp = req.send().await.map_err(|e| client.connect_error(e))?;
     let status = resp.status();
     if !status.is_success() {
@@ -75,14 +101,16 @@ async fn download(client: &Client, task: &str, path: &str, local: &Path) -> Resu
     progress.finish(bytes);
     use std::io::Seek;
     tmp.rewind()?;
-    let entries = unpack_local(tmp, &into, rename.as_deref())?;
+    let entries = unpack_local(tmp, &into, rename.as_deref(), links)?;
     Ok(serde_json::json!({ "entries": entries, "bytes": bytes, "to": local }))
 }
 
 /// Unpacks a tar from the daemon under `into`, renaming its top entry.
-/// Every path must be plain relative components, and nothing is written
-/// through a symlink.
-fn unpack_local(file: std::fs::File, into: &Path, rename: Option<&std::ffi::OsStr>) -> Result<u64> {
+/// Every path must be plain relative components, nothing is written
+/// through a symlink, and unless links are kept no link that is absolute or
+/// leads out of the copied tree is created (the daemon refuses those too;
+/// this holds even if one appeared in the sandbox while it was copying).
+fn unpack_local(file: std::fs::File, into: &Path, rename: Option<&std::ffi::OsStr>, links: Links) -> Result<u64> {
     let mut archive = tar::Archive::new(file);
     let mut n = 0;
     for entry in archive.entries()? {
@@ -99,6 +127,12 @@ fn unpack_local(file: std::fs::File, into: &Path, rename: Option<&std::ffi::OsSt
         if comps.is_empty() {
             continue;
         }
+        if links != Links::Keep && entry.header().entry_type() == tar::EntryType::Symlink {
+            let target = entry.link_name()?.map(|t| t.into_owned()).unwrap_or_default();
+            if leaves_tree(comps.len(), &target) {
+                bail!("symlink {} -> {} leads out of the copied tree; copy with --follow-links or --keep-links", path.display(), target.display());
+            }
+        }
         if let Some(r) = rename {
             comps[0] = r.to_owned();
         }
@@ -114,6 +148,28 @@ fn unpack_local(file: std::fs::File, into: &Path, rename: Option<&std::ffi::OsSt
         n += 1;
     }
     Ok(n)
+}
+
+/// Whether a link `depth` components deep in the copied tree (the top is 1)
+/// whose target is `target` is absolute or climbs above the tree's top.
+fn leaves_tree(depth: usize, target: &Path) -> bool {
+    let mut level = depth as isize - 2;
+    if target.is_absolute() || level < 0 {
+        return true;
+    }
+    for c in target.components() {
+        match c {
+            Component::ParentDir => {
+                level -= 1;
+                if level < 0 {
+                    return true;
+                }
+            }
+            Component::Normal(_) => level += 1,
+            _ => {}
+        }
+    }
+    false
 }
 
 async fn upload(client: &Client, local: &Path, task: &str, path: &str) -> Result<Value> {
@@ -166,5 +222,18 @@ mod tests {
         assert_eq!(parse_endpoint("./x:y"), Endpoint::Local("./x:y".into()));
         assert_eq!(parse_endpoint("file"), Endpoint::Local("file".into()));
         assert_eq!(parse_endpoint("t1:rel"), Endpoint::Local("t1:rel".into()));
+    }
+
+    #[test]
+    fn links_that_leave_the_copied_tree() {
+        // tree/l, tree/sub/l: depth 2 and 3.
+        assert!(!leaves_tree(2, Path::new("a")));
+        assert!(!leaves_tree(3, Path::new("../a")));
+        assert!(leaves_tree(2, Path::new("../a")));
+        assert!(leaves_tree(3, Path::new("../../elsewhere")));
+        assert!(leaves_tree(3, Path::new("/etc/passwd")));
+        // The top itself as a link always leads out of the tree.
+        assert!(leaves_tree(1, Path::new("a")));
+        assert!(!leaves_tree(3, Path::new("x/../../b")));
     }
 }

@@ -167,9 +167,9 @@ async fn steps(d: &mut Demo, home: &Path, daemon_port: u16) -> Result<()> {
     let t = Instant::now();
     let src = tempfile::tempdir()?;
     std::fs::write(src.path().join("notes.txt"), "copied in by cairn cp\n")?;
-    crate::cp::run(&d.client, &src.path().join("notes.txt").display().to_string(), &format!("{}:/workspace/", d.task)).await?;
+    crate::cp::run(&d.client, &src.path().join("notes.txt").display().to_string(), &format!("{}:/workspace/", d.task), crate::cp::Links::Refuse).await?;
     let back = src.path().join("back.txt");
-    crate::cp::run(&d.client, &format!("{}:/workspace/notes.txt", d.task), &back.display().to_string()).await?;
+    crate::cp::run(&d.client, &format!("{}:/workspace/notes.txt", d.task), &back.display().to_string(), crate::cp::Links::Refuse).await?;
     let round = std::fs::read_to_string(&back)?;
     d.say("cp a file in and back out", t.elapsed(), &format!("round trip: {}", round.trim()));
 

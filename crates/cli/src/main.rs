@@ -38,8 +38,19 @@ enum Cmd {
     Task(TaskCmd),
     /// Run a command in a task's sandbox: cairn exec ID [OPTIONS] -- CMD ARGS...
     Exec(ExecCli),
-    /// Copy files between a sandbox (ID:/path) and here.
-    Cp { src: String, dst: String },
+    /// Copy files between a sandbox (ID:/path) and here. Copying out, a
+    /// symlink that is absolute or leads out of the copied tree is refused
+    /// unless --follow-links or --keep-links says what to do with it.
+    Cp {
+        src: String,
+        dst: String,
+        /// Copy what such links point to, resolved inside the sandbox.
+        #[arg(long, conflicts_with = "keep_links")]
+        follow_links: bool,
+        /// Copy such links as they are.
+        #[arg(long)]
+        keep_links: bool,
+    },
     /// Show a task's event log (or verify its hash chain, or sign its head).
     Log {
         task: String,
@@ -532,8 +543,15 @@ async fn client_command(cmd: Cmd, json_out: bool) -> Result<u8> {
             }
             return Ok(r.code().clamp(0, 255) as u8);
         }
-        Cmd::Cp { src, dst } => {
-            let v = cp::run(&client, &src, &dst).await?;
+        Cmd::Cp { src, dst, follow_links, keep_links } => {
+            let links = if follow_links {
+                cp::Links::Follow
+            } else if keep_links {
+                cp::Links::Keep
+            } else {
+                cp::Links::Refuse
+            };
+            let v = cp::run(&client, &src, &dst, links).await?;
             print(&v, &|_| String::new());
         }
         Cmd::Log { task, verify: true, .. } => return ledger::verify(&client, &task, json_out).await,

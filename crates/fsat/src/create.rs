@@ -33,3 +33,9 @@ pub fn link_at(old_dir: impl AsFd, old_name: &CStr, new_dir: impl AsFd, new_name
 pub fn readlink_at(dir: impl AsFd, name: &CStr) -> io::Result<Vec<u8>> {
     Ok(rustix::fs::readlinkat(dir, single_name(name)?, Vec::new())?.into_bytes())
 }
+
+/// The target of the symlink an `O_PATH | O_NOFOLLOW` descriptor holds: the
+/// link that was opened, not whatever now has its name.
+pub fn readlink_fd(fd: impl AsFd) -> io::Result<Vec<u8>> {
+    Ok(rustix::fs::readlinkat(fd, c"", Vec::new())?.into_bytes())
+}

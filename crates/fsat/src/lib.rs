@@ -33,7 +33,7 @@ pub mod stat;
 pub mod xattr;
 
 pub use attr::{chmod_at, chown_at, fchmod, fchown, set_mtime_at, set_mtime_fd};
-pub use create::{link_at, mkdir_at, mknod_at, readlink_at, symlink_at};
+pub use create::{link_at, mkdir_at, mknod_at, readlink_at, readlink_fd, symlink_at};
 pub use data::{exchange_at, read_regular_at, rename_noreplace, seek, syncfs, SeekFrom};
 pub use dir::read_dir;
 pub use open::{cstr, open_at, open_beneath, open_beneath_same_fs, open_dir, open_dir_at, open_regular_at, single_name};

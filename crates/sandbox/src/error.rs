@@ -82,6 +82,8 @@ pub enum Error {
     PathEscape(String),
     #[error("{0}: {1}")]
     Io(String, io::Error),
+    #[error("symlink {0} -> {1} leads out of the copied tree")]
+    LinkOut(String, String),
 }
 
 impl Error {

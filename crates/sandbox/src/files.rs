@@ -1,35 +1,58 @@
 //! Reading and writing files inside a sandbox from the daemon (host root),
-//! for `cairn cp`, without ever touching a host path.
+//! for `cairn cp` and deliveries, without ever touching a host path.
 //!
 //! Paths are resolved one component at a time from a descriptor of the
-//! sandbox's root, with `O_NOFOLLOW`: a symlink is read and its target
-//! resolved with the sandbox's root as `/`, and a `..` that would climb above
-//! that root is refused rather than clamped, so a link that "points out" is
-//! an error, never a host path. The kernel filesystems (`/proc`, `/sys`,
-//! `/dev/pts`) and device nodes are refused: through them the daemon's
-//! privileges would reach the host.
+//! sandbox's root with `cairn_fsat` (`O_NOFOLLOW`, types from `fstat` on
+//! what was opened): a symlink is read and its target resolved with the
+//! sandbox's root as `/`, and a `..` that would climb above that root is
+//! refused rather than clamped, so a link that "points out" is an error,
+//! never a host path. The kernel filesystems (`/proc`, `/sys`, `/dev/pts`)
+//! and device nodes are refused: through them the daemon's privileges would
+//! reach the host.
 
+use std::collections::HashSet;
 use std::ffi::{CString, OsStr, OsString};
 use std::fs::File;
 use std::io::{self, Read, Write};
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Component, Path, PathBuf};
+
+use cairn_fsat::{self as fsat, OFlags};
 
 use crate::{Error, Result};
 
 const MAX_SYMLINKS: usize = 40;
-const PROC_SUPER_MAGIC: i64 = 0x9fa0;
-const SYSFS_MAGIC: i64 = 0x6265_6572;
-const DEVPTS_SUPER_MAGIC: i64 = 0x1cd1;
-const CGROUP_SUPER_MAGIC: i64 = 0x27e0eb;
-const CGROUP2_SUPER_MAGIC: i64 = 0x6367_7270;
 
 /// Owner given to everything the daemon creates in a sandbox.
 #[derive(Clone, Copy, Debug)]
 pub struct Owner {
     pub uid: u32,
     pub gid: u32,
+}
+
+/// What copying a tree out of a sandbox does with the symlinks in it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum LinkPolicy {
+    /// A link whose target is absolute or leaves the copied tree is refused:
+    /// planted on the host, a later write there would follow it.
+    #[default]
+    Refuse,
+    /// Links are copied as they are.
+    Keep,
+    /// What a link points to is copied instead, resolved inside the sandbox.
+    Follow,
+}
+
+impl LinkPolicy {
+    pub fn parse(s: &str) -> Option<LinkPolicy> {
+        match s {
+            "refuse" => Some(LinkPolicy::Refuse),
+            "keep" => Some(LinkPolicy::Keep),
+            "follow" => Some(LinkPolicy::Follow),
+            _ => None,
+        }
+    }
 }
 
 /// The sandbox's root directory, opened from `/proc/PID/root`.
@@ -57,55 +80,7 @@ pub fn components(path: &str) -> Result<Vec<OsString>> {
 }
 
 fn cstr(name: &OsStr) -> Result<CString> {
-    CString::new(name.as_bytes()).map_err(|_| Error::PathEscape(name.to_string_lossy().into_owned()))
-}
-
-fn openat(dir: RawFd, name: &OsStr, flags: i32, mode: u32) -> io::Result<OwnedFd> {
-    let c = CString::new(name.as_bytes()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
-    // SAFETY: `c` is a valid C string and `dir` a descriptor we hold; the
-    // result, when valid, is a new descriptor we take ownership of.
-    let fd = unsafe { libc::openat(dir, c.as_ptr(), flags | libc::O_CLOEXEC | libc::O_NOFOLLOW, mode) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: fresh descriptor.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-}
-
-fn fstat(fd: RawFd) -> io::Result<libc::stat> {
-    // SAFETY: stat is plain old data; fstat fills it for a valid fd.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: `st` is a valid out pointer.
-    if unsafe { libc::fstat(fd, &mut st) } < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(st)
-}
-
-fn fs_magic(fd: RawFd) -> io::Result<i64> {
-    // SAFETY: statfs is plain old data.
-    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
-    // SAFETY: `st` is a valid out pointer.
-    if unsafe { libc::fstatfs(fd, &mut st) } < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(st.f_type as i64)
-}
-
-fn is_type(st: &libc::stat, t: libc::mode_t) -> bool {
-    st.st_mode & libc::S_IFMT == t
-}
-
-fn readlinkat(dir: RawFd, name: &OsStr) -> io::Result<OsString> {
-    let c = CString::new(name.as_bytes()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
-    let mut buf = vec![0u8; libc::PATH_MAX as usize];
-    // SAFETY: `buf` has room for PATH_MAX bytes, as passed.
-    let n = unsafe { libc::readlinkat(dir, c.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
-    if n < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    buf.truncate(n as usize);
-    Ok(OsString::from_vec(buf))
+    fsat::cstr(name).map_err(|_| Error::PathEscape(name.to_string_lossy().into_owned()))
 }
 
 /// A resolved parent directory and the final name in it.
@@ -136,11 +111,29 @@ impl SandboxRoot {
         Ok(Located { dir, resolved: resolved.join(&name), name })
     }
 
-    /// Resolves the whole path, following a final symlink too.
+    /// Resolves the whole path, following a final symlink too, to a
+    /// directory.
     pub fn resolve(&self, path: &str) -> Result<(OwnedFd, PathBuf)> {
         let (fd, p) = self.walk(path, components(path)?)?;
         check_fs(&fd, path)?;
         Ok((fd, p))
+    }
+
+    /// Like [`Self::locate`], but a final symlink is followed (inside the
+    /// sandbox) until the name is not one.
+    pub fn locate_following(&self, path: &str) -> Result<Located> {
+        let mut path = PathBuf::from(path);
+        for _ in 0..MAX_SYMLINKS {
+            let shown = path.to_string_lossy().into_owned();
+            let l = self.locate(&shown)?;
+            if kind_at(&l.dir, &l.name)? != Kind::Symlink {
+                return Ok(l);
+            }
+            let target = PathBuf::from(OsString::from_vec(fsat::readlink_at(&l.dir, &cstr(&l.name)?).map_err(|e| io_err(&shown, e))?));
+            let parent = l.resolved.parent().unwrap_or(Path::new("/")).to_owned();
+            path = lexical(&parent.join(target)).ok_or_else(|| Error::PathEscape(shown.clone()))?;
+        }
+        Err(io_err(&path.to_string_lossy(), io::Error::from_raw_os_error(rustix::io::Errno::LOOP.raw_os_error())))
     }
 
     /// Walks `comps` from the root; each step is one `openat(O_NOFOLLOW)`.
@@ -162,37 +155,57 @@ impl SandboxRoot {
                 cur = parent;
                 continue;
             }
-            let next = openat(cur.as_raw_fd(), &c, libc::O_PATH, 0).map_err(|e| io_err(orig, e))?;
-            let st = fstat(next.as_raw_fd()).map_err(|e| io_err(orig, e))?;
-            if is_type(&st, libc::S_IFLNK) {
-                links += 1;
-                if links > MAX_SYMLINKS {
-                    return Err(io_err(orig, io::Error::from_raw_os_error(libc::ELOOP)));
-                }
-                let target = readlinkat(cur.as_raw_fd(), &c).map_err(|e| io_err(orig, e))?;
-                let tp = Path::new(&target);
-                if tp.is_absolute() {
-                    stack.clear();
-                    cur = self.dup_root()?;
-                }
-                for comp in tp.components().rev() {
-                    match comp {
-                        Component::Normal(n) => pending.push(n.to_owned()),
-                        Component::ParentDir => pending.push("..".into()),
-                        _ => {}
+            let name = cstr(&c)?;
+            let next = fsat::open_at(&cur, &name, OFlags::PATH, 0).map_err(|e| io_err(orig, e))?;
+            let st = fsat::fstat(&next).map_err(|e| io_err(orig, e))?;
+            match fsat::kind(&st) {
+                fsat::Kind::Symlink => {
+                    links += 1;
+                    if links > MAX_SYMLINKS {
+                        return Err(io_err(orig, io::Error::from_raw_os_error(rustix::io::Errno::LOOP.raw_os_error())));
+                    }
+                    // The link read is the one opened: readlink of an O_PATH
+                    // descriptor with an empty name.
+                    let target = fsat::readlink_fd(&next).map_err(|e| io_err(orig, e))?;
+                    let tp = Path::new(OsStr::from_bytes(&target));
+                    if tp.is_absolute() {
+                        stack.clear();
+                        cur = self.dup_root()?;
+                    }
+                    for comp in tp.components().rev() {
+                        match comp {
+                            Component::Normal(n) => pending.push(n.to_owned()),
+                            Component::ParentDir => pending.push("..".into()),
+                            _ => {}
+                        }
                     }
                 }
-                continue;
+                fsat::Kind::Dir => {
+                    let prev = std::mem::replace(&mut cur, next);
+                    stack.push((prev, c));
+                }
+                _ => return Err(io_err(orig, io::Error::from_raw_os_error(rustix::io::Errno::NOTDIR.raw_os_error()))),
             }
-            if !is_type(&st, libc::S_IFDIR) {
-                return Err(io_err(orig, io::Error::from_raw_os_error(libc::ENOTDIR)));
-            }
-            let prev = std::mem::replace(&mut cur, next);
-            stack.push((prev, c));
         }
         let resolved: PathBuf = std::iter::once(OsString::from("/")).chain(stack.iter().map(|(_, n)| n.clone())).collect();
         Ok((cur, resolved))
     }
+}
+
+/// `path` with `.` and `..` applied lexically; `None` when `..` climbs
+/// above `/`.
+fn lexical(path: &Path) -> Option<PathBuf> {
+    let mut out = Vec::new();
+    for c in path.components() {
+        match c {
+            Component::Normal(n) => out.push(n),
+            Component::ParentDir => {
+                out.pop()?;
+            }
+            _ => {}
+        }
+    }
+    Some(std::iter::once(OsStr::new("/")).chain(out).collect())
 }
 
 fn io_err(path: &str, e: io::Error) -> Error {
@@ -201,8 +214,7 @@ fn io_err(path: &str, e: io::Error) -> Error {
 
 /// Refuses the kernel's pseudo filesystems.
 fn check_fs(fd: &OwnedFd, path: &str) -> Result<()> {
-    let magic = fs_magic(fd.as_raw_fd()).map_err(|e| io_err(path, e))?;
-    if [PROC_SUPER_MAGIC, SYSFS_MAGIC, DEVPTS_SUPER_MAGIC, CGROUP_SUPER_MAGIC, CGROUP2_SUPER_MAGIC].contains(&magic) {
+    if fsat::is_kernel_fs(fd).map_err(|e| io_err(path, e))? {
         return Err(Error::Io(
             format!("sandbox path {path}"),
             io::Error::new(io::ErrorKind::PermissionDenied, "kernel filesystems cannot be copied to or from"),
@@ -224,114 +236,154 @@ pub enum Kind {
 /// The kind of `name` in `dir`, without following a symlink.
 pub fn kind_at(dir: &OwnedFd, name: &OsStr) -> Result<Kind> {
     let c = cstr(name)?;
-    // SAFETY: stat is plain old data.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: valid dir fd, C string and out pointer.
-    let rc = unsafe { libc::fstatat(dir.as_raw_fd(), c.as_ptr(), &mut st, libc::AT_SYMLINK_NOFOLLOW) };
-    if rc < 0 {
-        let e = io::Error::last_os_error();
-        if e.raw_os_error() == Some(libc::ENOENT) {
-            return Ok(Kind::Missing);
-        }
-        return Err(Error::Io(format!("stat {}", name.to_string_lossy()), e));
+    match fsat::lstat_at(dir, &c) {
+        Ok(st) => Ok(match fsat::kind(&st) {
+            fsat::Kind::File => Kind::File,
+            fsat::Kind::Dir => Kind::Dir,
+            fsat::Kind::Symlink => Kind::Symlink,
+            _ => Kind::Other,
+        }),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Kind::Missing),
+        Err(e) => Err(Error::Io(format!("stat {}", name.to_string_lossy()), e)),
     }
-    Ok(match st.st_mode & libc::S_IFMT {
-        libc::S_IFREG => Kind::File,
-        libc::S_IFDIR => Kind::Dir,
-        libc::S_IFLNK => Kind::Symlink,
-        _ => Kind::Other,
-    })
 }
 
 /// Reads the regular file `name` in `dir` (a final symlink is refused, not
 /// followed), at most `limit` bytes.
 pub fn read_file(dir: &OwnedFd, name: &OsStr, limit: u64) -> Result<Vec<u8>> {
     let c = cstr(name)?;
-    let what = || name.to_string_lossy().into_owned();
-    // SAFETY: valid dir fd and C string; the returned fd is owned below.
-    let fd = unsafe { libc::openat(dir.as_raw_fd(), c.as_ptr(), libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK) };
-    if fd < 0 {
-        return Err(Error::Io(format!("open {}", what()), io::Error::last_os_error()));
-    }
-    // SAFETY: `fd` is a fresh descriptor nothing else owns.
-    let file = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) });
-    let meta = file.metadata().map_err(|e| Error::Io(format!("stat {}", what()), e))?;
-    if !meta.is_file() {
-        return Err(Error::Io(what(), io::Error::new(io::ErrorKind::InvalidInput, "not a regular file")));
-    }
-    if meta.len() > limit {
-        return Err(Error::Io(what(), io::Error::new(io::ErrorKind::FileTooLarge, format!("{} bytes is over the {limit}-byte limit", meta.len()))));
-    }
-    let mut data = Vec::with_capacity(meta.len() as usize);
-    file.take(limit + 1).read_to_end(&mut data).map_err(|e| Error::Io(format!("read {}", what()), e))?;
-    Ok(data)
+    fsat::read_regular_at(dir, &c, limit).map_err(|e| Error::Io(name.to_string_lossy().into_owned(), e))
 }
 
-/// Writes a sandbox subtree as a tar stream: `name` becomes the top entry.
-pub fn write_tar(dir: &OwnedFd, name: &OsStr, top: &Path, out: impl Write) -> Result<u64> {
+/// How a sandbox subtree is written as a tar stream.
+struct TarOut<'a> {
+    root: &'a SandboxRoot,
+    links: LinkPolicy,
+    /// Directories being copied (device, inode), so a followed link back to
+    /// one of them is refused instead of copied forever.
+    open_dirs: HashSet<(u64, u64)>,
+    count: u64,
+}
+
+/// Writes a sandbox subtree as a tar stream: `name` in `dir` becomes the top
+/// entry `top`; `at` is where it is in the sandbox (to resolve links).
+pub fn write_tar(root: &SandboxRoot, l: &Located, top: &Path, links: LinkPolicy, out: impl Write) -> Result<u64> {
     let mut builder = tar::Builder::new(out);
     builder.follow_symlinks(false);
-    let mut count = 0;
-    add_entry(&mut builder, dir, name, top, &mut count)?;
+    let mut t = TarOut { root, links, open_dirs: HashSet::new(), count: 0 };
+    t.add(&mut builder, &l.dir, &l.name, top, &l.resolved, 0)?;
     builder.into_inner().map_err(|e| Error::Io("finish tar".into(), e))?.flush().map_err(|e| Error::Io("flush tar".into(), e))?;
-    Ok(count)
+    Ok(t.count)
 }
 
-fn add_entry<W: Write>(b: &mut tar::Builder<W>, dir: &OwnedFd, name: &OsStr, at: &Path, count: &mut u64) -> Result<()> {
-    let io = |e: io::Error| Error::Io(format!("read {}", at.display()), e);
-    let kind = kind_at(dir, name)?;
-    let mut header = tar::Header::new_gnu();
-    match kind {
-        Kind::Missing => return Err(io(io::Error::from_raw_os_error(libc::ENOENT))),
-        Kind::Other => return Ok(()), // device nodes, fifos, sockets: skipped
-        Kind::Symlink => {
-            let target = readlinkat(dir.as_raw_fd(), name).map_err(io)?;
-            header.set_entry_type(tar::EntryType::Symlink);
-            header.set_size(0);
-            header.set_mode(0o777);
-            b.append_link(&mut header, at, Path::new(&target)).map_err(io)?;
-        }
-        Kind::File => {
-            let fd = openat(dir.as_raw_fd(), name, libc::O_RDONLY, 0).map_err(io)?;
-            let st = fstat(fd.as_raw_fd()).map_err(io)?;
-            header.set_entry_type(tar::EntryType::Regular);
-            header.set_size(st.st_size as u64);
-            header.set_mode(st.st_mode & 0o7777);
-            header.set_mtime(st.st_mtime.max(0) as u64);
-            b.append_data(&mut header, at, File::from(fd).take(st.st_size as u64)).map_err(io)?;
-        }
-        Kind::Dir => {
-            let fd = openat(dir.as_raw_fd(), name, libc::O_RDONLY | libc::O_DIRECTORY, 0).map_err(io)?;
-            check_fs(&fd, &at.to_string_lossy())?;
-            let st = fstat(fd.as_raw_fd()).map_err(io)?;
-            header.set_entry_type(tar::EntryType::Directory);
-            header.set_size(0);
-            header.set_mode(st.st_mode & 0o7777);
-            header.set_mtime(st.st_mtime.max(0) as u64);
-            b.append_data(&mut header, at, io::empty()).map_err(io)?;
-            for child in list_dir(&fd).map_err(io)? {
-                add_entry(b, &fd, &child, &at.join(&child), count)?;
+/// The first symlink under `l` that [`LinkPolicy::Refuse`] refuses, as its
+/// error; checked before a copy starts so the refusal is a clean answer,
+/// not a broken stream (the copy checks each link again as it goes).
+pub fn check_links(l: &Located, top: &Path) -> Result<()> {
+    fn visit(dir: &OwnedFd, name: &OsStr, at: &Path, depth: usize) -> Result<()> {
+        match kind_at(dir, name)? {
+            Kind::Symlink => {
+                let target = fsat::readlink_at(dir, &cstr(name)?).map_err(|e| io_err(&at.to_string_lossy(), e))?;
+                refuse_escaping(at, &target, depth)
             }
+            Kind::Dir => {
+                let Ok(fd) = fsat::open_dir_at(dir, &cstr(name)?) else { return Ok(()) };
+                for child in fsat::read_dir(&fd).map_err(|e| io_err(&at.to_string_lossy(), e))? {
+                    let child = OsString::from_vec(child.into_bytes());
+                    visit(&fd, &child, &at.join(&child), depth + 1)?;
+                }
+                Ok(())
+            }
+            _ => Ok(()),
         }
     }
-    *count += 1;
+    visit(&l.dir, &l.name, top, 0)
+}
+
+/// Refuses a link at depth `depth` below the copied tree's top whose target
+/// is absolute or climbs out of the tree.
+fn refuse_escaping(at: &Path, target: &[u8], depth: usize) -> Result<()> {
+    let tp = Path::new(OsStr::from_bytes(target));
+    // The link's own directory is level depth - 1 (the top's parent is -1).
+    let mut level = depth as isize - 1;
+    let mut leaves = tp.is_absolute() || level < 0;
+    for c in tp.components() {
+        match c {
+            Component::ParentDir => {
+                level -= 1;
+                leaves |= level < 0;
+            }
+            Component::Normal(_) => level += 1,
+            _ => {}
+        }
+    }
+    if leaves {
+        return Err(Error::LinkOut(at.display().to_string(), String::from_utf8_lossy(target).into_owned()));
+    }
     Ok(())
 }
 
-/// Names in a directory (without `.` and `..`), sorted.
-fn list_dir(dir: &OwnedFd) -> io::Result<Vec<OsString>> {
-    let dup = openat(dir.as_raw_fd(), OsStr::new("."), libc::O_RDONLY | libc::O_DIRECTORY, 0)?;
-    use std::os::fd::IntoRawFd;
-    // Dir takes ownership of the raw descriptor and closes it.
-    let mut d = nix::dir::Dir::from_fd(dup.into_raw_fd()).map_err(io::Error::from)?;
-    let mut names: Vec<OsString> = d
-        .iter()
-        .flatten()
-        .map(|e| OsStr::from_bytes(e.file_name().to_bytes()).to_owned())
-        .filter(|n| n != "." && n != "..")
-        .collect();
-    names.sort();
-    Ok(names)
+impl TarOut<'_> {
+    fn add<W: Write>(&mut self, b: &mut tar::Builder<W>, dir: &OwnedFd, name: &OsStr, at: &Path, in_sandbox: &Path, depth: usize) -> Result<()> {
+        let io = |e: io::Error| Error::Io(format!("read {}", at.display()), e);
+        let c = cstr(name)?;
+        let st = match fsat::lstat_at(dir, &c) {
+            Ok(st) => st,
+            Err(e) => return Err(io(e)),
+        };
+        let mut header = tar::Header::new_gnu();
+        match fsat::kind(&st) {
+            fsat::Kind::Symlink => {
+                let target = fsat::readlink_at(dir, &c).map_err(io)?;
+                match self.links {
+                    LinkPolicy::Keep => {}
+                    LinkPolicy::Refuse => refuse_escaping(at, &target, depth)?,
+                    LinkPolicy::Follow => {
+                        let shown = in_sandbox.to_string_lossy().into_owned();
+                        let to = self.root.locate_following(&shown)?;
+                        return self.add(b, &to.dir, &to.name, at, &to.resolved, depth);
+                    }
+                }
+                header.set_entry_type(tar::EntryType::Symlink);
+                header.set_size(0);
+                header.set_mode(0o777);
+                b.append_link(&mut header, at, Path::new(OsStr::from_bytes(&target))).map_err(io)?;
+            }
+            fsat::Kind::File => {
+                // Opened without following and checked again on the
+                // descriptor: the name may have been swapped since the lstat.
+                let file = fsat::open_regular_at(dir, &c).map_err(io)?;
+                let st = fsat::fstat(&file).map_err(io)?;
+                header.set_entry_type(tar::EntryType::Regular);
+                header.set_size(st.st_size as u64);
+                header.set_mode(st.st_mode & 0o7777);
+                header.set_mtime(st.st_mtime.max(0) as u64);
+                b.append_data(&mut header, at, File::from(file).take(st.st_size as u64)).map_err(io)?;
+            }
+            fsat::Kind::Dir => {
+                let fd = fsat::open_dir_at(dir, &c).map_err(io)?;
+                check_fs(&fd, &at.to_string_lossy())?;
+                let st = fsat::fstat(&fd).map_err(io)?;
+                let key = (st.st_dev, st.st_ino);
+                if !self.open_dirs.insert(key) {
+                    return Err(Error::Io(at.display().to_string(), io::Error::other("a followed link leads back into a directory being copied")));
+                }
+                header.set_entry_type(tar::EntryType::Directory);
+                header.set_size(0);
+                header.set_mode(st.st_mode & 0o7777);
+                header.set_mtime(st.st_mtime.max(0) as u64);
+                b.append_data(&mut header, at, io::empty()).map_err(io)?;
+                for child in fsat::read_dir(&fd).map_err(io)? {
+                    let child = OsString::from_vec(child.into_bytes());
+                    self.add(b, &fd, &child, &at.join(&child), &in_sandbox.join(&child), depth + 1)?;
+                }
+                self.open_dirs.remove(&key);
+            }
+            _ => return Ok(()), // device nodes, fifos, sockets: skipped
+        }
+        self.count += 1;
+        Ok(())
+    }
 }
 
 /// Unpacks a tar stream into `dir`: its top entry is renamed to `name`.
@@ -364,51 +416,42 @@ pub fn read_tar(dir: &OwnedFd, name: &OsStr, input: impl Read, owner: Owner) -> 
         }
         comps[0] = name.to_owned();
         let leaf = comps.pop().ok_or_else(|| Error::PathEscape(path_str.clone()))?;
+        let leaf_c = cstr(&leaf)?;
         // Parents must be real directories created by this copy or already there.
         let mut cur = dir.try_clone().map_err(|e| Error::Io("dup dir".into(), e))?;
         for c in &comps {
-            cur = openat(cur.as_raw_fd(), c, libc::O_RDONLY | libc::O_DIRECTORY, 0)
-                .map_err(|e| Error::Io(format!("open parent of {path_str}"), e))?;
+            cur = fsat::open_dir_at(&cur, &cstr(c)?).map_err(|e| Error::Io(format!("open parent of {path_str}"), e))?;
         }
         let mode = entry.header().mode().unwrap_or(0o644) & 0o777;
         let ioe = |e: io::Error| Error::Io(format!("write {path_str}"), e);
         match entry.header().entry_type() {
             tar::EntryType::Directory => {
-                let c = cstr(&leaf)?;
-                // SAFETY: valid dir fd and C string.
-                let rc = unsafe { libc::mkdirat(cur.as_raw_fd(), c.as_ptr(), mode) };
-                if rc < 0 {
-                    let e = io::Error::last_os_error();
-                    if e.raw_os_error() != Some(libc::EEXIST) || kind_at(&cur, &leaf)? != Kind::Dir {
+                if let Err(e) = fsat::mkdir_at(&cur, &leaf_c, mode) {
+                    if e.kind() != io::ErrorKind::AlreadyExists {
                         return Err(ioe(e));
                     }
                 }
-                let d = openat(cur.as_raw_fd(), &leaf, libc::O_RDONLY | libc::O_DIRECTORY, 0).map_err(ioe)?;
-                fchown(&d, owner).map_err(ioe)?;
+                // An existing symlink of that name fails here (ELOOP/ENOTDIR).
+                let d = fsat::open_dir_at(&cur, &leaf_c).map_err(ioe)?;
+                fsat::fchown(&d, owner.uid, owner.gid).map_err(ioe)?;
             }
             tar::EntryType::Regular | tar::EntryType::Continuous => {
                 if kind_at(&cur, &leaf)? == Kind::Symlink {
                     return Err(Error::PathEscape(format!("{path_str} (is a symlink in the sandbox)")));
                 }
-                let f = openat(cur.as_raw_fd(), &leaf, libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC, mode).map_err(ioe)?;
-                let st = fstat(f.as_raw_fd()).map_err(ioe)?;
-                if !is_type(&st, libc::S_IFREG) {
+                let f = fsat::open_at(&cur, &leaf_c, OFlags::WRONLY | OFlags::CREATE | OFlags::TRUNC | OFlags::NONBLOCK, mode).map_err(ioe)?;
+                if fsat::kind(&fsat::fstat(&f).map_err(ioe)?) != fsat::Kind::File {
                     return Err(ioe(io::Error::other("not a regular file")));
                 }
-                fchown(&f, owner).map_err(ioe)?;
+                fsat::fchown(&f, owner.uid, owner.gid).map_err(ioe)?;
                 let mut file = File::from(f);
                 io::copy(&mut entry, &mut file).map_err(ioe)?;
             }
             tar::EntryType::Symlink => {
                 let target = entry.link_name_bytes().ok_or_else(|| ioe(io::Error::other("symlink without target")))?;
                 let t = CString::new(target.into_owned()).map_err(|_| ioe(io::Error::other("NUL in link")))?;
-                let c = cstr(&leaf)?;
-                // SAFETY: valid C strings and dir fd.
-                if unsafe { libc::symlinkat(t.as_ptr(), cur.as_raw_fd(), c.as_ptr()) } < 0 {
-                    return Err(ioe(io::Error::last_os_error()));
-                }
-                // SAFETY: valid dir fd and C string; AT_SYMLINK_NOFOLLOW changes the link itself.
-                unsafe { libc::fchownat(cur.as_raw_fd(), c.as_ptr(), owner.uid, owner.gid, libc::AT_SYMLINK_NOFOLLOW) };
+                fsat::symlink_at(&t, &cur, &leaf_c).map_err(ioe)?;
+                fsat::chown_at(&cur, &leaf_c, owner.uid, owner.gid).map_err(ioe)?;
             }
             _ => continue, // hard links, devices, fifos: not copied
         }
@@ -417,16 +460,17 @@ pub fn read_tar(dir: &OwnedFd, name: &OsStr, input: impl Read, owner: Owner) -> 
     Ok(count)
 }
 
-fn fchown(fd: &impl AsFd, owner: Owner) -> io::Result<()> {
-    // SAFETY: plain syscall on a descriptor we hold.
-    if unsafe { libc::fchown(fd.as_fd().as_raw_fd(), owner.uid, owner.gid) } < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
+/// Whether `fd` is the daemon's own root directory: a sandbox root must
+/// never be (a recycled pid would make `/proc/PID/root` the host's).
+pub fn is_host_root(fd: impl AsFd) -> io::Result<bool> {
+    let host = fsat::fstat(fsat::open_dir(Path::new("/"))?)?;
+    let st = fsat::fstat(fd)?;
+    Ok((st.st_dev, st.st_ino) == (host.st_dev, host.st_ino))
 }
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
     use std::os::unix::fs::symlink;
 
@@ -460,6 +504,17 @@ mod tests {
         assert_eq!(root.locate("/etc/hosts").unwrap().resolved, Path::new("/etc/hosts"));
     }
 
+    fn tar_names(buf: &[u8]) -> Vec<(String, Option<String>)> {
+        tar::Archive::new(buf)
+            .entries()
+            .unwrap()
+            .map(|e| {
+                let e = e.unwrap();
+                (e.path().unwrap().display().to_string(), e.link_name().unwrap().map(|l| l.display().to_string()))
+            })
+            .collect()
+    }
+
     #[test]
     fn tar_round_trip_and_refusals() {
         let t = tempfile::tempdir().unwrap();
@@ -471,7 +526,7 @@ mod tests {
         let root = root_of(r);
         let l = root.locate("/src").unwrap();
         let mut buf = Vec::new();
-        assert_eq!(write_tar(&l.dir, &l.name, Path::new("src"), &mut buf).unwrap(), 5);
+        assert_eq!(write_tar(&root, &l, Path::new("src"), LinkPolicy::Refuse, &mut buf).unwrap(), 5);
         let owner = Owner { uid: 4242, gid: 4243 };
         let dst = root.locate("/copy").unwrap();
         assert_eq!(read_tar(&dst.dir, &dst.name, &buf[..], owner).unwrap(), 5);
@@ -479,6 +534,7 @@ mod tests {
         assert_eq!(std::fs::read_link(r.join("copy/link")).unwrap(), Path::new("a.txt"));
         use std::os::unix::fs::MetadataExt;
         assert_eq!(std::fs::metadata(r.join("copy/a.txt")).unwrap().uid(), 4242);
+        assert_eq!(std::fs::symlink_metadata(r.join("copy/link")).unwrap().uid(), 4242);
 
         // A file written through an existing symlink is refused.
         let outside = tempfile::tempdir().unwrap();
@@ -493,11 +549,61 @@ mod tests {
             b.finish().unwrap();
         }
         let trap = root.locate("/trap").unwrap();
-        assert!(read_tar(&trap.dir, &trap.name, &one[..], owner).is_err());
+        assert!(matches!(read_tar(&trap.dir, &trap.name, &one[..], owner), Err(Error::PathEscape(_))));
         assert!(!outside.path().join("victim").exists(), "nothing written outside");
         let ok = root.locate("/fine").unwrap();
         read_tar(&ok.dir, &ok.name, &one[..], owner).unwrap();
         assert_eq!(std::fs::read(r.join("fine")).unwrap(), b"bad");
+    }
+
+    #[test]
+    fn links_out_of_the_copied_tree_are_refused_kept_or_followed() {
+        let t = tempfile::tempdir().unwrap();
+        let r = t.path();
+        std::fs::create_dir_all(r.join("w/tree/sub")).unwrap();
+        std::fs::create_dir_all(r.join("w/elsewhere")).unwrap();
+        std::fs::write(r.join("w/tree/a"), b"in tree").unwrap();
+        std::fs::write(r.join("w/elsewhere/b"), b"in sandbox").unwrap();
+        symlink("../a", r.join("w/tree/sub/up-inside")).unwrap();
+        let root = root_of(r);
+        let l = root.locate("/w/tree").unwrap();
+        // Positive control: a link that stays inside the tree is copied.
+        let mut buf = Vec::new();
+        write_tar(&root, &l, Path::new("tree"), LinkPolicy::Refuse, &mut buf).unwrap();
+        check_links(&l, Path::new("tree")).unwrap();
+        assert!(tar_names(&buf).contains(&("tree/sub/up-inside".into(), Some("../a".into()))));
+
+        for (target, name) in [("/etc/passwd", "abs"), ("../../elsewhere/b", "out")] {
+            symlink(target, r.join("w/tree/sub").join(name)).unwrap();
+            let err = write_tar(&root, &l, Path::new("tree"), LinkPolicy::Refuse, &mut Vec::new()).unwrap_err().to_string();
+            assert!(err.contains(&format!("tree/sub/{name}")) && err.contains(target), "{err}");
+            assert!(check_links(&l, Path::new("tree")).is_err());
+            std::fs::remove_file(r.join("w/tree/sub").join(name)).unwrap();
+        }
+
+        symlink("../../elsewhere/b", r.join("w/tree/sub/out")).unwrap();
+        let mut kept = Vec::new();
+        write_tar(&root, &l, Path::new("tree"), LinkPolicy::Keep, &mut kept).unwrap();
+        assert!(tar_names(&kept).contains(&("tree/sub/out".into(), Some("../../elsewhere/b".into()))));
+        let mut followed = Vec::new();
+        write_tar(&root, &l, Path::new("tree"), LinkPolicy::Follow, &mut followed).unwrap();
+        let mut a = tar::Archive::new(&followed[..]);
+        let mut e = a.entries().unwrap().map(|e| e.unwrap()).find(|e| e.path().unwrap() == Path::new("tree/sub/out")).unwrap();
+        let mut s = String::new();
+        e.read_to_string(&mut s).unwrap();
+        assert_eq!(s, "in sandbox");
+
+        // Followed, a link to a host path is looked up inside the sandbox.
+        let host = tempfile::tempdir().unwrap();
+        std::fs::write(host.path().join("secret"), b"host").unwrap();
+        std::fs::remove_file(r.join("w/tree/sub/out")).unwrap();
+        symlink(host.path().join("secret"), r.join("w/tree/sub/out")).unwrap();
+        assert!(write_tar(&root, &l, Path::new("tree"), LinkPolicy::Follow, &mut Vec::new()).is_err());
+        // And a link back to an enclosing directory is refused, not looped.
+        std::fs::remove_file(r.join("w/tree/sub/out")).unwrap();
+        symlink("..", r.join("w/tree/sub/loop")).unwrap();
+        let err = write_tar(&root, &l, Path::new("tree"), LinkPolicy::Follow, &mut Vec::new()).unwrap_err().to_string();
+        assert!(err.contains("leads back"), "{err}");
     }
 
     #[test]

@@ -357,12 +357,22 @@ impl NativeDriver {
     /// A descriptor of the sandbox's root directory, for resolving paths
     /// inside it (see [`crate::fs`]).
     pub fn open_root(&self, init: InitProcess) -> Result<OwnedFd> {
-        if !init.alive() {
+        // The /proc directory is opened first and the process checked
+        // through it, so a pid recycled between the check and the open of
+        // `root` cannot hand over another process's root (the host's).
+        let path = format!("/proc/{}", init.pid);
+        let proc_dir = cairn_fsat::open_dir(Path::new(&path)).map_err(|e| Error::Io(path.clone(), e))?;
+        let stat = cairn_fsat::read_regular_at(&proc_dir, c"stat", 4096).map_err(|e| Error::Io(format!("{path}/stat"), e))?;
+        if crate::process::spawn::parse_start_time(&String::from_utf8_lossy(&stat)) != Some(init.start_time) || !init.alive() {
             return Err(Error::NotRunning(format!("pid {}", init.pid)));
         }
-        let path = format!("/proc/{}/root", init.pid);
-        let f = fs::File::open(&path).map_err(|e| Error::Io(path, e))?;
-        Ok(f.into())
+        let root: OwnedFd = rustix::fs::openat(&proc_dir, c"root", rustix::fs::OFlags::PATH | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC, rustix::fs::Mode::empty())
+            .map_err(|e| Error::Io(format!("{path}/root"), e.into()))?;
+        // Belt and braces: a sandbox's root is never the host's.
+        if crate::files::is_host_root(&root).map_err(|e| Error::Io(format!("{path}/root"), e))? {
+            return Err(Error::NotRunning(format!("pid {} has the host's root", init.pid)));
+        }
+        Ok(root)
     }
 
     /// Kills every process of the sandbox and removes its cgroups, mounts,

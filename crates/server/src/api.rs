@@ -238,10 +238,17 @@ async fn check(State(s): State<AppState>, b: axum::body::Bytes) -> Result<Json<V
 struct FileQuery {
     path: String,
     name: Option<String>,
+    /// Copying out: `refuse` (default), `keep` or `follow` symlinks.
+    links: Option<String>,
 }
 
 async fn download(State(s): State<AppState>, Path(id): Path<String>, headers: HeaderMap, Query(q): Query<FileQuery>) -> Result<Response, ApiError> {
-    crate::files::download(s.tasks.clone(), &id, q.path, actor(&headers)).await
+    let links = match q.links.as_deref() {
+        None => cairn_sandbox::files::LinkPolicy::Refuse,
+        Some(l) => cairn_sandbox::files::LinkPolicy::parse(l)
+            .ok_or_else(|| ApiError::bad_request(format!("links={l:?}: expected refuse, keep or follow")))?,
+    };
+    crate::files::download(s.tasks.clone(), &id, q.path, links, actor(&headers)).await
 }
 
 async fn upload(

@@ -15,7 +15,7 @@ use axum::body::Body;
 use axum::http::{header, StatusCode};
 use axum::response::Response;
 use cairn_core::{EventKind, NewEvent};
-use cairn_sandbox::files::{self, Kind, Owner, SandboxRoot};
+use cairn_sandbox::files::{self, Kind, LinkPolicy, Owner, SandboxRoot};
 use futures_util::TryStreamExt;
 use serde_json::json;
 use tokio::sync::mpsc;
@@ -29,6 +29,7 @@ fn file_error(e: cairn_sandbox::Error) -> ApiError {
         cairn_sandbox::Error::Io(..) | cairn_sandbox::Error::PathEscape(_) | cairn_sandbox::Error::Protocol(_) => {
             ApiError::bad_request(e.to_string())
         }
+        cairn_sandbox::Error::LinkOut(..) => ApiError::bad_request(format!("{e}; copy with --follow-links or --keep-links")),
         _ => ApiError::from(e),
     }
 }
@@ -60,7 +61,7 @@ async fn record(tasks: &Tasks, task: &cairn_core::TaskId, actor: &str, args: ser
     }
 }
 
-pub async fn download(tasks: Arc<Tasks>, id: &str, path: String, actor: String) -> Result<Response, ApiError> {
+pub async fn download(tasks: Arc<Tasks>, id: &str, path: String, links: LinkPolicy, actor: String) -> Result<Response, ApiError> {
     let begun = Instant::now();
     let (task, live) = tasks.running(id, &actor).await?;
     let driver = tasks.driver.clone();
@@ -75,7 +76,10 @@ pub async fn download(tasks: Arc<Tasks>, id: &str, path: String, actor: String) 
                 std::io::Error::from(std::io::ErrorKind::NotFound),
             ));
         }
-        Ok(l)
+        if links == LinkPolicy::Refuse {
+            files::check_links(&l, Path::new(&l.name))?;
+        }
+        Ok((root, l))
     })
     .await?;
     let located = match located {
@@ -88,9 +92,13 @@ pub async fn download(tasks: Arc<Tasks>, id: &str, path: String, actor: String) 
     let (tx, rx) = mpsc::channel(16);
     let (tasks2, tid) = (tasks.clone(), task.id.clone());
     tokio::spawn(async move {
-        let name = located.name.clone();
+        let (root, located) = located;
         let writer = ChannelWriter(tx.clone());
-        let result = tokio::task::spawn_blocking(move || files::write_tar(&located.dir, &name, Path::new(&name), writer)).await;
+        let result = tokio::task::spawn_blocking(move || {
+            let top = std::path::PathBuf::from(&located.name);
+            files::write_tar(&root, &located, &top, links, writer)
+        })
+        .await;
         let (ok, mut args) = match result {
             Ok(Ok(n)) => (true, json!({ "entries": n })),
             Ok(Err(e)) => {
@@ -101,6 +109,7 @@ pub async fn download(tasks: Arc<Tasks>, id: &str, path: String, actor: String) 
         };
         args["direction"] = json!("out");
         args["path"] = json!(path);
+        args["links"] = json!(format!("{links:?}").to_lowercase());
         record(&tasks2, &tid, &actor, args, ok, begun).await;
     });
     let body = Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(rx));

@@ -17,7 +17,7 @@ use nix::fcntl::{readlinkat, AtFlags};
 use nix::sys::stat::{fstat, fstatat, FileStat, SFlag};
 
 use super::path::RelPath;
-use super::sys::open_beneath;
+use cairn_fsat::{open_beneath, OFlags};
 use super::writer::{file_type, Meta, TreeWriter};
 use crate::{Error, Result};
 
@@ -77,7 +77,7 @@ impl Copier<'_, '_> {
         };
         let kind = file_type(&st);
         if kind == SFlag::S_IFDIR {
-            let Some((fd, st)) = self.open(dir, name, rel, libc::O_RDONLY | libc::O_DIRECTORY, kind)? else {
+            let Some((fd, st)) = self.open(dir, name, rel, OFlags::RDONLY | OFlags::DIRECTORY, kind)? else {
                 return Ok(());
             };
             if !self.skipped(rel, &st) {
@@ -87,7 +87,7 @@ impl Copier<'_, '_> {
         } else if kind == SFlag::S_IFREG {
             // O_NONBLOCK: should the file have become a fifo, opening it must
             // not hang; the type check after opening then skips it.
-            let flags = libc::O_RDONLY | libc::O_NONBLOCK | libc::O_NOCTTY;
+            let flags = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY;
             let Some((fd, st)) = self.open(dir, name, rel, flags, kind)? else { return Ok(()) };
             if !self.skipped(rel, &st) {
                 self.w.file(dest, self.meta(&st), &mut File::from(fd))?;
@@ -114,7 +114,7 @@ impl Copier<'_, '_> {
         dir: &OwnedFd,
         name: &CString,
         rel: &RelPath,
-        flags: libc::c_int,
+        flags: OFlags,
         kind: SFlag,
     ) -> Result<Option<(OwnedFd, FileStat)>> {
         let fd = match open_beneath(dir.as_fd(), name, flags, 0) {

@@ -20,7 +20,6 @@ mod copy;
 mod host;
 mod path;
 mod staging;
-mod sys;
 #[cfg(test)]
 mod tests;
 mod writer;

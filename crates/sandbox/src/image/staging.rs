@@ -19,7 +19,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use nix::errno::Errno;
 use nix::fcntl::{Flock, FlockArg};
 
-use super::sys::rename_noreplace;
+use cairn_fsat::rename_noreplace;
 use super::{Image, IMAGE_JSON, ROOTFS, TMP_PREFIX};
 use crate::{Error, Result};
 

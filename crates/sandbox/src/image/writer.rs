@@ -21,7 +21,7 @@ use nix::sys::time::TimeSpec;
 use nix::unistd::{fchown, fchownat, linkat, symlinkat, unlinkat, Gid, Uid, UnlinkatFlags};
 
 use super::path::{join, RelPath};
-use super::sys::open_beneath;
+use cairn_fsat::{open_beneath, OFlags};
 use super::Dropped;
 use crate::{Error, Result};
 
@@ -31,7 +31,7 @@ const SETID_BITS: u32 = 0o6000;
 
 /// Opens a directory for changing its metadata (fchown and fchmod need a
 /// real descriptor, not an `O_PATH` one).
-const DIR_RDONLY: libc::c_int = libc::O_RDONLY | libc::O_DIRECTORY;
+const DIR_RDONLY: OFlags = OFlags::RDONLY.union(OFlags::DIRECTORY);
 
 /// Owner, permission bits and modification time of one entry.
 #[derive(Clone, Copy, Debug)]
@@ -77,7 +77,7 @@ impl TreeWriter {
     /// import source in error messages.
     pub(super) fn new(root: &Path, source: &Path) -> Result<TreeWriter> {
         let dir = File::open(root).map_err(|e| Error::ImageIo(root.to_owned(), e))?;
-        let root_fd = open_beneath(dir.as_fd(), c".", libc::O_PATH | libc::O_DIRECTORY, 0)
+        let root_fd = open_beneath(dir.as_fd(), c".", OFlags::PATH | OFlags::DIRECTORY, 0)
             .map_err(|e| Error::ImageIo(root.to_owned(), e))?;
         Ok(TreeWriter { root: root_fd, source: source.to_owned(), dropped: Dropped::default(), dirs: Vec::new() })
     }
@@ -99,7 +99,7 @@ impl TreeWriter {
     pub(super) fn file(&mut self, path: &RelPath, meta: Meta, data: &mut dyn Read) -> Result<()> {
         let meta = self.strip_setid(path, meta);
         let (parent, name) = self.parent_for_new(path)?;
-        let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW;
+        let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW;
         let fd = open_beneath(parent.as_fd(), name, flags, 0o600).map_err(|e| lookup_error(path, e))?;
         let mut file = File::from(fd);
         self.copy_data(path, data, &mut file)?;
@@ -193,7 +193,7 @@ impl TreeWriter {
     /// With `create`, missing directories are made (owned by root, 0755),
     /// as archives need not list every parent before its children.
     fn open_dir(&self, parts: &[CString], create: bool) -> io::Result<OwnedFd> {
-        const DIR_FLAGS: libc::c_int = libc::O_PATH | libc::O_DIRECTORY;
+        const DIR_FLAGS: OFlags = OFlags::PATH.union(OFlags::DIRECTORY);
         match open_beneath(self.root.as_fd(), &join(parts), DIR_FLAGS, 0) {
             Err(e) if create && e.raw_os_error() == Some(libc::ENOENT) => {}
             other => return other,

@@ -104,7 +104,11 @@ pub fn helper_main(cgroup_procs: &[PathBuf]) -> i32 {
 
 /// Start time of `pid` from `/proc/PID/stat` (field 22).
 pub fn process_start_time(pid: i32) -> Option<u64> {
-    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    parse_start_time(&fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
+
+/// The start time (field 22) of a `/proc/PID/stat` line.
+pub fn parse_start_time(stat: &str) -> Option<u64> {
     // The command name (field 2) may contain spaces and parentheses; the
     // fields after the last ')' are plain.
     let rest = &stat[stat.rfind(')')? + 2..];

@@ -122,7 +122,7 @@ fn collect_from_sandbox(driver: &NativeDriver, live: Live, req: &DeliverRequest)
             _ => return Err(ApiError::bad_request(format!("{what}: not a directory"))),
         }
         let mut enc = zstd::Encoder::new(Vec::new(), 3).map_err(|e| ApiError::internal(format!("zstd: {e}")))?;
-        files::write_tar(&l.dir, &l.name, Path::new(&l.name), &mut enc).map_err(|e| file_error(&what, e))?;
+        files::write_tar(&root, &l, Path::new(&l.name), files::LinkPolicy::Keep, &mut enc).map_err(|e| file_error(&what, e))?;
         let data = enc.finish().map_err(|e| ApiError::internal(format!("zstd: {e}")))?;
         if data.len() as u64 > MAX_DELIVERABLE {
             return Err(ApiError::bad_request(format!("{what}: the archive is over the {MAX_DELIVERABLE}-byte limit")));
