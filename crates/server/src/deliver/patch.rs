@@ -6,15 +6,21 @@
 //! here from the task disk's upper directories, in the same `diff --git`
 //! form so `git apply` and `patch -p1` take it.
 
-use std::fs;
+use std::collections::BTreeMap;
+use std::ffi::{CStr, CString, OsStr};
 use std::io;
-use std::os::unix::fs::{FileTypeExt, MetadataExt};
-use std::path::{Component, Path, PathBuf};
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
 
+use cairn_fsat::{self as fsat, Kind, OFlags, XattrAt};
 use cairn_sandbox::rootfs::Layer;
 
 /// Files larger than this are listed as changed, not diffed.
 const MAX_DIFFED: u64 = 8 << 20;
+/// Directories nested deeper than this in a writable layer are refused: the
+/// walk holds one descriptor per level.
+const MAX_DEPTH: usize = 256;
 
 /// The script git runs in the sandbox: exit 3 when the directory is not in
 /// a work tree, so the caller falls back to the layer diff.
@@ -43,141 +49,231 @@ impl LayerDirs {
     }
 }
 
+/// What the writable layer holds at a path, read through descriptors while
+/// the sandbox may be changing it.
+#[derive(Debug)]
+enum Upper {
+    /// A regular file's bytes; `None` when it is over [`MAX_DIFFED`].
+    File(Option<Vec<u8>>),
+    Symlink(Vec<u8>),
+    /// An overlay whiteout: the lower file or directory was deleted.
+    Whiteout,
+}
+
+/// The writable layer of one overlay: its entries and its opaque
+/// directories (which hide the lower directory of the same name).
+#[derive(Debug, Default)]
+struct UpperTree {
+    entries: BTreeMap<PathBuf, Upper>,
+    opaque: Vec<PathBuf>,
+    dirs: std::collections::BTreeSet<PathBuf>,
+}
+
 /// The diff of every layer's upper directory against its lower one, paths
 /// relative to the sandbox root, sorted.
+///
+/// The upper directory belongs to the running sandbox, so it is read only
+/// through descriptors (`cairn_fsat`): each directory is opened relative to
+/// its parent without following symlinks, each entry's type comes from
+/// `fstat` on what was opened, and a file is read from that descriptor. An
+/// entry the sandbox swaps or removes meanwhile is left out, never followed.
 pub fn layer_diff(layers: &[LayerDirs]) -> io::Result<String> {
     let mut out = String::new();
     for layer in layers {
-        if !layer.upper.is_dir() {
-            continue;
-        }
-        let mut entries = Vec::new();
-        let mut opaque = Vec::new();
-        walk(&layer.upper, Path::new(""), &mut entries, &mut opaque)?;
+        let upper = match fsat::open_dir(&layer.upper) {
+            Ok(fd) => fd,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(e),
+        };
+        let lower = match fsat::open_dir(&layer.lower) {
+            Ok(fd) => Some(fd),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+            Err(e) => return Err(e),
+        };
+        let tree = read_upper(&upper)?;
+        let lower = Lower(lower);
+        let shown = |rel: &Path| {
+            let p = layer.at.join(rel);
+            p.strip_prefix("/").unwrap_or(&p).to_string_lossy().into_owned()
+        };
         // Lower files an opaque directory hides were deleted, unless the
-        // upper layer has its own file of that name (then it is a change).
-        for dir in &opaque {
-            let mut hidden = Vec::new();
-            lower_files(&layer.lower, dir, &mut hidden);
-            entries.extend(hidden.into_iter().filter(|f| fs::symlink_metadata(layer.upper.join(f)).is_err()));
+        // upper layer has its own entry of that name (then it is a change).
+        let mut hidden = Vec::new();
+        for dir in &tree.opaque {
+            lower.files(dir, &mut hidden);
         }
-        entries.sort();
-        entries.dedup();
-        for rel in entries {
-            let shown = |rel: &Path| {
-                let p = layer.at.join(rel);
-                p.strip_prefix("/").unwrap_or(&p).to_string_lossy().into_owned()
-            };
-            let before = lower_content(&layer.lower, &rel);
-            let Ok(meta) = fs::symlink_metadata(layer.upper.join(&rel)) else {
-                // Hidden by an opaque directory.
-                if let Some(old) = before {
-                    out.push_str(&file_diff(&shown(&rel), Some(&old), None));
-                }
-                continue;
-            };
-            if meta.file_type().is_char_device() && meta.rdev() == 0 {
-                // An overlay whiteout: the file, or the whole directory, was deleted.
-                let mut gone = Vec::new();
-                lower_files(&layer.lower, &rel, &mut gone);
-                gone.sort();
-                for f in gone {
-                    if let Some(old) = lower_content(&layer.lower, &f) {
-                        out.push_str(&file_diff(&shown(&f), Some(&old), None));
+        let mut paths: Vec<&Path> = tree.entries.keys().map(PathBuf::as_path).collect();
+        paths.extend(hidden.iter().map(PathBuf::as_path).filter(|f| !tree.entries.contains_key(*f) && !tree.dirs.contains(*f)));
+        paths.sort();
+        paths.dedup();
+        for rel in paths {
+            let before = lower.content(rel);
+            match tree.entries.get(rel) {
+                None => {
+                    // Hidden by an opaque directory.
+                    if let Some(old) = before {
+                        out.push_str(&file_diff(&shown(rel), Some(&old), None));
                     }
                 }
-                continue;
-            }
-            let after = if meta.file_type().is_symlink() {
-                Some(fs::read_link(layer.upper.join(&rel))?.into_os_string().into_encoded_bytes())
-            } else if meta.len() > MAX_DIFFED {
-                None
-            } else {
-                Some(fs::read(layer.upper.join(&rel))?)
-            };
-            let shown = shown(&rel);
-            match after {
-                Some(new) if before.as_deref() == Some(new.as_slice()) => {}
-                Some(new) => out.push_str(&file_diff(&shown, before.as_deref(), Some(&new))),
-                None => out.push_str(&format!("diff --git a/{shown} b/{shown}\nFiles a/{shown} and b/{shown} differ (over {MAX_DIFFED} bytes)\n")),
+                Some(Upper::Whiteout) => {
+                    // The file, or the whole directory, was deleted.
+                    let mut gone = Vec::new();
+                    lower.files(rel, &mut gone);
+                    gone.sort();
+                    for f in gone {
+                        if let Some(old) = lower.content(&f) {
+                            out.push_str(&file_diff(&shown(&f), Some(&old), None));
+                        }
+                    }
+                }
+                Some(Upper::File(None)) => {
+                    let shown = shown(rel);
+                    out.push_str(&format!("diff --git a/{shown} b/{shown}\nFiles a/{shown} and b/{shown} differ (over {MAX_DIFFED} bytes)\n"));
+                }
+                Some(Upper::File(Some(new)) | Upper::Symlink(new)) => {
+                    if before.as_deref() != Some(new.as_slice()) {
+                        out.push_str(&file_diff(&shown(rel), before.as_deref(), Some(new)));
+                    }
+                }
             }
         }
     }
     Ok(out)
 }
 
-/// Whether overlayfs marked this upper directory opaque (it hides the
-/// lower directory of the same name).
-fn is_opaque(dir: &Path) -> bool {
-    let Ok(path) = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()) else { return false };
-    let mut value = [0u8; 1];
-    // SAFETY: valid C strings; the kernel writes at most one byte into `value`.
-    let n = unsafe { libc::lgetxattr(path.as_ptr(), c"trusted.overlay.opaque".as_ptr(), value.as_mut_ptr().cast(), value.len()) };
-    n == 1 && value[0] == b'y'
+/// Errors that mean the sandbox changed or removed an entry while it was
+/// read: the entry is left out.
+fn vanished(e: &io::Error) -> bool {
+    use rustix::io::Errno;
+    [Errno::NOENT, Errno::NOTDIR, Errno::LOOP, Errno::INVAL, Errno::NXIO].iter().any(|n| e.raw_os_error() == Some(n.raw_os_error()))
+        || e.kind() == io::ErrorKind::InvalidInput
 }
 
-/// Regular files, symlinks and whiteouts under `rel` of the upper root,
-/// and the opaque directories among its directories.
-fn walk(root: &Path, rel: &Path, out: &mut Vec<PathBuf>, opaque: &mut Vec<PathBuf>) -> io::Result<()> {
-    for entry in fs::read_dir(root.join(rel))? {
-        let entry = entry?;
-        let path = rel.join(entry.file_name());
-        let kind = entry.file_type()?;
-        if kind.is_dir() {
-            if is_opaque(&root.join(&path)) {
-                opaque.push(path.clone());
+/// One directory being read: its descriptor, its path in the layer and the
+/// names still to visit.
+struct Frame {
+    fd: OwnedFd,
+    rel: PathBuf,
+    names: std::vec::IntoIter<CString>,
+}
+
+/// Reads the writable layer under `root`, depth first, one descriptor per
+/// level, never following a symlink and never leaving its filesystem.
+fn read_upper(root: &OwnedFd) -> io::Result<UpperTree> {
+    let dev = fsat::fstat(root)?.st_dev;
+    let mut tree = UpperTree::default();
+    let mut stack = vec![Frame { fd: root.try_clone()?, rel: PathBuf::new(), names: fsat::read_dir(root)?.into_iter() }];
+    while let Some(frame) = stack.last_mut() {
+        let Some(name) = frame.names.next() else {
+            stack.pop();
+            continue;
+        };
+        let rel = frame.rel.join(OsStr::from_bytes(name.to_bytes()));
+        let st = match fsat::lstat_at(&frame.fd, &name) {
+            Ok(st) => st,
+            Err(e) if vanished(&e) => continue,
+            Err(e) => return Err(e),
+        };
+        let entry = match fsat::kind(&st) {
+            Kind::Dir => {
+                let fd = match fsat::open_dir_at(&frame.fd, &name) {
+                    Ok(fd) => fd,
+                    Err(e) if vanished(&e) => continue,
+                    Err(e) => return Err(e),
+                };
+                if fsat::fstat(&fd)?.st_dev != dev {
+                    continue;
+                }
+                if stack.len() > MAX_DEPTH {
+                    return Err(io::Error::other(format!("{} is nested more than {MAX_DEPTH} directories deep", rel.display())));
+                }
+                if XattrAt::Fd(fd.as_fd()).get(b"trusted.overlay.opaque").is_ok_and(|v| v == b"y") {
+                    tree.opaque.push(rel.clone());
+                }
+                let names = match fsat::read_dir(&fd) {
+                    Ok(n) => n,
+                    Err(e) if vanished(&e) => continue,
+                    Err(e) => return Err(e),
+                };
+                tree.dirs.insert(rel.clone());
+                stack.push(Frame { fd, rel, names: names.into_iter() });
+                continue;
             }
-            walk(root, &path, out, opaque)?;
-        } else if kind.is_file() || kind.is_symlink() || kind.is_char_device() {
-            out.push(path);
-        }
+            Kind::File => match read_bounded(&frame.fd, &name) {
+                Ok(data) => Upper::File(data),
+                Err(e) if vanished(&e) => continue,
+                Err(e) => return Err(e),
+            },
+            Kind::Symlink => match fsat::readlink_at(&frame.fd, &name) {
+                Ok(target) => Upper::Symlink(target),
+                Err(e) if vanished(&e) => continue,
+                Err(e) => return Err(e),
+            },
+            Kind::CharDevice { rdev: 0 } => Upper::Whiteout,
+            _ => continue,
+        };
+        tree.entries.insert(rel, entry);
     }
-    Ok(())
+    Ok(tree)
 }
 
-/// Files and symlinks of the lower layer at or under `rel` (a file, or a
-/// directory walked without following symlinks); nothing when a directory
-/// on the way there is a symlink.
-fn lower_files(lower: &Path, rel: &Path, out: &mut Vec<PathBuf>) {
-    let Some(path) = lower_path(lower, rel) else { return };
-    let Ok(meta) = fs::symlink_metadata(&path) else { return };
-    if !meta.is_dir() {
-        if meta.is_file() || meta.file_type().is_symlink() {
-            out.push(rel.to_path_buf());
-        }
-        return;
-    }
-    for entry in fs::read_dir(&path).into_iter().flatten().flatten() {
-        lower_files(lower, &rel.join(entry.file_name()), out);
+/// A regular file's bytes, read from the descriptor that `fstat` checked;
+/// `None` when it is over [`MAX_DIFFED`] (or grew over it while read).
+fn read_bounded(dir: impl AsFd, name: &CStr) -> io::Result<Option<Vec<u8>>> {
+    match fsat::read_regular_at(dir, name, MAX_DIFFED) {
+        Ok(data) => Ok(Some(data)),
+        Err(e) if e.kind() == io::ErrorKind::FileTooLarge => Ok(None),
+        Err(e) => Err(e),
     }
 }
 
-/// `lower/rel` when every directory on the way is a real directory.
-fn lower_path(lower: &Path, rel: &Path) -> Option<PathBuf> {
-    let mut cur = lower.to_path_buf();
-    let comps: Vec<Component> = rel.components().collect();
-    for (i, c) in comps.iter().enumerate() {
-        let Component::Normal(name) = c else { return None };
-        cur.push(name);
-        if i + 1 < comps.len() && !fs::symlink_metadata(&cur).ok()?.is_dir() {
-            return None;
+/// The image directory under a layer, read beneath its descriptor without
+/// following symlinks (a link in an image never leads the daemon out).
+struct Lower(Option<OwnedFd>);
+
+impl Lower {
+    /// The directory holding `rel`, and `rel`'s last component.
+    fn parent_of(&self, rel: &Path) -> Option<(OwnedFd, CString)> {
+        let root = self.0.as_ref()?;
+        let name = fsat::cstr(rel.file_name()?).ok()?;
+        let parent = match rel.parent().filter(|p| !p.as_os_str().is_empty()) {
+            Some(p) => fsat::open_beneath(root, p, OFlags::PATH | OFlags::DIRECTORY, 0).ok()?,
+            None => root.try_clone().ok()?,
+        };
+        Some((parent, name))
+    }
+
+    /// Files and symlinks at or under `rel` (a file, or a directory walked
+    /// without following symlinks).
+    fn files(&self, rel: &Path, out: &mut Vec<PathBuf>) {
+        let Some((parent, name)) = self.parent_of(rel) else { return };
+        self.files_at(&parent, &name, rel, out, 0);
+    }
+
+    fn files_at(&self, dir: &OwnedFd, name: &CStr, rel: &Path, out: &mut Vec<PathBuf>, depth: usize) {
+        let Ok(st) = fsat::lstat_at(dir, name) else { return };
+        match fsat::kind(&st) {
+            Kind::File | Kind::Symlink => out.push(rel.to_path_buf()),
+            Kind::Dir if depth < MAX_DEPTH => {
+                let Ok(fd) = fsat::open_dir_at(dir, name) else { return };
+                for child in fsat::read_dir(&fd).unwrap_or_default() {
+                    self.files_at(&fd, &child, &rel.join(OsStr::from_bytes(child.to_bytes())), out, depth + 1);
+                }
+            }
+            _ => {}
         }
     }
-    Some(cur)
-}
 
-/// The content of `rel` in the lower layer: a file's bytes or a symlink's
-/// target. `None` when it does not exist there or a directory on its way is
-/// a symlink (which would lead out of the image, into the host).
-fn lower_content(lower: &Path, rel: &Path) -> Option<Vec<u8>> {
-    let path = lower_path(lower, rel)?;
-    let meta = fs::symlink_metadata(&path).ok()?;
-    if meta.file_type().is_symlink() {
-        fs::read_link(&path).ok().map(|t| t.into_os_string().into_encoded_bytes())
-    } else if meta.is_file() && meta.len() <= MAX_DIFFED {
-        fs::read(&path).ok()
-    } else {
-        None
+    /// The content of `rel`: a file's bytes or a symlink's target. `None`
+    /// when it does not exist, is too large, or a directory on its way is a
+    /// symlink.
+    fn content(&self, rel: &Path) -> Option<Vec<u8>> {
+        let (parent, name) = self.parent_of(rel)?;
+        match fsat::kind(&fsat::lstat_at(&parent, &name).ok()?) {
+            Kind::Symlink => fsat::readlink_at(&parent, &name).ok(),
+            Kind::File => read_bounded(&parent, &name).ok().flatten(),
+            _ => None,
+        }
     }
 }
 
@@ -210,6 +306,7 @@ pub fn file_diff(path: &str, old: Option<&[u8]>, new: Option<&[u8]>) -> String {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+    use std::fs;
 
     #[test]
     fn changed_added_deleted_and_unchanged_files() {
@@ -274,5 +371,67 @@ mod tests {
         fs::write(upper.join("lib/secret"), "mine\n").unwrap();
         let d = layer_diff(&[LayerDirs { upper, lower, at: "/".into() }]).unwrap();
         assert!(!d.contains("host secret") && d.contains("+mine"), "{d}");
+    }
+
+    #[test]
+    fn a_racing_swap_of_a_directory_and_a_host_symlink_never_leaks_host_files() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let dir = tempfile::tempdir().unwrap();
+        let (lower, upper, host) = (dir.path().join("lower"), dir.path().join("upper"), dir.path().join("host"));
+        let marker = format!("host-marker-{}", std::process::id() as u64 * 7919 + 17);
+        fs::create_dir_all(&lower).unwrap();
+        fs::create_dir_all(upper.join("w/d")).unwrap();
+        fs::create_dir_all(&host).unwrap();
+        fs::write(host.join("secret.txt"), &marker).unwrap();
+        fs::write(upper.join("w/d/secret.txt"), "benign\n").unwrap();
+        std::os::unix::fs::symlink(&host, upper.join("w/l")).unwrap();
+        let layers = || vec![LayerDirs { upper: upper.clone(), lower: lower.clone(), at: "/".into() }];
+        // Positive control: without the racer the file is in the diff.
+        let d = layer_diff(&layers()).unwrap();
+        assert!(d.contains("+benign") && !d.contains(&marker), "{d}");
+
+        let stop = AtomicBool::new(false);
+        let swaps = std::sync::atomic::AtomicU64::new(0);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let w = fsat::open_dir(&upper.join("w")).unwrap();
+                while !stop.load(Ordering::Relaxed) {
+                    fsat::exchange_at(&w, c"d", c"l").unwrap();
+                    swaps.fetch_add(1, Ordering::Relaxed);
+                }
+            });
+            let mut seen_benign = 0;
+            for _ in 0..300 {
+                let d = layer_diff(&layers()).unwrap();
+                assert!(!d.contains(&marker), "host file leaked into the patch: {d}");
+                seen_benign += usize::from(d.contains("+benign"));
+            }
+            stop.store(true, Ordering::Relaxed);
+            assert!(seen_benign > 0, "the layer was never read while racing");
+        });
+        assert!(swaps.load(std::sync::atomic::Ordering::Relaxed) > 300, "the racer did not run");
+        assert_eq!(fs::read_to_string(host.join("secret.txt")).unwrap(), marker);
+        assert_eq!(fs::read_dir(&host).unwrap().count(), 1, "nothing created in the host directory");
+    }
+
+    #[test]
+    fn a_fifo_or_a_deep_tree_does_not_hang_or_overflow() {
+        let dir = tempfile::tempdir().unwrap();
+        let (lower, upper) = (dir.path().join("lower"), dir.path().join("upper"));
+        fs::create_dir_all(&lower).unwrap();
+        fs::create_dir_all(&upper).unwrap();
+        nix::unistd::mkfifo(&upper.join("pipe"), nix::sys::stat::Mode::from_bits_truncate(0o644)).unwrap();
+        fs::write(upper.join("plain"), "x\n").unwrap();
+        let d = layer_diff(&[LayerDirs { upper: upper.clone(), lower: lower.clone(), at: "/".into() }]).unwrap();
+        assert!(d.contains("+++ b/plain") && !d.contains("pipe"), "{d}");
+        // A tree deeper than the limit is refused with a reason, built by
+        // descriptor since its path is longer than PATH_MAX.
+        let mut cur = fsat::open_dir(&upper).unwrap();
+        for _ in 0..MAX_DEPTH + 2 {
+            fsat::mkdir_at(&cur, c"dddddddddddddddddddd", 0o755).unwrap();
+            cur = fsat::open_dir_at(&cur, c"dddddddddddddddddddd").unwrap();
+        }
+        let err = layer_diff(&[LayerDirs { upper, lower, at: "/".into() }]).unwrap_err().to_string();
+        assert!(err.contains("nested more than"), "{err}");
     }
 }
