@@ -23,6 +23,12 @@ use cairn_fsat::{self as fsat, OFlags};
 use crate::{Error, Result};
 
 const MAX_SYMLINKS: usize = 40;
+/// Trees nested deeper are refused: the walk holds a descriptor per level.
+const MAX_DEPTH: usize = 256;
+
+fn too_deep(at: &Path) -> Error {
+    Error::Io(at.display().to_string(), io::Error::other(format!("nested more than {MAX_DEPTH} directories deep")))
+}
 
 /// Owner given to everything the daemon creates in a sandbox.
 #[derive(Clone, Copy, Debug)]
@@ -287,6 +293,9 @@ pub fn check_links(l: &Located, top: &Path) -> Result<()> {
                 refuse_escaping(at, &target, depth)
             }
             Kind::Dir => {
+                if depth > MAX_DEPTH {
+                    return Err(too_deep(at));
+                }
                 let Ok(fd) = fsat::open_dir_at(dir, &cstr(name)?) else { return Ok(()) };
                 for child in fsat::read_dir(&fd).map_err(|e| io_err(&at.to_string_lossy(), e))? {
                     let child = OsString::from_vec(child.into_bytes());
@@ -358,9 +367,12 @@ impl TarOut<'_> {
                 header.set_size(st.st_size as u64);
                 header.set_mode(st.st_mode & 0o7777);
                 header.set_mtime(st.st_mtime.max(0) as u64);
-                b.append_data(&mut header, at, File::from(file).take(st.st_size as u64)).map_err(io)?;
+                b.append_data(&mut header, at, file.take(st.st_size as u64)).map_err(io)?;
             }
             fsat::Kind::Dir => {
+                if depth > MAX_DEPTH {
+                    return Err(too_deep(at));
+                }
                 let fd = fsat::open_dir_at(dir, &c).map_err(io)?;
                 check_fs(&fd, &at.to_string_lossy())?;
                 let st = fsat::fstat(&fd).map_err(io)?;
@@ -439,12 +451,14 @@ pub fn read_tar(dir: &OwnedFd, name: &OsStr, input: impl Read, owner: Owner) -> 
                 if kind_at(&cur, &leaf)? == Kind::Symlink {
                     return Err(Error::PathEscape(format!("{path_str} (is a symlink in the sandbox)")));
                 }
-                let f = fsat::open_at(&cur, &leaf_c, OFlags::WRONLY | OFlags::CREATE | OFlags::TRUNC | OFlags::NONBLOCK, mode).map_err(ioe)?;
+                // Truncated only once fstat says it is a regular file.
+                let f = fsat::open_at(&cur, &leaf_c, OFlags::WRONLY | OFlags::CREATE | OFlags::NONBLOCK, mode).map_err(ioe)?;
                 if fsat::kind(&fsat::fstat(&f).map_err(ioe)?) != fsat::Kind::File {
                     return Err(ioe(io::Error::other("not a regular file")));
                 }
                 fsat::fchown(&f, owner.uid, owner.gid).map_err(ioe)?;
                 let mut file = File::from(f);
+                file.set_len(0).map_err(ioe)?;
                 io::copy(&mut entry, &mut file).map_err(ioe)?;
             }
             tar::EntryType::Symlink => {

@@ -454,12 +454,20 @@ fn wait_gone(init: InitProcess) {
     }
 }
 
+/// Removes a task's run directory or disk image: a link in it is removed,
+/// never followed, and a mount still inside (the task's disk, if its unmount
+/// failed) stops the removal instead of being emptied.
 fn remove_path(p: &Path) -> Result<()> {
-    let res = match fs::symlink_metadata(p) {
-        Ok(m) if m.is_dir() => fs::remove_dir_all(p),
-        Ok(_) => fs::remove_file(p),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(e),
+    let err = |e| Error::Io(format!("remove {}", p.display()), e);
+    let (Some(parent), Some(name)) = (p.parent(), p.file_name()) else {
+        return Err(err(std::io::Error::from(std::io::ErrorKind::InvalidInput)));
     };
-    res.map_err(|e| Error::Io(format!("remove {}", p.display()), e))
+    // The parent is the daemon's own ($CAIRN_HOME/run or /disks).
+    let parent: OwnedFd = match fs::File::open(parent) {
+        Ok(f) => f.into(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(err(e)),
+    };
+    let name = cairn_fsat::cstr(name).map_err(err)?;
+    cairn_fsat::remove_tree_at(&parent, &name).map_err(err)
 }

@@ -172,7 +172,7 @@ impl TreeWriter {
     /// was dropped on the way.
     pub(super) fn finish(self) -> Result<Dropped> {
         for (path, meta) in &self.dirs {
-            let fd = open_beneath(self.root.as_fd(), &path.to_cstring(), DIR_RDONLY, 0)
+            let fd = open_beneath(self.root.as_fd(), path.to_cstring(), DIR_RDONLY, 0)
                 .map_err(|e| lookup_error(path, e))?;
             set_meta(fd.as_fd(), meta).map_err(|e| entry_io(path, e))?;
         }
@@ -194,7 +194,7 @@ impl TreeWriter {
     /// as archives need not list every parent before its children.
     fn open_dir(&self, parts: &[CString], create: bool) -> io::Result<OwnedFd> {
         const DIR_FLAGS: OFlags = OFlags::PATH.union(OFlags::DIRECTORY);
-        match open_beneath(self.root.as_fd(), &join(parts), DIR_FLAGS, 0) {
+        match open_beneath(self.root.as_fd(), join(parts), DIR_FLAGS, 0) {
             Err(e) if create && e.raw_os_error() == Some(libc::ENOENT) => {}
             other => return other,
         }
