@@ -614,3 +614,61 @@ fn host_image_on_this_host() {
     assert_eq!(store.list().unwrap(), vec![image]);
     assert!(matches!(store.remove("host"), Err(Error::ImageBuiltIn(_))));
 }
+
+/// Files under `dir` whose content contains `needle`.
+fn files_containing(dir: &Path, needle: &[u8]) -> Vec<PathBuf> {
+    let mut all = Vec::new();
+    walk(dir, &mut all);
+    all.into_iter()
+        .filter(|p| fs::symlink_metadata(p).is_ok_and(|m| m.is_file()) && fs::read(p).is_ok_and(|d| d.windows(needle.len()).any(|w| w == needle)))
+        .collect()
+}
+
+#[test]
+fn directory_import_never_follows_a_racing_swap_into_the_host() {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    let (tmp, store) = store();
+    let (src, host) = (tmp.path().join("src"), tmp.path().join("host"));
+    let marker = format!("host-marker-{:x}", rand_u64());
+    fs::create_dir_all(src.join("d")).unwrap();
+    fs::write(src.join("d/secret"), "benign").unwrap();
+    fs::create_dir_all(&host).unwrap();
+    fs::write(host.join("secret"), &marker).unwrap();
+    symlink(&host, src.join("l")).unwrap();
+    // Positive control: without the racer the directory is copied.
+    let image = store.import("control", &src).unwrap();
+    assert_eq!(fs::read(rootfs(&image, "d/secret")).unwrap(), b"benign");
+
+    let stop = AtomicBool::new(false);
+    let swaps = AtomicU64::new(0);
+    let (mut ok, mut copied_secret) = (0, 0);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let dir = cairn_fsat::open_dir(&src).unwrap();
+            while !stop.load(Ordering::Relaxed) {
+                cairn_fsat::exchange_at(&dir, c"d", c"l").unwrap();
+                swaps.fetch_add(1, Ordering::Relaxed);
+            }
+        });
+        for i in 0..60 {
+            let name = format!("race{i}");
+            if let Ok(image) = store.import(&name, &src) {
+                ok += 1;
+                copied_secret += usize::from(fs::read(rootfs(&image, "d/secret")).is_ok_and(|d| d == b"benign")
+                    || fs::read(rootfs(&image, "l/secret")).is_ok_and(|d| d == b"benign"));
+                assert!(files_containing(&image.rootfs, marker.as_bytes()).is_empty(), "host file imported into {name}");
+            }
+        }
+        stop.store(true, Ordering::Relaxed);
+    });
+    assert!(swaps.load(Ordering::Relaxed) > 60, "the racer did not run");
+    assert!(ok > 0 && copied_secret > 0, "no import succeeded while racing ({ok}, {copied_secret})");
+    assert_eq!(fs::read_to_string(host.join("secret")).unwrap(), marker);
+    assert_eq!(fs::read_dir(&host).unwrap().count(), 1, "nothing created in the host directory");
+}
+
+fn rand_u64() -> u64 {
+    let mut b = [0u8; 8];
+    std::io::Read::read_exact(&mut File::open("/dev/urandom").unwrap(), &mut b).unwrap();
+    u64::from_le_bytes(b)
+}
