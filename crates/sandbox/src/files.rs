@@ -621,6 +621,13 @@ mod tests {
     }
 
     #[test]
+    fn the_host_root_is_recognised() {
+        assert!(is_host_root(File::open("/").unwrap()).unwrap());
+        let t = tempfile::tempdir().unwrap();
+        assert!(!is_host_root(File::open(t.path()).unwrap()).unwrap());
+    }
+
+    #[test]
     fn kernel_filesystems_are_refused() {
         let root = SandboxRoot::new(File::open("/").unwrap().into());
         assert!(root.locate("/proc/sys/kernel/core_pattern").is_err());
