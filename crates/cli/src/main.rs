@@ -45,7 +45,7 @@ enum Cmd {
         src: String,
         dst: String,
         /// Copy what such links point to, resolved inside the sandbox.
-        #[arg(long, conflicts_with = "keep_links")]
+        #[arg(long)]
         follow_links: bool,
         /// Copy such links as they are.
         #[arg(long)]
@@ -544,7 +544,9 @@ async fn client_command(cmd: Cmd, json_out: bool) -> Result<u8> {
             return Ok(r.code().clamp(0, 255) as u8);
         }
         Cmd::Cp { src, dst, follow_links, keep_links } => {
-            let links = if follow_links {
+            let links = if follow_links && keep_links {
+                anyhow::bail!("--follow-links and --keep-links cannot be used together");
+            } else if follow_links {
                 cp::Links::Follow
             } else if keep_links {
                 cp::Links::Keep

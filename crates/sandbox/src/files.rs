@@ -282,16 +282,22 @@ pub fn write_tar(root: &SandboxRoot, l: &Located, top: &Path, links: LinkPolicy,
     Ok(t.count)
 }
 
-/// The first symlink under `l` that [`LinkPolicy::Refuse`] refuses, as its
-/// error; checked before a copy starts so the refusal is a clean answer,
-/// not a broken stream (the copy checks each link again as it goes).
-pub fn check_links(l: &Located, top: &Path) -> Result<()> {
-    fn visit(dir: &OwnedFd, name: &OsStr, at: &Path, depth: usize) -> Result<()> {
+/// The first symlink under `l` that the copy would fail on, as its error:
+/// with [`LinkPolicy::Refuse`] one that leads out of the tree, with
+/// [`LinkPolicy::Follow`] one whose target does not resolve in the sandbox.
+/// Checked before a copy starts so the refusal is a clean answer, not a
+/// broken stream (the copy checks each link again as it goes).
+pub fn check_links(root: &SandboxRoot, l: &Located, top: &Path, links: LinkPolicy) -> Result<()> {
+    fn visit(root: &SandboxRoot, dir: &OwnedFd, name: &OsStr, at: &Path, in_sandbox: &Path, depth: usize, links: LinkPolicy) -> Result<()> {
         match kind_at(dir, name)? {
-            Kind::Symlink => {
-                let target = fsat::readlink_at(dir, &cstr(name)?).map_err(|e| io_err(&at.to_string_lossy(), e))?;
-                refuse_escaping(at, &target, depth)
-            }
+            Kind::Symlink => match links {
+                LinkPolicy::Keep => Ok(()),
+                LinkPolicy::Refuse => {
+                    let target = fsat::readlink_at(dir, &cstr(name)?).map_err(|e| io_err(&at.to_string_lossy(), e))?;
+                    refuse_escaping(at, &target, depth)
+                }
+                LinkPolicy::Follow => root.locate_following(&in_sandbox.to_string_lossy()).map(drop),
+            },
             Kind::Dir => {
                 if depth > MAX_DEPTH {
                     return Err(too_deep(at));
@@ -299,14 +305,14 @@ pub fn check_links(l: &Located, top: &Path) -> Result<()> {
                 let Ok(fd) = fsat::open_dir_at(dir, &cstr(name)?) else { return Ok(()) };
                 for child in fsat::read_dir(&fd).map_err(|e| io_err(&at.to_string_lossy(), e))? {
                     let child = OsString::from_vec(child.into_bytes());
-                    visit(&fd, &child, &at.join(&child), depth + 1)?;
+                    visit(root, &fd, &child, &at.join(&child), &in_sandbox.join(&child), depth + 1, links)?;
                 }
                 Ok(())
             }
             _ => Ok(()),
         }
     }
-    visit(&l.dir, &l.name, top, 0)
+    visit(root, &l.dir, &l.name, top, &l.resolved, 0, links)
 }
 
 /// Refuses a link at depth `depth` below the copied tree's top whose target
@@ -584,14 +590,14 @@ mod tests {
         // Positive control: a link that stays inside the tree is copied.
         let mut buf = Vec::new();
         write_tar(&root, &l, Path::new("tree"), LinkPolicy::Refuse, &mut buf).unwrap();
-        check_links(&l, Path::new("tree")).unwrap();
+        check_links(&root, &l, Path::new("tree"), LinkPolicy::Refuse).unwrap();
         assert!(tar_names(&buf).contains(&("tree/sub/up-inside".into(), Some("../a".into()))));
 
         for (target, name) in [("/etc/passwd", "abs"), ("../../elsewhere/b", "out")] {
             symlink(target, r.join("w/tree/sub").join(name)).unwrap();
             let err = write_tar(&root, &l, Path::new("tree"), LinkPolicy::Refuse, &mut Vec::new()).unwrap_err().to_string();
             assert!(err.contains(&format!("tree/sub/{name}")) && err.contains(target), "{err}");
-            assert!(check_links(&l, Path::new("tree")).is_err());
+            assert!(check_links(&root, &l, Path::new("tree"), LinkPolicy::Refuse).is_err());
             std::fs::remove_file(r.join("w/tree/sub").join(name)).unwrap();
         }
 

@@ -76,9 +76,7 @@ pub async fn download(tasks: Arc<Tasks>, id: &str, path: String, links: LinkPoli
                 std::io::Error::from(std::io::ErrorKind::NotFound),
             ));
         }
-        if links == LinkPolicy::Refuse {
-            files::check_links(&l, Path::new(&l.name))?;
-        }
+        files::check_links(&root, &l, Path::new(&l.name), links)?;
         Ok((root, l))
     })
     .await?;

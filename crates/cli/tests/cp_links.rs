@@ -1,0 +1,88 @@
+//! `cairn cp` out of a sandbox with symlinks that lead out of the copied
+//! tree: refused by default with a one-line error naming the link,
+//! `--follow-links` copies what they point to inside the sandbox,
+//! `--keep-links` copies them as they are.
+
+mod common;
+
+use std::path::Path;
+
+use common::Daemon;
+
+fn listing(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = walk(dir).into_iter().map(|p| p.strip_prefix(dir).unwrap_or(&p).display().to_string()).collect();
+    v.sort();
+    v
+}
+
+fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).expect("read dir").flatten() {
+        let p = e.path();
+        out.push(p.clone());
+        if e.file_type().is_ok_and(|t| t.is_dir()) {
+            out.extend(walk(&p));
+        }
+    }
+    out
+}
+
+#[test]
+fn links_out_of_the_copied_tree_are_refused_followed_or_kept() {
+    let d = Daemon::start();
+    let id = d.create(&[]);
+    let (code, _, err) = d.sh(
+        &id,
+        "mkdir -p /workspace/tree/sub /workspace/elsewhere && echo inside > /workspace/tree/a && echo other > /workspace/elsewhere/b \
+         && ln -s ../a /workspace/tree/sub/near && ln -s /etc/hostname /workspace/tree/abs && ln -s ../../elsewhere/b /workspace/tree/sub/far",
+    );
+    assert_eq!(code, 0, "{err}");
+    let local = tempfile::tempdir().expect("tempdir");
+    let src = format!("{id}:/workspace/tree");
+
+    // Refused, naming the first link that leads out, and nothing written.
+    let out = local.path().join("refused");
+    let err = d.fails(&["cp", &src, out.to_str().unwrap_or_default()]);
+    assert!(err.contains("tree/abs -> /etc/hostname") && err.contains("leads out of the copied tree") && err.contains("--follow-links"), "{err}");
+    assert!(!out.exists(), "a refused copy leaves nothing");
+    let log = d.json(&["log", &id]).to_string();
+    assert!(log.contains("leads out of the copied tree"), "the refusal is in the log: {log}");
+
+    // A link inside the tree is fine on its own (positive control).
+    let (code, _, err) = d.sh(&id, "rm /workspace/tree/abs /workspace/tree/sub/far");
+    assert_eq!(code, 0, "{err}");
+    let ok = local.path().join("ok");
+    d.ok(&["cp", &src, ok.to_str().unwrap_or_default()]);
+    assert_eq!(std::fs::read_link(ok.join("sub/near")).expect("link kept"), Path::new("../a"));
+    assert_eq!(std::fs::read_to_string(ok.join("sub/near")).expect("through the link"), "inside\n");
+
+    let (code, _, err) = d.sh(&id, "ln -s /workspace/elsewhere/b /workspace/tree/abs && ln -s ../../elsewhere /workspace/tree/sub/far");
+    assert_eq!(code, 0, "{err}");
+    // --keep-links copies them as links.
+    let kept = local.path().join("kept");
+    d.ok(&["cp", "--keep-links", &src, kept.to_str().unwrap_or_default()]);
+    assert_eq!(std::fs::read_link(kept.join("abs")).expect("abs kept"), Path::new("/workspace/elsewhere/b"));
+    assert_eq!(std::fs::read_link(kept.join("sub/far")).expect("far kept"), Path::new("../../elsewhere"));
+
+    // --follow-links copies their targets, resolved inside the sandbox.
+    let followed = local.path().join("followed");
+    d.ok(&["cp", "--follow-links", &src, followed.to_str().unwrap_or_default()]);
+    assert_eq!(std::fs::read_to_string(followed.join("abs")).expect("abs followed"), "other\n");
+    assert!(std::fs::symlink_metadata(followed.join("sub/far")).expect("far").is_dir());
+    assert_eq!(std::fs::read_to_string(followed.join("sub/far/b")).expect("far/b"), "other\n");
+    assert_eq!(listing(&followed), ["a", "abs", "sub", "sub/far", "sub/far/b", "sub/near"]);
+
+    // A followed link to a host path is looked up in the sandbox, not on the host.
+    let (code, _, err) = d.sh(&id, &format!("ln -sfn {} /workspace/tree/abs", local.path().join("ok/a").display()));
+    assert_eq!(code, 0, "{err}");
+    let err = d.fails(&["cp", "--follow-links", &src, local.path().join("host").to_str().unwrap_or_default()]);
+    assert!(err.contains("No such file"), "{err}");
+
+    // The flags are for copies out.
+    let file = local.path().join("f.txt");
+    std::fs::write(&file, "x").expect("write");
+    let err = d.fails(&["cp", "--keep-links", file.to_str().unwrap_or_default(), &format!("{id}:/workspace/")]);
+    assert!(err.contains("apply to copies out"), "{err}");
+    let err = d.fails(&["cp", "--keep-links", "--follow-links", &src, "x"]);
+    assert!(err.contains("cannot be used together"), "{err}");
+}
