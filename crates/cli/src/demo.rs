@@ -172,6 +172,7 @@ async fn steps(d: &mut Demo, home: &Path, daemon_port: u16) -> Result<()> {
     crate::cp::run(&d.client, &format!("{}:/workspace/notes.txt", d.task), &back.display().to_string(), crate::cp::Links::Refuse).await?;
     let round = std::fs::read_to_string(&back)?;
     d.say("cp a file in and back out", t.elapsed(), &format!("round trip: {}", round.trim()));
+    copy_links(d, src.path()).await?;
 
     snapshots(d).await?;
     waits(d, home).await?;
@@ -186,6 +187,34 @@ async fn steps(d: &mut Demo, home: &Path, daemon_port: u16) -> Result<()> {
 
 /// A patch, an archive and a report with a signed record; verify it; the
 /// ledger's chain; then complete the task and show nothing is left.
+/// A link the agent plants in what it hands back: refused by default,
+/// followed inside the sandbox on request, never to the host's file.
+async fn copy_links(d: &mut Demo, local: &Path) -> Result<()> {
+    d.show(
+        "the agent plants a link to a host path in its results",
+        "mkdir -p /workspace/out && echo result > /workspace/out/r.txt && ln -s /etc/hostname /workspace/out/hostname && ls /workspace/out",
+        |r| r.code() == 0,
+    )
+    .await?;
+    let t = Instant::now();
+    let src = format!("{}:/workspace/out", d.task);
+    let refused = match crate::cp::run(&d.client, &src, &local.join("out").display().to_string(), crate::cp::Links::Refuse).await {
+        Ok(_) => bail!("a link out of the copied tree was copied"),
+        Err(e) => e.to_string(),
+    };
+    d.say("cp out refuses it, naming the link", t.elapsed(), &refused);
+    let t = Instant::now();
+    crate::cp::run(&d.client, &src, &local.join("followed").display().to_string(), crate::cp::Links::Follow).await?;
+    let followed = std::fs::read_to_string(local.join("followed/hostname"))?;
+    let host = std::fs::read_to_string("/etc/hostname").unwrap_or_default();
+    if followed == host && !host.is_empty() {
+        bail!("--follow-links read the host's file");
+    }
+    d.say("--follow-links copies the sandbox's file, not the host's", t.elapsed(), &format!("hostname inside: {}", followed.trim()));
+    d.exec("rm -rf /workspace/out").await?;
+    Ok(())
+}
+
 async fn deliver(d: &mut Demo, home: &Path) -> Result<()> {
     d.show(
         "the agent's work: a git repository in the workspace",
