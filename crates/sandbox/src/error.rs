@@ -68,6 +68,10 @@ pub enum Error {
     Sys { what: &'static str, err: io::Error },
     #[error("sandbox helper failed: {0}")]
     Helper(String),
+    /// A name the helper had to create or mount on inside a sandbox root is
+    /// a symlink, or lies under one (the image or the sandbox put it there).
+    #[error("cannot {op} {target} in the sandbox root: {link} is a symlink (links in a sandbox's files are never followed while its root is built)")]
+    RootSymlink { op: &'static str, target: String, link: String },
     #[error("no free uid range for a new sandbox")]
     NoUidRange,
 

@@ -9,10 +9,15 @@
 //!    then `pivot_root`.
 //!
 //! Both take a [`Mounter`], so the order and options of every mount are
-//! unit-tested with the recording double.
+//! unit-tested with the recording double. Whatever they make or mount on
+//! inside the root is a [`Place::Inside`], reached beneath a descriptor of
+//! the root without following a symlink: the root's contents are the
+//! image's and the sandbox's own, and a link planted there must not lead
+//! host root to a host path ([`place`]).
 
 pub mod idmap;
 pub mod mount;
+pub mod place;
 
 use std::os::fd::RawFd;
 use std::path::{Path, PathBuf};
@@ -21,6 +26,7 @@ use nix::mount::MsFlags;
 use serde::{Deserialize, Serialize};
 
 pub use mount::{Kernel, Mounter, Op, Recorder};
+pub use place::Place;
 
 use crate::uidmap::IdRange;
 use crate::{Error, Result};
@@ -71,22 +77,30 @@ pub fn build_overlays(
         for p in [&lower, &upper, &work] {
             check_overlay_path(p)?;
         }
-        m.mkdir(&lower, 0o700)?;
+        let upper_at = Place::Host(upper.clone());
+        m.mkdir(&Place::Host(lower.clone()), 0o700)?;
         m.bind_idmapped(&layer.lower, &lower, userns)?;
-        m.mkdir(&upper, 0o755)?;
-        m.mkdir(&work, 0o700)?;
+        m.mkdir(&upper_at, 0o755)?;
+        m.mkdir(&Place::Host(work.clone()), 0o700)?;
         // The merged directory takes its owner from the upper: make it the
         // sandbox's root.
-        m.chown(&upper, sandbox_root.0, sandbox_root.1)?;
-        let target = join_inside(&root, &layer.at);
+        m.chown(&upper_at, sandbox_root.0, sandbox_root.1)?;
+        // The image root goes on the run directory; every later layer
+        // inside what is mounted there.
+        let target = if i == 0 { Place::Host(root.clone()) } else { Place::inside(&root, &layer.at) };
         m.mkdir(&target, 0o755)?;
         let data = format!("lowerdir={},upperdir={},workdir={}", lower.display(), upper.display(), work.display());
         m.mount("overlay", &target, "overlay", MsFlags::MS_NOSUID | MsFlags::MS_NODEV, Some(&data))?;
     }
-    let wd = join_inside(&root, Path::new(workdir));
-    if !wd.exists() {
-        m.mkdir(&wd, 0o755)?;
-        m.chown(&wd, sandbox_root.0, sandbox_root.1)?;
+    let wd = Place::inside(&root, workdir);
+    match m.mkdir(&wd, 0o755) {
+        Ok(true) => m.chown(&wd, sandbox_root.0, sandbox_root.1)?,
+        Ok(false) => {}
+        // The sandbox made the workdir, or a directory above it, a link.
+        // Nothing is made through it here; commands start in the workdir
+        // after the pivot, where the link resolves inside the sandbox.
+        Err(Error::RootSymlink { .. }) => {}
+        Err(e) => return Err(e),
     }
     Ok(root)
 }
@@ -95,10 +109,11 @@ pub fn build_overlays(
 /// it. Runs as the sandbox's root in its own namespaces.
 pub fn build_inner(m: &impl Mounter, root: &Path, tmp_bytes: u64) -> Result<()> {
     let nosuid_nodev = MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
-    m.mkdir(&root.join("proc"), 0o555)?;
-    m.mount("proc", &root.join("proc"), "proc", nosuid_nodev | MsFlags::MS_NOEXEC, None)?;
+    let proc = Place::inside(root, "proc");
+    m.mkdir(&proc, 0o555)?;
+    m.mount("proc", &proc, "proc", nosuid_nodev | MsFlags::MS_NOEXEC, None)?;
 
-    let dev = root.join("dev");
+    let dev = Place::inside(root, "dev");
     m.mkdir(&dev, 0o755)?;
     m.mount("tmpfs", &dev, "tmpfs", MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC, Some("mode=755,size=64k"))?;
     for name in DEVICES {
@@ -106,29 +121,21 @@ pub fn build_inner(m: &impl Mounter, root: &Path, tmp_bytes: u64) -> Result<()> 
         m.touch(&node)?;
         m.bind(&Path::new("/dev").join(name), &node, MsFlags::empty())?;
     }
-    m.mkdir(&dev.join("pts"), 0o755)?;
-    m.mount(
-        "devpts",
-        &dev.join("pts"),
-        "devpts",
-        MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC,
-        Some("newinstance,ptmxmode=0666,mode=0620"),
-    )?;
+    let pts = dev.join("pts");
+    m.mkdir(&pts, 0o755)?;
+    m.mount("devpts", &pts, "devpts", MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC, Some("newinstance,ptmxmode=0666,mode=0620"))?;
     m.symlink("pts/ptmx", &dev.join("ptmx"))?;
-    m.mkdir(&dev.join("shm"), 0o1777)?;
-    m.mount("shm", &dev.join("shm"), "tmpfs", nosuid_nodev, Some("mode=1777,size=64m"))?;
+    let shm = dev.join("shm");
+    m.mkdir(&shm, 0o1777)?;
+    m.mount("shm", &shm, "tmpfs", nosuid_nodev, Some("mode=1777,size=64m"))?;
     for (link, target) in [("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2")] {
         m.symlink(target, &dev.join(link))?;
     }
 
-    m.mkdir(&root.join("tmp"), 0o1777)?;
-    m.mount("tmpfs", &root.join("tmp"), "tmpfs", nosuid_nodev, Some(&format!("mode=1777,size={tmp_bytes}")))?;
+    let tmp = Place::inside(root, "tmp");
+    m.mkdir(&tmp, 0o1777)?;
+    m.mount("tmpfs", &tmp, "tmpfs", nosuid_nodev, Some(&format!("mode=1777,size={tmp_bytes}")))?;
     m.pivot_root(root)
-}
-
-/// `root` joined with an absolute in-sandbox path.
-fn join_inside(root: &Path, inside: &Path) -> PathBuf {
-    root.join(inside.strip_prefix("/").unwrap_or(inside))
 }
 
 /// overlayfs splits its options on `,` and lower layers on `:`.
@@ -151,6 +158,27 @@ mod tests {
         ]
     }
 
+    /// The place an operation lands on, if it has one.
+    fn place_of(op: &Op) -> Option<&Place> {
+        match op {
+            Op::Mount { target, .. } | Op::Bind { target, .. } | Op::Mkdir(target, _) | Op::Touch(target) | Op::Symlink(_, target) | Op::Chown(target, ..) => Some(target),
+            Op::BindIdmapped { .. } | Op::PivotRoot(_) => None,
+        }
+    }
+
+    /// Nothing under the sandbox root is addressed by a host path: all of
+    /// it is looked up beneath the root without following links.
+    fn nothing_by_host_path_under(root: &Path, ops: &[Op]) {
+        for op in ops {
+            if let Some(Place::Host(p)) = place_of(op) {
+                assert!(!p.starts_with(root) || p == root, "{op:?} goes by host path into the sandbox root");
+            }
+            if let Op::BindIdmapped { target, .. } = op {
+                assert!(!target.starts_with(root), "{op:?}");
+            }
+        }
+    }
+
     #[test]
     fn overlays_stack_idmapped_lowers_on_the_task_disk() {
         let m = Recorder::default();
@@ -161,20 +189,51 @@ mod tests {
         let base = ids.host_id(0);
         let expect_root_overlay = Op::Mount {
             source: "overlay".into(),
-            target: "/run/t1/root".into(),
+            target: Place::Host("/run/t1/root".into()),
             fstype: "overlay".into(),
             flags: MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
             data: Some("lowerdir=/run/t1/lower0,upperdir=/disk/t1/root/upper,workdir=/disk/t1/root/work".into()),
         };
         let i_idmap = ops.iter().position(|o| *o == Op::BindIdmapped { source: "/images/host/rootfs".into(), target: "/run/t1/lower0".into() }).unwrap();
-        let i_chown = ops.iter().position(|o| *o == Op::Chown("/disk/t1/root/upper".into(), base, base)).unwrap();
+        let i_chown = ops.iter().position(|o| *o == Op::Chown(Place::Host("/disk/t1/root/upper".into()), base, base)).unwrap();
         let i_root = ops.iter().position(|o| *o == expect_root_overlay).unwrap();
+        let usr = Place::inside("/run/t1/root", "/usr");
+        let i_usr_dir = ops.iter().position(|o| *o == Op::Mkdir(usr.clone(), 0o755)).unwrap();
         let i_usr = ops
             .iter()
-            .position(|o| matches!(o, Op::Mount { target, data: Some(d), .. } if target == Path::new("/run/t1/root/usr") && d.starts_with("lowerdir=/run/t1/lower1,upperdir=/disk/t1/at_usr/upper")))
+            .position(|o| matches!(o, Op::Mount { target, data: Some(d), .. } if *target == usr && d.starts_with("lowerdir=/run/t1/lower1,upperdir=/disk/t1/at_usr/upper")))
             .unwrap();
-        assert!(i_idmap < i_root && i_chown < i_root && i_root < i_usr, "lower before overlay, / before /usr: {ops:#?}");
-        assert!(ops.contains(&Op::Chown("/run/t1/root/nonexistent-wd".into(), base, base)), "workdir owned by sandbox root");
+        assert!(i_idmap < i_root && i_chown < i_root && i_root < i_usr_dir && i_usr_dir < i_usr, "lower before overlay, / before /usr: {ops:#?}");
+        let wd = Place::inside("/run/t1/root", "/nonexistent-wd");
+        assert!(ops.contains(&Op::Mkdir(wd.clone(), 0o755)) && ops.contains(&Op::Chown(wd, base, base)), "workdir made, owned by sandbox root");
+        nothing_by_host_path_under(&root, &ops);
+    }
+
+    #[test]
+    fn a_link_in_the_root_fails_a_layer_and_leaves_the_workdir_alone() {
+        let ids = IdRange::for_slot(2).unwrap();
+        let build = |links: &[&str], workdir: &str| {
+            let m = Recorder { symlinks: links.iter().map(PathBuf::from).collect(), ..Recorder::default() };
+            let r = build_overlays(&m, Path::new("/run/t1"), Path::new("/disk/t1"), &layers(), ids, -1, workdir);
+            (r, m.ops.into_inner())
+        };
+        // A layer mounted on a link: the start fails, naming the link.
+        let (r, ops) = build(&["/usr"], "/w");
+        let e = r.unwrap_err();
+        assert!(matches!(&e, Error::RootSymlink { link, .. } if link == "/usr"), "{e}");
+        assert!(e.to_string().contains("/usr is a symlink"), "{e}");
+        assert!(!ops.iter().any(|o| matches!(o, Op::Mount { target, .. } if *target == Place::inside("/run/t1/root", "/usr"))));
+        // A workdir that is, or lies under, a link: nothing made or chowned.
+        for (links, workdir) in [(&["/workspace"][..], "/workspace"), (&["/a"][..], "/a/b")] {
+            let (r, ops) = build(links, workdir);
+            assert_eq!(r.unwrap(), Path::new("/run/t1/root"));
+            assert!(!ops.iter().any(|o| matches!(place_of(o), Some(Place::Inside { rel, .. }) if rel.starts_with(links[0].trim_start_matches('/')))), "{ops:#?}");
+            assert!(ops.iter().any(|o| matches!(o, Op::Mount { target, .. } if *target == Place::inside("/run/t1/root", "/usr"))), "the rest is built");
+        }
+        // Positive control: without the link the workdir is made and chowned.
+        let (r, ops) = build(&["/elsewhere"], "/a/b");
+        r.unwrap();
+        assert!(ops.iter().any(|o| matches!(o, Op::Chown(p, ..) if *p == Place::inside("/run/t1/root", "/a/b"))));
     }
 
     #[test]
@@ -188,28 +247,38 @@ mod tests {
     #[test]
     fn inner_root_has_kernel_fs_minimal_dev_and_pivots_last() {
         let m = Recorder::default();
-        build_inner(&m, Path::new("/run/t1/root"), 256 << 20).unwrap();
+        let root = Path::new("/run/t1/root");
+        build_inner(&m, root, 256 << 20).unwrap();
         let ops = m.ops.borrow();
-        let fstypes: Vec<(&str, &Path)> = ops
+        let fstypes: Vec<(&str, String)> = ops
             .iter()
             .filter_map(|o| match o {
-                Op::Mount { fstype, target, .. } => Some((fstype.as_str(), target.as_path())),
+                Op::Mount { fstype, target, .. } => Some((fstype.as_str(), target.to_string())),
                 _ => None,
             })
             .collect();
         assert_eq!(
             fstypes,
-            [
-                ("proc", Path::new("/run/t1/root/proc")),
-                ("tmpfs", Path::new("/run/t1/root/dev")),
-                ("devpts", Path::new("/run/t1/root/dev/pts")),
-                ("tmpfs", Path::new("/run/t1/root/dev/shm")),
-                ("tmpfs", Path::new("/run/t1/root/tmp")),
-            ]
+            [("proc", "/proc"), ("tmpfs", "/dev"), ("devpts", "/dev/pts"), ("tmpfs", "/dev/shm"), ("tmpfs", "/tmp")].map(|(f, t)| (f, t.to_owned()))
         );
+        for op in ops.iter() {
+            if let Some(p) = place_of(op) {
+                assert!(matches!(p, Place::Inside { root: r, .. } if r == root), "{op:?} is looked up beneath the root");
+            }
+        }
         let binds: Vec<_> = ops.iter().filter_map(|o| if let Op::Bind { source, .. } = o { Some(source.clone()) } else { None }).collect();
         assert_eq!(binds, DEVICES.iter().map(|d| Path::new("/dev").join(d)).collect::<Vec<_>>(), "only the minimal devices");
         assert!(ops.iter().any(|o| matches!(o, Op::Mount { fstype, data: Some(d), .. } if fstype == "tmpfs" && d.contains("size=268435456"))));
         assert_eq!(ops.last(), Some(&Op::PivotRoot("/run/t1/root".into())));
+    }
+
+    #[test]
+    fn inner_root_refuses_a_linked_mount_point() {
+        for link in ["/proc", "/dev", "/tmp"] {
+            let m = Recorder { symlinks: vec![link.into()], ..Recorder::default() };
+            let e = build_inner(&m, Path::new("."), 1 << 20).unwrap_err();
+            assert!(matches!(&e, Error::RootSymlink { link: l, .. } if l == link), "{e}");
+            assert!(!m.ops.borrow().iter().any(|o| matches!(o, Op::PivotRoot(_))), "no pivot into a half-built root");
+        }
     }
 }
