@@ -1,0 +1,43 @@
+/*
+ * racer DIR LINK: swaps a directory and a symlink in the same parent
+ * directory with renameat2(RENAME_EXCHANGE), forever, as fast as it can.
+ *
+ * Used by crates/cli/tests/race.rs as the hostile agent: while the daemon
+ * (host root) reads or writes the task's writable layer, the name DIR is
+ * now a real directory, now a symlink to a host path, hoping the daemon
+ * checks one and then follows the other.
+ *
+ * Built static (gcc -static -O2 -o racer racer.c) so it runs in any
+ * sandbox image. Exits 2 on bad arguments, 1 when the very first exchange
+ * fails (so a broken setup is reported, not silently spun on).
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#ifndef RENAME_EXCHANGE
+#define RENAME_EXCHANGE (1 << 1)
+#endif
+
+static long exchange(const char *a, const char *b)
+{
+    return syscall(SYS_renameat2, AT_FDCWD, a, AT_FDCWD, b, RENAME_EXCHANGE);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 3) {
+        fprintf(stderr, "usage: racer DIR LINK\n");
+        return 2;
+    }
+    if (exchange(argv[1], argv[2]) != 0) {
+        fprintf(stderr, "racer: renameat2(%s, %s, RENAME_EXCHANGE): %s\n", argv[1], argv[2], strerror(errno));
+        return 1;
+    }
+    for (;;)
+        exchange(argv[1], argv[2]);
+}
