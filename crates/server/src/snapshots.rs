@@ -765,14 +765,7 @@ fn in_image_as_dir(layers: &[cairn_sandbox::rootfs::Layer], path: &str) -> bool 
         return false;
     };
     let Ok(rel) = p.strip_prefix(&layer.at) else { return false };
-    // Component by component, following no symlink of the image.
-    let mut at = layer.lower.clone();
-    for c in rel.components() {
-        at.push(c);
-        match std::fs::symlink_metadata(&at) {
-            Ok(m) if m.is_dir() => {}
-            _ => return false,
-        }
-    }
-    true
+    // Beneath the image directory, following no symlink of the image.
+    let Ok(root) = cairn_fsat::open_dir(&layer.lower) else { return false };
+    rel.as_os_str().is_empty() || cairn_fsat::open_beneath(&root, rel, cairn_fsat::OFlags::PATH | cairn_fsat::OFlags::DIRECTORY, 0).is_ok()
 }
