@@ -69,6 +69,9 @@ pub async fn run(client: &Client, src: &str, dst: &str, links: Links) -> Result<
 }
 
 async fn download(client: &Client, task: &str, path: &str, local: &Path, links: Links) -> Result<Value> {
+    // With a second of slack for the daemon's clock, to tell this copy's
+    // log entry from earlier ones.
+    let started_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64) - 1000;
     let req = client.request(Method::GET, &format!("/v1/tasks/{task}/files?path={}&links={}", query_escape(path), links.query()));
     let resp = req.send().await.map_err(|e| client.connect_error(e))?;
     let status = resp.status();
@@ -93,7 +96,10 @@ async fn download(client: &Client, task: &str, path: &str, local: &Path, links: 
     let mut bytes = 0u64;
     let progress = crate::progress::Progress::new("copy out");
     while let Some(chunk) = stream.next().await {
-        let chunk = chunk.map_err(|e| anyhow!("download broke off: {e}"))?;
+        let chunk = match chunk {
+            Ok(c) => c,
+            Err(e) => bail!("{}", broken_download_reason(client, task, path, started_ms).await.unwrap_or_else(|| format!("download broke off: {e}"))),
+        };
         bytes += chunk.len() as u64;
         progress.update(bytes, None);
         tmp.write_all(&chunk)?;
@@ -103,6 +109,21 @@ async fn download(client: &Client, task: &str, path: &str, local: &Path, links: 
     tmp.rewind()?;
     let entries = unpack_local(tmp, &into, rename.as_deref(), links)?;
     Ok(serde_json::json!({ "entries": entries, "bytes": bytes, "to": local }))
+}
+
+/// Why the daemon cut a copy out short: a stream that has started cannot
+/// change its status, so the reason is read from the task's log, where the
+/// daemon records every copy with its error (just after the stream ends).
+async fn broken_download_reason(client: &Client, task: &str, path: &str, since_ms: i64) -> Option<String> {
+    for _ in 0..20 {
+        let events: Value = client.get(&format!("/v1/tasks/{task}/events")).await.ok()?;
+        let last = events.as_array()?.iter().rev().find(|e| e["kind"] == "cp" && e["args"]["direction"] == "out" && e["args"]["path"] == path && e["time_ms"].as_i64().is_some_and(|t| t >= since_ms));
+        if let Some(error) = last.and_then(|e| e["args"]["error"].as_str()) {
+            return Some(format!("copy out of {path} stopped: {error}"));
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    None
 }
 
 /// Unpacks a tar from the daemon under `into`, renaming its top entry.

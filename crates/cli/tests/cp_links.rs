@@ -86,3 +86,25 @@ fn links_out_of_the_copied_tree_are_refused_followed_or_kept() {
     let err = d.fails(&["cp", "--keep-links", "--follow-links", &src, "x"]);
     assert!(err.contains("cannot be used together"), "{err}");
 }
+
+#[test]
+fn copying_in_to_a_path_ending_in_slash_needs_a_directory_there() {
+    let d = Daemon::start();
+    let id = d.create(&[]);
+    let local = tempfile::tempdir().expect("tempdir");
+    let file = local.path().join("f.txt");
+    std::fs::write(&file, "x").expect("write");
+    let err = d.fails(&["cp", file.to_str().unwrap_or_default(), &format!("{id}:/workspace/nodir/")]);
+    assert!(err.contains("/workspace/nodir/") && err.contains("not a directory"), "{err}");
+    let (code, out, _) = d.sh(&id, "ls -A /workspace");
+    assert!(code == 0 && !out.contains("nodir"), "nothing created: {out}");
+    // Positive controls: without the slash it is the file's new name, and
+    // into an existing directory (or a link to one) it keeps its own.
+    d.ok(&["cp", file.to_str().unwrap_or_default(), &format!("{id}:/workspace/nodir")]);
+    let (code, _, err) = d.sh(&id, "mkdir /workspace/dir && ln -s dir /workspace/to-dir");
+    assert_eq!(code, 0, "{err}");
+    d.ok(&["cp", file.to_str().unwrap_or_default(), &format!("{id}:/workspace/dir/")]);
+    d.ok(&["cp", file.to_str().unwrap_or_default(), &format!("{id}:/workspace/to-dir")]);
+    let (code, out, _) = d.sh(&id, "cat /workspace/nodir /workspace/dir/f.txt; ls -A /workspace/dir; test -L /workspace/to-dir && echo still-a-link");
+    assert_eq!((code, out.as_str()), (0, "xxf.txt\nstill-a-link\n"));
+}

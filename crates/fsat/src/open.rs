@@ -63,7 +63,9 @@ pub fn open_beneath_same_fs(dir: impl AsFd, path: impl rustix::path::Arg, flags:
 fn open2(dir: impl AsFd, path: impl rustix::path::Arg, flags: OFlags, mode: u32, resolve: ResolveFlags) -> io::Result<OwnedFd> {
     // The kernel rejects a mode without O_CREAT or O_TMPFILE.
     let mode = if flags.intersects(OFlags::CREATE | OFlags::TMPFILE) { Mode::from_raw_mode(mode) } else { Mode::empty() };
-    Ok(openat2(dir, path, flags | OFlags::NOFOLLOW | OFlags::CLOEXEC, mode, resolve)?)
+    // RESOLVE_NO_SYMLINKS refuses a final symlink too (ELOOP); only with
+    // O_PATH | O_NOFOLLOW, if the caller asks, is the link itself opened.
+    Ok(openat2(dir, path, flags | OFlags::CLOEXEC, mode, resolve)?)
 }
 
 /// Opens the regular file `name` in `dir` for reading. `O_NONBLOCK` keeps a

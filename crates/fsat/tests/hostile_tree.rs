@@ -148,17 +148,20 @@ fn racing_reads_and_writes_stay_in_the_tree() {
 
 #[test]
 fn racing_removal_never_leaves_the_tree() {
+    let swaps = AtomicU64::new(0);
     for _ in 0..30 {
         let s = setup();
         let top = fsat::open_dir(s.tree.parent().unwrap()).unwrap();
+        // Opened before the racer starts: the removal may win at once.
+        let r = fsat::open_dir(&s.tree).unwrap();
         let stop = AtomicBool::new(false);
         std::thread::scope(|sc| {
             sc.spawn(|| {
-                let r = fsat::open_dir(&s.tree).unwrap();
                 while !stop.load(Ordering::Relaxed) {
                     if fsat::exchange_at(&r, c"d", c"l").is_err() {
                         break; // removed under it
                     }
+                    swaps.fetch_add(1, Ordering::Relaxed);
                 }
             });
             // Removal may fail while a name is swapped; retry until gone.
@@ -172,4 +175,5 @@ fn racing_removal_never_leaves_the_tree() {
         });
         host_untouched(&s.host);
     }
+    assert!(swaps.load(Ordering::Relaxed) > 0, "the racer never swapped");
 }
