@@ -18,6 +18,8 @@
 pub mod idmap;
 pub mod mount;
 pub mod place;
+#[cfg(test)]
+mod fixture;
 
 use std::os::fd::RawFd;
 use std::path::{Path, PathBuf};

@@ -212,7 +212,7 @@ mod tests {
     //! directory. Needs root; mounts happen in a thread's own mount
     //! namespace, which goes away with the thread, also when it panics.
 
-    use std::os::unix::fs::{symlink, MetadataExt, PermissionsExt};
+    use std::os::unix::fs::MetadataExt;
 
     use nix::sched::{unshare, CloneFlags};
 
@@ -220,40 +220,7 @@ mod tests {
 
     const TMPFS_MAGIC: i64 = 0x0102_1994;
 
-    /// `root/d` (a directory), `root/l` -> `host`, `root/dangling` ->
-    /// `host/new`; `host` holds one file.
-    struct Tree {
-        _dir: tempfile::TempDir,
-        root: PathBuf,
-        host: PathBuf,
-    }
-
-    fn tree() -> Tree {
-        let dir = tempfile::tempdir().unwrap();
-        let (root, host) = (dir.path().join("root"), dir.path().join("host"));
-        fs::create_dir_all(root.join("d")).unwrap();
-        fs::create_dir_all(&host).unwrap();
-        fs::write(host.join("marker"), "host").unwrap();
-        fs::set_permissions(&host, fs::Permissions::from_mode(0o700)).unwrap();
-        symlink(&host, root.join("l")).unwrap();
-        symlink(host.join("new"), root.join("dangling")).unwrap();
-        Tree { _dir: dir, root, host }
-    }
-
-    impl Tree {
-        fn at(&self, rel: &str) -> Place {
-            Place::inside(&self.root, rel)
-        }
-
-        fn host_untouched(&self) {
-            let names: Vec<_> = fs::read_dir(&self.host).unwrap().map(|e| e.unwrap().file_name()).collect();
-            assert_eq!(names, ["marker"], "nothing made in the host directory");
-            let m = fs::metadata(&self.host).unwrap();
-            assert_eq!((m.uid(), m.gid(), m.mode() & 0o7777), (0, 0, 0o700), "host directory's owner and mode unchanged");
-            let mounts = fs::read_to_string("/proc/thread-self/mountinfo").unwrap();
-            assert!(!mounts.contains(self.host.to_str().unwrap()), "nothing mounted on the host directory: {mounts}");
-        }
-    }
+    use crate::rootfs::fixture::tree;
 
     fn is_link(r: Result<impl std::fmt::Debug>, link: &str) -> bool {
         matches!(r, Err(Error::RootSymlink { link: ref l, .. }) if l == link)

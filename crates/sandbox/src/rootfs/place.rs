@@ -214,33 +214,8 @@ fn wrong_kind(kind: Kind, op: &'static str, target: &str, seen: &Path) -> Error 
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use std::os::unix::fs::{symlink, MetadataExt};
 
-    /// `root/d` (a directory), `root/l` -> `host` (a directory holding one
-    /// file), `root/dangling` -> `host/new`, `root/f` (a file).
-    struct Tree {
-        _dir: tempfile::TempDir,
-        root: PathBuf,
-        host: PathBuf,
-    }
-
-    fn tree() -> Tree {
-        let dir = tempfile::tempdir().unwrap();
-        let (root, host) = (dir.path().join("root"), dir.path().join("host"));
-        std::fs::create_dir_all(root.join("d")).unwrap();
-        std::fs::create_dir_all(&host).unwrap();
-        std::fs::write(host.join("marker"), "host").unwrap();
-        std::fs::write(root.join("f"), "").unwrap();
-        symlink(&host, root.join("l")).unwrap();
-        symlink(host.join("new"), root.join("dangling")).unwrap();
-        Tree { _dir: dir, root, host }
-    }
-
-    fn host_untouched(t: &Tree) {
-        let names: Vec<_> = std::fs::read_dir(&t.host).unwrap().map(|e| e.unwrap().file_name()).collect();
-        assert_eq!(names, ["marker"], "nothing made in the host directory");
-        assert_eq!(std::fs::metadata(&t.host).unwrap().uid(), 0);
-    }
+    use crate::rootfs::fixture::tree;
 
     fn is_link_error(e: &Error, link: &str) -> bool {
         matches!(e, Error::RootSymlink { link: l, .. } if l == link)
@@ -271,7 +246,7 @@ mod tests {
         let e = walk(&t.root, Path::new("f/sub"), Missing::Create(0o755), "test").unwrap_err();
         assert!(e.to_string().contains("/f is a regular file"), "{e}");
         assert!(walk(&t.root, Path::new("d/../l"), Missing::Create(0o755), "test").is_err(), "no ..");
-        host_untouched(&t);
+        t.host_untouched();
     }
 
     #[test]
@@ -289,6 +264,6 @@ mod tests {
         assert!(is_link_error(&mount_target(&t.root, Path::new("l"), "test").unwrap_err(), "/l"));
         assert!(is_link_error(&mount_target(&t.root, Path::new("l/marker"), "test").unwrap_err(), "/l"));
         assert!(mount_target(&t.root, Path::new("missing"), "test").is_err());
-        host_untouched(&t);
+        t.host_untouched();
     }
 }
