@@ -2,10 +2,12 @@
 //!
 //! `deliver` asks the daemon to store the deliverables and sign a record;
 //! with `--out` it also writes them and `record.json` to a local directory.
-//! `verify` checks a record on its own: the DSSE signature against the
-//! node's public keys, every deliverable's SHA-256 (next to the record, or
-//! from the daemon's store), and, when the daemon is reachable, that the
-//! task's ledger still has the head the record names.
+//! `verify` checks a record: the DSSE signature against the node's public
+//! keys, every deliverable's SHA-256 (next to the record, or from the
+//! daemon's store), and that the task's ledger, as the daemon has it, still
+//! verifies and has the head the record names. A ledger that cannot be
+//! checked (no daemon, or it answers an error) leaves the record
+//! unverified, unless `--offline` skips the ledger on purpose.
 
 use std::path::{Path, PathBuf};
 
@@ -118,25 +120,50 @@ pub fn delivery_summary(v: &Value, out: Option<&Path>) -> String {
     lines.join("\n")
 }
 
+/// Which daemon `verify` may ask, beyond the record and the files next to it.
+pub enum DaemonAccess<'a> {
+    /// This one: the node's keys (without `--key`), deliverables missing
+    /// next to the record, and the task's live ledger.
+    At(&'a Client),
+    /// None could be asked, for this reason: the ledger cannot be checked,
+    /// so the record does not verify.
+    Unreachable(String),
+    /// `--offline`: no daemon is asked, on purpose; the ledger is left
+    /// unchecked by the caller's choice.
+    Offline,
+}
+
 /// The keys a record may be signed with: `--key` (hex, or a file holding
 /// hex or `cairn --json key show` output), else every key the daemon has
 /// used.
-async fn verifying_keys(client: Option<&Client>, key: Option<&str>) -> Result<Vec<(String, cairn_ledger::VerifyingKey)>> {
+async fn verifying_keys(daemon: &DaemonAccess<'_>, key: Option<&str>) -> Result<Vec<(String, cairn_ledger::VerifyingKey)>> {
     if let Some(k) = key {
         let text = if Path::new(k).is_file() { std::fs::read_to_string(k).with_context(|| format!("--key {k}"))? } else { k.to_owned() };
         return cairn_ledger::parse_public_key(text.trim()).map_err(|e| anyhow!("--key: {e}"));
     }
-    let client = client.ok_or_else(|| anyhow!("no key to check the signature with: give --key PUBKEY (`cairn key show` prints it)"))?;
-    let keys: Value = client.get("/v1/keys").await.map_err(|e| anyhow!("no --key given and cannot get the node's keys from the daemon: {e}"))?;
+    let client = match daemon {
+        DaemonAccess::At(c) => c,
+        DaemonAccess::Offline => bail!("--offline needs --key PUBKEY"),
+        DaemonAccess::Unreachable(why) => {
+            bail!("cannot check the signature or the ledger: no --key given and no daemon ({why}); give --key PUBKEY, and --offline to accept an unchecked ledger")
+        }
+    };
+    let keys: Value = client.get("/v1/keys").await.map_err(|e| anyhow!("no --key given and cannot get the node's keys from the daemon to check the signature: {e}"))?;
     cairn_ledger::parse_public_key(&keys.to_string()).map_err(|e| anyhow!("the daemon's keys: {e}"))
 }
 
-/// What `verify` found; every check passed when this is returned.
-pub async fn verify(client: Option<&Client>, record: &Path, key: Option<&str>) -> Result<Value> {
+/// What `verify` found. An `Err` names the first check that failed; an
+/// `Ok` has `"verified": true` unless the ledger could not be checked
+/// without `--offline` (then [`unverified`] says why). Every other check
+/// passed either way.
+pub async fn verify(daemon: DaemonAccess<'_>, record: &Path, key: Option<&str>) -> Result<Value> {
+    if matches!(daemon, DaemonAccess::Offline) && key.is_none() {
+        bail!("--offline needs --key PUBKEY, the node's public key (`cairn key show` prints it)");
+    }
     let text = std::fs::read(record).with_context(|| format!("cannot read record {}", record.display()))?;
     let envelope: cairn_ledger::Envelope =
         serde_json::from_slice(&text).map_err(|e| anyhow!("{} is not a delivery record (a DSSE envelope): {e}", record.display()))?;
-    let keys = verifying_keys(client, key).await?;
+    let keys = verifying_keys(&daemon, key).await?;
     let key_id = envelope.verify(&keys).map_err(|e| anyhow!("record signature: {e}"))?;
     let payload = envelope.payload().map_err(|e| anyhow!("record payload: {e}"))?;
     let statement = cairn_ledger::Statement::from_payload(&payload).map_err(|e| anyhow!("record payload: {e}"))?;
@@ -152,13 +179,17 @@ pub async fn verify(client: Option<&Client>, record: &Path, key: Option<&str>) -
         let local = dir.join(name);
         let (data, from) = if local.exists() {
             (std::fs::read(&local).with_context(|| format!("read {}", local.display()))?, "next to the record")
-        } else if let Some(c) = client {
-            let data = get_bytes(c, &format!("/v1/deliverables/{want}"))
-                .await
-                .map_err(|e| anyhow!("deliverable {name}: not next to the record, and the store: {e}"))?;
-            (data, "from the store")
         } else {
-            bail!("deliverable {name}: not next to the record and no daemon to fetch it from");
+            match &daemon {
+                DaemonAccess::At(c) => {
+                    let data = get_bytes(c, &format!("/v1/deliverables/{want}"))
+                        .await
+                        .map_err(|e| anyhow!("deliverable {name}: not next to the record, and the store: {e}"))?;
+                    (data, "from the store")
+                }
+                DaemonAccess::Unreachable(why) => bail!("deliverable {name}: not next to the record and no daemon to fetch it from ({why})"),
+                DaemonAccess::Offline => bail!("deliverable {name}: not next to the record, and --offline fetches nothing from the daemon"),
+            }
         };
         let got = sha256_hex(&data);
         if got != *want {
@@ -177,36 +208,63 @@ pub async fn verify(client: Option<&Client>, record: &Path, key: Option<&str>) -
     if cp["head"] != json!(head) || cp["seq"] != json!(seq) || cp["task"] != json!(task) {
         bail!("record's ledger checkpoint names entry {} head {}, the record entry {seq} head {head}", cp["seq"], cp["head"]);
     }
-    let ledger = match client {
-        Some(c) => match c.get::<Value>(&format!("/v1/tasks/{task}/ledger")).await {
+    let unchecked = |why: String, result: String| json!({ "checked": false, "why": why, "result": result, "seq": seq, "head": head });
+    let (ledger, verified) = match &daemon {
+        DaemonAccess::At(c) => match c.get::<Value>(&format!("/v1/tasks/{task}/ledger")).await {
             Ok(l) => {
                 if l["ok"] != json!(true) {
                     bail!("ledger of {task}: {}", l["problem"].as_str().unwrap_or("does not verify"));
                 }
                 let at = l["hashes"].as_array().into_iter().flatten().find(|h| h[0] == json!(seq)).map(|h| h[1].clone());
                 match at {
-                    Some(h) if h == json!(head) => json!({ "checked": true, "seq": seq, "head": head }),
+                    Some(h) if h == json!(head) => (json!({ "checked": true, "result": "ledger checked", "seq": seq, "head": head }), true),
                     Some(h) => bail!("ledger of {task} at entry {seq} is {}, the record names {head}", h.as_str().unwrap_or("?")),
                     None => bail!("ledger of {task} has no entry {seq}, which the record names"),
                 }
             }
-            Err(e) => json!({ "checked": false, "why": e.to_string(), "seq": seq, "head": head }),
+            Err(e) => (unchecked(format!("{e:#}"), format!("ledger could not be checked: {e:#}")), false),
         },
-        None => json!({ "checked": false, "why": "no daemon", "seq": seq, "head": head }),
+        DaemonAccess::Unreachable(why) => (unchecked(why.clone(), format!("ledger could not be checked: {why}")), false),
+        DaemonAccess::Offline => (unchecked("--offline".into(), "ledger not checked (--offline)".into()), true),
     };
-    Ok(json!({ "record": record.display().to_string(), "task": task, "key_id": key_id, "deliverables": checked, "ledger": ledger }))
+    Ok(json!({
+        "record": record.display().to_string(), "task": task, "key_id": key_id, "deliverables": checked, "ledger": ledger,
+        "verified": verified,
+    }))
+}
+
+/// Why a record `verify` returned does not verify: its ledger could not
+/// be checked and `--offline` did not accept that. `None` when it verifies.
+pub fn unverified(v: &Value) -> Option<String> {
+    if v["verified"] == json!(true) {
+        return None;
+    }
+    Some(format!(
+        "ledger of {} could not be checked: {}; the record does not verify without it (the signature and digests do; --offline --key PUBKEY accepts that)",
+        v["task"].as_str().unwrap_or("?"),
+        v["ledger"]["why"].as_str().unwrap_or("?")
+    ))
 }
 
 pub fn verify_summary(v: &Value) -> String {
-    let mut lines = vec![format!("record {} verified: signed by node key {}", v["record"].as_str().unwrap_or("?"), v["key_id"].as_str().unwrap_or("?"))];
+    let (record, key) = (v["record"].as_str().unwrap_or("?"), v["key_id"].as_str().unwrap_or("?"));
+    let mut lines = vec![if v["verified"] == json!(true) {
+        format!("record {record} verified: signed by node key {key}")
+    } else {
+        format!("record {record} NOT verified: signed by node key {key}, but its ledger could not be checked")
+    }];
     for d in v["deliverables"].as_array().into_iter().flatten() {
         lines.push(format!("  {} matches sha256:{} ({})", d["name"].as_str().unwrap_or("?"), d["sha256"].as_str().unwrap_or("?"), d["from"].as_str().unwrap_or("?")));
     }
-    let l = &v["ledger"];
+    let (l, task) = (&v["ledger"], v["task"].as_str().unwrap_or("?"));
+    let (seq, head) = (&l["seq"], l["head"].as_str().unwrap_or("?"));
     if l["checked"] == json!(true) {
-        lines.push(format!("  ledger of {} has head {} at entry {}", v["task"].as_str().unwrap_or("?"), l["head"].as_str().unwrap_or("?"), l["seq"]));
+        lines.push(format!("  ledger of {task} checked: it verifies and has head {head} at entry {seq}, as the record names"));
+    } else if l["why"] == json!("--offline") {
+        lines.push(format!("  ledger not checked (--offline): the record's signed checkpoint names entry {seq} of {task}, head {head}"));
     } else {
-        lines.push(format!("  ledger not checked ({}): the record's signed checkpoint names entry {}", l["why"].as_str().unwrap_or("?"), l["seq"]));
+        // Why goes to stderr, as the error `cairn verify` ends with.
+        lines.push(format!("  ledger of {task} could not be checked; the record's signed checkpoint names entry {seq}, head {head}"));
     }
     lines.join("\n")
 }

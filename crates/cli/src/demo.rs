@@ -247,11 +247,14 @@ async fn deliver(d: &mut Demo, home: &Path) -> Result<()> {
     println!("      {}", patch.lines().filter(|l| l.starts_with('+') && !l.starts_with("+++")).collect::<Vec<_>>().join("\n      "));
     let t = Instant::now();
     let record = out.path().join("delivered/record.json");
-    let checked = crate::deliver::verify(Some(&d.client), &record, None).await?;
+    let checked = crate::deliver::verify(crate::deliver::DaemonAccess::At(&d.client), &record, None).await?;
+    if let Some(why) = crate::deliver::unverified(&checked) {
+        bail!("{why}");
+    }
     d.say("verify the record: signature, digests, ledger head", t.elapsed(), &crate::deliver::verify_summary(&checked));
     let t = Instant::now();
     std::fs::write(out.path().join("delivered/report.md"), "# Report: all green (edited)\n")?;
-    let refused = match crate::deliver::verify(Some(&d.client), &record, None).await {
+    let refused = match crate::deliver::verify(crate::deliver::DaemonAccess::At(&d.client), &record, None).await {
         Ok(_) => bail!("an edited deliverable passed verification"),
         Err(e) => e.to_string(),
     };

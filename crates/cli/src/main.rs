@@ -110,13 +110,26 @@ enum Cmd {
     /// Store a task's deliverables with a signed record (and --complete it).
     Deliver(DeliverCli),
     /// Check a delivery record: signature, deliverables, ledger.
+    ///
+    /// The task's ledger is checked with the daemon: it must verify and
+    /// still have the head the record names. If it cannot be checked (no
+    /// daemon, or the daemon answers an error, e.g. it does not know the
+    /// task), verify prints what it did check and exits non-zero, unless
+    /// --offline says that is accepted.
     Verify {
         /// The record.json written by `cairn deliver --out`.
         record: PathBuf,
         /// The node's public key (64 hex digits, or a file holding it or
         /// the output of `cairn --json key show`); default: the daemon's keys.
+        /// Without --offline the daemon is still asked for the ledger (and
+        /// for deliverables missing next to the record).
         #[arg(long, value_name = "PUBKEY")]
         key: Option<String>,
+        /// Ask no daemon: skip the ledger on purpose ("ledger not checked
+        /// (--offline)") and exit 0 when the signature and digests verify.
+        /// Needs --key; every deliverable must be next to the record.
+        #[arg(long)]
+        offline: bool,
     },
     /// A task's egress: the decision log of its proxy.
     #[command(subcommand)]
@@ -442,14 +455,23 @@ async fn client_command(cmd: Cmd, json_out: bool) -> Result<u8> {
     if matches!(cmd, Cmd::Demo) {
         return demo::run().await;
     }
-    if let Cmd::Verify { record, key } = &cmd {
-        // Works without a daemon when the record's key is given.
-        let client = Client::from_env().ok();
-        let v = deliver::verify(client.as_ref(), record, key.as_deref()).await?;
+    if let Cmd::Verify { record, key, offline } = &cmd {
+        // With --offline no daemon is asked; otherwise one that cannot be
+        // found leaves the ledger unchecked, which fails below.
+        let client = if *offline { None } else { Some(Client::from_env()) };
+        let daemon = match &client {
+            None => deliver::DaemonAccess::Offline,
+            Some(Ok(c)) => deliver::DaemonAccess::At(c),
+            Some(Err(e)) => deliver::DaemonAccess::Unreachable(format!("{e:#}")),
+        };
+        let v = deliver::verify(daemon, record, key.as_deref()).await?;
         if json_out {
             println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
         } else {
             println!("{}", deliver::verify_summary(&v));
+        }
+        if let Some(why) = deliver::unverified(&v) {
+            return Err(anyhow!(why));
         }
         return Ok(0);
     }

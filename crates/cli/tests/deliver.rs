@@ -3,7 +3,9 @@
 //! signed record; `cairn verify` passes, and fails naming what differs when
 //! one byte of the record or of any deliverable changes, a deliverable is
 //! replaced, the record is checked against another key, or the ledger is
-//! edited behind the daemon's back. The record also verifies with Python's
+//! edited behind the daemon's back. A ledger that cannot be checked (no
+//! daemon, or one that does not know the task) fails too, unless
+//! `--offline` skips it on purpose. The record also verifies with Python's
 //! securesystemslib (DSSE) and in-toto-attestation (the statement), which
 //! Cairn's authors did not write. `--complete` leaves nothing on the host.
 
@@ -255,6 +257,91 @@ fn complete_tears_everything_down_and_keeps_the_records() {
     assert!(err.contains("completed"), "{err}");
     let err = d.fails(&["task", "complete", &id]);
     assert!(err.contains("completed"), "{err}");
+}
+
+#[test]
+fn verify_fails_when_the_ledger_cannot_be_checked_unless_offline() {
+    let mut d = Daemon::start();
+    let id = d.create(&[]);
+    must(&d, &id, "echo result > /workspace/result.txt");
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("delivered");
+    d.json(&["deliver", &id, "--file", "/workspace/result.txt", "--out", out.to_str().unwrap(), "--complete"]);
+    let record = out.join("record.json");
+    let rec = record.to_str().unwrap();
+    let key = d.json(&["key", "show"]);
+    let hex = key["public_key"].as_str().or(key[0]["public_key"].as_str()).unwrap().to_owned();
+    let keys_file = dir.path().join("node-keys.json");
+    std::fs::write(&keys_file, serde_json::to_string(&key).unwrap()).unwrap();
+    let keys_file = keys_file.to_str().unwrap();
+
+    // Positive control: with the daemon, the ledger is checked.
+    let text = d.ok(&["verify", rec]);
+    assert!(text.contains("verified") && !text.contains("NOT verified") && text.contains(&format!("ledger of {id} checked")), "{text}");
+    let v = d.json(&["verify", rec, "--key", &hex]);
+    assert_eq!((&v["verified"], &v["ledger"]["checked"], &v["ledger"]["result"]), (&Value::from(true), &Value::from(true), &Value::from("ledger checked")));
+
+    // A daemon that answers an error: another node, which does not know
+    // the task. The signature (with --key) and the digests still verify.
+    {
+        let other = Daemon::start();
+        let err = other.fails(&["verify", rec, "--key", &hex]);
+        assert!(err.contains(&format!("ledger of {id} could not be checked")) && err.contains(&id) && err.contains("--offline"), "{err}");
+        let o = other.cairn(&["verify", rec, "--key", &hex]);
+        let text = String::from_utf8_lossy(&o.stdout);
+        assert!(!o.status.success() && text.contains("NOT verified") && text.contains("result.txt matches"), "{text}");
+        let o = other.cairn(&["--json", "verify", rec, "--key", keys_file]);
+        assert!(!o.status.success());
+        let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!((&v["verified"], &v["ledger"]["checked"]), (&Value::from(false), &Value::from(false)), "{v}");
+        // Without --key the other node's keys do not sign the record.
+        let err = other.fails(&["verify", rec]);
+        assert!(err.contains("signature"), "{err}");
+        // --offline asks no daemon, so the other one does not matter.
+        let text = other.ok(&["verify", rec, "--offline", "--key", &hex]);
+        assert!(text.contains("ledger not checked (--offline)"), "{text}");
+    }
+
+    // No daemon: stopped (its url is still in the home) ...
+    d.kill();
+    let err = d.fails(&["verify", rec, "--key", &hex]);
+    assert!(err.contains(&format!("ledger of {id} could not be checked")) && err.contains("daemon not running"), "{err}");
+    let o = d.cairn(&["verify", rec, "--key", &hex]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("NOT verified") && text.contains("result.txt matches"), "what was checked is still printed: {text}");
+    let err = d.fails(&["verify", rec]);
+    assert!(err.contains("signature") && err.contains("--key"), "{err}");
+    // ... or never started in this home.
+    let empty = tempfile::tempdir().unwrap();
+    let mut cmd = d.cmd();
+    cmd.env("CAIRN_HOME", empty.path()).args(["verify", rec, "--key", &hex]).stdin(std::process::Stdio::null());
+    let o = common::output_within(&mut cmd, common::CALL_DEADLINE);
+    let err = String::from_utf8_lossy(&o.stderr).trim().to_owned();
+    assert!(!o.status.success() && err.starts_with("cairn: ") && !err.contains('\n'), "{err}");
+    assert!(err.contains("ledger of") && err.contains("could not be checked") && err.contains("daemon not running"), "{err}");
+
+    // --offline: the ledger is skipped on purpose and the exit code is the
+    // signature's and the digests'.
+    let text = d.ok(&["verify", rec, "--offline", "--key", &hex]);
+    assert!(text.contains("verified") && !text.contains("NOT verified") && text.contains("ledger not checked (--offline)"), "{text}");
+    let v = d.json(&["verify", rec, "--offline", "--key", keys_file]);
+    assert_eq!((&v["verified"], &v["ledger"]["checked"]), (&Value::from(true), &Value::from(false)), "{v}");
+    assert_eq!(v["ledger"]["result"], "ledger not checked (--offline)");
+    let err = d.fails(&["verify", rec, "--offline"]);
+    assert!(err.contains("--offline needs --key"), "{err}");
+    let copy = dir.path().join("edited");
+    copy_dir(&out, &copy);
+    std::fs::write(copy.join("result.txt"), "edited\n").unwrap();
+    let err = d.fails(&["verify", copy.join("record.json").to_str().unwrap(), "--offline", "--key", &hex]);
+    assert!(err.contains("deliverable result.txt") && err.contains("does not match"), "{err}");
+    std::fs::remove_file(copy.join("result.txt")).unwrap();
+    let err = d.fails(&["verify", copy.join("record.json").to_str().unwrap(), "--offline", "--key", &hex]);
+    assert!(err.contains("deliverable result.txt") && err.contains("--offline"), "{err}");
+
+    // The daemon back: checked again.
+    d.spawn(&[]);
+    let text = d.ok(&["verify", rec]);
+    assert!(text.contains(&format!("ledger of {id} checked")), "{text}");
 }
 
 /// Processes whose network namespace is `ns`.
