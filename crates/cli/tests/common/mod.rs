@@ -1,14 +1,76 @@
 //! Test harness: a real `cairn serve` in a temporary `CAIRN_HOME`, driven
-//! through the real CLI. Dropping a [`Daemon`] destroys every task it made,
-//! stops the daemon and removes the home, also when a test fails.
+//! through the real CLI. Every CLI call has a deadline. Dropping a
+//! [`Daemon`] destroys every task it made, stops the daemon (SIGTERM, a
+//! bounded wait, then SIGKILL), removes the home and then runs the
+//! independent leak scanner of [`leaks`] over everything the tasks could
+//! have left on the host: a leak fails the test. `Drop` never panics while
+//! a test is already failing; it reports what it could not clean.
 
 #![allow(dead_code)]
+
+pub mod leaks;
 
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 pub const CAIRN: &str = env!("CARGO_BIN_EXE_cairn");
+
+/// How long one CLI call may take before the test fails with its output.
+pub const CALL_DEADLINE: Duration = Duration::from_secs(120);
+
+/// Runs `cmd` to completion, killing it and failing with the command and
+/// what it printed so far if it takes longer than `limit`.
+pub fn output_within(cmd: &mut Command, limit: Duration) -> Output {
+    match try_output_within(cmd, limit) {
+        Ok(out) => out,
+        Err(e) => panic!("{e}"),
+    }
+}
+
+/// [`output_within`] that reports a timeout or a spawn failure as an error.
+pub fn try_output_within(cmd: &mut Command, limit: Duration) -> Result<Output, String> {
+    use std::io::Read;
+    use std::os::unix::process::CommandExt;
+    let shown = format!("{cmd:?}");
+    // Its own process group, so a timeout also ends what it started (which
+    // would keep the output pipes open).
+    let mut child = cmd.process_group(0).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().map_err(|e| format!("cannot run {shown}: {e}"))?;
+    let (mut so, mut se) = (child.stdout.take().expect("piped stdout"), child.stderr.take().expect("piped stderr"));
+    let out_reader = std::thread::spawn(move || {
+        let mut b = Vec::new();
+        let _ = so.read_to_end(&mut b);
+        b
+    });
+    let err_reader = std::thread::spawn(move || {
+        let mut b = Vec::new();
+        let _ = se.read_to_end(&mut b);
+        b
+    });
+    let deadline = Instant::now() + limit;
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break Some(status),
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(5)),
+            _ => {
+                // SAFETY: kill of the process group of a child we spawned.
+                unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
+                let _ = child.wait();
+                break None;
+            }
+        }
+    };
+    let stdout = out_reader.join().unwrap_or_default();
+    let stderr = err_reader.join().unwrap_or_default();
+    match status {
+        Some(status) => Ok(Output { status, stdout, stderr }),
+        None => Err(format!(
+            "{shown} did not finish within {limit:?}; it printed: {}{}",
+            String::from_utf8_lossy(&stdout),
+            String::from_utf8_lossy(&stderr)
+        )),
+    }
+}
 
 pub struct Daemon {
     pub home: tempfile::TempDir,
@@ -66,8 +128,19 @@ impl Daemon {
 
     /// Starts `cairn serve` on this home and waits until it answers.
     pub fn spawn(&mut self, extra: &[&str]) {
+        if let Err(e) = self.try_spawn(extra) {
+            panic!("{e}");
+        }
+    }
+
+    /// [`Self::spawn`] that reports a daemon that does not start.
+    pub fn try_spawn(&mut self, extra: &[&str]) -> Result<(), String> {
         let _ = std::fs::remove_file(self.home.path().join("url"));
-        let log = std::fs::OpenOptions::new().create(true).append(true).open(self.home.path().join("daemon.log")).expect("log");
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.home.path().join("daemon.log"))
+            .map_err(|e| format!("daemon log: {e}"))?;
         let child = Command::new(CAIRN)
             .args(["serve", "--listen", "127.0.0.1:0", "--disk-pool", "1"])
             .args(extra)
@@ -76,21 +149,22 @@ impl Daemon {
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
-            .expect("spawn cairn serve");
+            .map_err(|e| format!("spawn cairn serve: {e}"))?;
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             if let Ok(url) = std::fs::read_to_string(self.home.path().join("url")) {
                 self.url = url.trim().to_owned();
-                let out = self.cairn(&["task", "list"]);
-                if out.status.success() {
-                    return;
+                if self.try_cairn(&["task", "list"]).is_ok_and(|out| out.status.success()) {
+                    return Ok(());
                 }
             }
             if let Some(Ok(Some(status))) = self.child.as_mut().map(|c| c.try_wait()) {
-                panic!("daemon exited with {status}: {}", self.log());
+                return Err(format!("daemon exited with {status}: {}", self.log()));
             }
-            assert!(Instant::now() < deadline, "daemon did not start: {}", self.log());
+            if Instant::now() >= deadline {
+                return Err(format!("daemon did not start within 30 s: {}", self.log()));
+            }
             std::thread::sleep(Duration::from_millis(20));
         }
     }
@@ -121,8 +195,14 @@ impl Daemon {
         c
     }
 
+    /// Runs the CLI; fails the test if it takes over [`CALL_DEADLINE`].
     pub fn cairn(&self, args: &[&str]) -> Output {
-        self.cmd().args(args).stdin(Stdio::null()).output().expect("run cairn")
+        output_within(self.cmd().args(args).stdin(Stdio::null()), CALL_DEADLINE)
+    }
+
+    /// [`Self::cairn`] that reports a timeout instead of failing.
+    pub fn try_cairn(&self, args: &[&str]) -> Result<Output, String> {
+        try_output_within(self.cmd().args(args).stdin(Stdio::null()), CALL_DEADLINE)
     }
 
     /// Runs a command that must succeed; returns its stdout.
@@ -200,28 +280,58 @@ pub fn leftovers(home: &Path, task: &str, init_pid: i32) -> Vec<String> {
 
 impl Drop for Daemon {
     fn drop(&mut self) {
+        let mut problems = Vec::new();
         if self.child.is_none() && self.home.path().join("url").exists() {
             // The test killed it; bring it back to clean up.
-            self.spawn(&[]);
+            if let Err(e) = self.try_spawn(&[]) {
+                problems.push(format!("restarting the daemon to clean up: {e}"));
+            }
         }
-        let tasks = self.cmd().args(["--json", "task", "list"]).output();
-        if let Ok(out) = tasks {
-            if let Ok(serde_json::Value::Array(ts)) = serde_json::from_slice::<serde_json::Value>(&out.stdout) {
-                for t in ts {
-                    if t["state"] != "destroyed" {
-                        let pid = t["sandbox_pid"].as_i64().unwrap_or(0) as i32;
-                        let _ = self.cmd().args(["destroy", t["id"].as_str().unwrap_or_default()]).output();
-                        if pid > 0 {
-                            reap(pid);
-                        }
-                    }
+        let mut tasks = Vec::new();
+        match self.try_cairn(&["--json", "task", "list"]) {
+            Ok(out) if out.status.success() => match serde_json::from_slice::<serde_json::Value>(&out.stdout) {
+                Ok(serde_json::Value::Array(ts)) => tasks = ts,
+                other => problems.push(format!("task list answered {other:?}")),
+            },
+            Ok(out) => problems.push(format!("task list failed: {}", String::from_utf8_lossy(&out.stderr).trim())),
+            Err(e) => problems.push(e),
+        }
+        let ids: Vec<String> = tasks.iter().filter_map(|t| t["id"].as_str().map(str::to_owned)).collect();
+        for t in &tasks {
+            if t["state"] != "destroyed" {
+                let id = t["id"].as_str().unwrap_or_default();
+                let pid = t["sandbox_pid"].as_i64().unwrap_or(0) as i32;
+                match self.try_cairn(&["destroy", id]) {
+                    Ok(out) if out.status.success() => {}
+                    Ok(out) => problems.push(format!("destroy {id}: {}", String::from_utf8_lossy(&out.stderr).trim())),
+                    Err(e) => problems.push(e),
+                }
+                if pid > 0 {
+                    reap(pid);
                 }
             }
         }
         if let Some(mut c) = self.child.take() {
-            // SAFETY: kill with a pid we spawned.
+            // SAFETY: kill with a pid we spawned and have not reaped.
             unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
-            let _ = c.wait();
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while matches!(c.try_wait(), Ok(None)) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            if matches!(c.try_wait(), Ok(None)) {
+                problems.push("the daemon did not stop within 20 s of SIGTERM; killed".into());
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+        problems.extend(leaks::scan(self.home.path(), &ids));
+        if !problems.is_empty() {
+            let report = format!("cleaning up after the test:\n  {}\n{}", problems.join("\n  "), self.log());
+            if std::thread::panicking() {
+                eprintln!("{report}");
+            } else {
+                panic!("{report}");
+            }
         }
     }
 }
