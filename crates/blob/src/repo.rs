@@ -1120,7 +1120,9 @@ mod tests {
         let mut w = repo.writer();
         let ids: Vec<_> = chunks.iter().map(|c| w.add_chunk(c).unwrap().0).collect();
         // Wait for the worker to have written some full packs.
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
         while w.stats().packs < 2 {
+            assert!(std::time::Instant::now() < deadline, "the pack writer wrote {} packs in 60 s", w.stats().packs);
             std::thread::sleep(Duration::from_millis(5));
         }
         drop(w);

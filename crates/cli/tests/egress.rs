@@ -341,9 +341,19 @@ while True:
 print("cut after", n, flush=True)
 "#;
     let mut child = d.cmd().args(["exec", &id, "--", "python3", "-c", script]).stdout(std::process::Stdio::piped()).spawn().unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    assert_eq!(lines.next().unwrap().unwrap(), "proxy: HTTP/1.1 200 Connection established");
-    std::thread::sleep(Duration::from_millis(500));
+    // Lines read on a thread, so a client that hangs fails the test at a
+    // deadline instead of blocking it.
+    let (tx, lines) = std::sync::mpsc::channel();
+    let stdout = child.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            if tx.send(line.unwrap_or_default()).is_err() {
+                break;
+            }
+        }
+    });
+    let next_line = || lines.recv_timeout(Duration::from_secs(30)).expect("the client printed nothing for 30 s");
+    assert_eq!(next_line(), "proxy: HTTP/1.1 200 Connection established");
     // An open tunnel is on record before it ends.
     let open = decision(&d, &id, |v| v["host"] == "echo.test" && v["open"] == true);
     assert_eq!((open["allowed"].as_bool(), open["address"].is_string()), (Some(true), true), "{open}");
@@ -351,7 +361,7 @@ print("cut after", n, flush=True)
     let v = d.json(&["task", "update", &id, "--deny", "echo.test"]);
     assert_eq!(v["deny"], serde_json::json!(["echo.test"]));
     let t0 = Instant::now();
-    let cut = lines.next().unwrap().unwrap();
+    let cut = next_line();
     assert!(cut.starts_with("cut after") && t0.elapsed() < Duration::from_secs(5), "{cut}");
     assert!(child.wait().unwrap().success());
     let v = decision(&d, &id, |v| v["host"] == "echo.test" && v["reason"].as_str().unwrap().contains("policy changed"));

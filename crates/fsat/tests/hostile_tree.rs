@@ -115,12 +115,19 @@ fn racing(s: &Setup, n: usize, mut op: impl FnMut(&std::os::fd::OwnedFd)) {
                 swaps.fetch_add(1, Ordering::Relaxed);
             }
         });
+        // The calls start once the racer is swapping.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while swaps.load(Ordering::Relaxed) == 0 {
+            assert!(std::time::Instant::now() < deadline, "the racer did not start");
+            std::thread::yield_now();
+        }
+        let at_start = swaps.load(Ordering::Relaxed);
         for _ in 0..n {
             op(&root);
         }
+        assert!(swaps.load(Ordering::Relaxed) > at_start, "the racer swapped while the calls ran");
         stop.store(true, Ordering::Relaxed);
     });
-    assert!(swaps.load(Ordering::Relaxed) as usize > n / 10, "the racer did not run");
 }
 
 #[test]
@@ -151,10 +158,14 @@ fn racing_removal_never_leaves_the_tree() {
     let swaps = AtomicU64::new(0);
     for _ in 0..30 {
         let s = setup();
+        // Enough entries in `d` that removing it takes a while.
+        for i in 0..200 {
+            fs::write(s.tree.join("d").join(format!("f{i}")), "x").unwrap();
+        }
         let top = fsat::open_dir(s.tree.parent().unwrap()).unwrap();
-        // Opened before the racer starts: the removal may win at once.
         let r = fsat::open_dir(&s.tree).unwrap();
         let stop = AtomicBool::new(false);
+        let before = swaps.load(Ordering::Relaxed);
         std::thread::scope(|sc| {
             sc.spawn(|| {
                 while !stop.load(Ordering::Relaxed) {
@@ -164,6 +175,12 @@ fn racing_removal_never_leaves_the_tree() {
                     swaps.fetch_add(1, Ordering::Relaxed);
                 }
             });
+            // The removal starts once the racer is swapping.
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            while swaps.load(Ordering::Relaxed) == before {
+                assert!(std::time::Instant::now() < deadline, "the racer did not start");
+                std::thread::yield_now();
+            }
             // Removal may fail while a name is swapped; retry until gone.
             let mut tries = 0;
             while s.tree.exists() && tries < 10_000 {

@@ -650,6 +650,13 @@ fn directory_import_never_follows_a_racing_swap_into_the_host() {
                 swaps.fetch_add(1, Ordering::Relaxed);
             }
         });
+        // The imports start once the racer is swapping.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while swaps.load(Ordering::Relaxed) == 0 {
+            assert!(std::time::Instant::now() < deadline, "the racer did not start");
+            std::thread::yield_now();
+        }
+        let at_start = swaps.load(Ordering::Relaxed);
         for i in 0..60 {
             let name = format!("race{i}");
             if let Ok(image) = store.import(&name, &src) {
@@ -659,9 +666,9 @@ fn directory_import_never_follows_a_racing_swap_into_the_host() {
                 assert!(files_containing(&image.rootfs, marker.as_bytes()).is_empty(), "host file imported into {name}");
             }
         }
+        assert!(swaps.load(Ordering::Relaxed) > at_start, "the racer swapped while the imports ran");
         stop.store(true, Ordering::Relaxed);
     });
-    assert!(swaps.load(Ordering::Relaxed) > 60, "the racer did not run");
     assert!(ok > 0 && copied_secret > 0, "no import succeeded while racing ({ok}, {copied_secret})");
     assert_eq!(fs::read_to_string(host.join("secret")).unwrap(), marker);
     assert_eq!(fs::read_dir(&host).unwrap().count(), 1, "nothing created in the host directory");

@@ -400,16 +400,23 @@ mod tests {
                     swaps.fetch_add(1, Ordering::Relaxed);
                 }
             });
+            // The diffs start once the racer is swapping.
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            while swaps.load(Ordering::Relaxed) == 0 {
+                assert!(std::time::Instant::now() < deadline, "the racer did not start");
+                std::thread::yield_now();
+            }
+            let at_start = swaps.load(Ordering::Relaxed);
             let mut seen_benign = 0;
             for _ in 0..300 {
                 let d = layer_diff(&layers()).unwrap();
                 assert!(!d.contains(&marker), "host file leaked into the patch: {d}");
                 seen_benign += usize::from(d.contains("+benign"));
             }
+            assert!(swaps.load(Ordering::Relaxed) > at_start, "the racer swapped while the diffs ran");
             stop.store(true, Ordering::Relaxed);
             assert!(seen_benign > 0, "the layer was never read while racing");
         });
-        assert!(swaps.load(std::sync::atomic::Ordering::Relaxed) > 300, "the racer did not run");
         assert_eq!(fs::read_to_string(host.join("secret.txt")).unwrap(), marker);
         assert_eq!(fs::read_dir(&host).unwrap().count(), 1, "nothing created in the host directory");
     }
