@@ -257,7 +257,11 @@ mod tests {
         // Every truncation and a few garbage inputs parse to an error or
         // to entries within bounds, never a panic.
         for cut in 0..pack.data.len() {
-            let _ = parse_trailer(&pack.data[..cut]);
+            if let Ok(entries) = parse_trailer(&pack.data[..cut]) {
+                for e in entries {
+                    assert!(e.offset + u64::from(e.length) <= cut as u64, "entry {e:?} beyond a {cut}-byte pack");
+                }
+            }
         }
         assert!(parse_trailer(b"").is_err());
         let mut bad_len = pack.data.clone();

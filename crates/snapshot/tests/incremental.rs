@@ -218,8 +218,7 @@ fn frozen_pass_over_ten_thousand_unchanged_files_is_short() {
     let started = Instant::now();
     let (_, _, stats) = capture(&repo, &disk, &root_layer(), Some(&m), X, &NoFreeze, &mut |_| {}).unwrap();
     eprintln!("10,100 entries unchanged: freeze {:.1} ms, capture {:.1} ms", stats.freeze_ms, started.elapsed().as_secs_f64() * 1e3);
-    assert_eq!(stats.files_read, 0);
-    // Generous for unoptimised test builds on a busy machine; release
-    // builds take a fraction of it.
-    assert!(stats.freeze_ms < 1000.0, "{stats:?}");
+    // What incremental means: nothing unchanged is read again. How fast
+    // that is, is measured by bench/snapshots.sh, not asserted here.
+    assert_eq!(stats.files_read, 0, "{stats:?}");
 }
