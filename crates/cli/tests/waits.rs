@@ -293,11 +293,6 @@ fn idle_tasks_suspend_themselves_and_timers_survive_a_restart() {
     assert_eq!(fired, 1, "the timer fired once, after the restart");
 }
 
-/// A pseudo-random number in 0..n from the clock.
-fn random_below(n: u64) -> u64 {
-    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().subsec_nanos() as u64;
-    (nanos.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407) >> 33) % n
-}
 
 #[test]
 fn killing_the_daemon_at_random_points_loses_no_acknowledged_event() {
@@ -306,10 +301,11 @@ fn killing_the_daemon_at_random_points_loses_no_acknowledged_event() {
     let secret = d.task(&id)["webhook_secret"].as_str().unwrap().to_owned();
     must(&d, &id, "head -c 2000000 /dev/urandom > /workspace/data; echo 0 > /workspace/round");
     let mut acknowledged = Vec::new();
+    let mut rng = common::Rng::seeded("killing_the_daemon_at_random_points");
     for round in 0..6 {
         // Wait (and so suspend), killed at a random point.
         let waiter = d.cmd().args(["--json", "wait", &id, "--webhook", "go"]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
-        std::thread::sleep(Duration::from_millis(random_below(120)));
+        std::thread::sleep(Duration::from_millis(rng.below(120)));
         d.kill();
         let _ = waiter.wait_with_output();
         d.spawn(&[]);
@@ -327,7 +323,7 @@ fn killing_the_daemon_at_random_points_loses_no_acknowledged_event() {
             .stdout(Stdio::piped())
             .spawn()
             .unwrap();
-        std::thread::sleep(Duration::from_millis(random_below(80)));
+        std::thread::sleep(Duration::from_millis(rng.below(80)));
         d.kill();
         let code = String::from_utf8_lossy(&sender.wait_with_output().unwrap().stdout).into_owned();
         d.spawn(&[]);

@@ -278,6 +278,25 @@ pub fn leftovers(home: &Path, task: &str, init_pid: i32) -> Vec<String> {
     cairn_sandbox::traces::host_traces(home, task, init_pid)
 }
 
+/// Pseudo-random numbers for the crash loops from a seed that is printed
+/// (`CAIRN_TEST_SEED` replays one), so a failing run can be repeated.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn seeded(what: &str) -> Rng {
+        let seed = std::env::var("CAIRN_TEST_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |d| d.as_nanos() as u64)
+        });
+        eprintln!("{what}: CAIRN_TEST_SEED={seed}");
+        Rng(seed)
+    }
+
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        (self.0 >> 33) % n
+    }
+}
+
 impl Drop for Daemon {
     fn drop(&mut self) {
         let mut problems = Vec::new();
