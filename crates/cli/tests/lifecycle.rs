@@ -91,12 +91,28 @@ fn exec_exit_codes() {
     assert_eq!(d.sh(&id, "exit 0").0, 0, "positive control");
     assert_eq!(d.sh(&id, "kill -9 $$").0, 137, "killed by SIGKILL is 128+9");
 
+    // Sleeps running in the sandbox, counted from /proc (no ps needed).
+    let sleeps = |d: &Daemon| d.sh(&id, "for p in /proc/[0-9]*; do cat $p/comm 2>/dev/null; done | grep -xc sleep; true").1.trim().to_owned();
+    assert_eq!(sleeps(&d), "0");
+    // Positive control: the count sees a sleep that is running.
+    assert_eq!(d.sh(&id, "setsid -f sleep 30; true").0, 0);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while sleeps(&d) != "1" {
+        assert!(Instant::now() < deadline, "the background sleep never showed: {}", sleeps(&d));
+    }
+    assert_eq!(d.sh(&id, "pkill -x sleep || kill $(for p in /proc/[0-9]*; do [ \"$(cat $p/comm 2>/dev/null)\" = sleep ] && basename $p; done)").0, 0);
+
     let begun = Instant::now();
-    let out = d.cairn(&["exec", "--timeout", "1s", &id, "--", "sleep", "10"]);
+    let out = d.cairn(&["exec", "--timeout", "1s", &id, "--", "sh", "-c", "sleep 10 & sleep 10"]);
     let took = begun.elapsed();
     assert_eq!(out.status.code(), Some(124), "timeout exit code; stderr {:?}", text(&out.stderr));
     assert!(took < Duration::from_secs(5), "the timeout took {took:?}");
     assert!(text(&out.stderr).lines().any(|l| l.contains("timed out")), "stderr: {:?}", text(&out.stderr));
+    // Its processes are killed; the sandbox's init may take a moment to reap them.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while sleeps(&d) != "0" {
+        assert!(Instant::now() < deadline, "a timed-out command leaves no process behind, its children included");
+    }
 
     let out = d.cairn(&["exec", &id, "--", "no-such-command-here"]);
     assert_eq!(out.status.code(), Some(127));
