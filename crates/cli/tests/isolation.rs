@@ -633,3 +633,38 @@ fn two_daemons_never_share_a_uid_range() {
     let base_a2 = a.task(&ta2)["sandbox_uid_base"].as_u64().unwrap();
     assert!(base_a2 != base_a && base_a2 != base_b);
 }
+
+#[test]
+fn every_namespace_is_the_sandbox_s_own_and_capabilities_are_bounded() {
+    let d = Daemon::start();
+    let (a, b) = (d.create(&[]), d.create(&[]));
+    let kinds = ["cgroup", "ipc", "mnt", "net", "pid", "user", "uts"];
+    let probe: String = kinds.iter().map(|k| format!("readlink /proc/self/ns/{k}; ")).collect();
+    let (code, host, _) = host_sh(&probe);
+    assert_eq!(code, 0);
+    let (in_a, again_a, in_b) = (sh_ok(&d, &a, &probe), sh_ok(&d, &a, &probe), sh_ok(&d, &b, &probe));
+    // Positive control: the probe gives the same answer twice in one sandbox.
+    assert_eq!(in_a, again_a, "one sandbox, one set of namespaces");
+    for (i, kind) in kinds.iter().enumerate() {
+        let (h, x, y) = (host.lines().nth(i), in_a.lines().nth(i), in_b.lines().nth(i));
+        assert!(x.is_some_and(|x| x.starts_with(&format!("{kind}:["))), "{kind}: {in_a}");
+        assert_ne!(x, h, "the sandbox has its own {kind} namespace");
+        assert_ne!(x, y, "two sandboxes do not share a {kind} namespace");
+    }
+
+    // Root inside holds exactly the bounded set, and nothing to inherit.
+    let want: u64 = cairn_sandbox::caps::SANDBOX_CAPS.iter().fold(0, |m, c| m | 1 << c.index());
+    let status = sh_ok(&d, &a, "grep -E '^Cap(Inh|Prm|Eff|Bnd|Amb):' /proc/self/status");
+    let cap = |name: &str| {
+        let line = status.lines().find(|l| l.starts_with(name)).unwrap_or_else(|| panic!("{name} in {status}"));
+        u64::from_str_radix(line.split_whitespace().nth(1).unwrap(), 16).unwrap()
+    };
+    assert_eq!((cap("CapBnd:"), cap("CapEff:"), cap("CapPrm:")), (want, want, want), "{status}");
+    assert_eq!((cap("CapInh:"), cap("CapAmb:")), (0, 0), "{status}");
+    // Positive control: the host's root has more than the sandbox's.
+    let (_, host_status, _) = host_sh("grep '^CapEff:' /proc/self/status");
+    let host_eff = u64::from_str_radix(host_status.split_whitespace().nth(1).unwrap(), 16).unwrap();
+    assert!(host_eff & !want != 0, "the host's root has capabilities the sandbox lacks: {host_eff:x}");
+    destroy_clean(&d, &a);
+    destroy_clean(&d, &b);
+}
