@@ -23,7 +23,7 @@
 //! expire_after = "7d"         # or "never"
 //!
 //! [egress]
-//! allow = ["pypi.org"]        # default policy of tasks created without --allow/--deny
+//! allow = ["packages.example.com"]        # default policy of tasks created without --allow/--deny
 //! deny = []
 //! allow_private = []          # reserved ranges the proxy may connect to, e.g. "127.0.0.0/8"
 //! max_connections = 64        # open proxy connections per task
@@ -350,11 +350,11 @@ mod tests {
         let c = Config::default();
         assert!(c.egress.exceptions().is_empty() && c.egress.allow_private.is_empty() && c.egress.default_rules.allow.is_empty());
         let c = Config::parse(
-            "[egress]\nallow = [\"PyPI.org.\", \"*.example.com:8443\"]\ndeny = [\"evil.example.com\"]\nallow_private = [\"127.0.0.0/8\", \"fd00::/8\"]\nmax_connections = 8\nidle_timeout = \"30s\"\n[egress.hosts]\n\"Web.Test\" = \"127.0.0.1:8080\"\n\"multi.test\" = [\"10.0.0.1\", \"[::1]:443\"]\n",
+            "[egress]\nallow = [\"Packages.Example.com.\", \"*.example.com:8443\"]\ndeny = [\"evil.example.com\"]\nallow_private = [\"127.0.0.0/8\", \"fd00::/8\"]\nmax_connections = 8\nidle_timeout = \"30s\"\n[egress.hosts]\n\"Web.Test\" = \"127.0.0.1:8080\"\n\"multi.test\" = [\"10.0.0.1\", \"[::1]:443\"]\n",
         )
         .unwrap();
         let e = &c.egress;
-        assert_eq!(e.default_rules.allow, vec!["pypi.org", "*.example.com:8443"]);
+        assert_eq!(e.default_rules.allow, vec!["packages.example.com", "*.example.com:8443"]);
         assert_eq!(e.default_rules.deny, vec!["evil.example.com"]);
         assert_eq!((e.max_connections, e.idle_timeout), (8, Duration::from_secs(30)));
         assert_eq!(e.hosts["web.test"], vec![("127.0.0.1".parse().unwrap(), Some(8080))]);

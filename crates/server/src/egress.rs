@@ -281,7 +281,7 @@ mod tests {
     fn proxy_variables_only_with_an_allowlist() {
         assert!(proxy_environment(&EgressRules::default()).is_empty());
         assert!(proxy_environment(&rules(&[], &["x.com"])).is_empty());
-        let env = proxy_environment(&rules(&["pypi.org"], &[]));
+        let env = proxy_environment(&rules(&["packages.example.com"], &[]));
         for (k, v) in [("HTTP_PROXY", "http://127.0.0.1:3128"), ("https_proxy", "http://127.0.0.1:3128"), ("NO_PROXY", "localhost,127.0.0.1")] {
             assert!(env.contains(&(k, v.to_owned())), "{k}={v} in {env:?}");
         }

@@ -408,7 +408,7 @@ mod tests {
         assert!(env.contains(&"TERM=xterm-256color".to_owned()));
         assert!(!env.iter().any(|e| e.starts_with("HTTP_PROXY=")), "offline task gets no proxy: {env:?}");
         assert!(environment(&cairn_core::TaskConfig::default(), &["bad".into()], "t1", false).is_err());
-        task.egress.allow = vec!["pypi.org".into()];
+        task.egress.allow = vec!["packages.example.com".into()];
         let env = environment(&task, &["NO_PROXY=*".into()], "t1", false).unwrap();
         assert!(env.contains(&"HTTPS_PROXY=http://127.0.0.1:3128".to_owned()), "{env:?}");
         assert!(env.contains(&"NO_PROXY=*".to_owned()), "an exec's own variables win: {env:?}");
