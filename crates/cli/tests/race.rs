@@ -27,7 +27,6 @@ use std::io::Read;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 
 use common::Daemon;
 
@@ -39,9 +38,6 @@ const DELIVERIES_PER_TASK: usize = 5;
 const SUSPEND_ROUNDS: usize = 20;
 /// Tasks torn down (each of destroy and `deliver --complete`) with the racer running.
 const TEARDOWN_TASKS: usize = 5;
-/// One CLI call taking longer than this is a failure: a daemon that
-/// followed the link to the host's `/` would be walking the whole host.
-const CALL_LIMIT: Duration = Duration::from_secs(120);
 
 const BENIGN: &str = "benign\n";
 
@@ -347,40 +343,14 @@ impl Race {
         tree_holds(&self.d.home().join("blobs"), BENIGN.as_bytes())
     }
 
-    /// One CLI call, bounded by [`CALL_LIMIT`]; every byte it printed is
-    /// checked for the marker.
+    /// One CLI call, bounded by the harness's deadline (a daemon that
+    /// followed the link to the host's `/` would be walking the whole
+    /// host); every byte it printed is checked for the marker.
     fn run(&self, args: &[&str]) -> Outcome {
-        let mut child = self.d.cmd().args(args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
-        let (mut so, mut se) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
-        let t1 = std::thread::spawn(move || {
-            let mut b = Vec::new();
-            let _ = so.read_to_end(&mut b);
-            b
-        });
-        let t2 = std::thread::spawn(move || {
-            let mut b = Vec::new();
-            let _ = se.read_to_end(&mut b);
-            b
-        });
-        let deadline = Instant::now() + CALL_LIMIT;
-        let status = loop {
-            if let Some(s) = child.try_wait().unwrap() {
-                break Some(s);
-            }
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                let _ = child.wait();
-                break None;
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        };
-        let (stdout, stderr) = (t1.join().unwrap(), t2.join().unwrap());
-        self.no_marker(&stdout, &format!("stdout of cairn {args:?}"));
-        self.no_marker(&stderr, &format!("stderr of cairn {args:?}"));
-        let Some(status) = status else {
-            panic!("cairn {args:?} still running after {CALL_LIMIT:?}; stderr so far: {}", String::from_utf8_lossy(&stderr));
-        };
-        Outcome { ok: status.success(), stdout, stderr }
+        let out = common::output_within(self.d.cmd().args(args).stdin(Stdio::null()), common::CALL_DEADLINE);
+        self.no_marker(&out.stdout, &format!("stdout of cairn {args:?}"));
+        self.no_marker(&out.stderr, &format!("stderr of cairn {args:?}"));
+        Outcome { ok: out.status.success(), stdout: out.stdout, stderr: out.stderr }
     }
 }
 

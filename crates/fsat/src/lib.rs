@@ -19,6 +19,8 @@
 //! - [`xattr`]: extended attributes.
 //! - [`data`]: reading regular files, holes, syncing, renaming.
 //! - [`remove`]: removing names and whole trees.
+//! - `testing` (feature `test-util`): a racer that swaps a directory and a
+//!   symlink, as a hostile sandbox does.
 //!
 //! Errors are plain `io::Error`s: this is the syscall layer, and the callers
 //! know which path of theirs failed.
@@ -30,6 +32,8 @@ pub mod dir;
 pub mod open;
 pub mod remove;
 pub mod stat;
+#[cfg(feature = "test-util")]
+pub mod testing;
 pub mod xattr;
 
 pub use attr::{chmod_at, chown_at, fchmod, fchown, set_mtime_at, set_mtime_fd};

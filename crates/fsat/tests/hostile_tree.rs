@@ -8,9 +8,9 @@
 use std::fs;
 use std::os::unix::fs::{symlink, MetadataExt, PermissionsExt};
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use cairn_fsat as fsat;
+use fsat::testing::Racer;
 use fsat::OFlags;
 
 struct Setup {
@@ -102,32 +102,16 @@ impl Drop for Tmpfs {
     }
 }
 
-/// Runs `op` `n` times while another thread swaps `tree/d` and `tree/l`.
+/// Runs `op` `n` times while a racer swaps `tree/d` and `tree/l`.
 fn racing(s: &Setup, n: usize, mut op: impl FnMut(&std::os::fd::OwnedFd)) {
-    let stop = AtomicBool::new(false);
-    let swaps = AtomicU64::new(0);
     let root = fsat::open_dir(&s.tree).unwrap();
-    std::thread::scope(|sc| {
-        sc.spawn(|| {
-            let r = fsat::open_dir(&s.tree).unwrap();
-            while !stop.load(Ordering::Relaxed) {
-                fsat::exchange_at(&r, c"d", c"l").unwrap();
-                swaps.fetch_add(1, Ordering::Relaxed);
-            }
-        });
-        // The calls start once the racer is swapping.
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while swaps.load(Ordering::Relaxed) == 0 {
-            assert!(std::time::Instant::now() < deadline, "the racer did not start");
-            std::thread::yield_now();
-        }
-        let at_start = swaps.load(Ordering::Relaxed);
-        for _ in 0..n {
-            op(&root);
-        }
-        assert!(swaps.load(Ordering::Relaxed) > at_start, "the racer swapped while the calls ran");
-        stop.store(true, Ordering::Relaxed);
-    });
+    let racer = Racer::start(fsat::open_dir(&s.tree).unwrap(), "d", "l");
+    racer.wait_started();
+    let at_start = racer.swaps();
+    for _ in 0..n {
+        op(&root);
+    }
+    assert!(racer.swaps() > at_start, "the racer swapped while the calls ran");
 }
 
 #[test]
@@ -155,7 +139,6 @@ fn racing_reads_and_writes_stay_in_the_tree() {
 
 #[test]
 fn racing_removal_never_leaves_the_tree() {
-    let swaps = AtomicU64::new(0);
     for _ in 0..30 {
         let s = setup();
         // Enough entries in `d` that removing it takes a while.
@@ -163,34 +146,17 @@ fn racing_removal_never_leaves_the_tree() {
             fs::write(s.tree.join("d").join(format!("f{i}")), "x").unwrap();
         }
         let top = fsat::open_dir(s.tree.parent().unwrap()).unwrap();
-        let r = fsat::open_dir(&s.tree).unwrap();
-        let stop = AtomicBool::new(false);
-        let before = swaps.load(Ordering::Relaxed);
-        std::thread::scope(|sc| {
-            sc.spawn(|| {
-                while !stop.load(Ordering::Relaxed) {
-                    if fsat::exchange_at(&r, c"d", c"l").is_err() {
-                        break; // removed under it
-                    }
-                    swaps.fetch_add(1, Ordering::Relaxed);
-                }
-            });
-            // The removal starts once the racer is swapping.
-            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-            while swaps.load(Ordering::Relaxed) == before {
-                assert!(std::time::Instant::now() < deadline, "the racer did not start");
-                std::thread::yield_now();
-            }
-            // Removal may fail while a name is swapped; retry until gone.
-            let mut tries = 0;
-            while s.tree.exists() && tries < 10_000 {
-                let _ = fsat::remove_tree_at(&top, c"tree");
-                tries += 1;
-            }
-            stop.store(true, Ordering::Relaxed);
-            assert!(!s.tree.exists(), "the tree could not be removed in {tries} tries");
-        });
+        // It stops by itself once the names are removed under it.
+        let racer = Racer::start(fsat::open_dir(&s.tree).unwrap(), "d", "l");
+        racer.wait_started();
+        // Removal may fail while a name is swapped; retry until gone.
+        let mut tries = 0;
+        while s.tree.exists() && tries < 10_000 {
+            let _ = fsat::remove_tree_at(&top, c"tree");
+            tries += 1;
+        }
+        drop(racer);
+        assert!(!s.tree.exists(), "the tree could not be removed in {tries} tries");
         host_untouched(&s.host);
     }
-    assert!(swaps.load(Ordering::Relaxed) > 0, "the racer never swapped");
 }

@@ -626,7 +626,6 @@ fn files_containing(dir: &Path, needle: &[u8]) -> Vec<PathBuf> {
 
 #[test]
 fn directory_import_never_follows_a_racing_swap_into_the_host() {
-    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
     let (tmp, store) = store();
     let (src, host) = (tmp.path().join("src"), tmp.path().join("host"));
     let marker = format!("host-marker-{:x}", rand_u64());
@@ -639,36 +638,21 @@ fn directory_import_never_follows_a_racing_swap_into_the_host() {
     let image = store.import("control", &src).unwrap();
     assert_eq!(fs::read(rootfs(&image, "d/secret")).unwrap(), b"benign");
 
-    let stop = AtomicBool::new(false);
-    let swaps = AtomicU64::new(0);
     let (mut ok, mut copied_secret) = (0, 0);
-    std::thread::scope(|s| {
-        s.spawn(|| {
-            let dir = cairn_fsat::open_dir(&src).unwrap();
-            while !stop.load(Ordering::Relaxed) {
-                cairn_fsat::exchange_at(&dir, c"d", c"l").unwrap();
-                swaps.fetch_add(1, Ordering::Relaxed);
-            }
-        });
-        // The imports start once the racer is swapping.
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while swaps.load(Ordering::Relaxed) == 0 {
-            assert!(std::time::Instant::now() < deadline, "the racer did not start");
-            std::thread::yield_now();
+    let racer = cairn_fsat::testing::Racer::start(cairn_fsat::open_dir(&src).unwrap(), "d", "l");
+    racer.wait_started();
+    let at_start = racer.swaps();
+    for i in 0..60 {
+        let name = format!("race{i}");
+        if let Ok(image) = store.import(&name, &src) {
+            ok += 1;
+            copied_secret += usize::from(fs::read(rootfs(&image, "d/secret")).is_ok_and(|d| d == b"benign")
+                || fs::read(rootfs(&image, "l/secret")).is_ok_and(|d| d == b"benign"));
+            assert!(files_containing(&image.rootfs, marker.as_bytes()).is_empty(), "host file imported into {name}");
         }
-        let at_start = swaps.load(Ordering::Relaxed);
-        for i in 0..60 {
-            let name = format!("race{i}");
-            if let Ok(image) = store.import(&name, &src) {
-                ok += 1;
-                copied_secret += usize::from(fs::read(rootfs(&image, "d/secret")).is_ok_and(|d| d == b"benign")
-                    || fs::read(rootfs(&image, "l/secret")).is_ok_and(|d| d == b"benign"));
-                assert!(files_containing(&image.rootfs, marker.as_bytes()).is_empty(), "host file imported into {name}");
-            }
-        }
-        assert!(swaps.load(Ordering::Relaxed) > at_start, "the racer swapped while the imports ran");
-        stop.store(true, Ordering::Relaxed);
-    });
+    }
+    assert!(racer.swaps() > at_start, "the racer swapped while the imports ran");
+    drop(racer);
     assert!(ok > 0 && copied_secret > 0, "no import succeeded while racing ({ok}, {copied_secret})");
     assert_eq!(fs::read_to_string(host.join("secret")).unwrap(), marker);
     assert_eq!(fs::read_dir(&host).unwrap().count(), 1, "nothing created in the host directory");

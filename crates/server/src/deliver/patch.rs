@@ -375,7 +375,6 @@ mod tests {
 
     #[test]
     fn a_racing_swap_of_a_directory_and_a_host_symlink_never_leaks_host_files() {
-        use std::sync::atomic::{AtomicBool, Ordering};
         let dir = tempfile::tempdir().unwrap();
         let (lower, upper, host) = (dir.path().join("lower"), dir.path().join("upper"), dir.path().join("host"));
         let marker = format!("host-marker-{}", std::process::id() as u64 * 7919 + 17);
@@ -390,33 +389,18 @@ mod tests {
         let d = layer_diff(&layers()).unwrap();
         assert!(d.contains("+benign") && !d.contains(&marker), "{d}");
 
-        let stop = AtomicBool::new(false);
-        let swaps = std::sync::atomic::AtomicU64::new(0);
-        std::thread::scope(|s| {
-            s.spawn(|| {
-                let w = fsat::open_dir(&upper.join("w")).unwrap();
-                while !stop.load(Ordering::Relaxed) {
-                    fsat::exchange_at(&w, c"d", c"l").unwrap();
-                    swaps.fetch_add(1, Ordering::Relaxed);
-                }
-            });
-            // The diffs start once the racer is swapping.
-            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-            while swaps.load(Ordering::Relaxed) == 0 {
-                assert!(std::time::Instant::now() < deadline, "the racer did not start");
-                std::thread::yield_now();
-            }
-            let at_start = swaps.load(Ordering::Relaxed);
-            let mut seen_benign = 0;
-            for _ in 0..300 {
-                let d = layer_diff(&layers()).unwrap();
-                assert!(!d.contains(&marker), "host file leaked into the patch: {d}");
-                seen_benign += usize::from(d.contains("+benign"));
-            }
-            assert!(swaps.load(Ordering::Relaxed) > at_start, "the racer swapped while the diffs ran");
-            stop.store(true, Ordering::Relaxed);
-            assert!(seen_benign > 0, "the layer was never read while racing");
-        });
+        let racer = fsat::testing::Racer::start(fsat::open_dir(&upper.join("w")).unwrap(), "d", "l");
+        racer.wait_started();
+        let at_start = racer.swaps();
+        let mut seen_benign = 0;
+        for _ in 0..300 {
+            let d = layer_diff(&layers()).unwrap();
+            assert!(!d.contains(&marker), "host file leaked into the patch: {d}");
+            seen_benign += usize::from(d.contains("+benign"));
+        }
+        assert!(racer.swaps() > at_start, "the racer swapped while the diffs ran");
+        drop(racer);
+        assert!(seen_benign > 0, "the layer was never read while racing");
         assert_eq!(fs::read_to_string(host.join("secret.txt")).unwrap(), marker);
         assert_eq!(fs::read_dir(&host).unwrap().count(), 1, "nothing created in the host directory");
     }
