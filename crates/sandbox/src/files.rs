@@ -51,6 +51,14 @@ pub enum LinkPolicy {
 }
 
 impl LinkPolicy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LinkPolicy::Refuse => "refuse",
+            LinkPolicy::Keep => "keep",
+            LinkPolicy::Follow => "follow",
+        }
+    }
+
     pub fn parse(s: &str) -> Option<LinkPolicy> {
         match s {
             "refuse" => Some(LinkPolicy::Refuse),
@@ -401,6 +409,26 @@ impl TarOut<'_> {
         }
         self.count += 1;
         Ok(())
+    }
+}
+
+/// `cp` in: unpacks a tar whose top entry is `name` at sandbox path `path`,
+/// into `path/name` when `path` is a directory (a final link resolved inside
+/// the sandbox), else as `path`; a `path` ending in `/` must be a directory.
+/// The directory is opened once and written through that descriptor, so a
+/// swap after the check cannot redirect the copy. Returns the entries
+/// written and where, as resolved in the sandbox.
+pub fn copy_in(root: &SandboxRoot, path: &str, name: &OsStr, input: impl Read, owner: Owner) -> Result<(u64, PathBuf)> {
+    let l = root.locate_following(path)?;
+    let path_err = |e: io::Error| io_err(path, e);
+    let not_there = |e: &io::Error| e.kind() == io::ErrorKind::NotFound || e.raw_os_error() == Some(rustix::io::Errno::NOTDIR.raw_os_error());
+    match fsat::open_dir_at(&l.dir, &cstr(&l.name)?) {
+        Ok(dir) => Ok((read_tar(&dir, name, input, owner)?, l.resolved.join(name))),
+        Err(e) if not_there(&e) && path.ends_with('/') => {
+            Err(path_err(io::Error::new(io::ErrorKind::NotADirectory, "not a directory (the path ends in /)")))
+        }
+        Err(e) if not_there(&e) => Ok((read_tar(&l.dir, &l.name, input, owner)?, l.resolved)),
+        Err(e) => Err(path_err(e)),
     }
 }
 

@@ -363,7 +363,9 @@ impl NativeDriver {
         let path = format!("/proc/{}", init.pid);
         let proc_dir = cairn_fsat::open_dir(Path::new(&path)).map_err(|e| Error::Io(path.clone(), e))?;
         let stat = cairn_fsat::read_regular_at(&proc_dir, c"stat", 4096).map_err(|e| Error::Io(format!("{path}/stat"), e))?;
-        if crate::process::spawn::parse_start_time(&String::from_utf8_lossy(&stat)) != Some(init.start_time) || !init.alive() {
+        let stat = String::from_utf8_lossy(&stat);
+        let zombie = stat.rfind(')').is_some_and(|i| stat[i + 2..].starts_with('Z'));
+        if crate::process::spawn::parse_start_time(&stat) != Some(init.start_time) || zombie {
             return Err(Error::NotRunning(format!("pid {}", init.pid)));
         }
         let root: OwnedFd = rustix::fs::openat(&proc_dir, c"root", rustix::fs::OFlags::PATH | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC, rustix::fs::Mode::empty())

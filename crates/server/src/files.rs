@@ -107,7 +107,7 @@ pub async fn download(tasks: Arc<Tasks>, id: &str, path: String, links: LinkPoli
         };
         args["direction"] = json!("out");
         args["path"] = json!(path);
-        args["links"] = json!(format!("{links:?}").to_lowercase());
+        args["links"] = json!(links.as_str());
         record(&tasks2, &tid, &actor, args, ok, begun).await;
     });
     let body = Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(rx));
@@ -131,27 +131,8 @@ pub async fn upload(tasks: Arc<Tasks>, id: &str, path: String, name: String, bod
     let p = path.clone();
     let result = tokio::task::spawn_blocking(move || -> Result<(u64, String), cairn_sandbox::Error> {
         let root = SandboxRoot::new(driver.open_root(live.init)?);
-        // A final link is resolved inside the sandbox; an existing directory
-        // is then opened once and written through that descriptor, so a
-        // swap after the check cannot redirect the copy.
-        let l = root.locate_following(&p)?;
-        let path_err = |e: std::io::Error| cairn_sandbox::Error::Io(format!("sandbox path {p}"), e);
-        let leaf = cairn_fsat::cstr(&l.name).map_err(path_err)?;
-        let not_there = |e: &std::io::Error| e.kind() == std::io::ErrorKind::NotFound || e.raw_os_error() == Some(rustix::io::Errno::NOTDIR.raw_os_error());
-        match cairn_fsat::open_dir_at(&l.dir, &leaf) {
-            Ok(dir) => {
-                let n = files::read_tar(&dir, OsStr::new(&name), reader, owner)?;
-                Ok((n, l.resolved.join(&name).display().to_string()))
-            }
-            Err(e) if not_there(&e) && p.ends_with('/') => {
-                Err(path_err(std::io::Error::new(std::io::ErrorKind::NotADirectory, "not a directory (the path ends in /)")))
-            }
-            Err(e) if not_there(&e) => {
-                let n = files::read_tar(&l.dir, OsStr::new(&l.name), reader, owner)?;
-                Ok((n, l.resolved.display().to_string()))
-            }
-            Err(e) => Err(path_err(e)),
-        }
+        let (n, at) = files::copy_in(&root, &p, OsStr::new(&name), reader, owner)?;
+        Ok((n, at.display().to_string()))
     })
     .await?;
     match result {
