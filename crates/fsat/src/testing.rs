@@ -42,6 +42,34 @@ impl Racer {
         }
     }
 
+    /// Calls `call` while the racer swaps: at least `min_calls` times, and
+    /// on until `call` returns true (it says whether the calls have seen
+    /// enough, e.g. both sides of the swap) and the racer has swapped at
+    /// least twice meanwhile. A fixed count is not enough: on a busy machine
+    /// the racer can sit descheduled through thousands of fast calls, all
+    /// of which then see the same side. Panics after 60 s.
+    pub fn race(&self, min_calls: usize, mut call: impl FnMut() -> bool) {
+        let at_start = self.swaps();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let mut calls = 0usize;
+        loop {
+            let enough = call();
+            calls += 1;
+            if calls >= min_calls && enough && self.swaps() >= at_start + 2 {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "60 s of racing did not see enough ({calls} calls, {} swaps, calls satisfied: {enough})",
+                self.swaps() - at_start
+            );
+            if calls % 8 == 0 {
+                // Gives the racer a turn when both share a core.
+                std::thread::yield_now();
+            }
+        }
+    }
+
     /// How many swaps it has made.
     pub fn swaps(&self) -> u64 {
         self.swaps.load(Ordering::Relaxed)

@@ -391,14 +391,13 @@ mod tests {
 
         let racer = fsat::testing::Racer::start(fsat::open_dir(&upper.join("w")).unwrap(), "d", "l");
         racer.wait_started();
-        let at_start = racer.swaps();
         let mut seen_benign = 0;
-        for _ in 0..300 {
+        racer.race(300, || {
             let d = layer_diff(&layers()).unwrap();
             assert!(!d.contains(&marker), "host file leaked into the patch: {d}");
             seen_benign += usize::from(d.contains("+benign"));
-        }
-        assert!(racer.swaps() > at_start, "the racer swapped while the diffs ran");
+            seen_benign > 0
+        });
         drop(racer);
         assert!(seen_benign > 0, "the layer was never read while racing");
         assert_eq!(fs::read_to_string(host.join("secret.txt")).unwrap(), marker);
