@@ -531,9 +531,11 @@ impl Repository {
                 idx.files.insert(new_id, remaining.iter().map(|p| p.id).collect());
             }
         }
+        fail::fail_point!("gc.index_rewritten");
         for (pack, _) in &delete_packs {
             self.backend.delete(Kind::Pack, &pack.to_hex())?;
         }
+        fail::fail_point!("gc.packs_deleted");
         for (manifest, _) in &delete_manifests {
             self.backend.delete(Kind::Manifest, &manifest.to_hex())?;
         }
@@ -830,6 +832,7 @@ fn write_packs(
         backend.write(Kind::Pack, &pack.id.to_hex(), Bytes::from(pack.data))?;
         progress.stored_bytes.fetch_add(size, Ordering::Relaxed);
         progress.packs.fetch_add(1, Ordering::Relaxed);
+        fail::fail_point!("blob.pack_written");
         written.push(IndexedPack { id: pack.id, size, chunks: pack.entries });
     }
     Ok(written)

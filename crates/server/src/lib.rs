@@ -17,6 +17,8 @@
 
 pub mod api;
 pub mod config;
+#[cfg(feature = "failpoints")]
+mod crash_points;
 pub mod deliver;
 pub mod egress;
 mod error;
@@ -85,6 +87,8 @@ impl Daemon {
     /// Opens the home, reconciles every task with what is left on the host,
     /// binds the listener and starts serving in the background.
     pub async fn start(opts: DaemonOptions) -> Result<Daemon, StartError> {
+        #[cfg(feature = "failpoints")]
+        crash_points::arm_from_env();
         let home = Home::new(opts.home.clone());
         let lock = home.lock()?;
         let token = home.token()?;

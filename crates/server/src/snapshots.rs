@@ -300,13 +300,8 @@ impl Tasks {
                 return Err(err);
             }
         };
-        // The parent is what the disk came from: the latest snapshot, or the
-        // rollback target when a rollback came after it.
-        let latest = self.store.snapshots(&task.id).await?.pop();
-        let parent = match (&task.rollback_note, latest) {
-            (Some(n), Some(l)) if n.time_ms >= l.created_ms => Some(n.to.clone()),
-            (_, l) => l.map(|l| l.id),
-        };
+        fail::fail_point!("snapshot.manifest_stored");
+        let parent = self.head_snapshot(task).await?.map(|s| s.id);
         let snap = Snapshot {
             id: SnapshotId::random(),
             task: task.id.clone(),
@@ -338,12 +333,28 @@ impl Tasks {
             duration_ms: Some(duration_ms as u64),
         };
         self.store.insert_snapshot(&snap, &snap.manifest, memory.as_deref(), &event).await?;
+        fail::fail_point!("snapshot.recorded");
         self.cache_baseline(&task.id, snap.manifest.clone(), Arc::new(manifest));
         tracing::debug!(task = %task.id, snapshot = %snap.id, freeze_ms = stats.freeze_ms, files_read = stats.files_read, "snapshot taken");
         if let Err(e) = self.apply_retention(&task.id, false).await {
             tracing::warn!(task = %task.id, "retention: {e}");
         }
         Ok(snap)
+    }
+
+    /// The snapshot the task's disk comes from: the latest, or the rollback
+    /// target when a rollback came after it (and the target still exists).
+    pub(crate) async fn head_snapshot(&self, task: &Task) -> Result<Option<Snapshot>, ApiError> {
+        let mut snaps = self.store.snapshots(&task.id).await?;
+        let latest = snaps.last().map(|l| l.created_ms);
+        if let Some(n) = &task.rollback_note {
+            if latest.is_none_or(|l| n.time_ms >= l) {
+                if let Some(i) = snaps.iter().position(|s| s.id == n.to) {
+                    return Ok(Some(snaps.swap_remove(i)));
+                }
+            }
+        }
+        Ok(snaps.pop())
     }
 
     /// Expires the task's snapshots its retention policy no longer keeps;
@@ -441,6 +452,7 @@ impl Tasks {
         let image = self.image(&task.config.image).await?;
         let baseline = self.baseline_manifest(&task.id).await;
         self.stop_sandbox_keep_disk(&task).await?;
+        fail::fail_point!("rollback.sandbox_stopped");
         let slot = self.claim_slot(&task.id).await?;
         let ids = IdRange::for_slot(slot).map_err(ApiError::from)?;
         let restored = self.restore_disk(&task, &manifest, baseline, ids).await;
@@ -455,6 +467,7 @@ impl Tasks {
                 return Err(ApiError::internal(why));
             }
         };
+        fail::fail_point!("rollback.disk_restored");
         // The disk is the target's now: record that first, then start on it.
         let baseline_hex = self.store_baseline(&task.id, fresh).await?;
         let note = RollbackNote { from: from.clone(), to: target.id.clone(), from_step: task.step, reason: reason.clone(), time_ms: now_ms() };
@@ -471,6 +484,7 @@ impl Tasks {
             duration_ms: Some(duration_ms as u64),
         };
         self.store.record_rollback(&task.id, &target, &note, &baseline_hex, &event).await?;
+        fail::fail_point!("rollback.recorded");
         self.start(&task, &image, actor, None, Some(slot)).await?;
         // Services run from the restored layer, as they did at the snapshot.
         let task = Task { config: target.config.clone(), ..task };
@@ -604,8 +618,14 @@ impl Tasks {
         task.state = TaskState::Running;
         task.sandbox = cairn_core::SandboxState::Lost;
         task.sandbox_note = Some(format!("being restored from snapshot {} (fork)", snap.id));
-        self.store.insert_task(&task).await?;
-        self.log(&task.id, EventKind::Create, actor, json!({ "fork_of": src.id, "snapshot": snap.id }), Some(0), None).await;
+        let created = NewEvent {
+            task: task.id.clone(),
+            kind: EventKind::Create,
+            actor: actor.to_owned(),
+            args: json!({ "fork_of": src.id, "snapshot": snap.id }),
+            exit_code: Some(0),
+            duration_ms: None,
+        };
         let lock = self.lock_of(&task.id);
         let _guard = lock.lock().await;
         let branch = Snapshot {
@@ -626,7 +646,7 @@ impl Tasks {
             duration_ms: begun.elapsed().as_secs_f64() * 1000.0,
             created_ms: now_ms(),
         };
-        let event = NewEvent {
+        let snapshotted = NewEvent {
             task: task.id.clone(),
             kind: EventKind::Snapshot,
             actor: actor.to_owned(),
@@ -634,9 +654,10 @@ impl Tasks {
             exit_code: Some(0),
             duration_ms: None,
         };
-        // The branch snapshot first (its data is the source's, durable
-        // already); the disk is made from it next.
-        self.store.insert_snapshot(&branch, &snap.manifest, None, &event).await?;
+        // The task with its branch snapshot, in one step; the disk is made
+        // from the branch next.
+        self.store.insert_fork(&task, &created, &branch, &snapshotted).await?;
+        fail::fail_point!("fork.recorded");
         let slot = self.claim_slot(&task.id).await?;
         let ids = IdRange::for_slot(slot).map_err(ApiError::from)?;
         let (fresh, _stats) = match self.restore_disk(&task, manifest, None, ids).await {
@@ -650,6 +671,7 @@ impl Tasks {
                 return Err(e);
             }
         };
+        fail::fail_point!("fork.disk_restored");
         self.store_baseline(&task.id, fresh).await?;
         self.start(&task, image, actor, ahead, Some(slot)).await?;
         self.start_services(&task, actor).await?;

@@ -65,10 +65,12 @@ impl Tasks {
                 return Err(e);
             }
         };
+        fail::fail_point!("suspend.snapshot_taken");
         self.stop_sandbox_keep_disk(task).await?;
         // A suspended task holds no memory in the daemon either.
         self.forget_baseline(&task.id);
         self.store.set_last_uid_slot(&task.id, slot).await?;
+        fail::fail_point!("suspend.sandbox_stopped");
         let end = NewEvent {
             task: task.id.clone(),
             kind: EventKind::Suspend,
@@ -78,6 +80,7 @@ impl Tasks {
             duration_ms: Some(begun.elapsed().as_millis() as u64),
         };
         let state = self.store.finish_suspend(&task.id, waiting_for, &end).await?;
+        fail::fail_point!("suspend.recorded");
         if state == TaskState::Waking {
             self.spawn_wake(task.id.clone(), "an event that came while suspending".into(), None);
         }
@@ -129,9 +132,9 @@ impl Tasks {
         if self.live(&task.id).is_some() {
             // A daemon that died after the new sandbox started, before the
             // task was marked running: the sandbox survived the restart.
-            self.store.set_state(&task.id, task.state.woke()?).await?;
             let args = json!({ "trigger": trigger, "note": "the sandbox had started before the daemon restarted" });
-            self.log(&task.id, EventKind::Wake, "daemon", args, Some(0), None).await;
+            let ev = NewEvent { task: task.id.clone(), kind: EventKind::Wake, actor: "daemon".into(), args, exit_code: Some(0), duration_ms: None };
+            self.store.finish_wake(&task.id, task.state.woke()?, &ev).await?;
             return Ok(());
         }
         let _no_gc = self.snaps.gc_lock.read().await;
@@ -165,11 +168,12 @@ impl Tasks {
                 }
             }
         }
+        fail::fail_point!("wake.disk_restored");
         let restored_ms = begun.elapsed().as_secs_f64() * 1000.0;
         self.start(&task, &image, "daemon", None, Some(slot)).await?;
         let ready_ms = begun.elapsed().as_secs_f64() * 1000.0;
+        fail::fail_point!("wake.sandbox_started");
         self.start_services(&task, "daemon").await?;
-        self.store.set_state(&task.id, task.state.woke()?).await?;
         let mut args = json!({
             "trigger": trigger, "snapshot": snap.as_ref().map(|s| &s.id), "from_cache": from_cache,
             "restore": restore, "restored_ms": restored_ms, "sandbox_ready_ms": ready_ms,
@@ -177,7 +181,16 @@ impl Tasks {
         if let Some(a) = accepted {
             args["event_accepted_to_ready_ms"] = json!(a.elapsed().as_secs_f64() * 1000.0);
         }
-        self.log(&task.id, EventKind::Wake, "daemon", args, Some(0), Some(begun.elapsed().as_millis() as u64)).await;
+        let ev = NewEvent {
+            task: task.id.clone(),
+            kind: EventKind::Wake,
+            actor: "daemon".into(),
+            args,
+            exit_code: Some(0),
+            duration_ms: Some(begun.elapsed().as_millis() as u64),
+        };
+        self.store.finish_wake(&task.id, task.state.woke()?, &ev).await?;
+        fail::fail_point!("wake.recorded");
         Ok(())
     }
 
@@ -196,8 +209,9 @@ impl Tasks {
         self.claim_slot(id).await
     }
 
-    /// Rebuilds the sandbox of a task whose sandbox is gone: from its latest
-    /// snapshot (step and memory summary included) when it has one, else on
+    /// Rebuilds the sandbox of a task whose sandbox is gone: from its head
+    /// snapshot (the latest, or a later rollback's target; step and memory
+    /// summary included) when it has one, else on
     /// its disk as it was left. Records what was lost in a recovery note.
     pub(crate) async fn recover(&self, id: &TaskId) -> Result<(), ApiError> {
         let lock = self.lock_of(id);
@@ -209,7 +223,8 @@ impl Tasks {
         let _no_gc = self.snaps.gc_lock.read().await;
         let begun = Instant::now();
         let image = self.image(&task.config.image).await?;
-        let snap = self.store.snapshots(&task.id).await?.pop();
+        // After a rollback, the target: the task's record says it is there.
+        let snap = self.head_snapshot(&task).await?;
         let slot = self.claim_slot(&task.id).await?;
         let ids = IdRange::for_slot(slot).map_err(ApiError::from)?;
         let (note, step, memory) = match &snap {
@@ -240,16 +255,15 @@ impl Tasks {
         };
         self.start(&task, &image, "daemon", None, Some(slot)).await?;
         self.start_services(&task, "daemon").await?;
-        self.store.record_recovery(&task.id, step, &memory, &note).await?;
-        self.log(
-            &task.id,
-            EventKind::Recovered,
-            "daemon",
-            json!({ "snapshot": snap.as_ref().map(|s| &s.id), "step": step, "lost_from_step": task.step, "note": note }),
-            Some(0),
-            Some(begun.elapsed().as_millis() as u64),
-        )
-        .await;
+        let ev = NewEvent {
+            task: task.id.clone(),
+            kind: EventKind::Recovered,
+            actor: "daemon".into(),
+            args: json!({ "snapshot": snap.as_ref().map(|s| &s.id), "step": step, "lost_from_step": task.step, "note": note }),
+            exit_code: Some(0),
+            duration_ms: Some(begun.elapsed().as_millis() as u64),
+        };
+        self.store.record_recovery(&task.id, step, &memory, &note, &ev).await?;
         tracing::info!(task = %task.id, took = ?begun.elapsed(), "{note}");
         Ok(())
     }

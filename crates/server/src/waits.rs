@@ -167,6 +167,7 @@ impl Tasks {
     async fn deliver(self: &Arc<Self>, ev: InboxEvent) -> Result<Delivered, ApiError> {
         let accepted = Instant::now();
         let d = self.store.deliver(&ev).await?;
+        fail::fail_point!("event.stored");
         if d.wake {
             self.spawn_wake(ev.task.clone(), format!("event {}", d.event.id), Some(accepted));
         }
@@ -235,6 +236,7 @@ impl Tasks {
         let verified = webhook::verify(secret, headers, body, now_ms() / 1000)
             .map_err(|e| ApiError::new(e.status(), format!("webhook refused: {e}")))?;
         let data: Value = serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("webhook body is not JSON: {e}")))?;
+        fail::fail_point!("event.verified");
         self.deliver(InboxEvent {
             id: InboxId::random(),
             task: t.id.clone(),

@@ -95,6 +95,7 @@ pub fn capture(
     let freeze_start = Instant::now();
     let frozen = Frozen::new(freezer)?;
     let result = pass(&mut writer, true, Some(&draft_base));
+    fail::fail_point!("snapshot.frozen");
     let thawed = frozen.thaw();
     stats.freeze_ms = ms(freeze_start);
     let manifest = result?;
@@ -109,6 +110,7 @@ pub fn capture(
         (written, encoding.join())
     });
     let written = written?;
+    fail::fail_point!("snapshot.packs_written");
     let prepared = encoded.map_err(|_| Error::Encode("the manifest encoder panicked".into()))??;
     let id = repo.put_prepared_manifest(prepared)?;
 

@@ -2,11 +2,11 @@
 
 use std::str::FromStr;
 
-use cairn_core::{NewEvent, RollbackNote, Snapshot, SnapshotId, SnapshotKind, TaskConfig, TaskId};
+use cairn_core::{NewEvent, RollbackNote, Snapshot, SnapshotId, SnapshotKind, Task, TaskConfig, TaskId};
 use sqlx::sqlite::SqliteRow;
 use sqlx::Row;
 
-use crate::sqlite::insert_event;
+use crate::sqlite::{insert_event, insert_task_row};
 use crate::{Error, Result, Store};
 
 impl Store {
@@ -15,44 +15,23 @@ impl Store {
     /// the snapshot event.
     pub async fn insert_snapshot(&self, s: &Snapshot, baseline: &str, memory: Option<&str>, ev: &NewEvent) -> Result<()> {
         let q = |e| Error::Query("insert snapshot", e);
-        let config = serde_json::to_string(&s.config).map_err(|e| Error::Corrupt("config", e.to_string()))?;
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(q)?;
-        sqlx::query(
-            "INSERT INTO snapshots (id, task_id, parent, kind, note, healthy, step, memory, config, manifest,
-                                    files, bytes, added_bytes, freeze_ms, duration_ms, created_ms)
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        )
-        .bind(s.id.as_str())
-        .bind(s.task.as_str())
-        .bind(s.parent.as_ref().map(|p| p.as_str()))
-        .bind(s.kind.as_str())
-        .bind(&s.note)
-        .bind(s.healthy)
-        .bind(s.step as i64)
-        .bind(&s.memory)
-        .bind(config)
-        .bind(&s.manifest)
-        .bind(s.files as i64)
-        .bind(s.bytes as i64)
-        .bind(s.added_bytes as i64)
-        .bind(s.freeze_ms)
-        .bind(s.duration_ms)
-        .bind(s.created_ms)
-        .execute(&mut *tx)
-        .await
-        .map_err(q)?;
-        let res = sqlx::query("UPDATE tasks SET baseline = ?, memory = COALESCE(?, memory), last_activity_ms = ? WHERE id = ?")
-            .bind(baseline)
-            .bind(memory)
-            .bind(crate::now_ms())
-            .bind(s.task.as_str())
-            .execute(&mut *tx)
-            .await
-            .map_err(q)?;
-        if res.rows_affected() == 0 {
-            return Err(Error::UnknownTask(s.task.to_string()));
-        }
+        insert_snapshot_row(&mut tx, s, baseline, memory).await?;
         insert_event(&mut tx, ev).await.map_err(q)?;
+        tx.commit().await.map_err(q)
+    }
+
+    /// Records a fork in one transaction: the new task, its creation event,
+    /// and its branch snapshot (whose data is the source's, durable
+    /// already), so that a crash leaves either no fork or a whole one that
+    /// recovery restores from its branch.
+    pub async fn insert_fork(&self, task: &Task, created: &NewEvent, branch: &Snapshot, snapshotted: &NewEvent) -> Result<()> {
+        let q = |e| Error::Query("insert fork", e);
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(q)?;
+        insert_task_row(&mut tx, task).await?;
+        insert_event(&mut tx, created).await.map_err(q)?;
+        insert_snapshot_row(&mut tx, branch, &branch.manifest, None).await?;
+        insert_event(&mut tx, snapshotted).await.map_err(q)?;
         tx.commit().await.map_err(q)
     }
 
@@ -172,6 +151,50 @@ fn snapshot_from_row(r: &SqliteRow) -> Result<Snapshot> {
         duration_ms: r.get("duration_ms"),
         created_ms: r.get("created_ms"),
     })
+}
+
+
+/// Inserts a snapshot row and makes `baseline` (and `memory`, when given)
+/// the task's.
+async fn insert_snapshot_row(conn: &mut sqlx::SqliteConnection, s: &Snapshot, baseline: &str, memory: Option<&str>) -> Result<()> {
+    let q = |e| Error::Query("insert snapshot", e);
+    let config = serde_json::to_string(&s.config).map_err(|e| Error::Corrupt("config", e.to_string()))?;
+    sqlx::query(
+        "INSERT INTO snapshots (id, task_id, parent, kind, note, healthy, step, memory, config, manifest,
+                                files, bytes, added_bytes, freeze_ms, duration_ms, created_ms)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    )
+    .bind(s.id.as_str())
+    .bind(s.task.as_str())
+    .bind(s.parent.as_ref().map(|p| p.as_str()))
+    .bind(s.kind.as_str())
+    .bind(&s.note)
+    .bind(s.healthy)
+    .bind(s.step as i64)
+    .bind(&s.memory)
+    .bind(config)
+    .bind(&s.manifest)
+    .bind(s.files as i64)
+    .bind(s.bytes as i64)
+    .bind(s.added_bytes as i64)
+    .bind(s.freeze_ms)
+    .bind(s.duration_ms)
+    .bind(s.created_ms)
+    .execute(&mut *conn)
+    .await
+    .map_err(q)?;
+    let res = sqlx::query("UPDATE tasks SET baseline = ?, memory = COALESCE(?, memory), last_activity_ms = ? WHERE id = ?")
+        .bind(baseline)
+        .bind(memory)
+        .bind(crate::now_ms())
+        .bind(s.task.as_str())
+        .execute(&mut *conn)
+        .await
+        .map_err(q)?;
+    if res.rows_affected() == 0 {
+        return Err(Error::UnknownTask(s.task.to_string()));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -60,31 +60,8 @@ impl Store {
     }
 
     pub async fn insert_task(&self, task: &Task) -> Result<()> {
-        let config = serde_json::to_string(&task.config).map_err(|e| Error::Corrupt("config", e.to_string()))?;
-        let res = sqlx::query(
-            "INSERT INTO tasks (id, name, state, config, step, memory, created_ms, last_activity_ms, sandbox_state, sandbox_note, webhook_secret)
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        )
-        .bind(task.id.as_str())
-        .bind(task.name.as_deref())
-        .bind(task.state.as_str())
-        .bind(config)
-        .bind(task.step as i64)
-        .bind(&task.memory)
-        .bind(task.created_ms)
-        .bind(task.last_activity_ms)
-        .bind(task.sandbox.as_str())
-        .bind(task.sandbox_note.as_deref())
-        .bind(task.webhook_secret.as_deref())
-        .execute(&self.pool)
-        .await;
-        match res {
-            Ok(_) => Ok(()),
-            Err(sqlx::Error::Database(e)) if e.is_unique_violation() && e.message().contains("tasks.name") => {
-                Err(Error::NameTaken(task.name.clone().unwrap_or_default()))
-            }
-            Err(e) => Err(Error::Query("insert task", e)),
-        }
+        let mut conn = self.pool.acquire().await.map_err(|e| Error::Query("insert task", e))?;
+        insert_task_row(&mut conn, task).await
     }
 
     /// Finds a task by id or by name.
@@ -310,6 +287,35 @@ impl Store {
             return Err(Error::UnknownTask(id.to_string()));
         }
         Ok(())
+    }
+}
+
+/// Inserts a task's row (a taken name is [`Error::NameTaken`]).
+pub(crate) async fn insert_task_row(conn: &mut sqlx::SqliteConnection, task: &Task) -> Result<()> {
+    let config = serde_json::to_string(&task.config).map_err(|e| Error::Corrupt("config", e.to_string()))?;
+    let res = sqlx::query(
+        "INSERT INTO tasks (id, name, state, config, step, memory, created_ms, last_activity_ms, sandbox_state, sandbox_note, webhook_secret)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    )
+    .bind(task.id.as_str())
+    .bind(task.name.as_deref())
+    .bind(task.state.as_str())
+    .bind(config)
+    .bind(task.step as i64)
+    .bind(&task.memory)
+    .bind(task.created_ms)
+    .bind(task.last_activity_ms)
+    .bind(task.sandbox.as_str())
+    .bind(task.sandbox_note.as_deref())
+    .bind(task.webhook_secret.as_deref())
+    .execute(conn)
+    .await;
+    match res {
+        Ok(_) => Ok(()),
+        Err(sqlx::Error::Database(e)) if e.is_unique_violation() && e.message().contains("tasks.name") => {
+            Err(Error::NameTaken(task.name.clone().unwrap_or_default()))
+        }
+        Err(e) => Err(Error::Query("insert task", e)),
     }
 }
 

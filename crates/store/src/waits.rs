@@ -257,19 +257,32 @@ impl Store {
         Ok(row.and_then(|r| r.get::<Option<i64>, _>(0)).map(|s| s as u32))
     }
 
-    /// Records a recovery: the task runs again at `step` with `memory`,
-    /// and says so in its recovery note.
-    pub async fn record_recovery(&self, task: &TaskId, step: u64, memory: &str, note: &str) -> Result<()> {
+    /// Marks a recovered task running again with its recovery note, in one
+    /// transaction with the `recovered` event.
+    pub async fn record_recovery(&self, task: &TaskId, step: u64, memory: &str, note: &str, ev: &NewEvent) -> Result<()> {
+        let q = |e| Error::Query("record recovery", e);
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(q)?;
         sqlx::query("UPDATE tasks SET state = 'running', step = ?, memory = ?, recovery_note = ?, last_activity_ms = ? WHERE id = ?")
             .bind(step as i64)
             .bind(memory)
             .bind(note)
             .bind(now_ms())
             .bind(task.as_str())
-            .execute(&self.pool)
+            .execute(&mut *tx)
             .await
-            .map_err(|e| Error::Query("record recovery", e))?;
-        Ok(())
+            .map_err(q)?;
+        insert_event(&mut tx, ev).await.map_err(q)?;
+        tx.commit().await.map_err(q)
+    }
+
+    /// Sets a woken task's state (running), in one transaction with its
+    /// `wake` event: a crash leaves both or neither.
+    pub async fn finish_wake(&self, task: &TaskId, state: TaskState, ev: &NewEvent) -> Result<()> {
+        let q = |e| Error::Query("finish wake", e);
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(q)?;
+        set_state_in(&mut tx, task, state).await.map_err(q)?;
+        insert_event(&mut tx, ev).await.map_err(q)?;
+        tx.commit().await.map_err(q)
     }
 
     /// Marks activity (the end of a long command counts as activity).

@@ -135,6 +135,35 @@ impl Daemon {
 
     /// [`Self::spawn`] that reports a daemon that does not start.
     pub fn try_spawn(&mut self, extra: &[&str]) -> Result<(), String> {
+        self.try_spawn_with_env(extra, &[])
+    }
+
+    /// Starts the daemon with one crash point armed (`CAIRN_CRASH_AT`, see
+    /// docs/testing.md): it kills itself when it first gets there.
+    pub fn spawn_armed(&mut self, point: &str) {
+        if let Err(e) = self.try_spawn_with_env(&[], &[("CAIRN_CRASH_AT", point)]) {
+            panic!("{e}");
+        }
+    }
+
+    /// Waits (at most `limit`) for the daemon to exit by itself; returns how.
+    pub fn wait_exit(&mut self, limit: Duration) -> Result<std::process::ExitStatus, String> {
+        let c = self.child.as_mut().ok_or("no daemon is running")?;
+        let deadline = Instant::now() + limit;
+        loop {
+            match c.try_wait() {
+                Ok(Some(status)) => {
+                    self.child = None;
+                    return Ok(status);
+                }
+                Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(10)),
+                Ok(None) => return Err(format!("the daemon still runs after {limit:?}")),
+                Err(e) => return Err(format!("waiting for the daemon: {e}")),
+            }
+        }
+    }
+
+    fn try_spawn_with_env(&mut self, extra: &[&str], env: &[(&str, &str)]) -> Result<(), String> {
         let _ = std::fs::remove_file(self.home.path().join("url"));
         let log = std::fs::OpenOptions::new()
             .create(true)
@@ -146,6 +175,7 @@ impl Daemon {
             .args(extra)
             .env("CAIRN_HOME", self.home.path())
             .env("RUST_LOG", "info")
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()

@@ -228,6 +228,7 @@ impl Tasks {
         })
         .await??;
 
+        fail::fail_point!("deliver.content_stored");
         let checkpoint = self.checkpoint(&task.id, actor).await?;
         let snapshots = self.store.snapshots(&task.id).await?;
         let chain: Vec<Value> = snapshots
@@ -256,6 +257,7 @@ impl Tasks {
         let backend = self.snaps.repo.backend().clone();
         let rid = record_id.clone();
         tokio::task::spawn_blocking(move || backend.write(Kind::Record, &rid, record_bytes.into())).await?.map_err(blob_error)?;
+        fail::fail_point!("deliver.record_stored");
         self.store
             .append_event(&NewEvent {
                 task: task.id.clone(),
@@ -266,6 +268,7 @@ impl Tasks {
                 duration_ms: Some(begun.elapsed().as_millis() as u64),
             })
             .await?;
+        fail::fail_point!("deliver.recorded");
         drop(guard);
         let completed = if req.complete {
             self.complete(task.id.as_str(), actor).await?;

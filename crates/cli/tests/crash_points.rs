@@ -1,0 +1,472 @@
+//! The daemon killed exactly at each named crash point (docs/testing.md):
+//! the test starts it with `CAIRN_CRASH_AT=op.step`, runs the operation,
+//! sees the daemon report that point and die of SIGKILL, restarts it, and
+//! checks what must hold after any crash: the blob store checks clean
+//! (also after a gc), the ledger verifies, every acknowledged snapshot and
+//! event is there exactly once, and the task is in the state its record
+//! says and works.
+//!
+//! The list of points is read from the sources, so a point added without a
+//! test here fails `every_crash_point_has_a_test`.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::os::unix::process::ExitStatusExt;
+use std::process::{Command, Output};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use common::Daemon;
+use serde_json::Value;
+
+/// The points this file crashes at, one test each.
+const TESTED: &[&str] = &[
+    "blob.pack_written",
+    "snapshot.frozen",
+    "snapshot.packs_written",
+    "snapshot.manifest_stored",
+    "snapshot.recorded",
+    "suspend.snapshot_taken",
+    "suspend.sandbox_stopped",
+    "suspend.recorded",
+    "wake.disk_restored",
+    "wake.sandbox_started",
+    "wake.recorded",
+    "rollback.sandbox_stopped",
+    "rollback.disk_restored",
+    "rollback.recorded",
+    "fork.recorded",
+    "fork.disk_restored",
+    "event.verified",
+    "event.stored",
+    "deliver.content_stored",
+    "deliver.record_stored",
+    "deliver.recorded",
+    "gc.index_rewritten",
+    "gc.packs_deleted",
+];
+
+fn must(d: &Daemon, task: &str, script: &str) -> String {
+    let (code, out, err) = d.sh(task, script);
+    assert_eq!(code, 0, "script failed: {script}\nstdout: {out}\nstderr: {err}\n{}", d.log());
+    out
+}
+
+/// Restarts the daemon armed at `point`, runs `op` against it, and asserts
+/// that the daemon died of SIGKILL exactly there (its last words name the
+/// point); then starts it again, unarmed. Returns what `op` printed.
+fn crash_at(d: &mut Daemon, point: &str, op: impl FnOnce(&Daemon) -> Output) -> Output {
+    let marker = format!("crash point {point} reached");
+    let before = d.log().matches(&marker).count();
+    d.kill();
+    d.spawn_armed(point);
+    let out = op(d);
+    let status = d.wait_exit(Duration::from_secs(60)).unwrap_or_else(|e| panic!("{point}: the daemon never got there: {e}\n{}", d.log()));
+    assert_eq!(status.signal(), Some(libc::SIGKILL), "{point}: the daemon ended with {status}, not by the crash point\n{}", d.log());
+    assert_eq!(d.log().matches(&marker).count(), before + 1, "{point}: the kill did not land at the point\n{}", d.log());
+    d.spawn(&[]);
+    out
+}
+
+/// Runs the CLI against the armed daemon (which dies during the call).
+fn cli<'a>(args: &'a [&'a str]) -> impl FnOnce(&Daemon) -> Output + 'a {
+    move |d: &Daemon| d.try_cairn(args).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Waits until the task is no longer between states, returns its state.
+fn settled(d: &Daemon, id: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let st = d.state(id);
+        if st != "waking" && st != "suspending" {
+            return st;
+        }
+        assert!(Instant::now() < deadline, "task {id} still {st} 60 s after the restart\n{}", d.log());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// What must hold after any crash, for every task: the store checks clean
+/// before and after a gc, the ledger verifies, and each task is in the
+/// state its record says: a running one has a ready sandbox that runs a
+/// command, a suspended one has none and resumes.
+fn consistent(d: &Daemon) {
+    d.ok(&["check", "--read-data"]);
+    d.ok(&["gc", "--grace", "0s"]);
+    d.ok(&["check", "--read-data"]);
+    for t in d.json(&["task", "list"]).as_array().unwrap() {
+        let id = t["id"].as_str().unwrap();
+        d.ok(&["log", id, "--verify"]);
+        if t["state"] == "destroyed" {
+            continue;
+        }
+        match settled(d, id).as_str() {
+            "running" => {
+                assert_eq!(d.task(id)["sandbox"], "ready", "{id}: {}", d.task(id));
+                assert_eq!(must(d, id, "echo alive"), "alive\n");
+            }
+            "suspended" => {
+                assert!(d.task(id)["sandbox_pid"].is_null(), "{id}: a suspended task holds no sandbox: {}", d.task(id));
+                d.ok(&["resume", id]);
+                assert_eq!(must(d, id, "echo alive"), "alive\n");
+            }
+            other => panic!("{id} is {other} after the crash\n{}", d.log()),
+        }
+    }
+}
+
+fn snapshots(d: &Daemon, id: &str) -> Vec<Value> {
+    d.json(&["snapshot", "list", id]).as_array().unwrap().clone()
+}
+
+fn events(d: &Daemon, id: &str, kind: &str) -> Vec<Value> {
+    d.json(&["log", id]).as_array().unwrap().iter().filter(|e| e["kind"] == kind).cloned().collect()
+}
+
+/// A task with a few MB of files (enough for several packs) and `a` = 1.
+fn task_with_files(d: &Daemon) -> String {
+    let id = d.create(&[]);
+    must(d, &id, "head -c 3000000 /dev/urandom > /workspace/data; echo 1 > /workspace/a");
+    id
+}
+
+fn snapshot_crash(point: &str) {
+    let mut d = Daemon::start();
+    let id = task_with_files(&d);
+    d.ok(&["snapshot", &id]);
+    must(&d, &id, "echo 2 > /workspace/a; head -c 2000000 /dev/urandom > /workspace/more");
+    let sum = must(&d, &id, "md5sum /workspace/more");
+    let out = crash_at(&mut d, point, cli(&["snapshot", &id]));
+    assert!(!out.status.success(), "{point}: the snapshot was not acknowledged");
+    // The sandbox outlived the daemon and was thawed; nothing changed in it.
+    assert_eq!(settled(&d, &id), "running");
+    assert_eq!(must(&d, &id, "cat /workspace/a; md5sum /workspace/more"), format!("2\n{sum}"));
+    let recorded = usize::from(point == "snapshot.recorded");
+    assert_eq!(snapshots(&d, &id).len(), 1 + recorded, "{point}: the snapshot exists only once it is recorded");
+    consistent(&d);
+    // A snapshot after the crash captures everything and restores.
+    let s = d.json(&["snapshot", &id])["id"].as_str().unwrap().to_owned();
+    must(&d, &id, "rm /workspace/more; echo 3 > /workspace/a");
+    d.ok(&["rollback", &id, "--to", &s, "--reason", "after the crash"]);
+    assert_eq!(must(&d, &id, "cat /workspace/a; md5sum /workspace/more"), format!("2\n{sum}"));
+    consistent(&d);
+}
+
+#[test]
+fn crash_while_a_pack_is_written() {
+    snapshot_crash("blob.pack_written");
+}
+
+#[test]
+fn crash_while_the_sandbox_is_frozen() {
+    snapshot_crash("snapshot.frozen");
+}
+
+#[test]
+fn crash_after_the_packs_of_a_snapshot() {
+    snapshot_crash("snapshot.packs_written");
+}
+
+#[test]
+fn crash_after_the_manifest_of_a_snapshot() {
+    snapshot_crash("snapshot.manifest_stored");
+}
+
+#[test]
+fn crash_after_a_snapshot_is_recorded() {
+    snapshot_crash("snapshot.recorded");
+}
+
+fn suspend_crash(point: &str) {
+    let mut d = Daemon::start();
+    let id = task_with_files(&d);
+    let sum = must(&d, &id, "md5sum /workspace/data");
+    let out = crash_at(&mut d, point, cli(&["suspend", &id]));
+    assert!(!out.status.success(), "{point}: the suspend was not acknowledged");
+    // Cut short before it was recorded, the task runs on (its sandbox
+    // survived, or it is recovered from the suspend's snapshot); recorded,
+    // it is suspended.
+    let want = if point == "suspend.recorded" { "suspended" } else { "running" };
+    assert_eq!(settled(&d, &id), want, "{point}: {}", d.task(&id));
+    let kinds: Vec<Value> = snapshots(&d, &id).iter().map(|s| s["kind"].clone()).collect();
+    assert_eq!(kinds, vec![Value::from("suspend")], "{point}: the suspend's snapshot, once");
+    consistent(&d);
+    assert_eq!(must(&d, &id, "cat /workspace/a; md5sum /workspace/data"), format!("1\n{sum}"));
+}
+
+#[test]
+fn crash_after_a_suspend_snapshot() {
+    suspend_crash("suspend.snapshot_taken");
+}
+
+#[test]
+fn crash_after_a_suspended_sandbox_stopped() {
+    suspend_crash("suspend.sandbox_stopped");
+}
+
+#[test]
+fn crash_after_a_suspend_is_recorded() {
+    suspend_crash("suspend.recorded");
+}
+
+fn wake_crash(point: &str) {
+    let mut d = Daemon::start();
+    let id = task_with_files(&d);
+    let sum = must(&d, &id, "md5sum /workspace/data");
+    d.ok(&["suspend", &id]);
+    // The wake restores from the blob store, not the cached disk.
+    std::fs::remove_file(d.home().join("disks").join(format!("{id}.img"))).unwrap();
+    crash_at(&mut d, point, cli(&["resume", &id]));
+    // The restarted daemon finishes the wake it finds under way.
+    assert_eq!(settled(&d, &id), "running", "{point}: {}", d.task(&id));
+    assert_eq!(must(&d, &id, "cat /workspace/a; md5sum /workspace/data"), format!("1\n{sum}"));
+    let woke = events(&d, &id, "wake").iter().filter(|e| e["exit_code"] == 0).count();
+    assert_eq!(woke, 1, "{point}: one wake succeeded: {:?}", events(&d, &id, "wake"));
+    consistent(&d);
+}
+
+#[test]
+fn crash_after_a_wake_restored_the_disk() {
+    wake_crash("wake.disk_restored");
+}
+
+#[test]
+fn crash_after_a_wake_started_the_sandbox() {
+    wake_crash("wake.sandbox_started");
+}
+
+#[test]
+fn crash_after_a_wake_is_recorded() {
+    wake_crash("wake.recorded");
+}
+
+fn rollback_crash(point: &str) {
+    let mut d = Daemon::start();
+    let id = task_with_files(&d);
+    let target = d.json(&["snapshot", &id])["id"].as_str().unwrap().to_owned();
+    must(&d, &id, "echo 2 > /workspace/a");
+    let latest = d.json(&["snapshot", &id])["id"].as_str().unwrap().to_owned();
+    must(&d, &id, "echo 3 > /workspace/a");
+    let out = crash_at(&mut d, point, cli(&["rollback", &id, "--to", &target, "--reason", "try again"]));
+    assert!(!out.status.success(), "{point}: the rollback was not acknowledged");
+    assert_eq!(settled(&d, &id), "running");
+    let t = d.task(&id);
+    if point == "rollback.recorded" {
+        // Recorded: the task is at the target, as its rollback note says.
+        assert_eq!(t["rollback_note"]["to"], target.as_str(), "{t}");
+        assert_eq!(must(&d, &id, "cat /workspace/a"), "1\n", "{point}: the disk is the rollback target's");
+    } else {
+        // Not recorded: the sandbox was gone, so the task is recovered from
+        // its latest snapshot, with a note that says so.
+        assert!(t["rollback_note"].is_null(), "{t}");
+        assert!(t["recovery_note"].as_str().unwrap_or_default().contains(&latest), "{t}");
+        assert_eq!(must(&d, &id, "cat /workspace/a"), "2\n", "{point}: the disk is the latest snapshot's");
+    }
+    assert_eq!(snapshots(&d, &id).len(), 2);
+    consistent(&d);
+}
+
+#[test]
+fn crash_after_a_rollback_stopped_the_sandbox() {
+    rollback_crash("rollback.sandbox_stopped");
+}
+
+#[test]
+fn crash_after_a_rollback_restored_the_disk() {
+    rollback_crash("rollback.disk_restored");
+}
+
+#[test]
+fn crash_after_a_rollback_is_recorded() {
+    rollback_crash("rollback.recorded");
+}
+
+fn fork_crash(point: &str) {
+    let mut d = Daemon::start();
+    let id = task_with_files(&d);
+    let sum = must(&d, &id, "md5sum /workspace/data");
+    let snap = d.json(&["snapshot", &id])["id"].as_str().unwrap().to_owned();
+    let out = crash_at(&mut d, point, cli(&["fork", &id, "--from", &snap]));
+    assert!(!out.status.success(), "{point}: the fork was not acknowledged");
+    let tasks = d.json(&["task", "list"]);
+    let forks: Vec<String> = tasks.as_array().unwrap().iter().filter(|t| t["id"] != id.as_str()).map(|t| t["id"].as_str().unwrap().to_owned()).collect();
+    // The fork is recorded with its branch snapshot in one step, so it
+    // exists whole, and comes back from that snapshot.
+    assert_eq!(forks.len(), 1, "{point}: {tasks}");
+    let fork = &forks[0];
+    assert_eq!(settled(&d, fork), "running");
+    assert_eq!(must(&d, fork, "cat /workspace/a; md5sum /workspace/data"), format!("1\n{sum}"));
+    let kinds: Vec<Value> = snapshots(&d, fork).iter().map(|s| s["kind"].clone()).collect();
+    assert_eq!(kinds, vec![Value::from("branch")]);
+    assert_eq!(must(&d, &id, "cat /workspace/a"), "1\n", "the source is untouched");
+    consistent(&d);
+}
+
+#[test]
+fn crash_after_a_fork_is_recorded() {
+    fork_crash("fork.recorded");
+}
+
+#[test]
+fn crash_after_a_fork_restored_its_disk() {
+    fork_crash("fork.disk_restored");
+}
+
+const SIGN: &str = r#"
+import sys, datetime
+from standardwebhooks import Webhook
+secret, msg_id, ts = sys.argv[1], sys.argv[2], int(sys.argv[3])
+print(Webhook(secret).sign(msg_id, datetime.datetime.fromtimestamp(ts, tz=datetime.timezone.utc), sys.argv[4]))
+"#;
+
+/// Posts a webhook signed by the Python reference package; returns the
+/// HTTP status (0 when the connection broke).
+fn post_webhook(d: &Daemon, id: &str, secret: &str, msg: &str, body: &str) -> u16 {
+    let ts = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs().to_string();
+    let sign = Command::new("python3").args(["-c", SIGN, secret, msg, &ts, body]).output().unwrap();
+    assert!(sign.status.success(), "signing with standardwebhooks failed: {}", String::from_utf8_lossy(&sign.stderr));
+    let sig = String::from_utf8_lossy(&sign.stdout).trim().to_owned();
+    let url = format!("{}/v1/hooks/{id}/go", d.url);
+    let out = common::output_within(
+        Command::new("curl").args(["-s", "-o", "/dev/null", "-w", "%{http_code}", "-X", "POST"]).args([
+            "-H",
+            &format!("webhook-id: {msg}"),
+            "-H",
+            &format!("webhook-timestamp: {ts}"),
+            "-H",
+            &format!("webhook-signature: {sig}"),
+            "--data-binary",
+            body,
+            &url,
+        ]),
+        common::CALL_DEADLINE,
+    );
+    String::from_utf8_lossy(&out.stdout).trim().parse().unwrap_or(0)
+}
+
+fn event_crash(point: &str) {
+    let mut d = Daemon::start();
+    let id = task_with_files(&d);
+    let secret = d.task(&id)["webhook_secret"].as_str().unwrap().to_owned();
+    d.ok(&["wait", &id, "--webhook", "go"]);
+    assert_eq!(d.state(&id), "suspended");
+    let code = std::cell::Cell::new(0);
+    crash_at(&mut d, point, |d| {
+        code.set(post_webhook(d, &id, &secret, "msg_1", r#"{"n":1}"#));
+        d.try_cairn(&["task", "list"]).unwrap()
+    });
+    assert_ne!(code.get(), 200, "{point}: the daemon died before answering");
+    // The sender retries the same delivery, as senders do: accepted, and
+    // it takes effect once whether or not the first one was stored.
+    assert_eq!(post_webhook(&d, &id, &secret, "msg_1", r#"{"n":1}"#), 200);
+    assert_eq!(settled(&d, &id), "running", "{}", d.task(&id));
+    let received: Vec<Value> = events(&d, &id, "event_received").into_iter().filter(|e| e["args"]["delivery"] == "msg_1").collect();
+    assert_eq!(received.len(), 1, "{point}: the event took effect exactly once: {received:?}");
+    assert_eq!(must(&d, &id, "cat /workspace/a"), "1\n");
+    consistent(&d);
+}
+
+#[test]
+fn crash_after_a_webhook_is_verified() {
+    event_crash("event.verified");
+}
+
+#[test]
+fn crash_after_a_webhook_is_stored() {
+    event_crash("event.stored");
+}
+
+fn deliver_crash(point: &str) {
+    let mut d = Daemon::start();
+    let id = task_with_files(&d);
+    must(&d, &id, "echo result > /workspace/result.txt");
+    let out_dir = tempfile::tempdir().unwrap();
+    let out_path = out_dir.path().join("out");
+    let out = crash_at(&mut d, point, cli(&["deliver", &id, "--file", "/workspace/result.txt", "--out", out_path.to_str().unwrap()]));
+    assert!(!out.status.success(), "{point}: the delivery was not acknowledged");
+    assert!(!out_path.join("record.json").exists(), "{point}: no record reached the client");
+    let recorded = usize::from(point == "deliver.recorded");
+    assert_eq!(events(&d, &id, "delivery").len(), recorded, "{point}: the delivery is in the log only once recorded");
+    consistent(&d);
+    // Delivering again works and verifies, with the daemon's ledger.
+    let again = out_dir.path().join("again");
+    d.ok(&["deliver", &id, "--file", "/workspace/result.txt", "--out", again.to_str().unwrap()]);
+    d.ok(&["verify", again.join("record.json").to_str().unwrap()]);
+    assert_eq!(events(&d, &id, "delivery").len(), recorded + 1);
+    consistent(&d);
+}
+
+#[test]
+fn crash_after_deliverables_are_stored() {
+    deliver_crash("deliver.content_stored");
+}
+
+#[test]
+fn crash_after_a_delivery_record_is_stored() {
+    deliver_crash("deliver.record_stored");
+}
+
+#[test]
+fn crash_after_a_delivery_is_recorded() {
+    deliver_crash("deliver.recorded");
+}
+
+fn gc_crash(point: &str) {
+    let mut d = Daemon::start();
+    let gone = task_with_files(&d);
+    d.ok(&["snapshot", &gone]);
+    let kept = task_with_files(&d);
+    let sum = must(&d, &kept, "md5sum /workspace/data");
+    let snap = d.json(&["snapshot", &kept])["id"].as_str().unwrap().to_owned();
+    // The destroyed task's snapshots become garbage.
+    d.ok(&["destroy", &gone]);
+    let out = crash_at(&mut d, point, cli(&["gc", "--grace", "0s"]));
+    assert!(!out.status.success(), "{point}: the gc was not acknowledged");
+    consistent(&d);
+    must(&d, &kept, "rm /workspace/data");
+    d.ok(&["rollback", &kept, "--to", &snap, "--reason", "live data survived the gc"]);
+    assert_eq!(must(&d, &kept, "md5sum /workspace/data"), sum);
+}
+
+#[test]
+fn crash_after_gc_rewrote_the_index() {
+    gc_crash("gc.index_rewritten");
+}
+
+#[test]
+fn crash_after_gc_deleted_packs() {
+    gc_crash("gc.packs_deleted");
+}
+
+/// Every `fail_point!("name")` in the workspace's sources.
+fn points_in_sources() -> BTreeSet<String> {
+    let crates = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_owned();
+    let mut found = BTreeSet::new();
+    let mut dirs = vec![crates];
+    while let Some(dir) = dirs.pop() {
+        for e in std::fs::read_dir(&dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                if !p.ends_with("tests") && !p.ends_with("target") {
+                    dirs.push(p);
+                }
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                let text = std::fs::read_to_string(&p).unwrap();
+                for part in text.split("fail::fail_point!(\"").skip(1) {
+                    found.insert(part.split('"').next().unwrap().to_owned());
+                }
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn every_crash_point_has_a_test() {
+    let tested: BTreeSet<String> = TESTED.iter().map(|s| (*s).to_owned()).collect();
+    let in_sources = points_in_sources();
+    assert!(in_sources.len() >= 20, "the points were found in the sources: {in_sources:?}");
+    assert_eq!(in_sources, tested, "each crash point in the sources has a test here, and each tested point exists");
+}
