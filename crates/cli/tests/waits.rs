@@ -283,14 +283,27 @@ fn idle_tasks_suspend_themselves_and_timers_survive_a_restart() {
     must(&d, &id, "echo before > /workspace/t");
     let w = d.json(&["wait", &id, "--timer", "2s"]);
     assert_eq!(w["task_state"], "suspended");
+    let fire_at = w["fire_at_ms"].as_i64().unwrap();
     d.kill();
-    std::thread::sleep(Duration::from_millis(2500));
+    // The timer comes due while no daemon runs.
+    while now_ms() <= fire_at {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let restarted = now_ms();
     d.spawn(&[]);
     d.wait_for_state(&id, "running", Duration::from_secs(10));
     assert_eq!(must(&d, &id, "cat /workspace/t"), "before\n");
     let log = d.json(&["log", &id]);
-    let fired = log.as_array().unwrap().iter().filter(|e| e["kind"] == "event_received" && e["args"]["source"] == "timer").count();
-    assert_eq!(fired, 1, "the timer fired once, after the restart");
+    let fired: Vec<&Value> = log.as_array().unwrap().iter().filter(|e| e["kind"] == "event_received" && e["args"]["source"] == "timer").collect();
+    assert_eq!(fired.len(), 1, "the timer fired once: {fired:?}");
+    let at = fired[0]["time_ms"].as_i64().unwrap();
+    assert!(at >= restarted && at >= fire_at, "it fired after the restart ({at} vs restart {restarted}, due {fire_at})");
+    let woke = log.as_array().unwrap().iter().filter(|e| e["kind"] == "wake" && e["exit_code"] == 0).count();
+    assert_eq!(woke, 1, "and woke the task once");
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as i64
 }
 
 
