@@ -80,6 +80,10 @@ rm -rf /etc/apt && mkdir /etc/apt && echo mine > /etc/apt/only-this
 touch -d '2001-02-03 04:05:06' src/deep/er/a.txt
 "#;
 
+/// Shell that waits (at most 10 s) until the task's service, which ends
+/// in `exec sleep 1000`, runs: a poll, not a fixed sleep.
+const UNTIL_SERVICE_RUNS: &str = "i=0; until grep -qx sleep /proc/[0-9]*/comm 2>/dev/null; do i=$((i+1)); [ $i -lt 1000 ] || break; sleep 0.01; done; ";
+
 #[test]
 fn rollback_restores_every_file_kind_exactly() {
     let d = Daemon::start();
@@ -122,7 +126,7 @@ fn rollback_restores_every_file_kind_exactly() {
 fn rollback_restores_step_and_memory_and_tells_the_agent_why() {
     let d = Daemon::start();
     let id = d.create(&["--service", "echo up >> /tmp/service-ran; exec sleep 1000"]);
-    assert_eq!(must(&d, &id, "sleep 0.2; cat /tmp/service-ran"), "up\n", "the service started with the sandbox");
+    assert_eq!(must(&d, &id, &format!("{UNTIL_SERVICE_RUNS}cat /tmp/service-ran")), "up\n", "the service started with the sandbox");
     must(&d, &id, "echo v1 > /workspace/state");
     let good = snapshot(&d, &id, &["--memory", "tried plan A; tests pass"]);
     assert_eq!(d.task(&id)["memory"], "tried plan A; tests pass");
@@ -138,7 +142,7 @@ fn rollback_restores_step_and_memory_and_tells_the_agent_why() {
     let t = d.task(&id);
     assert_eq!(t["step"].as_u64().unwrap(), step_at_good, "the step counter is the snapshot's");
     // A fresh sandbox (a new, empty /tmp) with the service started again.
-    assert_eq!(must(&d, &id, "sleep 0.2; cat /tmp/service-ran; grep -lx sleep /proc/[0-9]*/comm | wc -l"), "up\n1\n");
+    assert_eq!(must(&d, &id, &format!("{UNTIL_SERVICE_RUNS}cat /tmp/service-ran; grep -lx sleep /proc/[0-9]*/comm | wc -l")), "up\n1\n");
     assert_eq!(must(&d, &id, "cat /workspace/state"), "v1\n");
     assert_eq!(t["memory"], "tried plan A; tests pass");
     let note = &t["rollback_note"];

@@ -34,6 +34,10 @@ fn curl(args: &[&str]) -> (u16, String) {
     (code.trim().parse().unwrap_or(0), body.to_owned())
 }
 
+/// Shell that waits (at most 10 s) until the task's service, which ends
+/// in `exec sleep 1000`, runs: a poll, not a fixed sleep.
+const UNTIL_SERVICE_RUNS: &str = "i=0; until grep -qx sleep /proc/[0-9]*/comm 2>/dev/null; do i=$((i+1)); [ $i -lt 1000 ] || break; sleep 0.01; done; ";
+
 #[test]
 fn an_approval_suspends_the_task_frees_its_compute_and_wakes_it_intact() {
     let d = Daemon::start();
@@ -86,7 +90,7 @@ fn an_approval_suspends_the_task_frees_its_compute_and_wakes_it_intact() {
     let t = d.task(&id);
     assert_eq!(t["memory"], "report drafted; waiting for sign-off");
     assert_eq!(t["step"].as_u64().unwrap(), step + 1, "the step counter went on (plus the cat)");
-    assert_eq!(must(&d, &id, "sleep 0.2; cat /tmp/svc"), "up\n", "services start again on wake");
+    assert_eq!(must(&d, &id, &format!("{UNTIL_SERVICE_RUNS}cat /tmp/svc")), "up\n", "services start again on wake");
     // A second wait while one is pending is refused, clearly.
     let w = d.json(&["wait", &id, "--approval", "again?"]);
     assert_eq!(w["task_state"], "suspended");
