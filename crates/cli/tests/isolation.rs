@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use cairn_sandbox::cgroup::{CgroupLayout, CgroupVersion, TaskCgroup};
 use common::Daemon;
 use serde_json::Value;
 
@@ -119,6 +120,21 @@ fn link_names(ip_output: &str) -> Vec<String> {
         .filter_map(|l| l.split(": ").nth(1))
         .map(|n| n.split('@').next().unwrap_or(n).trim().to_owned())
         .collect()
+}
+
+/// The task's cgroup where the product's own layout detection finds it on
+/// this host (legacy v1, hybrid or pure v2), so no path is hard-coded.
+fn task_cgroup(id: &str) -> TaskCgroup {
+    let layout = CgroupLayout::detect().unwrap_or_else(|e| panic!("detect the host's cgroup layout: {e}"));
+    layout.open(id).unwrap_or_else(|e| panic!("{id} as a cgroup name: {e}"))
+}
+
+/// A file of `controller` in the task's cgroup (its v1 hierarchy, or the
+/// one v2 group).
+fn cgroup_file(id: &str, controller: &str, file: &str) -> PathBuf {
+    let g = task_cgroup(id);
+    let dir = g.controller_dir(controller).unwrap_or_else(|| panic!("the {controller} controller is not available here: {:?}", g.paths()));
+    dir.join(file)
 }
 
 fn daemon_port(d: &Daemon) -> u16 {
@@ -258,7 +274,7 @@ fn another_task_s_files_and_processes_are_invisible() {
     assert!(ps_a.lines().any(|l| l.trim().ends_with(" sleep")), "A's ps: {ps_a}");
     assert!(sh_ok(&d, &a, "ls /workspace").lines().any(|l| l == marker));
     // The host sees it too, in A's cgroup.
-    let procs = std::fs::read_to_string(format!("/sys/fs/cgroup/pids/cairn/{a}/cgroup.procs")).expect("A's cgroup");
+    let procs = std::fs::read_to_string(cgroup_file(&a, "pids", "cgroup.procs")).expect("A's cgroup");
     let host_sleep: i32 = procs
         .lines()
         .filter_map(|p| p.trim().parse::<i32>().ok())
@@ -475,7 +491,7 @@ fn a_fork_bomb_stops_at_the_pids_limit() {
     let d = Daemon::start();
     let small = d.create(&["--pids", "32"]);
     let big = d.create(&[]);
-    let cg = PathBuf::from("/sys/fs/cgroup/pids/cairn").join(&small);
+    let cg = task_cgroup(&small).controller_dir("pids").expect("a pids controller").to_owned();
     assert_eq!(std::fs::read_to_string(cg.join("pids.max")).expect("pids.max").trim(), "32");
 
     let (code, out, err) = d.sh(&small, &fork_script(200));
@@ -498,6 +514,56 @@ fn a_fork_bomb_stops_at_the_pids_limit() {
     assert_eq!(sh_ok(&d, &big, "echo ok; pgrep -c sleep || true"), "ok\n0\n");
     destroy_clean(&d, &small);
     destroy_clean(&d, &big);
+}
+
+/// The CPU limit as the task's cgroup shows it: (quota, period) in
+/// microseconds, from `cpu.max` on v2 or the CFS files on v1.
+fn cpu_quota(id: &str) -> (String, String) {
+    let read = |file: &str| {
+        let path = cgroup_file(id, "cpu", file);
+        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display())).trim().to_owned()
+    };
+    match CgroupLayout::detect().expect("cgroup layout").version() {
+        CgroupVersion::V2 => {
+            let max = read("cpu.max");
+            let (quota, period) = max.split_once(' ').unwrap_or_else(|| panic!("cpu.max {max:?}"));
+            (quota.to_owned(), period.to_owned())
+        }
+        CgroupVersion::V1 => (read("cpu.cfs_quota_us"), read("cpu.cfs_period_us")),
+    }
+}
+
+#[test]
+fn cpus_sets_the_quota_of_the_task_s_cgroup() {
+    let d = Daemon::start();
+    let half = d.create(&["--cpus", "0.5"]);
+    let two = d.create(&["--cpus", "2"]);
+    let default = d.create(&[]);
+    assert_eq!(d.task(&half)["limits"]["cpus"], "0.5");
+    assert_eq!(cpu_quota(&half), ("50000".to_owned(), "100000".to_owned()), "--cpus 0.5");
+    // Controls: another value, and the default of one CPU.
+    assert_eq!(cpu_quota(&two), ("200000".to_owned(), "100000".to_owned()), "--cpus 2");
+    assert_eq!(d.task(&default)["limits"]["cpus"], "1", "{}", d.task(&default));
+    assert_eq!(cpu_quota(&default), ("100000".to_owned(), "100000".to_owned()), "the default");
+    // The limit holds the task's processes: its init and what it runs.
+    let procs = cgroup_file(&half, "cpu", "cgroup.procs");
+    let listed = || std::fs::read_to_string(&procs).unwrap_or_else(|e| panic!("{}: {e}", procs.display()));
+    let init = init_pid(&d, &half).to_string();
+    assert!(listed().lines().any(|p| p == init), "init {init} not in {}: {}", procs.display(), listed());
+    let out = sh_ok(&d, &half, "sleep 300 </dev/null >/dev/null 2>&1 & echo $!");
+    assert!(!out.trim().is_empty(), "{out}");
+    let sleeping: Vec<String> = listed()
+        .lines()
+        .filter(|p| std::fs::read_to_string(format!("/proc/{p}/comm")).is_ok_and(|c| c.trim() == "sleep"))
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(sleeping.len(), 1, "the task's sleep is in its cpu group: {}", listed());
+    // ... and not in the other task's.
+    let other = std::fs::read_to_string(cgroup_file(&two, "cpu", "cgroup.procs")).expect("the other task's group");
+    assert!(!other.lines().any(|p| sleeping.contains(&p.to_owned())), "{other}");
+    for id in [&half, &two, &default] {
+        destroy_clean(&d, id);
+    }
 }
 
 #[test]
@@ -580,7 +646,9 @@ fn a_second_daemon_leaves_this_one_s_sandboxes_alone() {
     let fake: String = std::iter::once('t')
         .chain(rand_hex().bytes().chain(rand_hex().bytes()).take(11).map(|x| alphabet[usize::from(x) % alphabet.len()] as char))
         .collect();
-    let fake_groups: Vec<PathBuf> = ["memory", "pids"].iter().map(|c| Path::new("/sys/fs/cgroup").join(c).join("cairn").join(&fake)).collect();
+    // The fake task's group in every hierarchy the product uses here, made
+    // directly under the existing `cairn` parents: nothing else is created.
+    let fake_groups = task_cgroup(&fake).paths();
     struct RmdirOnDrop(Vec<PathBuf>);
     impl Drop for RmdirOnDrop {
         fn drop(&mut self) {
@@ -591,7 +659,8 @@ fn a_second_daemon_leaves_this_one_s_sandboxes_alone() {
     }
     let _groups = RmdirOnDrop(fake_groups.clone());
     for g in &fake_groups {
-        std::fs::create_dir_all(g).unwrap_or_else(|e| panic!("{}: {e}", g.display()));
+        assert!(g.parent().is_some_and(Path::is_dir), "{}: the first daemon's task made its parent", g.display());
+        std::fs::create_dir(g).unwrap_or_else(|e| panic!("{}: {e}", g.display()));
     }
     let fake_run = b.home().join("run").join(&fake);
     std::fs::create_dir_all(&fake_run).expect("fake run dir");
@@ -607,7 +676,9 @@ fn a_second_daemon_leaves_this_one_s_sandboxes_alone() {
         assert!(!g.exists(), "{} was not cleaned up", g.display());
     }
     // ...and left the first daemon's sandbox running.
-    assert!(Path::new("/sys/fs/cgroup/pids/cairn").join(&id).exists(), "the other daemon removed {id}'s cgroup");
+    for g in task_cgroup(&id).paths() {
+        assert!(g.is_dir(), "the other daemon removed {id}'s cgroup {}", g.display());
+    }
     assert_eq!(init_pid(&a, &id), pid);
     assert_eq!(a.task(&id)["sandbox"], "ready", "{}", a.task(&id));
     assert_eq!(sh_ok(&a, &id, "pgrep -c sleep"), "1\n", "the background sleep survived");

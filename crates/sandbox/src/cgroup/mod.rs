@@ -232,6 +232,24 @@ impl TaskCgroup {
         self.dirs.paths()
     }
 
+    /// The directory that holds `controller`'s files (`memory`, `cpu`,
+    /// `pids`, `freezer`) for this group: that controller's hierarchy on v1,
+    /// the one group on v2 when the root offers the controller. `None` when
+    /// this layout has no such controller (v2's freezer is `cgroup.freeze`
+    /// in the group itself, not a controller).
+    pub fn controller_dir(&self, controller: &str) -> Option<&Path> {
+        match (&self.dirs, controller) {
+            (Hierarchies::V1 { memory, .. }, "memory") => Some(memory),
+            (Hierarchies::V1 { cpu, .. }, "cpu") => Some(cpu),
+            (Hierarchies::V1 { pids, .. }, "pids") => Some(pids),
+            (Hierarchies::V1 { freezer, .. }, "freezer") => freezer.as_deref(),
+            (Hierarchies::V2 { dir, controllers }, "memory" | "cpu" | "pids") => {
+                controllers.iter().any(|c| c == controller).then_some(dir.as_path())
+            }
+            _ => None,
+        }
+    }
+
     /// True if the group exists in at least one hierarchy.
     pub fn exists(&self) -> bool {
         self.paths().iter().any(|p| p.is_dir())
