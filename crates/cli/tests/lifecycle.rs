@@ -175,7 +175,7 @@ fn exec_tty_gets_a_pty() {
     );
     // Positive control of the difference: without -t there is no terminal.
     let (code, out, _) = d.sh(&id, "tty");
-    assert_ne!(code, 0);
+    assert_eq!(code, 1, "tty(1) exits 1 without a terminal");
     assert!(out.contains("not a tty"), "{out:?}");
 }
 
