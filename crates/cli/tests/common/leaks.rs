@@ -17,7 +17,9 @@ pub fn scan(home: &Path, tasks: &[String]) -> Vec<String> {
     let home_s = home.display().to_string();
     let names_one = |s: &str| s.contains(&home_s) || tasks.iter().any(|t| s.contains(t.as_str()));
 
-    match fs::read_to_string("/proc/self/mountinfo") {
+    // The calling thread's mount namespace, which is the daemon's also when
+    // a test runs it from a thread with a mount namespace of its own.
+    match fs::read_to_string("/proc/thread-self/mountinfo") {
         Ok(m) => found.extend(m.lines().filter(|l| names_one(l)).map(|l| format!("mount left: {l}"))),
         Err(e) => found.push(format!("cannot read the mount table: {e}")),
     }
