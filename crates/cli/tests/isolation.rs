@@ -178,12 +178,12 @@ fn host_files_outside_the_image_are_invisible() {
     let out = sh_ok(&d, &id, "ls -A /root /home");
     assert_eq!(out, "/home:\n\n/root:\n", "/root and /home are empty inside");
     let (code, out, err) = d.sh(&id, &format!("ls -l {} {}/notes.txt", root_probe.display(), user_dir.display()));
-    assert_ne!(code, 0, "host probes visible inside: {out}");
+    assert_eq!(code, 2, "ls: host probes visible inside: {out}");
     assert_eq!(err.matches("No such file or directory").count(), 2, "{err}");
     // Neither is the daemon's home, its token, nor the rest of /var/tmp.
     assert_eq!(sh_ok(&d, &id, "ls -A /var/tmp"), "", "/var/tmp is the image's empty one");
     let (code, out, err) = d.sh(&id, &format!("cat {}", token_path.display()));
-    assert_ne!(code, 0, "token readable inside: {out}");
+    assert_eq!(code, 1, "cat: token readable inside: {out}");
     assert!(err.contains("No such file or directory"), "{err}");
 
     // The token's value is nowhere reachable. Control: grep finds a marker
@@ -240,7 +240,7 @@ fn writes_to_the_base_image_land_in_the_task_layer() {
     assert!(!Path::new(&etc_probe).exists(), "{etc_probe} reached the host's /etc");
     assert_eq!(snapshot(&image), before, "the image directory changed");
     let (code, out, err) = d.sh(&b, &format!("ls {usr_probe} {etc_probe}"));
-    assert_ne!(code, 0, "the other task sees them: {out}");
+    assert_eq!(code, 2, "ls: the other task sees them: {out}");
     assert_eq!(err.matches("No such file or directory").count(), 2, "{err}");
     assert!(sh_ok(&d, &b, "ls /usr/bin").contains("\nsh\n"), "the neighbour sees the base image itself");
 
@@ -298,12 +298,12 @@ fn another_task_s_files_and_processes_are_invisible() {
     assert!((2..=5).contains(&pids_b), "B's /proc has {pids_b} processes");
     assert!(host_sleep > 100, "host pid {host_sleep} too small to tell namespaces apart");
     let (code, _, err) = d.sh(&b, &format!("kill -0 {host_sleep}"));
-    assert_ne!(code, 0, "B can signal A's sleep by its host pid");
+    assert_eq!(code, 1, "B can signal A's sleep by its host pid");
     assert!(err.contains("No such process"), "{err}");
     let ls_b = sh_ok(&d, &b, "ls -A /workspace");
     assert!(!ls_b.contains(&marker), "B sees A's marker: {ls_b}");
     let (code, _, _) = d.sh(&b, &format!("test -e /workspace/{marker}"));
-    assert_ne!(code, 0);
+    assert_eq!(code, 1, "B sees A's marker");
 
     // A's sleep is still alive after all that.
     assert!(sh_ok(&d, &a, "ps -eo comm=").lines().any(|l| l == "sleep"));
@@ -329,7 +329,7 @@ fn network_is_loopback_only() {
     let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
     std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2)).expect("the host reaches the daemon");
     let (code, out, err) = d.sh(&id, &format!("bash -c 'exec 3<>/dev/tcp/127.0.0.1/{port}' && echo connected"));
-    assert_ne!(code, 0, "connected to the daemon from inside: {out}");
+    assert_eq!(code, 1, "connected to the daemon from inside: {out}");
     assert!(err.contains("Connection refused"), "{err}");
     // Control: TCP over the sandbox's own loopback works, on that very port.
     let py = format!(
@@ -342,7 +342,7 @@ fn network_is_loopback_only() {
     // No route out: fails at once, nothing is sent.
     let t = Instant::now();
     let (code, out, err) = d.sh(&id, "bash -c 'exec 3<>/dev/tcp/10.255.255.1/80' && echo connected");
-    assert_ne!(code, 0, "{out}");
+    assert_eq!(code, 1, "{out}");
     assert!(err.contains("Network is unreachable"), "{err}");
     assert!(t.elapsed() < Duration::from_secs(3), "took {:?}", t.elapsed());
     destroy_clean(&d, &id);
@@ -454,10 +454,10 @@ fn privileged_syscalls_fail_with_eperm() {
     let (code, _, err) = host_sh(&format!("mount -t tmpfs none {0} && umount {0}", dir.path().display()));
     assert_eq!(code, 0, "mount on the host: {err}");
     let (code, _, err) = d.sh(&id, "unshare -U true");
-    assert_ne!(code, 0);
+    assert_eq!(code, 1, "unshare -U inside: {err}");
     assert!(err.contains("Operation not permitted"), "{err}");
     let (code, _, err) = d.sh(&id, "mount -t tmpfs none /mnt");
-    assert_ne!(code, 0);
+    assert_eq!(code, 32, "mount(8) reports a mount failure: {err}");
     assert!(err.contains("permission denied") || err.contains("Operation not permitted"), "{err}");
     assert_eq!(sh_ok(&d, &id, "grep -c ' /mnt ' /proc/mounts || true"), "0\n", "nothing got mounted");
     destroy_clean(&d, &id);
@@ -610,7 +610,7 @@ fn a_full_disk_stops_at_its_quota() {
     let free_before = free_bytes(d.home());
     let (code, out, err) = d.sh(&full, "dd if=/dev/zero of=/workspace/fill bs=1M count=300 2>&1; rc=$?; sync; exit $rc");
     let free_after = free_bytes(d.home());
-    assert_ne!(code, 0, "{out} {err}");
+    assert_eq!(code, 1, "dd fails: {out} {err}");
     assert!(out.contains("No space left on device"), "{out}");
     let written = sh_ok(&d, &full, "stat -c %s /workspace/fill");
     let written: u64 = written.trim().parse().expect("a size");
