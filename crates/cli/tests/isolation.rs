@@ -10,8 +10,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use cairn_sandbox::cgroup::{CgroupLayout, CgroupVersion, TaskCgroup};
-use common::Daemon;
+use cairn_sandbox::cgroup::{CgroupLayout, CgroupVersion};
+use common::{cgroup_file, task_cgroup, Daemon};
 use serde_json::Value;
 
 const MIB: u64 = 1 << 20;
@@ -120,21 +120,6 @@ fn link_names(ip_output: &str) -> Vec<String> {
         .filter_map(|l| l.split(": ").nth(1))
         .map(|n| n.split('@').next().unwrap_or(n).trim().to_owned())
         .collect()
-}
-
-/// The task's cgroup where the product's own layout detection finds it on
-/// this host (legacy v1, hybrid or pure v2), so no path is hard-coded.
-fn task_cgroup(id: &str) -> TaskCgroup {
-    let layout = CgroupLayout::detect().unwrap_or_else(|e| panic!("detect the host's cgroup layout: {e}"));
-    layout.open(id).unwrap_or_else(|e| panic!("{id} as a cgroup name: {e}"))
-}
-
-/// A file of `controller` in the task's cgroup (its v1 hierarchy, or the
-/// one v2 group).
-fn cgroup_file(id: &str, controller: &str, file: &str) -> PathBuf {
-    let g = task_cgroup(id);
-    let dir = g.controller_dir(controller).unwrap_or_else(|| panic!("the {controller} controller is not available here: {:?}", g.paths()));
-    dir.join(file)
 }
 
 fn daemon_port(d: &Daemon) -> u16 {

@@ -474,10 +474,14 @@ fn config_file_defaults() {
     assert_eq!(t["limits"]["memory"], "1G");
     assert_eq!(t["limits"]["pids"], 100);
     assert_eq!(t["limits"]["disk"], "2G", "keys not in the file keep their defaults");
-    let applied = ["memory/cairn/{id}/memory.limit_in_bytes", "cairn/{id}/memory.max", "unified/cairn/{id}/memory.max"]
-        .iter()
-        .find_map(|p| std::fs::read_to_string(format!("/sys/fs/cgroup/{}", p.replace("{id}", &id))).ok())
-        .expect("the task's memory cgroup");
+    // Through the layout the product detects: memory.limit_in_bytes on v1,
+    // memory.max on v2.
+    let layout = cairn_sandbox::cgroup::CgroupLayout::detect().expect("the host's cgroup layout");
+    let file = match layout.version() {
+        cairn_sandbox::cgroup::CgroupVersion::V1 => "memory.limit_in_bytes",
+        _ => "memory.max",
+    };
+    let applied = std::fs::read_to_string(common::cgroup_file(&id, "memory", file)).expect("the task's memory cgroup");
     assert_eq!(applied.trim(), (1u64 << 30).to_string(), "the limit is really applied");
     // A flag on create still wins over the file.
     let small = d.create(&["--memory", "256M"]);

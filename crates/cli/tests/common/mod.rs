@@ -384,3 +384,18 @@ impl Drop for Daemon {
         }
     }
 }
+
+/// The task's cgroup where the product's own layout detection finds it on
+/// this host (legacy v1, hybrid or pure v2), so no path is hard-coded.
+pub fn task_cgroup(id: &str) -> cairn_sandbox::cgroup::TaskCgroup {
+    let layout = cairn_sandbox::cgroup::CgroupLayout::detect().unwrap_or_else(|e| panic!("detect the host's cgroup layout: {e}"));
+    layout.open(id).unwrap_or_else(|e| panic!("{id} as a cgroup name: {e}"))
+}
+
+/// A file of `controller` in the task's cgroup (its v1 hierarchy, or the
+/// one v2 group).
+pub fn cgroup_file(id: &str, controller: &str, file: &str) -> std::path::PathBuf {
+    let g = task_cgroup(id);
+    let dir = g.controller_dir(controller).unwrap_or_else(|| panic!("the {controller} controller is not available here: {:?}", g.paths()));
+    dir.join(file)
+}
