@@ -211,9 +211,11 @@ impl ChainReport {
         self.problem.is_none()
     }
 
-    /// The hash of the entry at `seq`, if the log has one.
+    /// The hash of the entry at `seq`, if the log has one (the first, if a
+    /// broken log has several). Searched in order: the entries of a broken
+    /// log need not be sorted by seq.
     pub fn hash_at(&self, seq: u64) -> Option<&str> {
-        self.hashes.binary_search_by_key(&seq, |(s, _)| *s).ok().map(|i| self.hashes[i].1.as_str())
+        self.hashes.iter().find(|(s, _)| *s == seq).map(|(_, h)| h.as_str())
     }
 }
 
@@ -533,6 +535,121 @@ mod tests {
 
         let other = Checkpoint { task: "tdifferent22".into(), ..cp };
         assert_eq!(check_against_checkpoint(&r, &other).unwrap().what, ProblemKind::BadCheckpoint);
+    }
+
+    #[test]
+    fn a_report_with_a_problem_is_not_ok() {
+        let mut events = log(3);
+        events[1].actor = "cli:mallory".into();
+        let r = verify_chain(&task(), &events);
+        assert!(!r.ok(), "{r:?}");
+        assert_eq!(r.problem.as_ref().map(|p| (p.seq, p.what)), Some((2, ProblemKind::Changed)));
+        assert!(verify_chain(&task(), &log(3)).ok());
+    }
+
+    #[test]
+    fn problems_display_as_their_names_and_messages() {
+        let names = [
+            (ProblemKind::Changed, "changed"),
+            (ProblemKind::Removed, "removed"),
+            (ProblemKind::Reordered, "reordered"),
+            (ProblemKind::Rewritten, "rewritten"),
+            (ProblemKind::BadCheckpoint, "bad_checkpoint"),
+        ];
+        for (kind, name) in names {
+            assert_eq!((kind.as_str(), kind.to_string()), (name, name.to_owned()));
+            assert_eq!(serde_json::to_value(kind).unwrap(), json!(name), "the JSON name is the same");
+        }
+        let mut events = log(3);
+        events.remove(1);
+        let p = problem(&events);
+        assert_eq!(p.to_string(), "entry 2 was removed (the log goes on at 3)");
+        assert_eq!(p.to_string(), p.message);
+    }
+
+    #[test]
+    fn hashes_in_messages_are_cut_to_16_characters() {
+        assert_eq!(short(&"ab".repeat(32)), "abababababababab...");
+        assert_eq!(short(&"c".repeat(17)), format!("{}...", "c".repeat(16)));
+        assert_eq!(short(&"d".repeat(16)), "d".repeat(16), "16 characters are shown whole");
+        assert_eq!(short("ab"), "ab");
+        assert_eq!(short(""), "");
+        let mut events = log(3);
+        events[1].actor = "cli:mallory".into();
+        let stored = events[1].hash.clone().unwrap();
+        let computed = entry_hash(events[1].prev_hash.as_deref().unwrap(), &events[1]);
+        assert_eq!(problem(&events).message, format!("entry 2 was changed (stored hash {}..., computed {}...)", &stored[..16], &computed[..16]));
+    }
+
+    #[test]
+    fn an_entry_repeated_later_is_reordered() {
+        // Entry 2 copied, hash and all, to the end of the log.
+        let mut events = log(3);
+        events.push(events[1].clone());
+        let p = problem(&events);
+        assert_eq!((p.seq, p.what, p.message.as_str()), (2, ProblemKind::Reordered, "entry 2 was reordered (it comes after entry 3)"));
+        // The first entry copied to the end: its link is the start of the chain.
+        let mut events = log(3);
+        events.push(events[0].clone());
+        let p = problem(&events);
+        assert_eq!((p.seq, p.what, p.message.as_str()), (1, ProblemKind::Reordered, "entry 1 was reordered (it comes after entry 3)"));
+    }
+
+    #[test]
+    fn an_entry_inserted_before_the_first_is_named_at_the_renumbered_first() {
+        // A new, validly hashed first entry; the real log renumbered after it
+        // with its hashes kept.
+        let mut events = log(3);
+        let mut forged = raw(1, json!({"argv": ["true"]}));
+        forged.prev_hash = Some(GENESIS.to_owned());
+        forged.hash = Some(entry_hash(GENESIS, &forged));
+        for e in &mut events {
+            e.seq += 1;
+        }
+        events.insert(0, forged);
+        let p = problem(&events);
+        assert_eq!((p.seq, p.what, p.message.as_str()), (2, ProblemKind::Reordered, "entry 2 was reordered (it holds the entry written as 1)"));
+    }
+
+    #[test]
+    fn a_renumbered_removal_names_how_many_entries_went() {
+        let mut events = log(5);
+        events.remove(2);
+        for e in &mut events[2..] {
+            e.seq -= 1;
+        }
+        assert_eq!(problem(&events).message, "entry 3 was removed (and the later entries renumbered: entry 3 was written as 4)");
+        let mut events = log(6);
+        events.drain(2..4);
+        for e in &mut events[2..] {
+            e.seq -= 2;
+        }
+        let p = problem(&events);
+        assert_eq!((p.seq, p.what), (3, ProblemKind::Removed));
+        assert_eq!(p.message, "entries 3 to 4 were removed (and the later entries renumbered: entry 3 was written as 5)");
+    }
+
+    #[test]
+    fn a_checkpoint_finds_its_entry_in_a_log_out_of_order() {
+        // Rows stored out of seq order: the chain names a problem, but the
+        // signed entry is still there and still hashes to the signed head.
+        let events = log(3);
+        let cp = Checkpoint { task: task().to_string(), seq: 2, head: events[1].hash.clone().unwrap(), time_ms: 0, key_id: "k1".into() };
+        let shuffled = vec![events[0].clone(), events[2].clone(), events[1].clone()];
+        let r = verify_chain(&task(), &shuffled);
+        assert!(!r.ok());
+        assert_eq!(r.hash_at(2), events[1].hash.as_deref());
+        assert_eq!(r.hash_at(3), events[2].hash.as_deref());
+        assert_eq!(check_against_checkpoint(&r, &cp), None);
+        let cut = verify_chain(&task(), &events[..1]);
+        let p = check_against_checkpoint(&cut, &cp).expect("a cut tail");
+        assert_eq!((p.seq, p.what), (2, ProblemKind::Removed));
+        assert_eq!(p.message, "entries after 1 were removed (the checkpoint of 1970-01-01T00:00:00Z signed by key k1 covers entries up to 2)");
+        let mut gap = events.clone();
+        gap.remove(1);
+        let p = check_against_checkpoint(&verify_chain(&task(), &gap), &cp).expect("a removed entry");
+        assert_eq!((p.seq, p.what), (2, ProblemKind::Removed));
+        assert_eq!(p.message, "entry 2 was removed (the checkpoint of 1970-01-01T00:00:00Z signed by key k1 covers it)");
     }
 
     #[test]

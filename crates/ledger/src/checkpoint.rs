@@ -108,4 +108,35 @@ mod tests {
         other_type.envelope = Envelope::sign(&reopened, crate::PAYLOAD_TYPE, &serde_json::to_vec(&first.checkpoint).unwrap());
         assert!(matches!(other_type.verify(&reopened.verifying_keys()), Err(Error::PayloadType { .. })));
     }
+
+    #[test]
+    fn a_checkpoint_must_be_signed_by_the_key_it_names() {
+        let d = tempfile::tempdir().unwrap();
+        let mut keys = NodeKeys::load_or_create(d.path()).unwrap();
+        let old = keys.current().key_id;
+        keys.rotate().unwrap();
+        let new = keys.current().key_id;
+        let known = keys.verifying_keys();
+        // Payload and record both name the old key; the new key signed it.
+        let named_old = Checkpoint { key_id: old.clone(), ..cp() };
+        let forged = SignedCheckpoint {
+            checkpoint: named_old.clone(),
+            envelope: Envelope::sign(&keys, CHECKPOINT_PAYLOAD_TYPE, &serde_json::to_vec(&named_old).unwrap()),
+        };
+        match forged.verify(&known) {
+            Err(Error::CheckpointMismatch { field: "key_id", signed, recorded, .. }) => {
+                assert_eq!((signed, recorded), (format!("{old} (signed by {new})"), old.clone()));
+            }
+            other => panic!("{other:?}"),
+        }
+        // The record names the signer, the signed payload another key.
+        let relabelled = SignedCheckpoint { checkpoint: Checkpoint { key_id: new.clone(), ..cp() }, envelope: forged.envelope.clone() };
+        match relabelled.verify(&known) {
+            Err(Error::CheckpointMismatch { field: "key_id", signed, recorded, .. }) => {
+                assert_eq!((signed, recorded), (format!("{old} (signed by {new})"), new.clone()));
+            }
+            other => panic!("{other:?}"),
+        }
+        SignedCheckpoint::sign(&keys, cp()).verify(&known).unwrap();
+    }
 }

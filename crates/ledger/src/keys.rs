@@ -352,6 +352,67 @@ mod tests {
     }
 
     #[test]
+    fn debug_names_the_current_key_and_a_new_key_is_dated_now() {
+        let d = tempfile::tempdir().unwrap();
+        let before = now_ms();
+        let keys = NodeKeys::load_or_create(d.path()).unwrap();
+        let after = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as i64;
+        let cur = keys.current();
+        assert!(before > 1_600_000_000_000 && (before..=after).contains(&cur.created_ms), "{before} <= {} <= {after}", cur.created_ms);
+        let debug = format!("{keys:?}");
+        assert!(debug.starts_with("NodeKeys {") && debug.contains(&cur.key_id) && debug.contains("known: 1"), "{debug}");
+    }
+
+    #[test]
+    fn an_unreadable_secret_is_refused_and_left_alone() {
+        let d = tempfile::tempdir().unwrap();
+        let first = NodeKeys::load_or_create(d.path()).unwrap().current();
+        let garbage = [0xffu8, 0xfe, b'\n'];
+        fs::write(d.path().join("signing.key"), garbage).unwrap();
+        match NodeKeys::load_or_create(d.path()) {
+            Err(Error::KeyFile { path, source }) => {
+                assert_eq!((path, source.kind()), (d.path().join("signing.key"), std::io::ErrorKind::InvalidData));
+            }
+            other => panic!("a secret that is not text must not be replaced: {other:?}"),
+        }
+        assert_eq!(fs::read(d.path().join("signing.key")).unwrap(), garbage, "not overwritten");
+        let pubs: Vec<_> = fs::read_dir(d.path()).unwrap().map(|e| e.unwrap().file_name()).filter(|n| n.to_string_lossy().ends_with(".pub")).collect();
+        assert_eq!(pubs, [std::ffi::OsString::from(format!("{}.pub", first.key_id))], "no new key was made");
+    }
+
+    #[test]
+    fn a_rotated_key_is_newer_than_every_known_key_even_when_the_clock_is_behind() {
+        let d = tempfile::tempdir().unwrap();
+        let first = NodeKeys::load_or_create(d.path()).unwrap().current();
+        // The first key dated an hour ahead, as after the clock stepped back.
+        let ahead = now_ms() + 3_600_000;
+        let record = serde_json::json!({"key_id": first.key_id, "public_key": first.public_key, "created_ms": ahead});
+        fs::write(d.path().join(format!("{}.pub", first.key_id)), record.to_string()).unwrap();
+        let mut keys = NodeKeys::load_or_create(d.path()).unwrap();
+        assert_eq!(keys.current().created_ms, ahead);
+        let new = keys.rotate().unwrap();
+        assert_eq!(new.created_ms, ahead + 1);
+        let reopened = NodeKeys::load_or_create(d.path()).unwrap();
+        let order: Vec<_> = reopened.all().into_iter().map(|k| (k.key_id, k.current, k.created_ms)).collect();
+        assert_eq!(order, [(new.key_id, true, ahead + 1), (first.key_id, false, ahead)]);
+    }
+
+    #[test]
+    fn a_bad_public_key_is_quoted_in_the_refusal() {
+        let why = |text: &str| match parse_public_key(text) {
+            Err(Error::PublicKey { why }) => why,
+            other => panic!("{text:?}: {other:?}"),
+        };
+        assert_eq!(why(r#"{"public_key": "zz"}"#), "\"zz\" is not hex");
+        assert_eq!(why(r#"{"public_key": "00ff"}"#), "\"00ff\" is not 32 bytes");
+        let long = "q".repeat(100);
+        assert_eq!(why(&format!(r#"{{"public_key": "{long}"}}"#)), format!("{:?} is not hex", "q".repeat(70)));
+        // 64 characters that are not all hex are read as JSON, not as a key.
+        assert!(why(&"g".repeat(64)).starts_with("neither hex nor JSON ("));
+        assert!(why(&format!("{}g", "a".repeat(63))).starts_with("neither hex nor JSON ("));
+    }
+
+    #[test]
     fn the_key_id_is_the_documented_hash_of_rfc8032_test_key_1() {
         // RFC 8032, 7.1, TEST 1.
         let secret: [u8; 32] = hex::decode("9d61b19deffd5a60ba844af492ec2cc44449c5697b326919703bac031cae7f60").unwrap().try_into().unwrap();

@@ -85,4 +85,11 @@ mod tests {
         assert!(matches!(Statement::from_payload(old), Err(Error::StatementType(_))));
         assert!(matches!(Statement::from_payload(b"{"), Err(Error::Json { .. })));
     }
+
+    #[test]
+    fn sha256_hex_is_lowercase_hex_of_the_digest() {
+        // FIPS 180-2 test vectors.
+        assert_eq!(sha256_hex(b""), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+        assert_eq!(sha256_hex(b"abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+    }
 }
