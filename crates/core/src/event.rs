@@ -112,3 +112,42 @@ pub struct Event {
     #[serde(default)]
     pub hash: Option<String>,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ALL: [(EventKind, &str); 20] = [
+        (EventKind::Create, "create"),
+        (EventKind::SandboxStart, "sandbox_start"),
+        (EventKind::Exec, "exec"),
+        (EventKind::Cp, "cp"),
+        (EventKind::Destroy, "destroy"),
+        (EventKind::SandboxLost, "sandbox_lost"),
+        (EventKind::Snapshot, "snapshot"),
+        (EventKind::Rollback, "rollback"),
+        (EventKind::Fork, "fork"),
+        (EventKind::SnapshotExpired, "snapshot_expired"),
+        (EventKind::ServiceStart, "service_start"),
+        (EventKind::Wait, "wait"),
+        (EventKind::EventReceived, "event_received"),
+        (EventKind::Suspend, "suspend"),
+        (EventKind::Wake, "wake"),
+        (EventKind::Recovered, "recovered"),
+        (EventKind::Egress, "egress"),
+        (EventKind::PolicyUpdate, "policy_update"),
+        (EventKind::Delivery, "delivery"),
+        (EventKind::Complete, "complete"),
+    ];
+
+    #[test]
+    fn event_kinds_have_one_name_in_text_and_json() {
+        for (kind, name) in ALL {
+            assert_eq!((kind.as_str(), kind.to_string()), (name, name.to_owned()));
+            assert_eq!(name.parse::<EventKind>(), Ok(kind));
+            assert_eq!(serde_json::to_value(kind).unwrap(), serde_json::json!(name), "the stored name is the JSON name");
+        }
+        assert_eq!("Exec".parse::<EventKind>(), Err("unknown event kind \"Exec\"".to_owned()));
+        assert_eq!("".parse::<EventKind>(), Err("unknown event kind \"\"".to_owned()));
+    }
+}

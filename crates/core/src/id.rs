@@ -94,6 +94,15 @@ mod tests {
     }
 
     #[test]
+    fn ids_are_their_text_everywhere() {
+        let id: TaskId = "t7k3mxq9a2bc".parse().unwrap();
+        assert_eq!((id.to_string(), String::from(id.clone())), ("t7k3mxq9a2bc".to_owned(), "t7k3mxq9a2bc".to_owned()));
+        assert_eq!(serde_json::to_string(&id).unwrap(), "\"t7k3mxq9a2bc\"");
+        assert_eq!(serde_json::from_str::<TaskId>("\"t7k3mxq9a2bc\"").unwrap(), id);
+        assert!(serde_json::from_str::<TaskId>("\"t7k3\"").is_err());
+    }
+
+    #[test]
     fn rejects_malformed_ids() {
         for bad in ["", "t", "x7k3mxq9a2bc", "t7k3mxq9a2b", "t7k3mxq9a2bcd", "T7K3MXQ9A2BC", "t0k3mxq9a2bc", "t7k3mx/9a2bc"] {
             assert!(bad.parse::<TaskId>().is_err(), "{bad:?} accepted");

@@ -165,6 +165,49 @@ mod tests {
     }
 
     #[test]
+    fn units_are_binary() {
+        assert_eq!(parse_bytes("1k"), Ok(1024));
+        assert_eq!(parse_bytes("1KiB"), Ok(1024));
+        assert_eq!(parse_bytes("1M"), Ok(1_048_576));
+        assert_eq!(parse_bytes("1G"), Ok(1_073_741_824));
+        assert_eq!(parse_bytes("1T"), Ok(1_099_511_627_776));
+        assert_eq!(parse_bytes("3tb"), Ok(3_298_534_883_328));
+        assert_eq!(parse_bytes("16777215T"), Ok(u64::MAX - (1 << 40) + 1));
+        assert_eq!(parse_bytes("16777216T"), Err(Error::Size("16777216T".into())), "2^64 bytes overflow");
+    }
+
+    #[test]
+    fn limits_take_both_ends_of_their_range_and_nothing_past_them() {
+        let mut l = Limits::default();
+        let range = |what, s: &str, r| Err(Error::LimitRange(what, s.to_owned(), r));
+        assert_eq!(l.set_memory("16M"), Ok(()));
+        assert_eq!(l.memory_bytes, 16_777_216);
+        assert_eq!(l.set_memory("16777215"), range("memory", "16777215", "16M to 1T"));
+        assert_eq!(l.set_memory("1T"), Ok(()));
+        assert_eq!(l.memory_bytes, 1_099_511_627_776);
+        assert_eq!(l.set_memory("1099511627777"), range("memory", "1099511627777", "16M to 1T"));
+        assert_eq!(l.set_disk("64M"), Ok(()));
+        assert_eq!(l.disk_bytes, 67_108_864);
+        assert_eq!(l.set_disk("67108863"), range("disk", "67108863", "64M to 16T"));
+        assert_eq!(l.set_disk("16T"), Ok(()));
+        assert_eq!(l.disk_bytes, 17_592_186_044_416);
+        assert_eq!(l.set_disk("17592186044417"), range("disk", "17592186044417", "64M to 16T"));
+        assert_eq!(l.set_pids("8"), Ok(()));
+        assert_eq!(l.set_pids("4194304"), Ok(()));
+        assert_eq!(l.set_pids("7"), range("pids", "7", "8 to 4194304"));
+        assert_eq!(l.set_pids("4194305"), range("pids", "4194305", "8 to 4194304"));
+        assert_eq!(l.set_cpus("0.01"), Ok(()));
+        assert_eq!(l.set_cpus("1024"), Ok(()));
+        assert_eq!(l.millicpus, 1_024_000);
+        assert_eq!(l.set_cpus("1024.001"), range("cpu", "1024.001", "0.01 to 1024"));
+        assert_eq!(l.set_cpus("0.004"), range("cpu", "0.004", "0.01 to 1024"));
+        // Not a positive finite number: the value is wrong, not its range.
+        for bad in ["0", "-1", "-0.5", "inf", "-inf", "NaN", "x"] {
+            assert_eq!(l.set_cpus(bad), Err(Error::Cpus(bad.to_owned())), "{bad:?}");
+        }
+    }
+
+    #[test]
     fn parses_durations() {
         assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
         assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
@@ -177,5 +220,8 @@ mod tests {
         assert_eq!(Bytes(512 * MIB).to_string(), "512M");
         assert_eq!(Bytes(2 * GIB).to_string(), "2G");
         assert_eq!(Bytes(1000).to_string(), "1000");
+        assert_eq!(Bytes(0).to_string(), "0");
+        assert_eq!(Bytes(1536).to_string(), "1536", "1.5K is not a whole K");
+        assert_eq!(Bytes(3 * 1024 * 1024 + 1024).to_string(), "3073K");
     }
 }

@@ -247,6 +247,54 @@ mod tests {
     }
 
     #[test]
+    fn ids_and_kinds_are_their_text_everywhere() {
+        let id: SnapshotId = "s4k8mzq2ab".parse().unwrap();
+        assert_eq!((id.to_string(), String::from(id.clone())), ("s4k8mzq2ab".to_owned(), "s4k8mzq2ab".to_owned()));
+        assert_eq!(serde_json::to_string(&id).unwrap(), "\"s4k8mzq2ab\"");
+        let names = ["milestone", "pre-risk", "branch", "suspend", "manual"];
+        for (k, name) in SnapshotKind::ALL.into_iter().zip(names) {
+            assert_eq!((k.as_str(), k.to_string()), (name, name.to_owned()));
+            assert_eq!(serde_json::to_value(k).unwrap(), serde_json::json!(name));
+        }
+    }
+
+    /// Indexes of the snapshots `r` expires at `now`.
+    fn expired_at(r: &Retention, snaps: &[Snapshot], now: i64) -> Vec<usize> {
+        r.expired(snaps, now).iter().map(|s| snaps.iter().position(|x| x.id == s.id).unwrap()).collect()
+    }
+
+    #[test]
+    fn retention_keeps_exactly_the_newest_k() {
+        let snaps: Vec<Snapshot> = (0..5).map(|_| snap(SnapshotKind::Manual, false, 0)).collect();
+        let hour = Duration::from_secs(3600);
+        let r = |keep_last| Retention { keep_last, keep_milestones: false, expire_after: Some(hour) };
+        assert_eq!(expired_at(&r(3), &snaps, 2 * 3_600_000), [0, 1]);
+        assert_eq!(expired_at(&r(1), &snaps, 2 * 3_600_000), [0, 1, 2, 3]);
+        assert_eq!(expired_at(&r(5), &snaps, 2 * 3_600_000), Vec::<usize>::new());
+        // No count rule: the latest snapshot is still kept.
+        assert_eq!(expired_at(&r(0), &snaps, 2 * 3_600_000), [0, 1, 2, 3]);
+    }
+
+    #[test]
+    fn retention_expires_a_snapshot_only_once_it_is_older_than_the_age() {
+        let snaps = vec![snap(SnapshotKind::Manual, false, 1_000), snap(SnapshotKind::Manual, false, 1_000)];
+        let r = Retention { keep_last: 0, keep_milestones: false, expire_after: Some(Duration::from_millis(500)) };
+        assert_eq!(expired_at(&r, &snaps, 1_499), Vec::<usize>::new());
+        assert_eq!(expired_at(&r, &snaps, 1_500), Vec::<usize>::new(), "exactly the age is not older");
+        assert_eq!(expired_at(&r, &snaps, 1_501), [0]);
+    }
+
+    #[test]
+    fn retention_reads_and_writes_the_age_in_milliseconds() {
+        let r: Retention = serde_json::from_str(r#"{"keep_last": 3, "expire_after": 90000}"#).unwrap();
+        assert_eq!(r, Retention { keep_last: 3, keep_milestones: true, expire_after: Some(Duration::from_secs(90)) });
+        let never: Retention = serde_json::from_str(r#"{"expire_after": null}"#).unwrap();
+        assert_eq!(never.expire_after, None);
+        assert_eq!(serde_json::to_value(&r).unwrap(), serde_json::json!({"keep_last": 3, "keep_milestones": true, "expire_after": 90000}));
+        assert_eq!(serde_json::from_str::<Retention>("{}").unwrap(), Retention::default());
+    }
+
+    #[test]
     fn retention_keeps_latest_newest_k_milestones_and_latest_healthy() {
         let day = 24 * 3600 * 1000;
         let snaps = vec![

@@ -184,6 +184,26 @@ mod tests {
     }
 
     #[test]
+    fn terminal_states_are_completed_and_destroyed() {
+        let terminal: Vec<TaskState> = TaskState::ALL.into_iter().filter(|s| s.is_terminal()).collect();
+        assert_eq!(terminal, [TaskState::Completed, TaskState::Destroyed]);
+    }
+
+    #[test]
+    fn states_display_as_their_names() {
+        let names = ["created", "running", "suspending", "suspended", "waking", "completed", "failed", "destroyed"];
+        for (st, name) in TaskState::ALL.into_iter().zip(names) {
+            assert_eq!((st.as_str(), st.to_string()), (name, name.to_owned()));
+        }
+        for (st, name) in [(SandboxState::None, "none"), (SandboxState::Ready, "ready"), (SandboxState::Lost, "lost")] {
+            assert_eq!((st.as_str(), st.to_string()), (name, name.to_owned()));
+            assert_eq!(name.parse::<SandboxState>(), Ok(st));
+            assert_eq!(serde_json::to_value(st).unwrap(), serde_json::json!(name));
+        }
+        assert_eq!("Ready".parse::<SandboxState>(), Err("unknown sandbox state \"Ready\"".to_owned()));
+    }
+
+    #[test]
     fn transitions() {
         assert_eq!(TaskState::Created.start(), Ok(TaskState::Running));
         assert!(TaskState::Running.start().is_err());

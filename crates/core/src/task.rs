@@ -194,6 +194,20 @@ mod tests {
     }
 
     #[test]
+    fn env_vars_join_back_to_key_equals_value() {
+        assert_eq!(EnvVar::parse("A=b=c").unwrap().to_pair(), "A=b=c");
+        assert_eq!(EnvVar { key: "EMPTY".into(), value: String::new() }.to_pair(), "EMPTY=");
+    }
+
+    #[test]
+    fn a_workdir_is_shorter_than_a_path_may_be() {
+        let longest = format!("/{}", "a".repeat(4094));
+        assert_eq!(check_workdir(&longest), Ok(()));
+        let too_long = format!("{longest}b");
+        assert_eq!(check_workdir(&too_long), Err(Error::Workdir(too_long.clone())));
+    }
+
+    #[test]
     fn names_and_paths() {
         assert!(check_workdir("/workspace").is_ok());
         assert!(check_workdir("relative").is_err() && check_workdir("/a/../b").is_err());

@@ -218,6 +218,25 @@ mod tests {
     }
 
     #[test]
+    fn kinds_and_sources_have_one_name_in_text_and_json() {
+        for (what, kind) in [
+            (WaitFor::Approval { prompt: "ship?".into() }, "approval"),
+            (WaitFor::Webhook { name: "build-done".into() }, "webhook"),
+            (WaitFor::Timer { fire_at_ms: 5 }, "timer"),
+        ] {
+            assert_eq!(what.kind(), kind);
+            assert_eq!(serde_json::to_value(&what).unwrap()["kind"], kind, "the JSON tag is the kind");
+        }
+        let sources = [(EventSource::Webhook, "webhook"), (EventSource::Operator, "operator"), (EventSource::Approval, "approval"), (EventSource::Timer, "timer")];
+        for (source, name) in sources {
+            assert_eq!(source.as_str(), name);
+            assert_eq!(name.parse::<EventSource>(), Ok(source));
+            assert_eq!(serde_json::to_value(source).unwrap(), serde_json::json!(name));
+        }
+        assert_eq!("cron".parse::<EventSource>(), Err("unknown event source \"cron\"".to_owned()));
+    }
+
+    #[test]
     fn ids_and_names() {
         let w = WaitId::random();
         assert_eq!(w.as_str().parse::<WaitId>().unwrap(), w);
