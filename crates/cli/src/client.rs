@@ -85,7 +85,8 @@ impl Client {
         self.send(self.request(Method::GET, path)).await
     }
 
-    pub async fn post(&self, path: &str, body: &Value) -> Result<Value> {
+    /// Posts a body of the wire model ([`cairn_api`]); answers as JSON.
+    pub async fn post<B: serde::Serialize + ?Sized>(&self, path: &str, body: &B) -> Result<Value> {
         self.send(self.request(Method::POST, path).json(body)).await
     }
 
@@ -141,10 +142,9 @@ impl Client {
 
 /// The one-line message of an error answer.
 pub fn error_message(status: StatusCode, body: &[u8]) -> String {
-    let msg = serde_json::from_slice::<Value>(body)
-        .ok()
-        .and_then(|v| v.get("error").and_then(|e| e.as_str()).map(str::to_owned))
-        .unwrap_or_else(|| String::from_utf8_lossy(body).trim().to_owned());
+    let msg = serde_json::from_slice::<cairn_api::ErrorBody>(body)
+        .map(|b| b.error.message)
+        .unwrap_or_else(|_| String::from_utf8_lossy(body).trim().to_owned());
     match status {
         StatusCode::UNAUTHORIZED => format!("the daemon refused the token: {msg}"),
         _ if msg.is_empty() => format!("the daemon answered {status}"),

@@ -82,7 +82,13 @@ pub async fn deliver(client: &Client, a: DeliverArgs) -> Result<Value> {
             bail!("--out {}: the directory exists and is not empty", out.display());
         }
     }
-    let body = json!({ "files": a.files, "archive": a.archive, "patch": a.patch, "report": a.report, "complete": a.complete });
+    let body = cairn_api::deliver::DeliverRequest {
+        files: a.files.clone(),
+        archive: a.archive.clone(),
+        patch: a.patch,
+        report: a.report.clone(),
+        complete: a.complete,
+    };
     let v = client.post(&format!("/v1/tasks/{}/deliveries", a.task), &body).await?;
     if let Some(out) = &a.out {
         std::fs::create_dir_all(out).with_context(|| format!("--out {}", out.display()))?;

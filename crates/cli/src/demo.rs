@@ -6,6 +6,7 @@
 use std::path::Path;
 use std::time::Instant;
 
+use cairn_api as api;
 use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
 
@@ -39,7 +40,7 @@ impl Demo {
         let took = t.elapsed();
         let mut out = String::from_utf8_lossy(&r.stdout).into_owned();
         out.push_str(&String::from_utf8_lossy(&r.stderr));
-        if let Some(note) = exec::exit_note(&r.exit) {
+        if let Some(note) = exec::exit_note(&r) {
             out.push_str(&format!("\n{note}"));
         }
         self.say(title, took, &out);
@@ -100,7 +101,14 @@ async fn steps(d: &mut Demo, home: &Path, daemon_port: u16) -> Result<()> {
     let t = Instant::now();
     let task = d
         .client
-        .post("/v1/tasks", &json!({"name": "demo", "memory": "256M", "pids": "64", "disk": "256M", "env": ["GREETING=hello"]}))
+        .post("/v1/tasks", &api::tasks::CreateRequest {
+                name: Some("demo".into()),
+                memory: Some("256M".into()),
+                pids: Some("64".into()),
+                disk: Some("256M".into()),
+                env: vec!["GREETING=hello".into()],
+                ..Default::default()
+            })
         .await?;
     d.task = task["id"].as_str().unwrap_or_default().to_owned();
     let l = &task["limits"];
@@ -148,7 +156,7 @@ async fn steps(d: &mut Demo, home: &Path, daemon_port: u16) -> Result<()> {
     d.show(
         "memory limit: allocating 400M in a 256M task is OOM-killed",
         "dd if=/dev/zero of=/dev/null bs=400M count=1",
-        |r| r.exit["oom_killed"] == json!(true),
+        |r| r.exit.oom_killed,
     )
     .await?;
     d.show(
@@ -315,7 +323,7 @@ async fn egress(d: &mut Demo) -> Result<()> {
     )
     .await?;
     let t = Instant::now();
-    let v = d.client.post(&format!("/v1/tasks/{}/egress", d.task), &json!({"allow": [DOCS_HOST]})).await?;
+    let v = d.client.post(&format!("/v1/tasks/{}/egress", d.task), &api::egress::PolicyUpdate { allow: vec![DOCS_HOST.into()], ..Default::default() }).await?;
     d.say("allow one host while the task runs", t.elapsed(), &format!("policy: allow {}", v["allow"]));
     d.show(
         "the allowed host answers through the proxy",
@@ -358,7 +366,12 @@ async fn egress(d: &mut Demo) -> Result<()> {
 /// Snapshots, a pre-risk snapshot, rollback in place, forks, check and gc.
 async fn snapshots(d: &mut Demo) -> Result<()> {
     let t = Instant::now();
-    let body = json!({"kind": "milestone", "note": "workspace ready", "memory": "notes.txt is in place; next: build"});
+    let body = api::snapshots::SnapshotRequest {
+        kind: Some("milestone".into()),
+        note: Some("workspace ready".into()),
+        memory: Some("notes.txt is in place; next: build".into()),
+        healthy: None,
+    };
     let snap = d.client.post(&format!("/v1/tasks/{}/snapshots", d.task), &body).await?;
     let sid = snap["id"].as_str().unwrap_or_default().to_owned();
     d.say(
@@ -372,7 +385,7 @@ async fn snapshots(d: &mut Demo) -> Result<()> {
         ),
     );
     let t = Instant::now();
-    let again = d.client.post(&format!("/v1/tasks/{}/snapshots", d.task), &json!({})).await?;
+    let again = d.client.post(&format!("/v1/tasks/{}/snapshots", d.task), &api::snapshots::SnapshotRequest::default()).await?;
     d.say(
         "snapshot again with nothing changed: incremental",
         t.elapsed(),
@@ -382,19 +395,14 @@ async fn snapshots(d: &mut Demo) -> Result<()> {
     let t = Instant::now();
     let args = ExecArgs { task: d.task.clone(), argv: vec!["rm".into(), "-rf".into(), "/workspace/notes.txt".into()], ..Default::default() };
     let r = exec::run(&d.client, &args, Sink::Capture).await?;
-    let pre = r.pre_risk.clone().unwrap_or(Value::Null);
-    d.say(
-        "a high-risk command (rm -rf) takes a pre-risk snapshot first",
-        t.elapsed(),
-        &format!("{} ({})", pre["snapshot"].as_str().unwrap_or("none"), pre["reason"].as_str().unwrap_or("")),
-    );
-    if pre.is_null() {
+    let Some(pre) = r.pre_risk.clone() else {
         bail!("rm -rf ran without a pre-risk snapshot");
-    }
+    };
+    d.say("a high-risk command (rm -rf) takes a pre-risk snapshot first", t.elapsed(), &format!("{} ({})", pre.snapshot, pre.reason));
     d.show("the file is gone", "ls /workspace/notes.txt 2>&1 || true", |r| text(r).contains("No such file")).await?;
 
     let t = Instant::now();
-    let body = json!({"to": sid, "reason": "deleted notes.txt by mistake"});
+    let body = api::snapshots::RollbackRequest { to: Some(sid.clone()), last_healthy: false, reason: "deleted notes.txt by mistake".into() };
     let rb = d.client.post(&format!("/v1/tasks/{}/rollback", d.task), &body).await?;
     let shown: Value = d.client.get(&format!("/v1/tasks/{}", d.task)).await?;
     d.say(
@@ -409,7 +417,7 @@ async fn snapshots(d: &mut Demo) -> Result<()> {
     d.show("the file is back", "cat /workspace/notes.txt", |r| text(r).contains("copied in by cairn cp")).await?;
 
     let t = Instant::now();
-    let kids = d.client.post(&format!("/v1/tasks/{}/fork", d.task), &json!({"from": sid, "count": 2})).await?;
+    let kids = d.client.post(&format!("/v1/tasks/{}/fork", d.task), &api::snapshots::ForkRequest { from: Some(sid.clone()), count: Some(2) }).await?;
     let ids: Vec<String> = kids.as_array().map(|a| a.iter().filter_map(|k| k["id"].as_str().map(str::to_owned)).collect()).unwrap_or_default();
     d.say("fork two tasks from the milestone (sharing its data)", t.elapsed(), &ids.join(", "));
     let main = d.task.clone();
@@ -422,8 +430,8 @@ async fn snapshots(d: &mut Demo) -> Result<()> {
     d.task = main;
 
     let t = Instant::now();
-    let check = d.client.post("/v1/check", &json!({"read_data": true})).await?;
-    let gc = d.client.post("/v1/gc", &json!({"dry_run": true})).await?;
+    let check = d.client.post("/v1/check", &api::snapshots::CheckRequest { read_data: true }).await?;
+    let gc = d.client.post("/v1/gc", &api::snapshots::GcRequest { dry_run: true, grace: None }).await?;
     d.say(
         "check the blob store (every byte) and preview gc",
         t.elapsed(),
@@ -441,7 +449,7 @@ async fn waits(d: &mut Demo, home: &Path) -> Result<()> {
     let t = Instant::now();
     let shown: Value = d.client.get(&format!("/v1/tasks/{}", d.task)).await?;
     let pid = shown["sandbox_pid"].as_i64().unwrap_or(0) as i32;
-    let w = d.client.post(&format!("/v1/tasks/{}/waits", d.task), &json!({"approval": "Publish notes.txt?"})).await?;
+    let w = d.client.post(&format!("/v1/tasks/{}/waits", d.task), &api::waits::WaitRequest { approval: Some("Publish notes.txt?".into()), ..Default::default() }).await?;
     let traces: Vec<String> = cairn_sandbox::traces::host_traces(home, &d.task, pid)
         .into_iter()
         .filter(|l| !l.ends_with(&format!("{}.img", d.task)))
@@ -481,7 +489,7 @@ async fn waits(d: &mut Demo, home: &Path) -> Result<()> {
     let t = Instant::now();
     let shown: Value = d.client.get(&format!("/v1/tasks/{}", d.task)).await?;
     let secret = shown["webhook_secret"].as_str().unwrap_or_default().to_owned();
-    let w = d.client.post(&format!("/v1/tasks/{}/waits", d.task), &json!({"webhook": "build-done"})).await?;
+    let w = d.client.post(&format!("/v1/tasks/{}/waits", d.task), &api::waits::WaitRequest { webhook: Some("build-done".into()), ..Default::default() }).await?;
     let hook = w["webhook_url"].as_str().unwrap_or_default().to_owned();
     let body = r#"{"status":"green"}"#;
     let ts = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_secs() as i64;
@@ -510,7 +518,7 @@ async fn waits(d: &mut Demo, home: &Path) -> Result<()> {
     d.say("woken by the webhook", t.elapsed(), &woke);
 
     let t = Instant::now();
-    d.client.post(&format!("/v1/tasks/{}/waits", d.task), &json!({"timer": "1s"})).await?;
+    d.client.post(&format!("/v1/tasks/{}/waits", d.task), &api::waits::WaitRequest { timer: Some("1s".into()), ..Default::default() }).await?;
     let woke = wait_running(d).await?;
     d.say("wait on a 1 s timer: suspended, then woken by it", t.elapsed(), &woke);
     Ok(())

@@ -6,7 +6,8 @@ use std::os::fd::AsFd;
 
 use anyhow::{anyhow, bail, Result};
 use futures_util::{SinkExt, StreamExt};
-use serde_json::{json, Value};
+use cairn_api::exec::{ClientFrame, ExecStart, ServerFrame, WinSize};
+use cairn_core::ExecExit;
 use tokio::io::AsyncReadExt;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::Message;
@@ -26,19 +27,32 @@ pub struct ExecArgs {
     pub risky: bool,
 }
 
+/// A `pre-risk` snapshot the daemon took before the command.
+#[derive(Debug, Clone)]
+pub struct PreRisk {
+    pub snapshot: String,
+    pub reason: String,
+}
+
 /// How a command ended, as the daemon reported it.
 #[derive(Debug, Clone)]
 pub struct ExecResult {
-    pub exit: Value,
+    pub exit: ExecExit,
+    /// With `oom_killed`: the task's memory limit.
+    pub memory_limit: Option<String>,
     pub stdout: Vec<u8>,
     pub stderr: Vec<u8>,
-    /// The `pre-risk` snapshot taken before the command, if one was.
-    pub pre_risk: Option<Value>,
+    pub pre_risk: Option<PreRisk>,
 }
 
 impl ExecResult {
     pub fn code(&self) -> i32 {
-        self.exit["exit_code"].as_i64().unwrap_or(1) as i32
+        self.exit.exit_code
+    }
+
+    /// The exit frame as the daemon sent it (for `--json`).
+    pub fn exit_frame(&self) -> ServerFrame {
+        ServerFrame::Exit { exit: self.exit.clone(), memory_limit: self.memory_limit.clone() }
     }
 }
 
@@ -103,16 +117,16 @@ pub async fn run(client: &Client, args: &ExecArgs, sink: Sink) -> Result<ExecRes
         Err(e) => bail!("cannot reach the daemon at {}: {e}", client.base),
     };
     let tty = args.tty.then(terminal_size);
-    let start = json!({
-        "argv": args.argv,
-        "env": args.env,
-        "workdir": args.workdir,
-        "stdin": args.stdin,
-        "tty": tty.map(|(rows, cols)| json!({"rows": rows, "cols": cols})),
-        "timeout_ms": args.timeout_ms,
-        "risky": args.risky,
-    });
-    ws.send(Message::Text(start.to_string().into())).await?;
+    let start = ExecStart {
+        argv: args.argv.clone(),
+        env: args.env.clone(),
+        workdir: args.workdir.clone(),
+        stdin: args.stdin,
+        tty: tty.map(|(rows, cols)| WinSize { rows, cols }),
+        timeout_ms: args.timeout_ms,
+        risky: args.risky,
+    };
+    ws.send(Message::Text(serde_json::to_string(&start)?.into())).await?;
     let _raw = if args.tty && matches!(sink, Sink::Terminal) { Some(RawMode::enable()) } else { None };
 
     let (mut tx, mut rx) = ws.split();
@@ -139,7 +153,7 @@ pub async fn run(client: &Client, args: &ExecArgs, sink: Sink) -> Result<ExecRes
         drop(stdin_tx);
     }
     let mut winch = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::window_change()).ok();
-    let mut result = ExecResult { exit: Value::Null, stdout: Vec::new(), stderr: Vec::new(), pre_risk: None };
+    let mut result = ExecResult { exit: ExecExit { exit_code: 1, signal: None, oom_killed: false, timed_out: false, duration_ms: 0 }, memory_limit: None, stdout: Vec::new(), stderr: Vec::new(), pre_risk: None };
     let mut stdin_open = args.stdin || args.tty;
     loop {
         tokio::select! {
@@ -156,21 +170,21 @@ pub async fn run(client: &Client, args: &ExecArgs, sink: Sink) -> Result<ExecRes
                         }
                     }
                     Some(Ok(Message::Text(t))) => {
-                        let v: Value = serde_json::from_str(&t).unwrap_or(Value::Null);
-                        match v["type"].as_str() {
-                            Some("exit") => { result.exit = v; break; }
-                            Some("error") => bail!("{}", v["error"].as_str().unwrap_or("exec failed")),
-                            Some("pre-risk") => {
-                                if matches!(sink, Sink::Terminal) {
-                                    eprintln!(
-                                        "cairn: took pre-risk snapshot {} ({})",
-                                        v["snapshot"].as_str().unwrap_or("?"),
-                                        v["reason"].as_str().unwrap_or("")
-                                    );
-                                }
-                                result.pre_risk = Some(v);
+                        match serde_json::from_str::<ServerFrame>(&t) {
+                            Ok(ServerFrame::Exit { exit, memory_limit }) => {
+                                result.exit = exit;
+                                result.memory_limit = memory_limit;
+                                break;
                             }
-                            _ => {}
+                            Ok(ServerFrame::Error { error, .. }) => bail!("{error}"),
+                            Ok(ServerFrame::PreRisk { snapshot, reason, .. }) => {
+                                if matches!(sink, Sink::Terminal) {
+                                    eprintln!("cairn: took pre-risk snapshot {snapshot} ({reason})");
+                                }
+                                result.pre_risk = Some(PreRisk { snapshot, reason });
+                            }
+                            Ok(ServerFrame::Started { .. }) => {}
+                            Err(e) => bail!("the daemon sent a frame this client does not understand ({e}): {t}"),
                         }
                     }
                     Some(Ok(Message::Close(_))) | None => bail!("the daemon closed the connection before the command ended"),
@@ -192,7 +206,8 @@ pub async fn run(client: &Client, args: &ExecArgs, sink: Sink) -> Result<ExecRes
             }
             _ = async { match winch.as_mut() { Some(w) => { w.recv().await; } None => std::future::pending().await } }, if args.tty => {
                 let (rows, cols) = terminal_size();
-                let _ = tx.send(Message::Text(json!({"type": "resize", "rows": rows, "cols": cols}).to_string().into())).await;
+                let frame = serde_json::to_string(&ClientFrame::Resize { rows, cols }).unwrap_or_default();
+                let _ = tx.send(Message::Text(frame.into())).await;
             }
         }
     }
@@ -201,15 +216,12 @@ pub async fn run(client: &Client, args: &ExecArgs, sink: Sink) -> Result<ExecRes
 }
 
 /// The line `cairn exec` prints to stderr when a command did not simply exit.
-pub fn exit_note(exit: &Value) -> Option<String> {
-    if exit["timed_out"].as_bool() == Some(true) {
-        return Some(format!("cairn: command timed out and was killed (exit {})", exit["exit_code"]));
+pub fn exit_note(r: &ExecResult) -> Option<String> {
+    if r.exit.timed_out {
+        return Some(format!("cairn: command timed out and was killed (exit {})", r.exit.exit_code));
     }
-    if exit["oom_killed"].as_bool() == Some(true) {
-        return Some(format!(
-            "cairn: command was killed: out of memory (task limit {})",
-            exit["memory_limit"].as_str().unwrap_or("?")
-        ));
+    if r.exit.oom_killed {
+        return Some(format!("cairn: command was killed: out of memory (task limit {})", r.memory_limit.as_deref().unwrap_or("?")));
     }
     None
 }

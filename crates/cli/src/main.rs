@@ -14,6 +14,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{anyhow, Context, Result};
+use cairn_api as api;
 use clap::{Args, Parser, Subcommand};
 use serde_json::{json, Value};
 
@@ -488,13 +489,24 @@ async fn client_command(cmd: Cmd, json_out: bool) -> Result<u8> {
     };
     match cmd {
         Cmd::Task(TaskCmd::Create(a)) => {
-            let body = json!({
-                "image": a.image, "name": a.name, "memory": a.memory, "cpus": a.cpus,
-                "pids": a.pids, "disk": a.disk, "env": a.env, "workdir": a.workdir,
-                "keep_last": a.keep_last, "keep_milestones": a.keep_milestones,
-                "expire_after": a.expire_after, "risky": a.risky, "services": a.services, "idle_suspend": a.idle_suspend,
-                "allow": a.allow, "deny": a.deny,
-            });
+            let body = api::tasks::CreateRequest {
+                image: a.image,
+                name: a.name,
+                memory: a.memory,
+                cpus: a.cpus,
+                pids: a.pids,
+                disk: a.disk,
+                env: a.env,
+                workdir: a.workdir,
+                keep_last: a.keep_last,
+                keep_milestones: a.keep_milestones,
+                expire_after: a.expire_after,
+                risky: a.risky,
+                services: a.services,
+                idle_suspend: a.idle_suspend,
+                allow: a.allow,
+                deny: a.deny,
+            };
             let task = client.post("/v1/tasks", &body).await?;
             if json_out {
                 println!("{}", json!({ "id": task["id"] }));
@@ -506,7 +518,7 @@ async fn client_command(cmd: Cmd, json_out: bool) -> Result<u8> {
             if a.allow.is_empty() && a.deny.is_empty() && !a.clear_egress {
                 return Err(anyhow!("nothing to update: give --allow, --deny or --clear-egress"));
             }
-            let body = json!({ "allow": a.allow, "deny": a.deny, "clear": a.clear_egress });
+            let body = api::egress::PolicyUpdate { allow: a.allow, deny: a.deny, clear: a.clear_egress };
             let v = client.post(&format!("/v1/tasks/{}/egress", a.task), &body).await?;
             print(&v, &|v| format!("{}: {}", v["task"].as_str().unwrap_or_default(), output::policy_line(v)));
         }
@@ -557,11 +569,11 @@ async fn client_command(cmd: Cmd, json_out: bool) -> Result<u8> {
                 risky: a.risky,
             };
             let r = exec::run(&client, &args, exec::Sink::Terminal).await?;
-            if let Some(note) = exec::exit_note(&r.exit) {
+            if let Some(note) = exec::exit_note(&r) {
                 eprintln!("{note}");
             }
             if json_out {
-                println!("{}", r.exit);
+                println!("{}", serde_json::to_string(&r.exit_frame())?);
             }
             return Ok(r.code().clamp(0, 255) as u8);
         }
@@ -607,7 +619,7 @@ async fn client_command(cmd: Cmd, json_out: bool) -> Result<u8> {
                 }
                 other => other.map(str::to_owned),
             };
-            let body = json!({ "kind": a.kind, "note": a.note, "memory": memory, "healthy": !a.unhealthy });
+            let body = api::snapshots::SnapshotRequest { kind: Some(a.kind), note: a.note, memory, healthy: Some(!a.unhealthy) };
             let v = progress::while_running(&client, &task, client.post(&format!("/v1/tasks/{task}/snapshots"), &body)).await?;
             if json_out {
                 println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
@@ -616,7 +628,7 @@ async fn client_command(cmd: Cmd, json_out: bool) -> Result<u8> {
             }
         }
         Cmd::Rollback(a) => {
-            let body = json!({ "to": a.to, "last_healthy": a.last_healthy, "reason": a.reason });
+            let body = api::snapshots::RollbackRequest { to: a.to, last_healthy: a.last_healthy, reason: a.reason };
             let task = a.task;
             let v = progress::while_running(&client, &task, client.post(&format!("/v1/tasks/{task}/rollback"), &body)).await?;
             print(&v, &|v| {
@@ -631,7 +643,7 @@ async fn client_command(cmd: Cmd, json_out: bool) -> Result<u8> {
             });
         }
         Cmd::Fork(a) => {
-            let body = json!({ "from": a.from, "count": a.count });
+            let body = api::snapshots::ForkRequest { from: a.from, count: Some(a.count) };
             let task = a.task;
             let v = progress::while_running(&client, &task, client.post(&format!("/v1/tasks/{task}/fork"), &body)).await?;
             if json_out {
@@ -644,7 +656,7 @@ async fn client_command(cmd: Cmd, json_out: bool) -> Result<u8> {
             }
         }
         Cmd::Wait(a) => {
-            let body = json!({ "approval": a.approval, "webhook": a.webhook, "timer": a.timer });
+            let body = api::waits::WaitRequest { approval: a.approval, webhook: a.webhook, timer: a.timer };
             let task = a.task;
             let v = client.post(&format!("/v1/tasks/{task}/waits"), &body).await?;
             if !a.block {
@@ -664,18 +676,20 @@ async fn client_command(cmd: Cmd, json_out: bool) -> Result<u8> {
             print(&done["event"], &|e| serde_json::to_string_pretty(e).unwrap_or_default());
         }
         Cmd::Approve { task, reject, comment } => {
-            let v = client.post(&format!("/v1/tasks/{task}/approve"), &json!({ "approve": !reject, "comment": comment })).await?;
-            print(&v, &|v| format!("{} {task}", if reject { "rejected" } else { "approved" }) + if v["wakes"] == true { "; it wakes" } else { "" });
+            let v = client.post(&format!("/v1/tasks/{task}/approve"), &api::waits::ApproveRequest { approve: !reject, comment }).await?;
+            let d: api::waits::Delivered = serde_json::from_value(v.clone()).context("the daemon's answer to an approval")?;
+            print(&v, &|_| format!("{} {task}", if reject { "rejected" } else { "approved" }) + if d.wakes { "; it wakes" } else { "" });
         }
         Cmd::Event { task, name, data } => {
             let data: Value = serde_json::from_str(&data).map_err(|e| anyhow!("--data is not JSON: {e}"))?;
-            let v = client.post(&format!("/v1/tasks/{task}/inbox"), &json!({ "name": name, "data": data })).await?;
-            print(&v, &|v| {
-                let what = match v["satisfied"].as_str() {
+            let v = client.post(&format!("/v1/tasks/{task}/inbox"), &api::waits::EventRequest { name, data }).await?;
+            let d: api::waits::Delivered = serde_json::from_value(v.clone()).context("the daemon's answer to an event")?;
+            print(&v, &|_| {
+                let what = match &d.satisfied {
                     Some(w) => format!("satisfied wait {w}"),
                     None => "kept in the inbox for a later wait".to_owned(),
                 };
-                format!("event {}: {what}", v["event"]["id"].as_str().unwrap_or_default())
+                format!("event {}: {what}", d.event.id)
             });
         }
         Cmd::Suspend { task } => {
@@ -690,11 +704,11 @@ async fn client_command(cmd: Cmd, json_out: bool) -> Result<u8> {
             client.watch(&task, json_out).await?;
         }
         Cmd::Gc(a) => {
-            let v = client.post("/v1/gc", &json!({ "dry_run": a.dry_run, "grace": a.grace })).await?;
+            let v = client.post("/v1/gc", &api::snapshots::GcRequest { dry_run: a.dry_run, grace: a.grace }).await?;
             print(&v, &output::gc_summary);
         }
         Cmd::Check { read_data } => {
-            let v = client.post("/v1/check", &json!({ "read_data": read_data })).await?;
+            let v = client.post("/v1/check", &api::snapshots::CheckRequest { read_data }).await?;
             print(&v, &output::check_summary);
             let problems = v["problems"].as_array().map(Vec::len).unwrap_or(0);
             if problems > 0 {
@@ -710,7 +724,8 @@ async fn client_command(cmd: Cmd, json_out: bool) -> Result<u8> {
         }
         Cmd::Image(ImageCmd::Import { name, path }) => {
             let abs = std::fs::canonicalize(&path).with_context(|| format!("cannot import {}", path.display()))?;
-            let v = client.post("/v1/images", &json!({ "name": name, "path": abs })).await?;
+            let path = abs.to_str().ok_or_else(|| anyhow!("cannot import {}: the path is not UTF-8", abs.display()))?.to_owned();
+            let v = client.post("/v1/images", &api::images::ImportRequest { name, path }).await?;
             print(&v, &|v| {
                 let d = &v["dropped"];
                 format!(

@@ -35,9 +35,9 @@
 //! | GET, POST | /approve/{wait}?exp=&sig= | the approval page and its form (a signed link) |
 //! | DELETE | /v1/images/{name} | remove |
 //!
-//! Errors are `{"error": "..."}` with a 4xx/5xx status.
+//! Errors are `{"error": {"code": "...", "message": "..."}}` with a 4xx/5xx
+//! status; the codes are [`cairn_api::ErrorCode`].
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use axum::body::Body;
@@ -52,6 +52,9 @@ use cairn_core::TaskState;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use subtle::ConstantTimeEq;
+
+use cairn_api::images::ImportRequest;
+use cairn_api::snapshots::CheckRequest;
 
 use crate::snapshots::{ForkRequest, GcRequest, RollbackRequest, SnapshotRequest};
 use crate::waits::{ApproveRequest, EventRequest, WaitRequest};
@@ -222,13 +225,6 @@ async fn gc(State(s): State<AppState>, headers: HeaderMap, b: axum::body::Bytes)
     Ok(Json(s.tasks.gc(req, &actor(&headers)).await?))
 }
 
-#[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-struct CheckRequest {
-    #[serde(default)]
-    read_data: bool,
-}
-
 async fn check(State(s): State<AppState>, b: axum::body::Bytes) -> Result<Json<Value>, ApiError> {
     let req: CheckRequest = body("check", &b)?;
     Ok(Json(json!(s.tasks.check(req.read_data).await?)))
@@ -268,18 +264,11 @@ async fn list_images(State(s): State<AppState>) -> Result<Json<Value>, ApiError>
     Ok(Json(json!(list)))
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ImportRequest {
-    name: String,
-    path: PathBuf,
-}
-
 async fn import_image(State(s): State<AppState>, body: axum::body::Bytes) -> Result<Response, ApiError> {
     let req: ImportRequest =
         serde_json::from_slice(&body).map_err(|e| ApiError::bad_request(format!("malformed image request: {e}")))?;
     let images = s.tasks.images.clone();
-    let image = tokio::task::spawn_blocking(move || images.import(&req.name, &req.path)).await??;
+    let image = tokio::task::spawn_blocking(move || images.import(&req.name, std::path::Path::new(&req.path))).await??;
     Ok((StatusCode::CREATED, Json(json!(image))).into_response())
 }
 
@@ -302,8 +291,8 @@ async fn remove_image(State(s): State<AppState>, Path(name): Path<String>) -> Re
     Ok(Json(json!({ "removed": name })))
 }
 
-fn delivered(d: &cairn_store::Delivered) -> Value {
-    json!({ "event": d.event, "duplicate": d.duplicate, "satisfied": d.satisfied, "wakes": d.wake })
+fn delivered(d: &cairn_store::Delivered) -> cairn_api::waits::Delivered {
+    cairn_api::waits::Delivered { event: d.event.clone(), duplicate: d.duplicate, satisfied: d.satisfied.clone(), wakes: d.wake }
 }
 
 async fn create_wait(State(s): State<AppState>, Path(id): Path<String>, headers: HeaderMap, b: axum::body::Bytes) -> Result<Response, ApiError> {
@@ -322,7 +311,7 @@ async fn show_wait(State(s): State<AppState>, Path(id): Path<String>, Query(q): 
     Ok(Json(json!(s.tasks.get_wait(&id, block).await?)))
 }
 
-async fn approve(State(s): State<AppState>, Path(id): Path<String>, headers: HeaderMap, b: axum::body::Bytes) -> Result<Json<Value>, ApiError> {
+async fn approve(State(s): State<AppState>, Path(id): Path<String>, headers: HeaderMap, b: axum::body::Bytes) -> Result<Json<cairn_api::waits::Delivered>, ApiError> {
     let req: ApproveRequest = body("approve", &b)?;
     Ok(Json(delivered(&s.tasks.approve(&id, req, &actor(&headers)).await?)))
 }
@@ -429,7 +418,7 @@ async fn watch(State(s): State<AppState>, Path(id): Path<String>, Query(q): Quer
 }
 
 /// A webhook: the signature (with the task's secret) is the authentication.
-async fn hook(State(s): State<AppState>, Path((task, name)): Path<(String, String)>, headers: HeaderMap, b: axum::body::Bytes) -> Result<Json<Value>, ApiError> {
+async fn hook(State(s): State<AppState>, Path((task, name)): Path<(String, String)>, headers: HeaderMap, b: axum::body::Bytes) -> Result<Json<cairn_api::waits::Delivered>, ApiError> {
     Ok(Json(delivered(&s.tasks.webhook(&task, &name, &headers, &b).await?)))
 }
 

@@ -11,7 +11,6 @@ use cairn_core::{EgressRules, EventKind, NewEvent, TaskId};
 use cairn_egress::{Attempt, Policy, ProxyConfig, SystemResolver, TaskProxy};
 use cairn_sandbox::native::{InitProcess, NativeDriver};
 use cairn_store::Store;
-use serde::{Deserialize, Serialize};
 use serde_json::json;
 use tokio::sync::{mpsc, watch};
 
@@ -40,24 +39,12 @@ struct Running {
     proxy: TaskProxy,
 }
 
-/// Body of `POST /v1/tasks/{id}/egress`: rules to add (each moves out of
-/// the other list if it was there), after clearing both lists if asked.
-#[derive(Debug, Default, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct PolicyUpdate {
-    #[serde(default)]
-    pub allow: Vec<String>,
-    #[serde(default)]
-    pub deny: Vec<String>,
-    #[serde(default)]
-    pub clear: bool,
-}
+pub use cairn_api::egress::{Decision, EgressView, PolicyUpdate};
 
-impl PolicyUpdate {
-    /// The rules after this update, checked and normalised.
-    pub fn apply(&self, current: &EgressRules) -> Result<EgressRules, ApiError> {
-        let added = crate::config::egress_rules(&self.allow, &self.deny).map_err(|e| ApiError::bad_request(e.to_string()))?;
-        let mut rules = if self.clear { EgressRules::default() } else { current.clone() };
+/// The rules after `update`, checked and normalised.
+pub fn apply_update(update: &PolicyUpdate, current: &EgressRules) -> Result<EgressRules, ApiError> {
+        let added = crate::config::egress_rules(&update.allow, &update.deny).map_err(|e| ApiError::bad_request(e.to_string()))?;
+        let mut rules = if update.clear { EgressRules::default() } else { current.clone() };
         for r in added.allow {
             rules.deny.retain(|d| *d != r);
             if !rules.allow.contains(&r) {
@@ -71,7 +58,6 @@ impl PolicyUpdate {
             }
         }
         Ok(rules)
-    }
 }
 
 /// The policy the proxy enforces for stored rules (stored rules were
@@ -168,24 +154,6 @@ impl Egress {
     }
 }
 
-/// `GET /v1/tasks/{id}/egress`: the policy and every decision so far.
-#[derive(Debug, Serialize, Deserialize)]
-pub struct EgressView {
-    pub task: TaskId,
-    pub allow: Vec<String>,
-    pub deny: Vec<String>,
-    pub decisions: Vec<Decision>,
-}
-
-/// One decision-log entry: when, and the attempt.
-#[derive(Debug, Serialize, Deserialize)]
-pub struct Decision {
-    pub seq: u64,
-    pub time_ms: i64,
-    #[serde(flatten)]
-    pub attempt: Attempt,
-}
-
 impl crate::tasks::Tasks {
     pub async fn egress_view(&self, id: &str) -> Result<EgressView, ApiError> {
         let task = self.find(id).await?;
@@ -195,7 +163,9 @@ impl crate::tasks::Tasks {
             .await?
             .into_iter()
             .filter(|e| e.kind == EventKind::Egress)
-            .filter_map(|e| Some(Decision { seq: e.seq, time_ms: e.time_ms, attempt: serde_json::from_value(e.args).ok()? }))
+            // Entries that are not attempts are left out.
+            .filter(|e| serde_json::from_value::<Attempt>(e.args.clone()).is_ok())
+            .filter_map(|e| Some(Decision { seq: e.seq, time_ms: e.time_ms, attempt: e.args.as_object()?.clone() }))
             .collect();
         Ok(EgressView { task: task.id, allow: task.config.egress.allow, deny: task.config.egress.deny, decisions })
     }
@@ -210,7 +180,7 @@ impl crate::tasks::Tasks {
         if task.state.is_terminal() {
             return Err(ApiError::conflict(format!("task {} is {}; its egress policy cannot change", task.id, task.state)));
         }
-        task.config.egress = update.apply(&task.config.egress)?;
+        task.config.egress = apply_update(&update, &task.config.egress)?;
         let event = NewEvent {
             task: task.id.clone(),
             kind: EventKind::PolicyUpdate,
@@ -260,21 +230,21 @@ mod tests {
     fn update_moves_rules_between_lists_and_normalises() {
         let current = rules(&["a.example.com", "b.example.com"], &[]);
         let up = PolicyUpdate { allow: vec!["C.Example.com.".into()], deny: vec!["a.example.com".into()], clear: false };
-        let new = up.apply(&current).unwrap();
+        let new = apply_update(&up, &current).unwrap();
         assert_eq!(new, rules(&["b.example.com", "c.example.com"], &["a.example.com"]));
-        let back = PolicyUpdate { allow: vec!["a.example.com".into()], ..Default::default() }.apply(&new).unwrap();
+        let back = apply_update(&PolicyUpdate { allow: vec!["a.example.com".into()], ..Default::default() }, &new).unwrap();
         assert_eq!(back.deny, Vec::<String>::new());
-        let cleared = PolicyUpdate { clear: true, ..Default::default() }.apply(&new).unwrap();
+        let cleared = apply_update(&PolicyUpdate { clear: true, ..Default::default() }, &new).unwrap();
         assert_eq!(cleared, EgressRules::default());
     }
 
     #[test]
     fn update_refuses_invalid_patterns_and_names_them() {
         for bad in ["*", "*x.com", "a.*.com", "example.com:0", "example.com:99999", "*.10.0.0.1", "10.0.0.1:0"] {
-            let err = PolicyUpdate { allow: vec![bad.into()], ..Default::default() }.apply(&EgressRules::default()).unwrap_err();
+            let err = apply_update(&PolicyUpdate { allow: vec![bad.into()], ..Default::default() }, &EgressRules::default()).unwrap_err();
             assert!(err.to_string().contains(bad), "{bad}: {err}");
         }
-        assert!(PolicyUpdate { allow: vec!["*.example.com:8443".into()], ..Default::default() }.apply(&EgressRules::default()).is_ok());
+        assert!(apply_update(&PolicyUpdate { allow: vec!["*.example.com:8443".into()], ..Default::default() }, &EgressRules::default()).is_ok());
     }
 
     #[test]

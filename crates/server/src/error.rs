@@ -2,7 +2,8 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 
-/// An API error: an HTTP status and a one-line message naming what was wrong.
+/// An API error: an HTTP status and a one-line message naming what was
+/// wrong; answered as `{"error": {"code", "message"}}` (`cairn_api::error`).
 #[derive(Debug)]
 pub struct ApiError {
     pub status: StatusCode,
@@ -25,6 +26,10 @@ impl ApiError {
     pub fn internal(m: impl Into<String>) -> Self {
         Self::new(StatusCode::INTERNAL_SERVER_ERROR, m)
     }
+    /// The stable code of the error body, from the status.
+    pub fn code(&self) -> cairn_api::ErrorCode {
+        cairn_api::ErrorCode::for_status(self.status.as_u16())
+    }
 }
 
 impl std::fmt::Display for ApiError {
@@ -38,7 +43,8 @@ impl IntoResponse for ApiError {
         if self.status.is_server_error() {
             tracing::error!(status = %self.status, "{}", self.message);
         }
-        (self.status, Json(serde_json::json!({ "error": self.message }))).into_response()
+        let body = cairn_api::ErrorBody::new(self.code(), self.message);
+        (self.status, Json(body)).into_response()
     }
 }
 

@@ -1,15 +1,6 @@
-//! `GET /v1/tasks/{id}/exec`: a command over a WebSocket.
-//!
-//! The client's first message is a text frame with an [`ExecStart`]. Then:
-//! - server to client: binary frames `[1, bytes..]` (stdout) and
-//!   `[2, bytes..]` (stderr, or the pty), a text frame
-//!   `{"type":"pre-risk","snapshot":S,"reason":R}` when a `pre-risk` snapshot
-//!   was taken before the command, `{"type":"started","step":N}`, and finally `{"type":"exit", ..}` with an
-//!   [`ExecExit`], or `{"type":"error","error":".."}`;
-//! - client to server: binary `[0, bytes..]` (stdin), `[0]` alone (stdin
-//!   closed), text `{"type":"resize","rows":R,"cols":C}`.
-//!
-//! Closing the socket early kills the command.
+//! `GET /v1/tasks/{id}/exec`: a command over a WebSocket. The protocol
+//! (the start message, binary channel frames, text frames each way) is
+//! [`cairn_api::exec`]. Closing the socket early kills the command.
 
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::Arc;
@@ -20,7 +11,6 @@ use cairn_core::{EnvVar, EventKind, ExecExit, NewEvent};
 use cairn_sandbox::native::RunningCommand;
 use cairn_sandbox::proto::{ExecRequest, Reply, WinSize};
 use futures_util::SinkExt;
-use serde::{Deserialize, Serialize};
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::unix::pipe;
@@ -28,9 +18,7 @@ use tokio::net::unix::pipe;
 use crate::tasks::Tasks;
 use crate::ApiError;
 
-pub const STDIN: u8 = 0;
-pub const STDOUT: u8 = 1;
-pub const STDERR: u8 = 2;
+pub use cairn_api::exec::{STDERR, STDIN, STDOUT};
 
 /// After the command exits, output still buffered (or held open by a
 /// background child) is read for at most this long.
@@ -38,29 +26,8 @@ const DRAIN_GRACE: Duration = Duration::from_millis(200);
 
 const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct ExecStart {
-    pub argv: Vec<String>,
-    #[serde(default)]
-    pub env: Vec<String>,
-    pub workdir: Option<String>,
-    /// Pass the client's stdin (else the command reads /dev/null).
-    #[serde(default)]
-    pub stdin: bool,
-    /// Run on a pty of this size.
-    pub tty: Option<WinSize>,
-    pub timeout_ms: Option<u64>,
-    /// Take a `pre-risk` snapshot first, whatever the command.
-    #[serde(default)]
-    pub risky: bool,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(tag = "type", rename_all = "lowercase")]
-enum ClientText {
-    Resize { rows: u16, cols: u16 },
-}
+pub use cairn_api::exec::ExecStart;
+use cairn_api::exec::{ClientFrame, ServerFrame};
 
 /// Serves one exec connection to its end.
 pub async fn serve(tasks: Arc<Tasks>, id: String, actor: String, mut ws: WebSocket) {
@@ -73,7 +40,8 @@ pub async fn serve(tasks: Arc<Tasks>, id: String, actor: String, mut ws: WebSock
         Err(e) => Err(ApiError::bad_request(e)),
     };
     if let Err(e) = result {
-        let _ = ws.send(Message::Text(json!({"type": "error", "error": e.message, "status": e.status.as_u16()}).to_string().into())).await;
+        let frame = ServerFrame::Error { code: e.code(), status: e.status.as_u16(), error: e.message };
+        let _ = ws.send(Message::Text(text(&frame).into())).await;
     }
     let _ = ws.close().await;
     // Read what the client still sends (late stdin, its close) until it
@@ -141,8 +109,8 @@ async fn run(tasks: &Arc<Tasks>, id: &str, actor: &str, start: ExecStart, ws: &m
             ..Default::default()
         };
         let snap = tasks.snapshot(task.id.as_str(), req, actor).await?;
-        let msg = json!({"type": "pre-risk", "snapshot": snap.id, "reason": reason, "freeze_ms": snap.freeze_ms});
-        let _ = ws.send(Message::Text(msg.to_string().into())).await;
+        let frame = ServerFrame::PreRisk { snapshot: snap.id.to_string(), reason, freeze_ms: snap.freeze_ms };
+        let _ = ws.send(Message::Text(text(&frame).into())).await;
     }
     let step = tasks.store.bump_step(&task.id).await?;
     // Running from here on: an idle suspend must wait for it to end.
@@ -152,7 +120,7 @@ async fn run(tasks: &Arc<Tasks>, id: &str, actor: &str, start: ExecStart, ws: &m
     let cgroup = tasks.driver.cgroup(task.id.as_str())?;
     let oom_before = cgroup.oom_kills().unwrap_or(0);
 
-    let req = ExecRequest { argv: start.argv.clone(), env, cwd: workdir.clone(), tty: start.tty };
+    let req = ExecRequest { argv: start.argv.clone(), env, cwd: workdir.clone(), tty: start.tty.map(|t| WinSize { rows: t.rows, cols: t.cols }) };
     let io = Stdio::new(start.stdin, start.tty.is_some()).map_err(|e| ApiError::internal(format!("pipes: {e}")))?;
     let driver = tasks.driver.clone();
     let tid = task.id.to_string();
@@ -172,7 +140,7 @@ async fn run(tasks: &Arc<Tasks>, id: &str, actor: &str, start: ExecStart, ws: &m
             ExecExit { exit_code: 127, signal: None, oom_killed: false, timed_out: false, duration_ms: 0 }
         }
         Ok(cmd) => {
-            let _ = ws.send(Message::Text(json!({"type": "started", "step": step}).to_string().into())).await;
+            let _ = ws.send(Message::Text(text(&ServerFrame::Started { step }).into())).await;
             let (code, signal, timed_out) = pump(cmd, &mut io, ws, start.timeout_ms).await;
             // Any OOM kill in the task's cgroup while the command ran counts:
             // a shell reports its killed child as exit 137, not as a signal.
@@ -202,13 +170,14 @@ async fn run(tasks: &Arc<Tasks>, id: &str, actor: &str, start: ExecStart, ws: &m
         })
         .await?;
     tracing::debug!(found = ?t_found, step = ?t_step, started = ?t_started, done = ?t_done, logged = ?t0.elapsed(), "exec timings");
-    let mut msg = serde_json::to_value(&outcome).unwrap_or_default();
-    msg["type"] = json!("exit");
-    if outcome.oom_killed {
-        msg["memory_limit"] = json!(cairn_core::Bytes(task.config.limits.memory_bytes).to_string());
-    }
-    let _ = ws.send(Message::Text(msg.to_string().into())).await;
+    let memory_limit = outcome.oom_killed.then(|| cairn_core::Bytes(task.config.limits.memory_bytes).to_string());
+    let _ = ws.send(Message::Text(text(&ServerFrame::Exit { exit: outcome, memory_limit }).into())).await;
     Ok(())
+}
+
+/// A frame as the text of a WebSocket message.
+fn text(frame: &ServerFrame) -> String {
+    serde_json::to_string(frame).unwrap_or_default()
 }
 
 fn frame(channel: u8, data: &[u8]) -> Vec<u8> {
@@ -332,7 +301,7 @@ async fn pump(cmd: RunningCommand, io: &mut ParentIo, ws: &mut WebSocket, timeou
                         }
                     }
                     Some(Ok(Message::Text(t))) => {
-                        if let (Ok(ClientText::Resize { rows, cols }), Some(fd)) = (serde_json::from_str::<ClientText>(&t), pty_fd) {
+                        if let (Ok(ClientFrame::Resize { rows, cols }), Some(fd)) = (serde_json::from_str::<ClientFrame>(&t), pty_fd) {
                             cairn_sandbox::process::exec::set_winsize(fd, WinSize { rows, cols });
                         }
                     }

@@ -24,7 +24,6 @@ use cairn_sandbox::native::NativeDriver;
 use cairn_sandbox::uidmap::IdRange;
 use cairn_snapshot::{IdShift, LayerSpec, Manifest};
 use cairn_store::now_ms;
-use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use crate::tasks::{Live, Tasks};
@@ -37,57 +36,7 @@ const MAX_MEMORY: usize = 1 << 20;
 /// Most forks made by one request.
 const MAX_FORKS: u32 = 32;
 
-/// Body of `POST /v1/tasks/{id}/snapshots`.
-#[derive(Debug, Default, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct SnapshotRequest {
-    pub kind: Option<String>,
-    pub note: Option<String>,
-    /// Also becomes the task's memory summary.
-    pub memory: Option<String>,
-    pub healthy: Option<bool>,
-}
-
-/// Body of `POST /v1/tasks/{id}/rollback`: exactly one of `to` and
-/// `last_healthy`.
-#[derive(Debug, Default, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct RollbackRequest {
-    pub to: Option<String>,
-    #[serde(default)]
-    pub last_healthy: bool,
-    pub reason: String,
-}
-
-/// Body of `POST /v1/tasks/{id}/fork`.
-#[derive(Debug, Default, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct ForkRequest {
-    pub from: Option<String>,
-    pub count: Option<u32>,
-}
-
-/// Body of `POST /v1/gc`.
-#[derive(Debug, Default, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct GcRequest {
-    #[serde(default)]
-    pub dry_run: bool,
-    /// Overrides the configured grace period (e.g. `0s` in tests).
-    pub grace: Option<String>,
-}
-
-/// A long operation in progress on a task, for `GET /v1/tasks/{id}/progress`.
-#[derive(Clone, Debug, Serialize)]
-pub struct OpProgress {
-    pub op: &'static str,
-    pub phase: &'static str,
-    pub files_done: u64,
-    pub files_total: u64,
-    pub bytes_done: u64,
-    pub bytes_total: u64,
-    pub elapsed_ms: u64,
-}
+pub use cairn_api::snapshots::{ForkRequest, GcRequest, OpProgress, RollbackRequest, SnapshotRequest};
 
 type ProgressMap = Arc<Mutex<HashMap<TaskId, OpProgress>>>;
 
@@ -140,8 +89,8 @@ struct ProgressSink {
 impl ProgressSink {
     fn update(&self, p: &cairn_snapshot::Progress) {
         let v = OpProgress {
-            op: self.op,
-            phase: p.phase,
+            op: self.op.to_owned(),
+            phase: p.phase.to_owned(),
             files_done: p.files_done,
             files_total: p.files_total,
             bytes_done: p.bytes_done,

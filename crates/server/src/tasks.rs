@@ -18,7 +18,6 @@ use cairn_sandbox::image::{Image, ImageStore};
 use cairn_sandbox::native::{InitProcess, NativeDriver};
 use cairn_sandbox::uidmap::IdRange;
 use cairn_store::{now_ms, Store};
-use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use crate::config::Config;
@@ -32,40 +31,7 @@ pub struct Live {
     pub ids: IdRange,
 }
 
-/// Body of `POST /v1/tasks`. Limits are given as a user would type them.
-#[derive(Debug, Default, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct CreateRequest {
-    pub image: Option<String>,
-    pub name: Option<String>,
-    pub memory: Option<String>,
-    pub cpus: Option<String>,
-    pub pids: Option<String>,
-    pub disk: Option<String>,
-    #[serde(default)]
-    pub env: Vec<String>,
-    pub workdir: Option<String>,
-    /// Retention: keep the newest K snapshots.
-    pub keep_last: Option<u32>,
-    /// Retention: keep every milestone.
-    pub keep_milestones: Option<bool>,
-    /// Retention: expire other snapshots after this long (`never` to keep).
-    pub expire_after: Option<String>,
-    /// High-risk command patterns of this task (regular expressions).
-    #[serde(default)]
-    pub risky: Vec<String>,
-    /// Services: commands started whenever the sandbox starts.
-    #[serde(default)]
-    pub services: Vec<String>,
-    /// Suspend after this long without activity (e.g. `5m`).
-    pub idle_suspend: Option<String>,
-    /// Egress allow rules (`HOST[:PORT]`, `*.example.com`). Without allow
-    /// or deny rules the task gets the daemon's default policy.
-    #[serde(default)]
-    pub allow: Vec<String>,
-    #[serde(default)]
-    pub deny: Vec<String>,
-}
+pub use cairn_api::tasks::{CreateRequest, LimitsView, TaskView};
 
 /// A duration a user typed that must be positive, in milliseconds.
 pub(crate) fn parse_positive_ms(what: &str, s: &str) -> Result<u64, ApiError> {
@@ -77,35 +43,8 @@ pub(crate) fn parse_positive_ms(what: &str, s: &str) -> Result<u64, ApiError> {
 }
 
 /// Limits as a user reads them.
-#[derive(Debug, Serialize)]
-pub struct LimitsView {
-    pub memory: String,
-    pub cpus: String,
-    pub pids: u32,
-    pub disk: String,
-}
-
-impl From<&Limits> for LimitsView {
-    fn from(l: &Limits) -> Self {
-        LimitsView {
-            memory: Bytes(l.memory_bytes).to_string(),
-            cpus: l.cpus_display(),
-            pids: l.pids,
-            disk: Bytes(l.disk_bytes).to_string(),
-        }
-    }
-}
-
-/// A task as the API returns it.
-#[derive(Debug, Serialize)]
-pub struct TaskView {
-    #[serde(flatten)]
-    pub task: Task,
-    pub limits: LimitsView,
-    /// Host pid of the sandbox's init, while it runs.
-    pub sandbox_pid: Option<i32>,
-    /// First host uid of the sandbox's id range, while it runs.
-    pub sandbox_uid_base: Option<u32>,
+pub fn limits_view(l: &Limits) -> LimitsView {
+    LimitsView { memory: Bytes(l.memory_bytes).to_string(), cpus: l.cpus_display(), pids: l.pids, disk: Bytes(l.disk_bytes).to_string() }
 }
 
 #[derive(Debug)]
@@ -222,7 +161,7 @@ impl Tasks {
     pub fn view(&self, task: Task) -> TaskView {
         let live = self.live(&task.id);
         TaskView {
-            limits: LimitsView::from(&task.config.limits),
+            limits: limits_view(&task.config.limits),
             sandbox_pid: live.map(|l| l.init.pid),
             sandbox_uid_base: live.map(|l| l.ids.host_base),
             task,

@@ -8,7 +8,6 @@ use std::time::{Duration, Instant};
 
 use cairn_core::{check_event_name, EventKind, EventSource, InboxEvent, InboxId, NewEvent, TaskState, Wait, WaitFor, WaitId};
 use cairn_store::{now_ms, Delivered};
-use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use crate::gateway::{approval, webhook};
@@ -20,52 +19,7 @@ const MAX_PROMPT: usize = 4096;
 /// How long an approval link stays valid when the wait has no other end.
 pub const APPROVAL_LINK_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
 
-/// Body of `POST /v1/tasks/{id}/waits`: exactly one of the three.
-#[derive(Debug, Default, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct WaitRequest {
-    pub approval: Option<String>,
-    pub webhook: Option<String>,
-    /// A duration such as `30s` or `2h`.
-    pub timer: Option<String>,
-}
-
-/// Body of `POST /v1/tasks/{id}/approve`.
-#[derive(Debug, Default, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct ApproveRequest {
-    #[serde(default = "yes")]
-    pub approve: bool,
-    pub comment: Option<String>,
-}
-
-fn yes() -> bool {
-    true
-}
-
-/// Body of `POST /v1/tasks/{id}/inbox`: an operator's event.
-#[derive(Debug, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct EventRequest {
-    pub name: String,
-    #[serde(default)]
-    pub data: Value,
-}
-
-/// A wait as the API returns it.
-#[derive(Debug, Serialize)]
-pub struct WaitView {
-    #[serde(flatten)]
-    pub wait: Wait,
-    pub state: &'static str,
-    pub task_state: TaskState,
-    /// For approvals: the signed page to approve or reject at.
-    pub approval_url: Option<String>,
-    /// For webhooks: where the sender posts.
-    pub webhook_url: Option<String>,
-    /// The event that satisfied it.
-    pub event: Option<InboxEvent>,
-}
+pub use cairn_api::waits::{ApproveRequest, EventRequest, WaitRequest, WaitView};
 
 impl Tasks {
     /// The URL senders post webhooks named `name` for `task` to: fixed per
@@ -91,7 +45,7 @@ impl Tasks {
             _ => (None, None),
         };
         let state = if wait.satisfied_ms.is_some() { "satisfied" } else { "pending" };
-        Ok(WaitView { wait, state, task_state: task.state, approval_url, webhook_url, event })
+        Ok(WaitView { wait, state: state.to_owned(), task_state: task.state, approval_url, webhook_url, event })
     }
 
     /// Registers a wait; unless an event in the inbox satisfies it at once,

@@ -14,12 +14,11 @@ use std::path::Path;
 use std::time::Instant;
 
 use cairn_blob::Kind;
-use cairn_core::{EventKind, NewEvent, Task, TaskId};
+use cairn_core::{EventKind, NewEvent, Task};
 use cairn_sandbox::files::{self, SandboxRoot};
 use cairn_sandbox::native::NativeDriver;
 use cairn_sandbox::proto::{self, ExecRequest, Reply};
 use cairn_store::now_ms;
-use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use cairn_ledger::sha256_hex;
 
@@ -35,49 +34,7 @@ pub const PREDICATE_TYPE: &str = "https://cairn.dev/delivery/v1";
 /// The DSSE payload type of an in-toto statement.
 use cairn_ledger::{Statement, Subject, PAYLOAD_TYPE as STATEMENT_PAYLOAD_TYPE};
 
-/// Body of `POST /v1/tasks/{id}/deliveries`. Paths are inside the sandbox.
-#[derive(Debug, Default, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct DeliverRequest {
-    #[serde(default)]
-    pub files: Vec<String>,
-    /// A directory, delivered as `NAME.tar.zst`.
-    pub archive: Option<String>,
-    /// A unified diff of the workspace.
-    #[serde(default)]
-    pub patch: bool,
-    pub report: Option<String>,
-    /// Then complete the task: sandbox and scratch space go.
-    #[serde(default)]
-    pub complete: bool,
-}
-
-/// One deliverable as recorded.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Deliverable {
-    /// Its file name in the record and in `--out`.
-    pub name: String,
-    /// `file`, `archive`, `patch` or `report`.
-    pub kind: String,
-    /// Where it came from in the sandbox.
-    pub source: String,
-    pub sha256: String,
-    pub size: u64,
-}
-
-/// The answer of a delivery.
-#[derive(Debug, Serialize, Deserialize)]
-pub struct DeliveryView {
-    pub task: TaskId,
-    /// SHA-256 of the record's bytes, its key in the blob store.
-    pub record_id: String,
-    /// The DSSE envelope, as stored.
-    pub record: Value,
-    pub deliverables: Vec<Deliverable>,
-    pub ledger_seq: u64,
-    pub ledger_head: String,
-    pub completed: bool,
-}
+pub use cairn_api::deliver::{DeliverRequest, Deliverable, DeliveryView};
 
 fn file_error(what: &str, e: cairn_sandbox::Error) -> ApiError {
     match &e {

@@ -1,0 +1,60 @@
+//! Tasks: `POST /v1/tasks` and the task as every route returns it.
+
+use cairn_core::Task;
+use serde::{Deserialize, Serialize};
+
+/// Body of `POST /v1/tasks`. Limits are given as a user would type them.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateRequest {
+    pub image: Option<String>,
+    pub name: Option<String>,
+    pub memory: Option<String>,
+    pub cpus: Option<String>,
+    pub pids: Option<String>,
+    pub disk: Option<String>,
+    #[serde(default)]
+    pub env: Vec<String>,
+    pub workdir: Option<String>,
+    /// Retention: keep the newest K snapshots.
+    pub keep_last: Option<u32>,
+    /// Retention: keep every milestone.
+    pub keep_milestones: Option<bool>,
+    /// Retention: expire other snapshots after this long (`never` to keep).
+    pub expire_after: Option<String>,
+    /// High-risk command patterns of this task (regular expressions).
+    #[serde(default)]
+    pub risky: Vec<String>,
+    /// Services: commands started whenever the sandbox starts.
+    #[serde(default)]
+    pub services: Vec<String>,
+    /// Suspend after this long without activity (e.g. `5m`).
+    pub idle_suspend: Option<String>,
+    /// Egress allow rules (`HOST[:PORT]`, `*.example.com`). Without allow
+    /// or deny rules the task gets the daemon's default policy.
+    #[serde(default)]
+    pub allow: Vec<String>,
+    #[serde(default)]
+    pub deny: Vec<String>,
+}
+
+/// Limits as a user reads them.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LimitsView {
+    pub memory: String,
+    pub cpus: String,
+    pub pids: u32,
+    pub disk: String,
+}
+
+/// A task as the API returns it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TaskView {
+    #[serde(flatten)]
+    pub task: Task,
+    pub limits: LimitsView,
+    /// Host pid of the sandbox's init, while it runs.
+    pub sandbox_pid: Option<i32>,
+    /// First host uid of the sandbox's id range, while it runs.
+    pub sandbox_uid_base: Option<u32>,
+}
