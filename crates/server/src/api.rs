@@ -390,8 +390,9 @@ async fn watch(State(s): State<AppState>, Path(id): Path<String>, Query(q): Quer
     use axum::response::sse::{Event as Sse, KeepAlive};
     let task = s.tasks.find(&id).await?;
     let tasks = s.tasks.clone();
-    let start = (q.after.unwrap_or(0), Vec::<cairn_core::Event>::new());
-    let stream = futures_util::stream::unfold(start, move |(mut after, mut queue)| {
+    // Subscribed before the first read: each committed change wakes it.
+    let start = (q.after.unwrap_or(0), Vec::<cairn_core::Event>::new(), s.tasks.store.changes());
+    let stream = futures_util::stream::unfold(start, move |(mut after, mut queue, mut changes)| {
         let tasks = tasks.clone();
         let id = task.id.clone();
         async move {
@@ -399,17 +400,17 @@ async fn watch(State(s): State<AppState>, Path(id): Path<String>, Query(q): Quer
                 if let Some(e) = queue.pop() {
                     after = e.seq;
                     let sse = Sse::default().event(e.kind.as_str()).id(e.seq.to_string()).json_data(&e);
-                    return Some((sse.map_err(|e| std::io::Error::other(e.to_string())), (after, queue)));
+                    return Some((sse.map_err(|e| std::io::Error::other(e.to_string())), (after, queue, changes)));
                 }
                 match tasks.store.events_after(&id, after).await {
                     Ok(new) => {
                         queue = new;
                         queue.reverse();
                     }
-                    Err(e) => return Some((Err(std::io::Error::other(e.to_string())), (after, queue))),
+                    Err(e) => return Some((Err(std::io::Error::other(e.to_string())), (after, queue, changes))),
                 }
-                if queue.is_empty() {
-                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                if queue.is_empty() && changes.changed().await.is_err() {
+                    return None;
                 }
             }
         }

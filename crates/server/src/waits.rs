@@ -102,6 +102,8 @@ impl Tasks {
     /// runs again (at most `timeout`).
     pub async fn get_wait(&self, id: &str, block: Option<Duration>) -> Result<WaitView, ApiError> {
         let deadline = block.map(|b| Instant::now() + b);
+        // Subscribed before the first read: a change after it wakes us.
+        let mut changes = self.store.changes();
         loop {
             let wait = self.store.find_wait(id).await.map_err(|e| match e {
                 cairn_store::Error::UnknownWait(_) => ApiError::not_found(e.to_string()),
@@ -110,7 +112,12 @@ impl Tasks {
             let view = self.wait_view(wait).await?;
             let done = view.wait.satisfied_ms.is_some() && !matches!(view.task_state, TaskState::Waking | TaskState::Suspending);
             match deadline {
-                Some(d) if !done && Instant::now() < d => tokio::time::sleep(Duration::from_millis(20)).await,
+                Some(d) if !done && Instant::now() < d => {
+                    // Woken by the next committed change, or the deadline.
+                    if let Ok(Err(_)) = tokio::time::timeout_at(d.into(), changes.changed()).await {
+                        return Ok(view);
+                    }
+                }
                 _ => return Ok(view),
             }
         }
@@ -207,6 +214,7 @@ impl Tasks {
     /// Fires due timers, now and whenever one comes due (also those that
     /// came due while the daemon was down).
     pub fn spawn_timers(self: Arc<Self>) {
+        let mut changes = self.store.changes();
         tokio::spawn(async move {
             loop {
                 match self.store.due_timers(now_ms()).await {
@@ -230,9 +238,14 @@ impl Tasks {
                     }
                     Err(e) => tracing::error!("timers: {e}"),
                 }
+                // Until the next timer is due, or a change (a new timer)
+                // comes first; at most a minute, in case the clock jumped.
                 let next = self.store.next_timer_ms().await.ok().flatten();
-                let sleep = next.map(|t| (t - now_ms()).clamp(5, 500)).unwrap_or(500);
-                tokio::time::sleep(Duration::from_millis(sleep as u64)).await;
+                let sleep = next.map(|t| (t - now_ms()).clamp(5, 60_000)).unwrap_or(60_000);
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_millis(sleep as u64)) => {}
+                    _ = changes.changed() => {}
+                }
             }
         });
     }

@@ -18,7 +18,7 @@ impl Store {
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(q)?;
         insert_snapshot_row(&mut tx, s, baseline, memory).await?;
         insert_event(&mut tx, ev).await.map_err(q)?;
-        tx.commit().await.map_err(q)
+        self.commit(tx).await.map_err(q)
     }
 
     /// Records a fork in one transaction: the new task, its creation event,
@@ -32,7 +32,7 @@ impl Store {
         insert_event(&mut tx, created).await.map_err(q)?;
         insert_snapshot_row(&mut tx, branch, &branch.manifest, None).await?;
         insert_event(&mut tx, snapshotted).await.map_err(q)?;
-        tx.commit().await.map_err(q)
+        self.commit(tx).await.map_err(q)
     }
 
     /// A task's snapshots, oldest first.
@@ -109,7 +109,7 @@ impl Store {
             .await
             .map_err(q)?;
         insert_event(&mut tx, ev).await.map_err(q)?;
-        tx.commit().await.map_err(q)
+        self.commit(tx).await.map_err(q)
     }
 
     /// Deletes expired snapshot rows with one event each, in one transaction.
@@ -123,7 +123,7 @@ impl Store {
         for ev in events {
             insert_event(&mut tx, ev).await.map_err(q)?;
         }
-        tx.commit().await.map_err(q)
+        self.commit(tx).await.map_err(q)
     }
 }
 

@@ -28,6 +28,9 @@ pub struct SandboxRow {
 pub struct Store {
     pub(crate) pool: SqlitePool,
     path: PathBuf,
+    /// Bumped after every committed change to a task's state, events or
+    /// waits, so that waiters are woken by the change instead of polling.
+    changes: std::sync::Arc<tokio::sync::watch::Sender<u64>>,
 }
 
 impl Store {
@@ -48,11 +51,29 @@ impl Store {
             .map_err(|e| Error::Open(path.to_owned(), e))?;
         sqlx::migrate!("./migrations").run(&pool).await.map_err(|e| Error::Migrate(path.to_owned(), e))?;
         crate::ledger::backfill(&pool).await?;
-        Ok(Store { pool, path: path.to_owned() })
+        Ok(Store { pool, path: path.to_owned(), changes: std::sync::Arc::new(tokio::sync::watch::Sender::new(0)) })
     }
 
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Sees a new value after each committed change to a task's state, its
+    /// events or its waits (any task: a waiter rechecks what it waits for).
+    pub fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.changes.subscribe()
+    }
+
+    /// Tells waiters that something changed.
+    pub(crate) fn notify_change(&self) {
+        self.changes.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// Commits `tx`, then tells waiters.
+    pub(crate) async fn commit(&self, tx: sqlx::Transaction<'_, sqlx::Sqlite>) -> sqlx::Result<()> {
+        tx.commit().await?;
+        self.notify_change();
+        Ok(())
     }
 
     pub async fn close(&self) {
@@ -140,7 +161,7 @@ impl Store {
         // IMMEDIATE: the chain's head is read and extended under the write lock.
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(q)?;
         let seq = insert_event(&mut tx, ev).await.map_err(q)?;
-        tx.commit().await.map_err(q)?;
+        self.commit(tx).await.map_err(q)?;
         Ok(seq)
     }
 
@@ -152,7 +173,7 @@ impl Store {
         for ev in events {
             insert_event(&mut tx, ev).await.map_err(q)?;
         }
-        tx.commit().await.map_err(q)
+        self.commit(tx).await.map_err(q)
     }
 
     /// Replaces a task's config and logs why, in one transaction.
@@ -170,7 +191,7 @@ impl Store {
             return Err(Error::UnknownTask(id.to_string()));
         }
         insert_event(&mut tx, ev).await.map_err(q)?;
-        tx.commit().await.map_err(q)
+        self.commit(tx).await.map_err(q)
     }
 
     /// The task's events after sequence number `after` (a live watch asks
@@ -245,7 +266,7 @@ impl Store {
             return Err(Error::UnknownTask(id.to_string()));
         }
         let seq = insert_event(&mut tx, ev).await.map_err(q)?;
-        tx.commit().await.map_err(q)?;
+        self.commit(tx).await.map_err(q)?;
         Ok(seq)
     }
 
@@ -286,6 +307,7 @@ impl Store {
         if res.rows_affected() == 0 {
             return Err(Error::UnknownTask(id.to_string()));
         }
+        self.notify_change();
         Ok(())
     }
 }
@@ -448,6 +470,30 @@ mod tests {
             exit_code: Some(0),
             duration_ms: Some(3),
         }
+    }
+
+    #[tokio::test]
+    async fn waiters_see_each_committed_change_and_nothing_else() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("cairn.db")).await.unwrap();
+        let t = task(None);
+        store.insert_task(&t).await.unwrap();
+        let mut changes = store.changes();
+        assert!(!changes.has_changed().unwrap(), "a new receiver starts with nothing to see");
+        // Control: a read changes nothing.
+        store.find_task(t.id.as_str()).await.unwrap();
+        assert!(!changes.has_changed().unwrap());
+        // A state change (one statement) and an event (a transaction) each wake a waiter.
+        let waiter = tokio::spawn(async move { changes.changed().await.map(|_| changes) });
+        store.set_state(&t.id, TaskState::Running).await.unwrap();
+        let mut changes = tokio::time::timeout(std::time::Duration::from_secs(5), waiter).await.unwrap().unwrap().unwrap();
+        assert!(!changes.has_changed().unwrap());
+        store.append_event(&event(&t.id, EventKind::Exec)).await.unwrap();
+        assert!(changes.has_changed().unwrap(), "an appended event is a change");
+        changes.borrow_and_update();
+        // A failed write is not.
+        assert!(store.set_state(&TaskId::random(), TaskState::Running).await.is_err());
+        assert!(!changes.has_changed().unwrap(), "a write that changed nothing wakes nobody");
     }
 
     #[tokio::test]

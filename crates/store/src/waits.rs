@@ -65,7 +65,7 @@ impl Store {
             satisfy(&mut tx, w.id.as_str(), e).await.map_err(q)?;
         }
         insert_event(&mut tx, ev).await.map_err(q)?;
-        tx.commit().await.map_err(q)?;
+        self.commit(tx).await.map_err(q)?;
         Ok(found)
     }
 
@@ -128,7 +128,7 @@ impl Store {
             duration_ms: None,
         };
         insert_event(&mut tx, &log).await.map_err(q)?;
-        tx.commit().await.map_err(q)?;
+        self.commit(tx).await.map_err(q)?;
         Ok(Delivered { event, duplicate: false, satisfied, wake })
     }
 
@@ -156,7 +156,7 @@ impl Store {
             .await
             .map_err(q)?;
         insert_event(&mut tx, ev).await.map_err(q)?;
-        tx.commit().await.map_err(q)?;
+        self.commit(tx).await.map_err(q)?;
         Ok(state)
     }
 
@@ -168,6 +168,7 @@ impl Store {
             .execute(&self.pool)
             .await
             .map_err(|e| Error::Query("begin wake", e))?;
+        self.notify_change();
         Ok(res.rows_affected() == 1)
     }
 
@@ -272,7 +273,7 @@ impl Store {
             .await
             .map_err(q)?;
         insert_event(&mut tx, ev).await.map_err(q)?;
-        tx.commit().await.map_err(q)
+        self.commit(tx).await.map_err(q)
     }
 
     /// Sets a woken task's state (running), in one transaction with its
@@ -282,7 +283,7 @@ impl Store {
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(q)?;
         set_state_in(&mut tx, task, state).await.map_err(q)?;
         insert_event(&mut tx, ev).await.map_err(q)?;
-        tx.commit().await.map_err(q)
+        self.commit(tx).await.map_err(q)
     }
 
     /// Marks activity (the end of a long command counts as activity).
