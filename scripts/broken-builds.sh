@@ -14,6 +14,14 @@ mkdir -p "$scratch"
 git worktree remove --force "$scratch/src" 2>/dev/null || true
 git worktree add --quiet --detach "$scratch/src" HEAD
 trap 'git -C "$repo" worktree remove --force "$scratch/src"' EXIT
+# A broken build leaks on purpose: after each run, what the test homes
+# left (mounts, loop devices, the homes) goes, so the next run and the host
+# start clean. Do not run this beside another test run.
+clean_leaks() {
+    grep -oE ' /var/tmp/cairn-(test|demo)-[^ ]*' /proc/self/mountinfo | sort -r | while read -r m; do umount -l "$m" || true; done
+    losetup -l -n -O NAME,BACK-FILE | awk '$2 ~ "^/var/tmp/cairn-(test|demo)-" {print $1}' | while read -r dev; do losetup -d "$dev" || true; done
+    rm -rf /var/tmp/cairn-test-* /var/tmp/cairn-demo-*
+}
 status=0
 for patch in "$repo"/scripts/broken/*.patch; do
     name=$(basename "$patch" .patch)
@@ -28,5 +36,6 @@ for patch in "$repo"/scripts/broken/*.patch; do
         echo "$name: the suite failed, as it must; failing tests:"
         awk '/^failures:$/ {f = 1; next} /^test result:/ {f = 0} f && /^    [A-Za-z0-9_:]+$/ {print "  " $1}' "$log" | sort -u
     fi
+    clean_leaks
 done
 exit $status
