@@ -22,7 +22,7 @@ pub use limits::{parse_bytes, parse_duration, Bytes, Limits};
 pub use risk::{RiskPolicy, DEFAULT_RISK_PATTERNS};
 pub use snapshot::{Retention, RollbackNote, Snapshot, SnapshotId, SnapshotKind};
 pub use wait::{check_event_name, EventSource, InboxEvent, InboxId, Wait, WaitFor, WaitId};
-pub use state::{SandboxState, TaskState};
+pub use state::{SandboxState, TaskState, Transition};
 pub use task::{
     check_image_name, check_name, check_workdir, EgressRules, EnvVar, ExecExit, Task, TaskConfig, DEFAULT_IMAGE,
     DEFAULT_WORKDIR,

@@ -52,13 +52,9 @@ impl TaskState {
 
     /// `created -> running`: the first sandbox starts.
     pub fn start(self) -> Result<TaskState, Error> {
-        match self {
-            TaskState::Created => Ok(TaskState::Running),
-            from => Err(Error::Transition { from, action: "start" }),
-        }
+        self.apply(Transition::Start)
     }
 
-    /// Commands run only in a running task.
     pub fn check_exec(self) -> Result<(), Error> {
         match self {
             TaskState::Running => Ok(()),
@@ -66,53 +62,108 @@ impl TaskState {
         }
     }
 
-    /// `running -> suspending`: a wait, `cairn suspend` or idle time.
     pub fn suspend(self) -> Result<TaskState, Error> {
-        match self {
-            TaskState::Running => Ok(TaskState::Suspending),
-            from => Err(Error::Transition { from, action: "suspend" }),
-        }
+        self.apply(Transition::Suspend)
     }
 
-    /// `suspending -> suspended`: the suspend snapshot is stored and the
-    /// sandbox is gone.
     pub fn suspended(self) -> Result<TaskState, Error> {
-        match self {
-            TaskState::Suspending => Ok(TaskState::Suspended),
-            from => Err(Error::Transition { from, action: "finish suspending" }),
-        }
+        self.apply(Transition::Suspended)
     }
 
-    /// `suspended -> waking`: an event, `cairn resume`, or an exec.
     pub fn wake(self) -> Result<TaskState, Error> {
-        match self {
-            TaskState::Suspended => Ok(TaskState::Waking),
-            from => Err(Error::Transition { from, action: "wake" }),
-        }
+        self.apply(Transition::Wake)
     }
 
-    /// `waking -> running`: the fresh sandbox is ready.
     pub fn woke(self) -> Result<TaskState, Error> {
-        match self {
-            TaskState::Waking => Ok(TaskState::Running),
-            from => Err(Error::Transition { from, action: "finish waking" }),
-        }
+        self.apply(Transition::Woke)
     }
 
-    /// `running | suspended | created -> completed`: the task's work was
-    /// delivered; its sandbox goes, its records and deliverables stay.
     pub fn complete(self) -> Result<TaskState, Error> {
-        match self {
-            TaskState::Running | TaskState::Suspended | TaskState::Created => Ok(TaskState::Completed),
-            from => Err(Error::Transition { from, action: "complete" }),
-        }
+        self.apply(Transition::Complete)
     }
 
-    /// `any -> destroyed`, except from destroyed itself.
     pub fn destroy(self) -> Result<TaskState, Error> {
+        self.apply(Transition::Destroy)
+    }
+
+    /// The state after `t`, or why `t` is not possible from here. This is
+    /// the whole table: the store writes no state that does not come from
+    /// it (and writes it only if the task is still in `self`).
+    pub fn apply(self, t: Transition) -> Result<TaskState, Error> {
+        use TaskState as S;
+        use Transition as T;
+        let to = match (t, self) {
+            (T::Start, S::Created) => S::Running,
+            (T::Suspend, S::Running) => S::Suspending,
+            (T::Suspended, S::Suspending) => S::Suspended,
+            // The wait was satisfied while the suspend ran.
+            (T::SuspendedIntoWake, S::Suspending) => S::Waking,
+            // The suspend's snapshot failed, or a restart found the sandbox
+            // of a suspend cut short still running: nothing was torn down.
+            (T::CancelSuspend, S::Suspending) => S::Running,
+            (T::Wake, S::Suspended) => S::Waking,
+            (T::Woke, S::Waking) => S::Running,
+            // The restore failed; the snapshot is intact for a later wake.
+            (T::WakeFailed, S::Waking) => S::Suspended,
+            // A lost sandbox rebuilt from the task's head snapshot.
+            (T::Recover, S::Running | S::Suspending) => S::Running,
+            (T::Complete, S::Running | S::Suspended | S::Created) => S::Completed,
+            (T::Fail, S::Created | S::Running | S::Suspending | S::Waking) => S::Failed,
+            (T::Destroy, from) if from != S::Destroyed => S::Destroyed,
+            (t, from) => return Err(Error::Transition { from, action: t.action() }),
+        };
+        Ok(to)
+    }
+}
+
+/// Everything that changes a task's state (see [`TaskState::apply`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Transition {
+    Start,
+    Suspend,
+    Suspended,
+    SuspendedIntoWake,
+    CancelSuspend,
+    Wake,
+    Woke,
+    WakeFailed,
+    Recover,
+    Complete,
+    Fail,
+    Destroy,
+}
+
+impl Transition {
+    pub const ALL: [Transition; 12] = [
+        Transition::Start,
+        Transition::Suspend,
+        Transition::Suspended,
+        Transition::SuspendedIntoWake,
+        Transition::CancelSuspend,
+        Transition::Wake,
+        Transition::Woke,
+        Transition::WakeFailed,
+        Transition::Recover,
+        Transition::Complete,
+        Transition::Fail,
+        Transition::Destroy,
+    ];
+
+    /// What it does, for "task T is S; it cannot ..." messages.
+    pub fn action(self) -> &'static str {
         match self {
-            TaskState::Destroyed => Err(Error::Transition { from: self, action: "be destroyed again" }),
-            _ => Ok(TaskState::Destroyed),
+            Transition::Start => "start",
+            Transition::Suspend => "suspend",
+            Transition::Suspended => "finish suspending",
+            Transition::SuspendedIntoWake => "wake while suspending",
+            Transition::CancelSuspend => "cancel a suspend",
+            Transition::Wake => "wake",
+            Transition::Woke => "finish waking",
+            Transition::WakeFailed => "fail a wake",
+            Transition::Recover => "be recovered",
+            Transition::Complete => "complete",
+            Transition::Fail => "fail",
+            Transition::Destroy => "be destroyed again",
         }
     }
 }
@@ -174,6 +225,45 @@ impl fmt::Display for SandboxState {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_transition_table_is_exactly_this() {
+        use TaskState as S;
+        use Transition as T;
+        let allowed: &[(T, S, S)] = &[
+            (T::Start, S::Created, S::Running),
+            (T::Suspend, S::Running, S::Suspending),
+            (T::Suspended, S::Suspending, S::Suspended),
+            (T::SuspendedIntoWake, S::Suspending, S::Waking),
+            (T::CancelSuspend, S::Suspending, S::Running),
+            (T::Wake, S::Suspended, S::Waking),
+            (T::Woke, S::Waking, S::Running),
+            (T::WakeFailed, S::Waking, S::Suspended),
+            (T::Recover, S::Running, S::Running),
+            (T::Recover, S::Suspending, S::Running),
+            (T::Complete, S::Created, S::Completed),
+            (T::Complete, S::Running, S::Completed),
+            (T::Complete, S::Suspended, S::Completed),
+            (T::Fail, S::Created, S::Failed),
+            (T::Fail, S::Running, S::Failed),
+            (T::Fail, S::Suspending, S::Failed),
+            (T::Fail, S::Waking, S::Failed),
+        ];
+        for t in T::ALL {
+            for from in S::ALL {
+                let want = allowed.iter().find(|(at, af, _)| *at == t && *af == from).map(|(_, _, to)| *to);
+                let want = match t {
+                    T::Destroy if from != S::Destroyed => Some(S::Destroyed),
+                    _ => want,
+                };
+                match (from.apply(t), want) {
+                    (Ok(to), Some(w)) => assert_eq!(to, w, "{t:?} from {from}"),
+                    (Err(Error::Transition { from: f, action }), None) => assert_eq!((f, action), (from, t.action()), "{t:?} from {from}"),
+                    (got, want) => panic!("{t:?} from {from}: {got:?}, want {want:?}"),
+                }
+            }
+        }
+    }
 
     #[test]
     fn states_round_trip_as_text() {

@@ -53,7 +53,7 @@ impl From<cairn_store::Error> for ApiError {
         use cairn_store::Error as E;
         match e {
             E::UnknownTask(_) => ApiError::not_found(e.to_string()),
-            E::NameTaken(_) => ApiError::conflict(e.to_string()),
+            E::NameTaken(_) | E::StateChanged { .. } | E::Transition { .. } => ApiError::conflict(e.to_string()),
             _ => ApiError::internal(e.to_string()),
         }
     }

@@ -613,7 +613,7 @@ impl Tasks {
             Ok(r) => r,
             Err(e) => {
                 self.release_slot(&task.id).await?;
-                self.store.set_state(&task.id, TaskState::Failed).await?;
+                self.store.transition(&task.id, TaskState::Running, cairn_core::Transition::Fail).await?;
                 let driver = self.driver.clone();
                 let tid = task.id.to_string();
                 let _ = tokio::task::spawn_blocking(move || driver.destroy(&tid, None)).await;

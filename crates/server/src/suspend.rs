@@ -15,7 +15,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cairn_core::{EventKind, NewEvent, SandboxState, SnapshotKind, Task, TaskId, TaskState, WaitId};
+use cairn_core::{EventKind, NewEvent, SandboxState, SnapshotKind, Task, TaskId, TaskState, Transition, WaitId};
 use cairn_sandbox::uidmap::IdRange;
 use cairn_store::now_ms;
 use serde_json::json;
@@ -50,7 +50,7 @@ impl Tasks {
         let live = self.live(&task.id).ok_or_else(|| ApiError::conflict(format!("task {} has no running sandbox", task.id)))?;
         let slot = self.store.sandbox(&task.id).await?.map(|r| r.uid_slot);
         let begun = Instant::now();
-        self.store.set_state(&task.id, task.state.suspend()?).await?;
+        self.store.transition(&task.id, task.state, Transition::Suspend).await?;
         self.log(&task.id, EventKind::Suspend, actor, json!({ "phase": "begin", "reason": reason, "wait": waiting_for }), None, None).await;
         let note = match waiting_for {
             Some(w) => format!("suspended for wait {w}"),
@@ -60,7 +60,7 @@ impl Tasks {
             Ok(s) => s,
             Err(e) => {
                 // Nothing was torn down: the task keeps running.
-                self.store.set_state(&task.id, TaskState::Running).await?;
+                self.store.transition(&task.id, TaskState::Suspending, Transition::CancelSuspend).await?;
                 self.log(&task.id, EventKind::Suspend, actor, json!({ "phase": "end", "error": e.message }), Some(1), None).await;
                 return Err(e);
             }
@@ -134,7 +134,7 @@ impl Tasks {
             // task was marked running: the sandbox survived the restart.
             let args = json!({ "trigger": trigger, "note": "the sandbox had started before the daemon restarted" });
             let ev = NewEvent { task: task.id.clone(), kind: EventKind::Wake, actor: "daemon".into(), args, exit_code: Some(0), duration_ms: None };
-            self.store.finish_wake(&task.id, task.state.woke()?, &ev).await?;
+            self.store.finish_wake(&task.id, &ev).await?;
             return Ok(());
         }
         let _no_gc = self.snaps.gc_lock.read().await;
@@ -162,7 +162,7 @@ impl Tasks {
                 Err(e) => {
                     // Back to suspended: the snapshot is intact, a later wake may succeed.
                     self.release_slot(&task.id).await?;
-                    self.store.set_state(&task.id, TaskState::Suspended).await?;
+                    self.store.transition(&task.id, TaskState::Waking, Transition::WakeFailed).await?;
                     self.log(&task.id, EventKind::Wake, "daemon", json!({ "trigger": trigger, "error": e.message }), Some(1), None).await;
                     return Err(e);
                 }
@@ -189,7 +189,7 @@ impl Tasks {
             exit_code: Some(0),
             duration_ms: Some(begun.elapsed().as_millis() as u64),
         };
-        self.store.finish_wake(&task.id, task.state.woke()?, &ev).await?;
+        self.store.finish_wake(&task.id, &ev).await?;
         fail::fail_point!("wake.recorded");
         Ok(())
     }
@@ -263,7 +263,7 @@ impl Tasks {
             exit_code: Some(0),
             duration_ms: Some(begun.elapsed().as_millis() as u64),
         };
-        self.store.record_recovery(&task.id, step, &memory, &note, &ev).await?;
+        self.store.record_recovery(&task.id, task.state, step, &memory, &note, &ev).await?;
         tracing::info!(task = %task.id, took = ?begun.elapsed(), "{note}");
         Ok(())
     }
@@ -280,7 +280,7 @@ impl Tasks {
                 (TaskState::Waking, _) => self.wake(&t.id, "restart of the daemon", None).await,
                 (TaskState::Suspending, _) if self.live(&t.id).is_some() => {
                     // The sandbox survived a suspend cut short: it runs on.
-                    self.store.set_state(&t.id, TaskState::Running).await.map_err(ApiError::from)
+                    self.store.transition(&t.id, TaskState::Suspending, Transition::CancelSuspend).await.map(drop).map_err(ApiError::from)
                 }
                 (TaskState::Running | TaskState::Suspending, SandboxState::Lost | SandboxState::None) if self.live(&t.id).is_none() => {
                     self.recover(&t.id).await

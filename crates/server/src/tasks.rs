@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use cairn_core::{
     check_name, check_workdir, Bytes, EnvVar, EventKind, Limits, NewEvent, SandboxState, Task, TaskConfig, TaskId,
-    TaskState,
+    TaskState, Transition,
 };
 use cairn_sandbox::image::{Image, ImageStore};
 use cairn_sandbox::native::{InitProcess, NativeDriver};
@@ -310,7 +310,9 @@ impl Tasks {
                 let msg = format!("sandbox failed to start: {e}");
                 self.driver.release_slot(slot, task.id.as_str());
                 self.store.release_sandbox(&task.id).await?;
-                self.store.set_state(&task.id, TaskState::Failed).await?;
+                if let Err(e) = self.store.transition(&task.id, task.state, Transition::Fail).await {
+                    tracing::error!(task = %task.id, "marking the task failed after its sandbox failed to start: {e}");
+                }
                 self.store.set_sandbox_state(&task.id, SandboxState::None, Some(&msg)).await?;
                 event.exit_code = Some(1);
                 event.args["error"] = json!(msg);
@@ -401,9 +403,9 @@ impl Tasks {
         let lock = self.lock_of(&task.id);
         let _guard = lock.lock().await;
         let task = self.find(task.id.as_str()).await?;
-        let next = task.state.destroy()?;
+        task.state.destroy()?;
         let begun = Instant::now();
-        let result = self.end_sandbox(&task, next).await?;
+        let result = self.end_sandbox(&task, Transition::Destroy).await?;
         let exit_code = if result.is_ok() { 0 } else { 1 };
         let mut args = json!({});
         if let Err(e) = &result {
@@ -432,8 +434,8 @@ impl Tasks {
     /// everything of it from the host (the state is written first, so a
     /// daemon killed midway finishes the teardown at its next start). The
     /// teardown's own failure is returned for the caller to log.
-    pub(crate) async fn end_sandbox(&self, task: &Task, next: TaskState) -> Result<Result<(), cairn_sandbox::Error>, ApiError> {
-        self.store.set_state(&task.id, next).await?;
+    pub(crate) async fn end_sandbox(&self, task: &Task, end: Transition) -> Result<Result<(), cairn_sandbox::Error>, ApiError> {
+        self.store.transition(&task.id, task.state, end).await?;
         let init = self.recorded_init(&task.id).await?;
         let driver = self.driver.clone();
         let id = task.id.to_string();

@@ -22,6 +22,13 @@ pub enum Error {
     WaitPending(String),
     #[error("a task named {0:?} already exists")]
     NameTaken(String),
+    /// A compare-and-set found the task in another state than the caller
+    /// read: someone else moved it meanwhile.
+    #[error("task {task} is {found}, no longer {expected}; it cannot {action}")]
+    StateChanged { task: String, expected: cairn_core::TaskState, found: cairn_core::TaskState, action: &'static str },
+    /// Not a transition of the table (`TaskState::apply`).
+    #[error("task {task} is {from}; it cannot {action}")]
+    Transition { task: String, from: cairn_core::TaskState, action: &'static str },
     #[error("task database holds a malformed {0}: {1}")]
     Corrupt(&'static str, String),
 }

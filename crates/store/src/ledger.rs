@@ -188,6 +188,7 @@ mod tests {
         store.insert_wait(&w, &ev(id, EventKind::Wait, serde_json::json!({}))).await.unwrap();
         let inbox = InboxEvent { id: InboxId::random(), task: id.clone(), source: EventSource::Operator, name: "x".into(), delivery: None, data: serde_json::json!({}), received_ms: now_ms(), wait: None };
         store.deliver(&inbox).await.unwrap();
+        store.transition(id, cairn_core::TaskState::Running, cairn_core::Transition::Suspend).await.unwrap();
         store.finish_suspend(id, None, &ev(id, EventKind::Suspend, serde_json::json!({}))).await.unwrap();
         assert_chain(&store, id, 11).await;
         // Another task's log is its own chain.

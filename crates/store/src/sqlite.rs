@@ -2,7 +2,7 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use cairn_core::{Event, EventKind, NewEvent, SandboxState, Task, TaskConfig, TaskId, TaskState};
+use cairn_core::{Event, EventKind, NewEvent, SandboxState, Task, TaskConfig, TaskId, TaskState, Transition};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow, SqliteSynchronous};
 use sqlx::{Row, SqlitePool};
 
@@ -119,16 +119,14 @@ impl Store {
         rows.iter().map(task_from_row).collect()
     }
 
-    pub async fn set_state(&self, id: &TaskId, state: TaskState) -> Result<()> {
-        self.exec_one(
-            "set task state",
-            sqlx::query("UPDATE tasks SET state = ?, last_activity_ms = ? WHERE id = ?")
-                .bind(state.as_str())
-                .bind(now_ms())
-                .bind(id.as_str()),
-            id,
-        )
-        .await
+    /// Moves the task by `t` from `from`, the state the caller read, if it
+    /// is still there: a compare-and-set over core's transition table, so
+    /// that two actors never both move a task. Returns the new state.
+    pub async fn transition(&self, id: &TaskId, from: TaskState, t: Transition) -> Result<TaskState> {
+        let mut conn = self.pool.acquire().await.map_err(|e| Error::Query("change task state", e))?;
+        let to = transition_in(&mut conn, id, from, t).await?;
+        self.notify_change();
+        Ok(to)
     }
 
     pub async fn set_sandbox_state(&self, id: &TaskId, state: SandboxState, note: Option<&str>) -> Result<()> {
@@ -252,11 +250,11 @@ impl Store {
             .execute(&mut *tx)
             .await
             .map_err(q)?;
-        let updated = sqlx::query(
-            "UPDATE tasks SET sandbox_state = 'ready', sandbox_note = NULL, last_activity_ms = ?,
-                 state = CASE state WHEN 'created' THEN 'running' ELSE state END
-             WHERE id = ?",
-        )
+        let state: Option<String> = sqlx::query("SELECT state FROM tasks WHERE id = ?").bind(id.as_str()).fetch_optional(&mut *tx).await.map_err(q)?.map(|r| r.get(0));
+        if state.as_deref() == Some(TaskState::Created.as_str()) {
+            transition_in(&mut tx, id, TaskState::Created, Transition::Start).await?;
+        }
+        let updated = sqlx::query("UPDATE tasks SET sandbox_state = 'ready', sandbox_note = NULL, last_activity_ms = ? WHERE id = ?")
         .bind(now_ms())
         .bind(id.as_str())
         .execute(&mut *tx)
@@ -309,6 +307,31 @@ impl Store {
         }
         self.notify_change();
         Ok(())
+    }
+}
+
+/// [`Store::transition`] inside a transaction of the caller's.
+pub(crate) async fn transition_in(conn: &mut sqlx::SqliteConnection, id: &TaskId, from: TaskState, t: Transition) -> Result<TaskState> {
+    let to = from.apply(t).map_err(|_| Error::Transition { task: id.to_string(), from, action: t.action() })?;
+    let q = |e| Error::Query("change task state", e);
+    let res = sqlx::query("UPDATE tasks SET state = ?, last_activity_ms = ? WHERE id = ? AND state = ?")
+        .bind(to.as_str())
+        .bind(now_ms())
+        .bind(id.as_str())
+        .bind(from.as_str())
+        .execute(&mut *conn)
+        .await
+        .map_err(q)?;
+    if res.rows_affected() == 1 {
+        return Ok(to);
+    }
+    let found: Option<String> = sqlx::query("SELECT state FROM tasks WHERE id = ?").bind(id.as_str()).fetch_optional(&mut *conn).await.map_err(q)?.map(|r| r.get(0));
+    match found {
+        None => Err(Error::UnknownTask(id.to_string())),
+        Some(f) => {
+            let found = f.parse().map_err(|e| Error::Corrupt("task state", e))?;
+            Err(Error::StateChanged { task: id.to_string(), expected: from, found, action: t.action() })
+        }
     }
 }
 
@@ -473,6 +496,28 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_state_change_is_a_compare_and_set_over_the_transition_table() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("cairn.db")).await.unwrap();
+        let t = task(None);
+        store.insert_task(&t).await.unwrap();
+        assert_eq!(store.transition(&t.id, TaskState::Created, Transition::Start).await.unwrap(), TaskState::Running);
+        // Two actors that both read `running` and both suspend: one wins.
+        assert_eq!(store.transition(&t.id, TaskState::Running, Transition::Suspend).await.unwrap(), TaskState::Suspending);
+        match store.transition(&t.id, TaskState::Running, Transition::Suspend).await {
+            Err(Error::StateChanged { expected, found, action, .. }) => {
+                assert_eq!((expected, found, action), (TaskState::Running, TaskState::Suspending, "suspend"));
+            }
+            other => panic!("the second suspend must lose: {other:?}"),
+        }
+        // Not in the table: refused before the database is asked.
+        let err = store.transition(&t.id, TaskState::Suspending, Transition::Woke).await.unwrap_err();
+        assert!(matches!(err, Error::Transition { .. }), "{err}");
+        assert_eq!(err.to_string(), format!("task {} is suspending; it cannot finish waking", t.id));
+        assert_eq!(store.find_task(t.id.as_str()).await.unwrap().state, TaskState::Suspending, "the losers changed nothing");
+    }
+
+    #[tokio::test]
     async fn waiters_see_each_committed_change_and_nothing_else() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(&dir.path().join("cairn.db")).await.unwrap();
@@ -485,14 +530,14 @@ mod tests {
         assert!(!changes.has_changed().unwrap());
         // A state change (one statement) and an event (a transaction) each wake a waiter.
         let waiter = tokio::spawn(async move { changes.changed().await.map(|_| changes) });
-        store.set_state(&t.id, TaskState::Running).await.unwrap();
+        store.transition(&t.id, TaskState::Created, Transition::Start).await.unwrap();
         let mut changes = tokio::time::timeout(std::time::Duration::from_secs(5), waiter).await.unwrap().unwrap().unwrap();
         assert!(!changes.has_changed().unwrap());
         store.append_event(&event(&t.id, EventKind::Exec)).await.unwrap();
         assert!(changes.has_changed().unwrap(), "an appended event is a change");
         changes.borrow_and_update();
         // A failed write is not.
-        assert!(store.set_state(&TaskId::random(), TaskState::Running).await.is_err());
+        assert!(store.transition(&TaskId::random(), TaskState::Running, Transition::Suspend).await.is_err());
         assert!(!changes.has_changed().unwrap(), "a write that changed nothing wakes nobody");
     }
 
@@ -504,7 +549,7 @@ mod tests {
         {
             let store = Store::open(&db).await.unwrap();
             store.insert_task(&t).await.unwrap();
-            store.set_state(&t.id, TaskState::Running).await.unwrap();
+            store.transition(&t.id, TaskState::Created, Transition::Start).await.unwrap();
             assert_eq!(store.bump_step(&t.id).await.unwrap(), 1);
             assert_eq!(store.append_event(&event(&t.id, EventKind::Create)).await.unwrap(), 1);
             assert_eq!(store.append_event(&event(&t.id, EventKind::Exec)).await.unwrap(), 2);
@@ -530,7 +575,7 @@ mod tests {
         assert!(matches!(store.find_task("nope").await, Err(Error::UnknownTask(_))));
         let ghost = TaskId::random();
         assert!(matches!(store.bump_step(&ghost).await, Err(Error::UnknownTask(_))));
-        assert!(matches!(store.set_state(&ghost, TaskState::Running).await, Err(Error::UnknownTask(_))));
+        assert!(matches!(store.transition(&ghost, TaskState::Created, Transition::Start).await, Err(Error::UnknownTask(_))));
         assert_eq!(store.list_tasks().await.unwrap().len(), 1, "failed calls changed nothing");
     }
 

@@ -3,11 +3,11 @@
 
 use std::str::FromStr;
 
-use cairn_core::{EventSource, InboxEvent, NewEvent, TaskId, TaskState, Wait, WaitFor, WaitId};
+use cairn_core::{EventSource, InboxEvent, NewEvent, TaskId, TaskState, Transition, Wait, WaitFor, WaitId};
 use sqlx::sqlite::SqliteRow;
 use sqlx::Row;
 
-use crate::sqlite::insert_event;
+use crate::sqlite::{insert_event, transition_in};
 use crate::{now_ms, Error, Result, Store};
 
 /// What delivering an event did.
@@ -115,7 +115,7 @@ impl Store {
             satisfy(&mut tx, w.id.as_str(), &mut event).await.map_err(q)?;
             satisfied = Some(w.id.clone());
             if state == TaskState::Suspended.as_str() {
-                set_state_in(&mut tx, &ev.task, TaskState::Waking).await.map_err(q)?;
+                transition_in(&mut tx, &ev.task, TaskState::Suspended, Transition::Wake).await?;
                 wake = true;
             }
         }
@@ -148,8 +148,8 @@ impl Store {
                 .unwrap_or(false),
             None => false,
         };
-        let state = if satisfied { TaskState::Waking } else { TaskState::Suspended };
-        set_state_in(&mut tx, task, state).await.map_err(q)?;
+        let done = if satisfied { Transition::SuspendedIntoWake } else { Transition::Suspended };
+        let state = transition_in(&mut tx, task, TaskState::Suspending, done).await?;
         sqlx::query("UPDATE tasks SET sandbox_state = 'none', sandbox_note = NULL WHERE id = ?")
             .bind(task.as_str())
             .execute(&mut *tx)
@@ -163,13 +163,11 @@ impl Store {
     /// Moves a suspended task to `waking` (resume, exec, cp). False when it
     /// was not suspended.
     pub async fn begin_wake(&self, task: &TaskId) -> Result<bool> {
-        let res = sqlx::query("UPDATE tasks SET state = 'waking' WHERE id = ? AND state = 'suspended'")
-            .bind(task.as_str())
-            .execute(&self.pool)
-            .await
-            .map_err(|e| Error::Query("begin wake", e))?;
-        self.notify_change();
-        Ok(res.rows_affected() == 1)
+        match self.transition(task, TaskState::Suspended, Transition::Wake).await {
+            Ok(_) => Ok(true),
+            Err(Error::StateChanged { .. }) => Ok(false),
+            Err(e) => Err(e),
+        }
     }
 
     pub async fn pending_wait(&self, task: &TaskId) -> Result<Option<Wait>> {
@@ -260,10 +258,11 @@ impl Store {
 
     /// Marks a recovered task running again with its recovery note, in one
     /// transaction with the `recovered` event.
-    pub async fn record_recovery(&self, task: &TaskId, step: u64, memory: &str, note: &str, ev: &NewEvent) -> Result<()> {
+    pub async fn record_recovery(&self, task: &TaskId, from: TaskState, step: u64, memory: &str, note: &str, ev: &NewEvent) -> Result<()> {
         let q = |e| Error::Query("record recovery", e);
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(q)?;
-        sqlx::query("UPDATE tasks SET state = 'running', step = ?, memory = ?, recovery_note = ?, last_activity_ms = ? WHERE id = ?")
+        transition_in(&mut tx, task, from, Transition::Recover).await?;
+        sqlx::query("UPDATE tasks SET step = ?, memory = ?, recovery_note = ?, last_activity_ms = ? WHERE id = ?")
             .bind(step as i64)
             .bind(memory)
             .bind(note)
@@ -276,12 +275,12 @@ impl Store {
         self.commit(tx).await.map_err(q)
     }
 
-    /// Sets a woken task's state (running), in one transaction with its
-    /// `wake` event: a crash leaves both or neither.
-    pub async fn finish_wake(&self, task: &TaskId, state: TaskState, ev: &NewEvent) -> Result<()> {
+    /// Marks a waking task running, in one transaction with its `wake`
+    /// event: a crash leaves both or neither.
+    pub async fn finish_wake(&self, task: &TaskId, ev: &NewEvent) -> Result<()> {
         let q = |e| Error::Query("finish wake", e);
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(q)?;
-        set_state_in(&mut tx, task, state).await.map_err(q)?;
+        transition_in(&mut tx, task, TaskState::Waking, Transition::Woke).await?;
         insert_event(&mut tx, ev).await.map_err(q)?;
         self.commit(tx).await.map_err(q)
     }
@@ -296,16 +295,6 @@ impl Store {
             .map_err(|e| Error::Query("touch task", e))?;
         Ok(())
     }
-}
-
-async fn set_state_in(conn: &mut sqlx::SqliteConnection, task: &TaskId, state: TaskState) -> sqlx::Result<()> {
-    sqlx::query("UPDATE tasks SET state = ?, last_activity_ms = ? WHERE id = ?")
-        .bind(state.as_str())
-        .bind(now_ms())
-        .bind(task.as_str())
-        .execute(&mut *conn)
-        .await?;
-    Ok(())
 }
 
 async fn satisfy(conn: &mut sqlx::SqliteConnection, wait: &str, event: &mut InboxEvent) -> sqlx::Result<()> {
@@ -386,7 +375,7 @@ mod tests {
         let store = Store::open(&dir.path().join("cairn.db")).await.unwrap();
         let t = Task::new(TaskId::random(), None, TaskConfig::default(), now_ms());
         store.insert_task(&t).await.unwrap();
-        store.set_state(&t.id, TaskState::Running).await.unwrap();
+        store.transition(&t.id, TaskState::Created, Transition::Start).await.unwrap();
         (dir, store, t.id)
     }
 
@@ -401,7 +390,8 @@ mod tests {
         assert_eq!(store.insert_wait(&w, &log(&t)).await.unwrap(), None);
         let second = wait(&t, WaitFor::Timer { fire_at_ms: 1 });
         assert!(matches!(store.insert_wait(&second, &log(&t)).await, Err(Error::WaitPending(_))), "one pending wait per task");
-        store.set_state(&t, TaskState::Suspended).await.unwrap();
+        store.transition(&t, TaskState::Running, Transition::Suspend).await.unwrap();
+        store.transition(&t, TaskState::Suspending, Transition::Suspended).await.unwrap();
 
         let other = store.deliver(&event(&t, EventSource::Webhook, "lint", Some("d0"))).await.unwrap();
         assert_eq!((other.satisfied, other.wake), (None, false), "another name waits in the inbox");
@@ -455,13 +445,14 @@ mod tests {
         assert_eq!(store.next_timer_ms().await.unwrap(), Some(1000));
         assert!(store.due_timers(999).await.unwrap().is_empty());
         assert_eq!(store.due_timers(1000).await.unwrap()[0].id, w.id);
-        store.set_state(&t, TaskState::Suspending).await.unwrap();
+        store.transition(&t, TaskState::Running, Transition::Suspend).await.unwrap();
         // The timer fires while the task is still suspending.
         let fired = store.deliver(&event(&t, EventSource::Timer, w.id.as_str(), None)).await.unwrap();
         assert_eq!((fired.satisfied.as_ref(), fired.wake), (Some(&w.id), false));
         let end = NewEvent { args: serde_json::json!({"phase": "end"}), kind: EventKind::Suspend, ..log(&t) };
         assert_eq!(store.finish_suspend(&t, Some(&w.id), &end).await.unwrap(), TaskState::Waking, "satisfied meanwhile: wake at once");
-        store.set_state(&t, TaskState::Suspending).await.unwrap();
+        store.transition(&t, TaskState::Waking, Transition::Woke).await.unwrap();
+        store.transition(&t, TaskState::Running, Transition::Suspend).await.unwrap();
         assert_eq!(store.finish_suspend(&t, None, &end).await.unwrap(), TaskState::Suspended, "a plain suspend stays suspended");
         assert!(store.begin_wake(&t).await.unwrap());
         assert!(!store.begin_wake(&t).await.unwrap(), "only a suspended task begins waking");

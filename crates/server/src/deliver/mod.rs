@@ -300,9 +300,9 @@ impl Tasks {
         let lock = self.lock_of(&task.id);
         let _guard = lock.lock().await;
         let task = self.find(task.id.as_str()).await?;
-        let next = task.state.complete()?;
+        task.state.complete()?;
         let begun = Instant::now();
-        let result = self.end_sandbox(&task, next).await?;
+        let result = self.end_sandbox(&task, cairn_core::Transition::Complete).await?;
         let mut args = json!({});
         let mut code = 0;
         match &result {
