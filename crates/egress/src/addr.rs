@@ -369,6 +369,14 @@ mod tests {
     }
 
     #[test]
+    fn allowed_ranges_are_empty_only_without_ranges() {
+        assert!(AllowedRanges::default().is_empty());
+        assert!(AllowedRanges::parse::<&str>(&[]).unwrap().is_empty());
+        assert!(!AllowedRanges::parse(&["10.1.2.3/32"]).unwrap().is_empty());
+        assert!(!AllowedRanges::parse(&["::/0"]).unwrap().is_empty());
+    }
+
+    #[test]
     fn refuses_bad_ranges() {
         for s in [
             "",

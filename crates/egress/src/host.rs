@@ -431,6 +431,35 @@ mod tests {
     }
 
     #[test]
+    fn parse_ip_literal_takes_one_trailing_dot() {
+        let lo = Some(IpAddr::V4(Ipv4Addr::LOCALHOST));
+        assert_eq!(parse_ip_literal("127.0.0.1."), lo);
+        assert_eq!(parse_ip_literal("0x7f.1."), lo);
+        assert_eq!(parse_ip_literal("2130706433."), lo);
+        assert_eq!(
+            parse_ip_literal("1."),
+            Some(IpAddr::V4(Ipv4Addr::new(0, 0, 0, 1)))
+        );
+        assert_eq!(parse_ip_literal("127.0.0.1.."), None);
+        assert_eq!(parse_ip_literal("."), None);
+    }
+
+    #[test]
+    fn parse_ip_literal_refuses_a_last_part_too_big_for_its_bytes() {
+        let v4 = |a, b, c, d| Some(IpAddr::V4(Ipv4Addr::new(a, b, c, d)));
+        assert_eq!(parse_ip_literal("1.2.3.255"), v4(1, 2, 3, 255));
+        assert_eq!(parse_ip_literal("1.2.3.256"), None);
+        assert_eq!(parse_ip_literal("1.2.65535"), v4(1, 2, 255, 255));
+        assert_eq!(parse_ip_literal("1.2.65536"), None);
+        assert_eq!(parse_ip_literal("1.16777215"), v4(1, 255, 255, 255));
+        assert_eq!(parse_ip_literal("1.16777216"), None);
+        // Five parts are never an address, whatever the last one is.
+        assert_eq!(parse_ip_literal("1.2.3.4.0"), None);
+        assert_eq!(parse_ip_literal("0.0.0.0.0"), None);
+        assert_eq!(parse_ip_literal("1.2.3.4.5.6"), None);
+    }
+
+    #[test]
     fn serde_round_trip_and_refusal() {
         let h: Host = serde_json::from_str("\"Example.com.\"").unwrap();
         assert_eq!(h.as_str(), "example.com");

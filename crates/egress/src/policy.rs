@@ -342,6 +342,14 @@ mod tests {
         for r in ["example.com:1", "example.com:65535", "example.com:0443"] {
             assert!(Rule::parse(r).is_ok(), "{r:?}");
         }
+        // At most five digits, even when the number would fit.
+        for r in ["example.com:000443", "192.0.2.1:000443"] {
+            assert!(
+                matches!(Rule::parse(r), Err(Error::Port { ref port, .. }) if port == "000443"),
+                "{r:?}: {:?}",
+                Rule::parse(r)
+            );
+        }
     }
 
     #[test]
