@@ -9,8 +9,8 @@
 //!   snapshot of many small files is a few objects, not thousands.
 //! - [`index`]: which pack holds each chunk, so a known chunk is never
 //!   stored twice.
-//! - [`repo`]: the [`Repository`] tying these together, with `check` and
-//!   `gc`.
+//! - [`repo`]: the [`Repository`] tying these together, one file per
+//!   concern: the repository itself, the pack writer, `check` and `gc`.
 //!
 //! Write order (crash safety): packs, then the index file naming them, then
 //! the manifest; each object is durable (fsync'd) before the next is written,
@@ -22,8 +22,8 @@
 //!
 //! Garbage collection and writers must not overlap (a writer deduplicates
 //! against chunks gc may be deleting): callers hold
-//! [`Repository::gc_lock`] for reading during a snapshot and for writing
-//! during `gc`.
+//! [`Repository::gc_lock`], the one gc lock, for reading during a snapshot
+//! or a restore and for writing during `gc`.
 
 pub mod backend;
 pub mod chunker;

@@ -46,7 +46,6 @@ pub struct SnapshotState {
     pub repo: Arc<Repository>,
     pub risk: RiskPolicy,
     pub gc_grace: Duration,
-    pub(crate) gc_lock: tokio::sync::RwLock<()>,
     progress: ProgressMap,
     /// Parsed baselines by task, so an incremental snapshot does not parse
     /// its parent's manifest again.
@@ -59,7 +58,6 @@ impl SnapshotState {
             repo,
             risk,
             gc_grace,
-            gc_lock: tokio::sync::RwLock::new(()),
             progress: Arc::default(),
             baselines: Mutex::default(),
         }
@@ -224,7 +222,7 @@ impl Tasks {
         memory: Option<String>,
         actor: &str,
     ) -> Result<Snapshot, ApiError> {
-        let _no_gc = self.snaps.gc_lock.read().await;
+        let _no_gc = self.snaps.repo.gc_lock().read().await;
         let image = self.image(&task.config.image).await?;
         let layers = Self::layer_specs(&image);
         let baseline = self.baseline_manifest(&task.id).await;
@@ -387,7 +385,7 @@ impl Tasks {
             _ => return Err(ApiError::bad_request("give exactly one of --to SNAPSHOT and --last-healthy")),
         };
         // No gc may sweep the target's data or the new baseline meanwhile.
-        let _no_gc = self.snaps.gc_lock.read().await;
+        let _no_gc = self.snaps.repo.gc_lock().read().await;
         // Read the target and check that all its data is there before
         // touching anything: a damaged snapshot is refused while the sandbox
         // still runs.
@@ -525,7 +523,7 @@ impl Tasks {
                 ApiError::conflict(format!("task {} has no snapshot to fork from; take one with `cairn snapshot {}`", src.id, src.id))
             })?,
         };
-        let _no_gc = self.snaps.gc_lock.read().await;
+        let _no_gc = self.snaps.repo.gc_lock().read().await;
         let manifest = self.load_manifest(&snap.manifest).await?;
         self.precheck(&snap, &manifest).await?;
         let image = self.image(&snap.config.image).await?;
@@ -649,7 +647,7 @@ impl Tasks {
             Some(g) => parse_duration(g)?,
             None => self.snaps.gc_grace,
         };
-        let _exclusive = self.snaps.gc_lock.write().await;
+        let _exclusive = self.snaps.repo.gc_lock().write().await;
         let mut expired = Vec::new();
         for t in self.store.list_tasks().await? {
             expired.extend(self.apply_retention(&t.id, req.dry_run).await?);
@@ -682,7 +680,7 @@ impl Tasks {
     /// Verifies that everything the snapshots reference is stored, and with
     /// `read_data` that every byte hashes to its id.
     pub async fn check(&self, read_data: bool) -> Result<cairn_blob::CheckReport, ApiError> {
-        let _no_gc = self.snaps.gc_lock.read().await;
+        let _no_gc = self.snaps.repo.gc_lock().read().await;
         let live = self.live_manifests(&HashSet::new()).await?;
         let mut problems = Vec::new();
         let mut manifests = Vec::new();

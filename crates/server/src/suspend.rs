@@ -137,7 +137,7 @@ impl Tasks {
             self.store.finish_wake(&task.id, &ev).await?;
             return Ok(());
         }
-        let _no_gc = self.snaps.gc_lock.read().await;
+        let _no_gc = self.snaps.repo.gc_lock().read().await;
         let begun = Instant::now();
         let snap = self.store.snapshots(&task.id).await?.pop();
         let image = self.image(&task.config.image).await?;
@@ -220,7 +220,7 @@ impl Tasks {
         if !matches!(task.state, TaskState::Running | TaskState::Suspending) || self.live(id).is_some() {
             return Ok(());
         }
-        let _no_gc = self.snaps.gc_lock.read().await;
+        let _no_gc = self.snaps.repo.gc_lock().read().await;
         let begun = Instant::now();
         let image = self.image(&task.config.image).await?;
         // After a rollback, the target: the task's record says it is there.

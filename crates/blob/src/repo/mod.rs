@@ -1,0 +1,232 @@
+//! The repository: chunks written through packs and the index, manifests,
+//! and the maintenance operations, one file each: [`packer`] (the
+//! [`PackWriter`] that turns chunks into packs), [`check`] and [`gc`].
+
+mod check;
+mod gc;
+mod packer;
+#[cfg(test)]
+mod tests;
+
+use std::collections::HashSet;
+use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use bytes::Bytes;
+use serde::Serialize;
+
+use crate::index::{self, Location, MemIndex};
+use crate::pack::{self, COMPRESSION_LEVEL, TARGET_PACK_SIZE};
+use crate::{Error, Kind, ObjectId, Result, WriteBackend};
+
+pub use check::CheckReport;
+pub use gc::GcReport;
+pub use packer::{PackWriter, WriteStats};
+
+/// An error text on one line, for a report line.
+fn one_line(s: &str) -> String {
+    s.replace('\n', " ")
+}
+
+/// A content-addressed store of chunks and manifests on one backend.
+/// Cheap to share (`Arc`); all methods take `&self` and are thread-safe.
+pub struct Repository {
+    backend: Arc<dyn WriteBackend>,
+    index: RwLock<MemIndex>,
+    gc_lock: tokio::sync::RwLock<()>,
+    pack_target: usize,
+}
+
+impl std::fmt::Debug for Repository {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let stats = self.stats();
+        f.debug_struct("Repository")
+            .field("location", &self.backend.location())
+            .field("packs", &stats.packs)
+            .field("chunks", &stats.chunks)
+            .finish()
+    }
+}
+
+/// Tuning for [`Repository::open_with`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RepoOptions {
+    /// A pack is written once its chunks reach this many bytes.
+    pub pack_target: usize,
+}
+
+impl Default for RepoOptions {
+    fn default() -> Self {
+        RepoOptions { pack_target: TARGET_PACK_SIZE }
+    }
+}
+
+/// What the repository holds, from its in-memory index.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct RepoStats {
+    /// Indexed packs.
+    pub packs: u64,
+    /// Distinct chunks.
+    pub chunks: u64,
+    /// Bytes of the indexed packs (compressed chunks and trailers).
+    pub stored_bytes: u64,
+}
+
+impl Repository {
+    /// Opens the repository on `backend`, loading every index file.
+    pub fn open(backend: Arc<dyn WriteBackend>) -> Result<Arc<Repository>> {
+        Self::open_with(backend, RepoOptions::default())
+    }
+
+    /// [`Repository::open`] with non-default tuning.
+    pub fn open_with(backend: Arc<dyn WriteBackend>, options: RepoOptions) -> Result<Arc<Repository>> {
+        let repo = Repository {
+            backend,
+            index: RwLock::new(MemIndex::default()),
+            gc_lock: tokio::sync::RwLock::new(()),
+            pack_target: options.pack_target.max(1),
+        };
+        repo.refresh_index()?;
+        Ok(Arc::new(repo))
+    }
+
+    /// The backend this repository stores its objects in.
+    pub fn backend(&self) -> &Arc<dyn WriteBackend> {
+        &self.backend
+    }
+
+    /// Coordinates `gc` with writers in this process. Hold `read()` for the
+    /// whole of a snapshot (from its first `add_chunk` until its manifest is
+    /// written and recorded by the caller) and `write()` around `gc`:
+    /// otherwise gc could delete a pack whose chunk a writer has just
+    /// deduplicated against, or a young snapshot's packs and manifest once
+    /// they outlive the grace period. The repository does not take it
+    /// itself (a writer's lifetime is the caller's to know).
+    ///
+    /// A tokio lock: the daemon holds it across the awaits of a snapshot,
+    /// a restore or a gc.
+    pub fn gc_lock(&self) -> &tokio::sync::RwLock<()> {
+        &self.gc_lock
+    }
+
+    /// Loads index files that appeared since the last load (written by
+    /// another process on the same backend). Returns how many were loaded.
+    pub fn refresh_index(&self) -> Result<u64> {
+        let listed = self.backend.list(Kind::Index)?;
+        let known: HashSet<String> = {
+            let idx = self.read_index();
+            idx.files.keys().map(ObjectId::to_hex).chain(idx.unreadable.keys().cloned()).collect()
+        };
+        let mut loaded = 0;
+        for info in listed {
+            if known.contains(&info.id) {
+                continue;
+            }
+            let Ok(id) = info.id.parse::<ObjectId>() else {
+                tracing::warn!(name = %info.id, "ignoring a file in the index directory that is not named by an id");
+                continue;
+            };
+            let packs = match self.backend.read(Kind::Index, &info.id) {
+                Ok(stored) => index::decode(&id, &stored),
+                // Deleted by a concurrent gc after the listing.
+                Err(Error::Missing(..)) => continue,
+                Err(e) => return Err(e),
+            };
+            let mut idx = self.write_index();
+            match packs {
+                Ok(packs) => {
+                    idx.insert_file(id, &packs);
+                    loaded += 1;
+                }
+                Err(e) => {
+                    // Keep going: the chunks it lists are merely re-stored by
+                    // the next writer; check reports it and gc refuses to run.
+                    tracing::warn!(index = %id, error = %e, "index file unreadable");
+                    idx.unreadable.insert(info.id.clone(), one_line(&e.to_string()));
+                }
+            }
+        }
+        Ok(loaded)
+    }
+
+    /// True when the chunk is stored (in a durable, indexed pack).
+    pub fn has_chunk(&self, id: &ObjectId) -> bool {
+        self.read_index().chunks.contains_key(id)
+    }
+
+    /// Reads a chunk, decompressed; checks that it hashes to `id` and names
+    /// the pack and chunk when it does not (never returns wrong data).
+    pub fn read_chunk(&self, id: &ObjectId) -> Result<Vec<u8>> {
+        let loc: Location = self.read_index().chunks.get(id).copied().ok_or_else(|| Error::UnknownChunk(id.to_hex()))?;
+        let pack = loc.pack.to_hex();
+        // Some stores refuse an empty range; an empty chunk needs no read.
+        let stored = match loc.entry.length {
+            0 => Bytes::new(),
+            len => self.backend.read_range(Kind::Pack, &pack, loc.entry.offset, len.into())?,
+        };
+        pack::decode_chunk(&loc.entry, &stored).map_err(|why| Error::Corrupt(Kind::Pack, pack, why))
+    }
+
+    /// Stores a manifest (any bytes; compressed here) under the hash of its
+    /// content, durably. Writing the same manifest twice is a no-op.
+    pub fn put_manifest(&self, data: &[u8]) -> Result<ObjectId> {
+        self.put_prepared_manifest(prepare_manifest(data)?)
+    }
+
+    /// Stores a manifest made ready by [`prepare_manifest`] (which may run
+    /// on another thread, e.g. while packs are being flushed).
+    pub fn put_prepared_manifest(&self, m: PreparedManifest) -> Result<ObjectId> {
+        let hex = m.id.to_hex();
+        if !self.backend.exists(Kind::Manifest, &hex)? {
+            self.backend.write(Kind::Manifest, &hex, Bytes::from(m.stored))?;
+        }
+        Ok(m.id)
+    }
+
+    /// Reads a manifest back, verifying its hash.
+    pub fn get_manifest(&self, id: &ObjectId) -> Result<Vec<u8>> {
+        let hex = id.to_hex();
+        let stored = self.backend.read(Kind::Manifest, &hex)?;
+        let data = zstd::stream::decode_all(&stored[..])
+            .map_err(|e| Error::Corrupt(Kind::Manifest, hex.clone(), format!("does not decompress: {e}")))?;
+        let actual = ObjectId::of(&data);
+        if actual != *id {
+            return Err(Error::Corrupt(Kind::Manifest, hex, format!("content hashes to {actual}")));
+        }
+        Ok(data)
+    }
+
+    /// What the repository holds (from the in-memory index; no I/O).
+    pub fn stats(&self) -> RepoStats {
+        let idx = self.read_index();
+        RepoStats {
+            packs: idx.packs.len() as u64,
+            chunks: idx.chunks.len() as u64,
+            stored_bytes: idx.packs.values().map(|p| p.size).sum(),
+        }
+    }
+
+    // A panic while holding the lock cannot leave the index half-updated in
+    // a harmful way (each update is a few map operations), so poisoning is
+    // ignored.
+    fn read_index(&self) -> RwLockReadGuard<'_, MemIndex> {
+        self.index.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn write_index(&self) -> RwLockWriteGuard<'_, MemIndex> {
+        self.index.write().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// A manifest hashed and compressed, ready to store.
+#[derive(Debug)]
+pub struct PreparedManifest {
+    pub id: ObjectId,
+    stored: Vec<u8>,
+}
+
+/// Hashes and compresses a manifest (CPU only, no I/O).
+pub fn prepare_manifest(data: &[u8]) -> Result<PreparedManifest> {
+    let id = ObjectId::of(data);
+    let stored = zstd::bulk::compress(data, COMPRESSION_LEVEL).map_err(|e| Error::Compress(format!("manifest {id}"), e.to_string()))?;
+    Ok(PreparedManifest { id, stored })
+}
