@@ -125,4 +125,15 @@ mod tests {
         assert_eq!(serde_json::from_str::<T>(&json2).unwrap(), t2);
         assert!(serde_json::from_str::<T>(r#"{"p":{"hex":"6"},"b":""}"#).is_err());
     }
+
+    #[test]
+    fn a_byte_buf_is_its_bytes() {
+        let b = ByteBuf::from(&b"a\xffz"[..]);
+        assert_eq!(b.0, b"a\xffz");
+        assert_eq!(&*b, b"a\xffz", "derefs to the bytes");
+        assert_eq!(b.len(), 3);
+        assert_eq!(&*ByteBuf::from(""), b"");
+        assert_eq!(format!("{b:?}"), "\"a\u{fffd}z\"", "Debug shows the bytes as lossy text");
+        assert_eq!(format!("{:?}", ByteBuf::from("user.x")), "\"user.x\"");
+    }
 }

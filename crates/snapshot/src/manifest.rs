@@ -310,6 +310,33 @@ mod tests {
     }
 
     #[test]
+    fn kinds_have_their_file_type_bits() {
+        let kinds = [
+            (EntryKind::Dir, libc::S_IFDIR),
+            (file(0, &[]), libc::S_IFREG),
+            (EntryKind::Symlink { target: "t".into() }, libc::S_IFLNK),
+            (EntryKind::HardLink { to: "a".into() }, 0),
+            (EntryKind::Whiteout, libc::S_IFCHR),
+            (EntryKind::Fifo, libc::S_IFIFO),
+            (EntryKind::Socket, libc::S_IFSOCK),
+            (EntryKind::CharDev { rdev: 0x0103 }, libc::S_IFCHR),
+            (EntryKind::BlockDev { rdev: 0x0801 }, libc::S_IFBLK),
+        ];
+        for (kind, bits) in kinds {
+            assert_eq!(kind.file_type(), bits, "{kind:?}");
+        }
+    }
+
+    #[test]
+    fn layers_are_found_by_name() {
+        let mut m = manifest(vec![entry("", EntryKind::Dir)]);
+        m.layers.push(LayerTree { name: "at_usr".into(), at: "/usr".into(), entries: vec![entry("", EntryKind::Dir)] });
+        assert_eq!(m.layer("root").map(|l| l.at.as_path()), Some(Path::new("/")));
+        assert_eq!(m.layer("at_usr").map(|l| l.at.as_path()), Some(Path::new("/usr")));
+        assert_eq!(m.layer("at_opt"), None);
+    }
+
+    #[test]
     fn json_is_stable_and_round_trips() {
         let m = manifest(vec![entry("", EntryKind::Dir), entry("f", file(3, &[(0, 3)]))]);
         let a = encode(&m).unwrap();
@@ -317,6 +344,85 @@ mod tests {
         assert_eq!(serde_json::from_slice::<Manifest>(&a).unwrap(), m);
         let text = String::from_utf8(a).unwrap();
         assert!(text.starts_with(r#"{"version":1,"layers":[{"name":"root","at":"/","entries":[{"path":"","kind":"dir""#), "{text}");
+    }
+
+    /// The reason `validate` gives for `entries`, if it refuses them.
+    fn refusal(entries: Vec<Entry>) -> Option<(PathBuf, &'static str)> {
+        match manifest(entries).validate() {
+            Ok(()) => None,
+            Err(Error::Invalid(layer, path, why)) if layer == "root" => Some((path, why)),
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    #[test]
+    fn the_upper_directory_is_first_and_a_directory() {
+        let upper = "the upper directory must be the first entry and a directory";
+        assert_eq!(refusal(vec![entry("", EntryKind::Fifo)]), Some(("".into(), upper)));
+        assert_eq!(refusal(vec![entry("", file(0, &[]))]), Some(("".into(), upper)));
+        assert_eq!(refusal(vec![entry("a", EntryKind::Fifo), entry("", EntryKind::Dir)]), Some(("".into(), upper)));
+        assert_eq!(refusal(vec![entry("", EntryKind::Dir), entry("a", EntryKind::Fifo)]), None);
+    }
+
+    #[test]
+    fn paths_and_layer_names_are_plain() {
+        let plain = "path is not a plain relative path";
+        for p in ["..", ".", "a/", "a//b", "a\0b", "\0"] {
+            assert_eq!(refusal(vec![entry("", EntryKind::Dir), entry(p, EntryKind::Fifo)]), Some((p.into(), plain)), "{p:?}");
+        }
+        let mut m = manifest(vec![entry("", EntryKind::Dir), entry("a", EntryKind::Dir), entry("a/b.c", EntryKind::Fifo)]);
+        m.validate().unwrap();
+        for name in ["", ".", "..", "ro\0ot", "a/b"] {
+            m.layers[0].name = name.into();
+            match m.validate() {
+                Err(Error::Invalid(layer, path, why)) => {
+                    assert_eq!((layer.as_str(), path, why), (name, PathBuf::new(), "layer name is not a single file name"));
+                }
+                other => panic!("{name:?}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn a_stored_manifest_loads_back_and_another_version_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let backend = cairn_blob::ObjectStoreBackend::local(&dir.path().join("repo")).unwrap();
+        let repo = Repository::open(std::sync::Arc::new(backend)).unwrap();
+        let m = manifest(vec![entry("", EntryKind::Dir), entry("f", file(3, &[(0, 3)]))]);
+        let id = store(&repo, &m).unwrap();
+        assert_eq!(id, ObjectId::of(&encode(&m).unwrap()), "named by the hash of its encoding");
+        assert_eq!(load(&repo, &id).unwrap(), m);
+        let newer = Manifest { version: 2, ..m };
+        let id2 = store(&repo, &newer).unwrap();
+        assert!(matches!(load(&repo, &id2), Err(Error::Version(2, 1))));
+        let not_json = repo.put_manifest(b"[1, 2]").unwrap();
+        assert!(matches!(load(&repo, &not_json), Err(Error::Decode(id, _)) if id == not_json));
+    }
+
+    #[test]
+    fn the_index_finds_entries_by_layer_and_path() {
+        let mut m = manifest(vec![entry("", EntryKind::Dir), entry("a", EntryKind::Fifo)]);
+        m.layers.push(LayerTree { name: "at_usr".into(), at: "/usr".into(), entries: vec![entry("", EntryKind::Dir)] });
+        let index = Index::new(&m);
+        let root = index.layer("root").expect("the root layer");
+        assert_eq!(root.len(), 2);
+        assert_eq!(root.get(Path::new("a")).map(|e| &e.kind), Some(&EntryKind::Fifo));
+        assert_eq!(index.layer("at_usr").map(|l| l.keys().copied().collect::<Vec<_>>()), Some(vec![Path::new("")]));
+        assert!(index.layer("at_opt").is_none());
+    }
+
+    #[test]
+    fn every_extent_has_bytes_and_chunks() {
+        let bad = "extents overlap, are empty or exceed the size";
+        let extent = |offset, len, chunks: usize| Extent { offset, len, chunks: (0..chunks).map(|i| ObjectId::of(&[i as u8])).collect() };
+        let with = |extents| vec![entry("f", EntryKind::File { size: 10, extents })];
+        assert_eq!(refusal(with(vec![extent(0, 10, 1)])), None);
+        assert_eq!(refusal(with(vec![extent(0, 0, 1)])), Some(("f".into(), bad)), "no bytes");
+        assert_eq!(refusal(with(vec![extent(0, 4, 0)])), Some(("f".into(), bad)), "no chunks");
+        assert_eq!(refusal(with(vec![extent(0, 0, 0)])), Some(("f".into(), bad)));
+        assert_eq!(refusal(with(vec![extent(0, 4, 1), extent(4, 6, 2)])), None, "adjacent extents");
+        assert_eq!(refusal(with(vec![extent(6, 5, 1)])), Some(("f".into(), bad)), "past the size");
+        assert_eq!(refusal(with(vec![extent(u64::MAX, 2, 1)])), Some(("f".into(), bad)), "an end past u64");
     }
 
     #[test]
