@@ -79,4 +79,11 @@ mod tests {
         assert!("xyz".parse::<ObjectId>().is_err());
         assert!(id.to_hex().to_uppercase().parse::<ObjectId>().is_err());
     }
+
+    #[test]
+    fn debug_shows_the_first_12_hex_digits() {
+        let id: ObjectId = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff".parse().unwrap();
+        assert_eq!(format!("{id:?}"), "ObjectId(001122334455)");
+        assert_eq!(id.to_string(), "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff");
+    }
 }

@@ -117,4 +117,24 @@ mod tests {
         assert!(decode(&id, b"garbage").is_err());
         assert!(decode(&id, &stored[..stored.len() / 2]).is_err());
     }
+
+    #[test]
+    fn removing_packs_forgets_them_and_their_chunks_only() {
+        let entry = |c: &[u8]| PackEntry { id: ObjectId::of(c), offset: 0, length: 1, raw_length: 1, compressed: false };
+        let (p1, p2) = (ObjectId::of(b"p1"), ObjectId::of(b"p2"));
+        let mut index = MemIndex::default();
+        let packs = [
+            IndexedPack { id: p1, size: 58, chunks: vec![entry(b"a")] },
+            IndexedPack { id: p2, size: 107, chunks: vec![entry(b"b"), entry(b"c")] },
+        ];
+        index.insert_file(ObjectId::of(b"file"), &packs);
+        assert_eq!(index.packs.get(&p2), Some(&PackSummary { size: 107, chunks: 2 }));
+        index.remove_packs(&[p1].into_iter().collect());
+        assert_eq!(index.packs.keys().collect::<Vec<_>>(), [&p2]);
+        let mut left: Vec<_> = index.chunks.iter().map(|(id, loc)| (*id, loc.pack)).collect();
+        left.sort();
+        let mut want = vec![(ObjectId::of(b"b"), p2), (ObjectId::of(b"c"), p2)];
+        want.sort();
+        assert_eq!(left, want);
+    }
 }

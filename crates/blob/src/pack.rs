@@ -229,6 +229,68 @@ mod tests {
     }
 
     #[test]
+    fn packs_are_cut_at_16_mib() {
+        // The default of RepoOptions::pack_target; docs/architecture.md says ~16 MiB.
+        assert_eq!(TARGET_PACK_SIZE, 16_777_216);
+    }
+
+    #[test]
+    fn a_blob_longer_than_its_entry_says_does_not_decompress() {
+        // Up to 64 MiB a blob is decompressed into a buffer of the claimed
+        // size: more output than that is refused by zstd itself.
+        let chunk = b"0123456789abcdef".repeat(128 * 1024);
+        let pack = build(&[&chunk]);
+        let e = pack.entries[0];
+        let stored = &pack.data[e.offset as usize..(e.offset + u64::from(e.length)) as usize];
+        let short = PackEntry { raw_length: 1_536 * 1024, ..e };
+        let err = decode_chunk(&short, stored).unwrap_err();
+        assert!(err.starts_with(&format!("chunk {} does not decompress: ", e.id)), "{err}");
+        assert_eq!(decode_chunk(&e, stored).unwrap(), chunk);
+    }
+
+    #[test]
+    fn the_smallest_pack_is_an_empty_trailer() {
+        let mut empty = 0u32.to_le_bytes().to_vec();
+        empty.extend_from_slice(&4u32.to_le_bytes());
+        empty.extend_from_slice(&PACK_MAGIC);
+        assert_eq!(parse_trailer(&empty), Ok(vec![]));
+        assert_eq!(parse_trailer(&empty[1..]), Err("15 bytes is too short for a pack (truncated?)".to_owned()));
+        let mut no_count = vec![0u8; 4];
+        no_count.extend_from_slice(&3u32.to_le_bytes());
+        no_count.extend_from_slice(&PACK_MAGIC);
+        assert_eq!(parse_trailer(&no_count), Err("trailer length 3 is too short".to_owned()));
+    }
+
+    #[test]
+    fn a_chunk_that_compresses_to_its_own_size_is_stored_raw() {
+        // 64 random bytes and 17 zeros: zstd (level 3) makes 81 bytes of 81.
+        let mut chunk = crate::testutil::noise(7, 64);
+        chunk.extend_from_slice(&[0u8; 17]);
+        assert_eq!(zstd::bulk::compress(&chunk, COMPRESSION_LEVEL).unwrap().len(), chunk.len(), "the premise");
+        let pack = build(&[&chunk]);
+        let e = pack.entries[0];
+        assert_eq!((e.compressed, e.length, e.raw_length), (false, 81, 81));
+        assert_eq!(&pack.data[..81], &chunk[..]);
+    }
+
+    #[test]
+    fn a_blob_claimed_over_64_mib_is_streamed_to_one_byte_past_its_size() {
+        let big = BULK_DECOMPRESS_LIMIT + 1;
+        let exact = zstd::bulk::compress(&vec![0u8; big], COMPRESSION_LEVEL).unwrap();
+        assert_eq!(decompress(&exact, big).unwrap().len(), big);
+        // One byte more than claimed is read, so the length check sees it.
+        let longer = zstd::bulk::compress(&vec![0u8; big + 5], COMPRESSION_LEVEL).unwrap();
+        assert_eq!(decompress(&longer, big).unwrap().len(), big + 1);
+    }
+
+    #[test]
+    fn debug_shows_the_builder_size() {
+        let mut b = PackBuilder::new().unwrap();
+        b.add(ObjectId::of(b"x"), b"x").unwrap();
+        assert_eq!(format!("{b:?}"), "PackBuilder { bytes: 1, chunks: 1 }");
+    }
+
+    #[test]
     fn builder_is_reusable_and_empty_finishes_to_none() {
         let mut b = PackBuilder::new().unwrap();
         assert!(b.finish().is_none());
