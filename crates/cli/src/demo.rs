@@ -482,7 +482,7 @@ async fn waits(d: &mut Demo, home: &Path) -> Result<()> {
         bail!("the approval page did not work");
     }
     let t = Instant::now();
-    let woke = wait_running(d).await?;
+    let woke = wait_running(d, &w).await?;
     d.say("the task wakes into a fresh sandbox", t.elapsed(), &woke);
     d.show("its files are where they were", "cat /workspace/notes.txt", |r| text(r).contains("copied in by cairn cp")).await?;
 
@@ -514,31 +514,30 @@ async fn waits(d: &mut Demo, home: &Path) -> Result<()> {
         bail!("the webhook gateway did not answer as it should");
     }
     let t = Instant::now();
-    let woke = wait_running(d).await?;
+    let woke = wait_running(d, &w).await?;
     d.say("woken by the webhook", t.elapsed(), &woke);
 
     let t = Instant::now();
-    d.client.post(&format!("/v1/tasks/{}/waits", d.task), &api::waits::WaitRequest { timer: Some("1s".into()), ..Default::default() }).await?;
-    let woke = wait_running(d).await?;
+    let timer = d.client.post(&format!("/v1/tasks/{}/waits", d.task), &api::waits::WaitRequest { timer: Some("1s".into()), ..Default::default() }).await?;
+    let woke = wait_running(d, &timer).await?;
     d.say("wait on a 1 s timer: suspended, then woken by it", t.elapsed(), &woke);
     Ok(())
 }
 
-/// Waits until the demo task runs again; describes its last wake.
-async fn wait_running(d: &Demo) -> Result<String> {
-    for _ in 0..500 {
-        let t: Value = d.client.get(&format!("/v1/tasks/{}", d.task)).await?;
-        if t["state"] == "running" {
-            let log: Value = d.client.get(&format!("/v1/tasks/{}/events", d.task)).await?;
-            let wake = log.as_array().and_then(|a| a.iter().rev().find(|e| e["kind"] == "wake")).cloned().unwrap_or(Value::Null);
-            let a = &wake["args"];
-            return Ok(format!(
-                "sandbox ready {:.1} ms after the wake began ({})",
-                a["sandbox_ready_ms"].as_f64().unwrap_or(0.0),
-                if a["from_cache"] == true { "its disk reused as suspended" } else { "restored from the blob store" }
-            ));
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+/// Waits (blocking in the daemon, which is woken by the change) until
+/// the wait `w` is satisfied and its task runs again; describes the wake.
+async fn wait_running(d: &Demo, w: &Value) -> Result<String> {
+    let id = w["id"].as_str().unwrap_or_default();
+    let view: api::waits::WaitView = d.client.get(&format!("/v1/waits/{id}?block_ms=10000")).await?;
+    if view.wait.satisfied_ms.is_none() || view.task_state != cairn_core::TaskState::Running {
+        bail!("the task did not wake within 10 s (wait {id} is {}, the task {})", view.state, view.task_state);
     }
-    bail!("the task did not wake within 10 s")
+    let log: Value = d.client.get(&format!("/v1/tasks/{}/events", d.task)).await?;
+    let wake = log.as_array().and_then(|a| a.iter().rev().find(|e| e["kind"] == "wake")).cloned().unwrap_or(Value::Null);
+    let a = &wake["args"];
+    Ok(format!(
+        "sandbox ready {:.1} ms after the wake began ({})",
+        a["sandbox_ready_ms"].as_f64().unwrap_or(0.0),
+        if a["from_cache"] == true { "its disk reused as suspended" } else { "restored from the blob store" }
+    ))
 }
