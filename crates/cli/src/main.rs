@@ -9,14 +9,14 @@ mod exec;
 mod ledger;
 mod output;
 mod progress;
+mod verbs;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{anyhow, Context, Result};
-use cairn_api as api;
 use clap::{Args, Parser, Subcommand};
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use crate::client::Client;
 
@@ -36,7 +36,7 @@ enum Cmd {
     Serve(ServeArgs),
     /// Create, list, show tasks.
     #[command(subcommand)]
-    Task(TaskCmd),
+    Task(verbs::task::TaskCmd),
     /// Run a command in a task's sandbox: cairn exec ID [OPTIONS] -- CMD ARGS...
     Exec(ExecCli),
     /// Copy files between a sandbox (ID:/path) and here. Copying out, a
@@ -69,15 +69,15 @@ enum Cmd {
     /// Destroy a task's sandbox; its records stay.
     Destroy { task: String },
     /// Take a snapshot of a task (or: snapshot list ID, snapshot diff ID A B).
-    Snapshot(SnapshotCli),
+    Snapshot(verbs::snapshot::SnapshotCli),
     /// Roll a task back in place to one of its snapshots.
-    Rollback(RollbackCli),
+    Rollback(verbs::snapshot::RollbackCli),
     /// Create new tasks starting from a snapshot of another.
-    Fork(ForkCli),
+    Fork(verbs::snapshot::ForkCli),
     /// Expire snapshots by retention policy, then delete unreferenced data.
-    Gc(GcCli),
+    Gc(verbs::snapshot::GcCli),
     /// Wait for an approval, a webhook or a timer; the task suspends until then.
-    Wait(WaitCli),
+    Wait(verbs::waits::WaitCli),
     /// Approve (or --reject) a task's pending approval.
     Approve {
         task: String,
@@ -107,7 +107,7 @@ enum Cmd {
     },
     /// Manage base images.
     #[command(subcommand)]
-    Image(ImageCmd),
+    Image(verbs::image::ImageCmd),
     /// Store a task's deliverables with a signed record (and --complete it).
     Deliver(DeliverCli),
     /// Check a delivery record: signature, deliverables, ledger.
@@ -134,7 +134,7 @@ enum Cmd {
     },
     /// A task's egress: the decision log of its proxy.
     #[command(subcommand)]
-    Egress(EgressCmd),
+    Egress(verbs::egress::EgressCmd),
     /// Run everything end to end against an embedded daemon.
     Demo,
     #[command(name = "__sandbox-start", hide = true)]
@@ -477,51 +477,10 @@ async fn client_command(cmd: Cmd, json_out: bool) -> Result<u8> {
         return Ok(0);
     }
     let client = Client::from_env()?;
-    let print = |v: &Value, human: &dyn Fn(&Value) -> String| {
-        if json_out {
-            println!("{}", serde_json::to_string_pretty(v).unwrap_or_default());
-        } else {
-            let h = human(v);
-            if !h.is_empty() {
-                println!("{h}");
-            }
-        }
-    };
+    let out = verbs::Out { json: json_out };
+    let print = |v: &Value, human: &dyn Fn(&Value) -> String| out.print(v, human);
     match cmd {
-        Cmd::Task(TaskCmd::Create(a)) => {
-            let body = api::tasks::CreateRequest {
-                image: a.image,
-                name: a.name,
-                memory: a.memory,
-                cpus: a.cpus,
-                pids: a.pids,
-                disk: a.disk,
-                env: a.env,
-                workdir: a.workdir,
-                keep_last: a.keep_last,
-                keep_milestones: a.keep_milestones,
-                expire_after: a.expire_after,
-                risky: a.risky,
-                services: a.services,
-                idle_suspend: a.idle_suspend,
-                allow: a.allow,
-                deny: a.deny,
-            };
-            let task = client.post("/v1/tasks", &body).await?;
-            if json_out {
-                println!("{}", json!({ "id": task["id"] }));
-            } else {
-                println!("{}", task["id"].as_str().unwrap_or_default());
-            }
-        }
-        Cmd::Task(TaskCmd::Update(a)) => {
-            if a.allow.is_empty() && a.deny.is_empty() && !a.clear_egress {
-                return Err(anyhow!("nothing to update: give --allow, --deny or --clear-egress"));
-            }
-            let body = api::egress::PolicyUpdate { allow: a.allow, deny: a.deny, clear: a.clear_egress };
-            let v = client.post(&format!("/v1/tasks/{}/egress", a.task), &body).await?;
-            print(&v, &|v| format!("{}: {}", v["task"].as_str().unwrap_or_default(), output::policy_line(v)));
-        }
+        Cmd::Task(c) => return verbs::task::run(&client, c, out).await,
         Cmd::Deliver(a) => {
             let out = a.out.clone();
             let args = deliver::DeliverArgs {
@@ -536,22 +495,7 @@ async fn client_command(cmd: Cmd, json_out: bool) -> Result<u8> {
             let v = deliver::deliver(&client, args).await?;
             print(&v, &|v| deliver::delivery_summary(v, out.as_deref()));
         }
-        Cmd::Task(TaskCmd::Complete { task }) => {
-            let v = client.post(&format!("/v1/tasks/{task}/complete"), &json!({})).await?;
-            print(&v, &|v| format!("{} completed; its sandbox and scratch space are gone", v["id"].as_str().unwrap_or_default()));
-        }
-        Cmd::Egress(EgressCmd::Log { task }) => {
-            let v: Value = client.get(&format!("/v1/tasks/{task}/egress")).await?;
-            print(&v, &output::egress_log);
-        }
-        Cmd::Task(TaskCmd::List) => {
-            let v: Value = client.get("/v1/tasks").await?;
-            print(&v, &output::task_table);
-        }
-        Cmd::Task(TaskCmd::Show { task }) => {
-            let v: Value = client.get(&format!("/v1/tasks/{task}")).await?;
-            print(&v, &output::task_detail);
-        }
+        Cmd::Egress(c) => return verbs::egress::run(&client, c, out).await,
         Cmd::Exec(a) => {
             let timeout_ms = a
                 .timeout
@@ -598,151 +542,18 @@ async fn client_command(cmd: Cmd, json_out: bool) -> Result<u8> {
         }
         Cmd::Key(KeyCmd::Show) => return ledger::key_show(&client, json_out).await,
         Cmd::Key(KeyCmd::Rotate) => return ledger::key_rotate(&client, json_out).await,
-        Cmd::Destroy { task } => {
-            let v = client.delete(&format!("/v1/tasks/{task}")).await?;
-            print(&v, &|v| format!("destroyed {}", v["id"].as_str().unwrap_or_default()));
-        }
-        Cmd::Snapshot(SnapshotCli { sub: Some(SnapshotSub::List { task }), .. }) => {
-            let v: Value = client.get(&format!("/v1/tasks/{task}/snapshots")).await?;
-            print(&v, &output::snapshot_table);
-        }
-        Cmd::Snapshot(SnapshotCli { sub: Some(SnapshotSub::Diff { task, a, b }), .. }) => {
-            let q = format!("/v1/tasks/{task}/snapshots/diff?a={}&b={}", client::query_escape(&a), client::query_escape(&b));
-            let v: Value = client.get(&q).await?;
-            print(&v, &output::diff_lines);
-        }
-        Cmd::Snapshot(a) => {
-            let task = a.task.ok_or_else(|| anyhow!("which task? usage: cairn snapshot ID"))?;
-            let memory = match a.memory.as_deref() {
-                Some(m) if m.starts_with('@') => {
-                    Some(std::fs::read_to_string(&m[1..]).with_context(|| format!("cannot read --memory file {}", &m[1..]))?)
-                }
-                other => other.map(str::to_owned),
-            };
-            let body = api::snapshots::SnapshotRequest { kind: Some(a.kind), note: a.note, memory, healthy: Some(!a.unhealthy) };
-            let v = progress::while_running(&client, &task, client.post(&format!("/v1/tasks/{task}/snapshots"), &body)).await?;
-            if json_out {
-                println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
-            } else {
-                println!("{}", v["id"].as_str().unwrap_or_default());
-            }
-        }
-        Cmd::Rollback(a) => {
-            let body = api::snapshots::RollbackRequest { to: a.to, last_healthy: a.last_healthy, reason: a.reason };
-            let task = a.task;
-            let v = progress::while_running(&client, &task, client.post(&format!("/v1/tasks/{task}/rollback"), &body)).await?;
-            print(&v, &|v| {
-                let n = &v["rollback_note"];
-                format!(
-                    "rolled {} back to {} (step {}) in {:.0} ms",
-                    v["task"].as_str().unwrap_or_default(),
-                    n["to"].as_str().unwrap_or_default(),
-                    v["step"],
-                    v["duration_ms"].as_f64().unwrap_or(0.0)
-                )
-            });
-        }
-        Cmd::Fork(a) => {
-            let body = api::snapshots::ForkRequest { from: a.from, count: Some(a.count) };
-            let task = a.task;
-            let v = progress::while_running(&client, &task, client.post(&format!("/v1/tasks/{task}/fork"), &body)).await?;
-            if json_out {
-                let ids: Vec<&Value> = v.as_array().map(|a| a.iter().map(|t| &t["id"]).collect()).unwrap_or_default();
-                println!("{}", json!({ "tasks": ids }));
-            } else {
-                for t in v.as_array().into_iter().flatten() {
-                    println!("{}", t["id"].as_str().unwrap_or_default());
-                }
-            }
-        }
-        Cmd::Wait(a) => {
-            let body = api::waits::WaitRequest { approval: a.approval, webhook: a.webhook, timer: a.timer };
-            let task = a.task;
-            let v = client.post(&format!("/v1/tasks/{task}/waits"), &body).await?;
-            if !a.block {
-                print(&v, &output::wait_summary);
-                return Ok(0);
-            }
-            if !json_out {
-                eprintln!("{}", output::wait_summary(&v));
-            }
-            let id = v["id"].as_str().unwrap_or_default().to_owned();
-            let done = loop {
-                let w: Value = client.get(&format!("/v1/waits/{id}?block_ms=30000")).await?;
-                if w["state"] == "satisfied" && w["task_state"] != "waking" && w["task_state"] != "suspending" {
-                    break w;
-                }
-            };
-            print(&done["event"], &|e| serde_json::to_string_pretty(e).unwrap_or_default());
-        }
-        Cmd::Approve { task, reject, comment } => {
-            let v = client.post(&format!("/v1/tasks/{task}/approve"), &api::waits::ApproveRequest { approve: !reject, comment }).await?;
-            let d: api::waits::Delivered = serde_json::from_value(v.clone()).context("the daemon's answer to an approval")?;
-            print(&v, &|_| format!("{} {task}", if reject { "rejected" } else { "approved" }) + if d.wakes { "; it wakes" } else { "" });
-        }
-        Cmd::Event { task, name, data } => {
-            let data: Value = serde_json::from_str(&data).map_err(|e| anyhow!("--data is not JSON: {e}"))?;
-            let v = client.post(&format!("/v1/tasks/{task}/inbox"), &api::waits::EventRequest { name, data }).await?;
-            let d: api::waits::Delivered = serde_json::from_value(v.clone()).context("the daemon's answer to an event")?;
-            print(&v, &|_| {
-                let what = match &d.satisfied {
-                    Some(w) => format!("satisfied wait {w}"),
-                    None => "kept in the inbox for a later wait".to_owned(),
-                };
-                format!("event {}: {what}", d.event.id)
-            });
-        }
-        Cmd::Suspend { task } => {
-            let v = client.post(&format!("/v1/tasks/{task}/suspend"), &json!({})).await?;
-            print(&v, &|v| format!("{} is {}", v["id"].as_str().unwrap_or_default(), v["state"].as_str().unwrap_or_default()));
-        }
-        Cmd::Resume { task } => {
-            let v = client.post(&format!("/v1/tasks/{task}/resume"), &json!({})).await?;
-            print(&v, &|v| format!("{} is {}", v["id"].as_str().unwrap_or_default(), v["state"].as_str().unwrap_or_default()));
-        }
-        Cmd::Task(TaskCmd::Watch { task }) => {
-            client.watch(&task, json_out).await?;
-        }
-        Cmd::Gc(a) => {
-            let v = client.post("/v1/gc", &api::snapshots::GcRequest { dry_run: a.dry_run, grace: a.grace }).await?;
-            print(&v, &output::gc_summary);
-        }
-        Cmd::Check { read_data } => {
-            let v = client.post("/v1/check", &api::snapshots::CheckRequest { read_data }).await?;
-            print(&v, &output::check_summary);
-            let problems = v["problems"].as_array().map(Vec::len).unwrap_or(0);
-            if problems > 0 {
-                if !json_out {
-                    eprintln!("cairn: check found {problems} problem(s)");
-                }
-                return Ok(1);
-            }
-        }
-        Cmd::Image(ImageCmd::List) => {
-            let v: Value = client.get("/v1/images").await?;
-            print(&v, &output::image_table);
-        }
-        Cmd::Image(ImageCmd::Import { name, path }) => {
-            let abs = std::fs::canonicalize(&path).with_context(|| format!("cannot import {}", path.display()))?;
-            let path = abs.to_str().ok_or_else(|| anyhow!("cannot import {}: the path is not UTF-8", abs.display()))?.to_owned();
-            let v = client.post("/v1/images", &api::images::ImportRequest { name, path }).await?;
-            print(&v, &|v| {
-                let d = &v["dropped"];
-                format!(
-                    "imported {} ({} entries, {}; dropped {} device nodes, {} fifos/sockets, {} setuid/setgid bits)",
-                    v["name"].as_str().unwrap_or_default(),
-                    v["files"],
-                    progress::human(v["size_bytes"].as_f64().unwrap_or(0.0)),
-                    d["devices"],
-                    d["fifos_sockets"],
-                    d["setid"]
-                )
-            });
-        }
-        Cmd::Image(ImageCmd::Rm { name }) => {
-            let v = client.delete(&format!("/v1/images/{name}")).await?;
-            print(&v, &|_| format!("removed image {name}"));
-        }
+        Cmd::Destroy { task } => return verbs::task::destroy(&client, task, out).await,
+        Cmd::Snapshot(a) => return verbs::snapshot::snapshot(&client, a, out).await,
+        Cmd::Rollback(a) => return verbs::snapshot::rollback(&client, a, out).await,
+        Cmd::Fork(a) => return verbs::snapshot::fork(&client, a, out).await,
+        Cmd::Wait(a) => return verbs::waits::wait(&client, a, out).await,
+        Cmd::Approve { task, reject, comment } => return verbs::waits::approve(&client, task, reject, comment, out).await,
+        Cmd::Event { task, name, data } => return verbs::waits::event(&client, task, name, data, out).await,
+        Cmd::Suspend { task } => return verbs::waits::suspend(&client, task, out).await,
+        Cmd::Resume { task } => return verbs::waits::resume(&client, task, out).await,
+        Cmd::Gc(a) => return verbs::snapshot::gc(&client, a, out).await,
+        Cmd::Check { read_data } => return verbs::snapshot::check(&client, read_data, out).await,
+        Cmd::Image(c) => return verbs::image::run(&client, c, out).await,
         Cmd::Serve(_) | Cmd::Demo | Cmd::Verify { .. } | Cmd::SandboxStart { .. } => unreachable!("handled above"),
     }
     Ok(0)

@@ -1,0 +1,28 @@
+//! `cairn egress log`.
+
+use anyhow::Result;
+use clap::Subcommand;
+use serde_json::Value;
+
+use crate::client::Client;
+use crate::output;
+use super::Out;
+
+#[derive(Subcommand, Debug)]
+pub(crate) enum EgressCmd {
+    /// Every connection attempt through the task's proxy, allowed or not.
+    Log { task: String },
+}
+
+pub(crate) async fn run(client: &Client, cmd: EgressCmd, out: Out) -> Result<u8> {
+    match cmd {
+        EgressCmd::Log { task } => log(client, task, out).await,
+    }
+}
+
+pub(crate) async fn log(client: &Client, task: String, out: Out) -> Result<u8> {
+    let print = |v: &Value, human: &dyn Fn(&Value) -> String| out.print(v, human);
+    let v: Value = client.get(&format!("/v1/tasks/{task}/egress")).await?;
+    print(&v, &output::egress_log);
+    Ok(0)
+}

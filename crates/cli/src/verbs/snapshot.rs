@@ -1,0 +1,176 @@
+//! `cairn snapshot`, `rollback`, `fork`, `gc` and `check`.
+
+use anyhow::{anyhow, Context, Result};
+use cairn_api as api;
+use clap::{Args, Subcommand};
+use serde_json::{json, Value};
+
+use crate::client::{self, Client};
+use crate::output;
+use crate::progress;
+use super::Out;
+
+#[derive(Args, Debug)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
+pub(crate) struct SnapshotCli {
+    #[command(subcommand)]
+    pub(crate) sub: Option<SnapshotSub>,
+    /// The task to snapshot.
+    #[arg(required = true)]
+    pub(crate) task: Option<String>,
+    /// milestone, pre-risk, branch, suspend or manual.
+    #[arg(long, default_value = "manual")]
+    pub(crate) kind: String,
+    #[arg(long)]
+    pub(crate) note: Option<String>,
+    /// The task's memory summary: TEXT, or @FILE to read it from a file.
+    #[arg(long)]
+    pub(crate) memory: Option<String>,
+    /// Mark the snapshot healthy (the default).
+    #[arg(long, conflicts_with = "unhealthy")]
+    pub(crate) healthy: bool,
+    /// Mark the snapshot unhealthy: --last-healthy rollbacks skip it.
+    #[arg(long)]
+    pub(crate) unhealthy: bool,
+}
+
+#[derive(Subcommand, Debug)]
+pub(crate) enum SnapshotSub {
+    /// List a task's snapshots, oldest first.
+    List { task: String },
+    /// Paths added, changed and deleted from snapshot A to snapshot B.
+    Diff { task: String, a: String, b: String },
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct RollbackCli {
+    pub(crate) task: String,
+    /// The snapshot to return to.
+    #[arg(long, required_unless_present = "last_healthy", conflicts_with = "last_healthy")]
+    pub(crate) to: Option<String>,
+    /// Return to the newest snapshot marked healthy.
+    #[arg(long)]
+    pub(crate) last_healthy: bool,
+    /// Why: recorded and shown to the agent as the rollback note.
+    #[arg(long)]
+    pub(crate) reason: String,
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct ForkCli {
+    pub(crate) task: String,
+    /// The snapshot to start from (default: the task's latest).
+    #[arg(long)]
+    pub(crate) from: Option<String>,
+    /// How many tasks to create.
+    #[arg(long, default_value_t = 1)]
+    pub(crate) count: u32,
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct GcCli {
+    /// Report what would be expired and freed; change nothing.
+    #[arg(long)]
+    pub(crate) dry_run: bool,
+    /// Keep unreferenced objects younger than this (default: the daemon's, 1h).
+    #[arg(long)]
+    pub(crate) grace: Option<String>,
+}
+
+pub(crate) async fn snapshot(client: &Client, a: SnapshotCli, out: Out) -> Result<u8> {
+    match a {
+        SnapshotCli { sub: Some(SnapshotSub::List { task }), .. } => list(client, task, out).await,
+        SnapshotCli { sub: Some(SnapshotSub::Diff { task, a, b }), .. } => diff(client, task, a, b, out).await,
+        a => take(client, a, out).await,
+    }
+}
+
+pub(crate) async fn list(client: &Client, task: String, out: Out) -> Result<u8> {
+    let print = |v: &Value, human: &dyn Fn(&Value) -> String| out.print(v, human);
+    let v: Value = client.get(&format!("/v1/tasks/{task}/snapshots")).await?;
+    print(&v, &output::snapshot_table);
+    Ok(0)
+}
+
+pub(crate) async fn diff(client: &Client, task: String, a: String, b: String, out: Out) -> Result<u8> {
+    let print = |v: &Value, human: &dyn Fn(&Value) -> String| out.print(v, human);
+    let q = format!("/v1/tasks/{task}/snapshots/diff?a={}&b={}", client::query_escape(&a), client::query_escape(&b));
+    let v: Value = client.get(&q).await?;
+    print(&v, &output::diff_lines);
+    Ok(0)
+}
+
+pub(crate) async fn take(client: &Client, a: SnapshotCli, out: Out) -> Result<u8> {
+    let json_out = out.json;
+    let task = a.task.ok_or_else(|| anyhow!("which task? usage: cairn snapshot ID"))?;
+    let memory = match a.memory.as_deref() {
+        Some(m) if m.starts_with('@') => {
+            Some(std::fs::read_to_string(&m[1..]).with_context(|| format!("cannot read --memory file {}", &m[1..]))?)
+        }
+        other => other.map(str::to_owned),
+    };
+    let body = api::snapshots::SnapshotRequest { kind: Some(a.kind), note: a.note, memory, healthy: Some(!a.unhealthy) };
+    let v = progress::while_running(client, &task, client.post(&format!("/v1/tasks/{task}/snapshots"), &body)).await?;
+    if json_out {
+        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+    } else {
+        println!("{}", v["id"].as_str().unwrap_or_default());
+    }
+    Ok(0)
+}
+
+pub(crate) async fn rollback(client: &Client, a: RollbackCli, out: Out) -> Result<u8> {
+    let print = |v: &Value, human: &dyn Fn(&Value) -> String| out.print(v, human);
+    let body = api::snapshots::RollbackRequest { to: a.to, last_healthy: a.last_healthy, reason: a.reason };
+    let task = a.task;
+    let v = progress::while_running(client, &task, client.post(&format!("/v1/tasks/{task}/rollback"), &body)).await?;
+    print(&v, &|v| {
+        let n = &v["rollback_note"];
+        format!(
+            "rolled {} back to {} (step {}) in {:.0} ms",
+            v["task"].as_str().unwrap_or_default(),
+            n["to"].as_str().unwrap_or_default(),
+            v["step"],
+            v["duration_ms"].as_f64().unwrap_or(0.0)
+        )
+    });
+    Ok(0)
+}
+
+pub(crate) async fn fork(client: &Client, a: ForkCli, out: Out) -> Result<u8> {
+    let json_out = out.json;
+    let body = api::snapshots::ForkRequest { from: a.from, count: Some(a.count) };
+    let task = a.task;
+    let v = progress::while_running(client, &task, client.post(&format!("/v1/tasks/{task}/fork"), &body)).await?;
+    if json_out {
+        let ids: Vec<&Value> = v.as_array().map(|a| a.iter().map(|t| &t["id"]).collect()).unwrap_or_default();
+        println!("{}", json!({ "tasks": ids }));
+    } else {
+        for t in v.as_array().into_iter().flatten() {
+            println!("{}", t["id"].as_str().unwrap_or_default());
+        }
+    }
+    Ok(0)
+}
+
+pub(crate) async fn gc(client: &Client, a: GcCli, out: Out) -> Result<u8> {
+    let print = |v: &Value, human: &dyn Fn(&Value) -> String| out.print(v, human);
+    let v = client.post("/v1/gc", &api::snapshots::GcRequest { dry_run: a.dry_run, grace: a.grace }).await?;
+    print(&v, &output::gc_summary);
+    Ok(0)
+}
+
+pub(crate) async fn check(client: &Client, read_data: bool, out: Out) -> Result<u8> {
+    let print = |v: &Value, human: &dyn Fn(&Value) -> String| out.print(v, human);
+    let json_out = out.json;
+    let v = client.post("/v1/check", &api::snapshots::CheckRequest { read_data }).await?;
+    print(&v, &output::check_summary);
+    let problems = v["problems"].as_array().map(Vec::len).unwrap_or(0);
+    if problems > 0 {
+        if !json_out {
+            eprintln!("cairn: check found {problems} problem(s)");
+        }
+        return Ok(1);
+    }
+    Ok(0)
+}

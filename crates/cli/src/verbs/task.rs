@@ -1,0 +1,179 @@
+//! `cairn task ...` and `cairn destroy`: create, list, show, watch, update, complete, destroy.
+
+use anyhow::{anyhow, Result};
+use cairn_api as api;
+use clap::{Args, Subcommand};
+use serde_json::{json, Value};
+
+use crate::client::Client;
+use crate::output;
+use super::Out;
+
+#[derive(Subcommand, Debug)]
+// Parsed once per process: the size of the largest variant does not matter.
+#[allow(clippy::large_enum_variant)]
+pub(crate) enum TaskCmd {
+    /// Create a task and start its sandbox.
+    Create(CreateArgs),
+    List,
+    Show { task: String },
+    /// Stream the task's event log as it grows (Ctrl-C to stop).
+    Watch { task: String },
+    /// Change a running task's egress policy; tunnels it now denies are cut.
+    Update(UpdateArgs),
+    /// Mark a task completed: its sandbox and scratch space go, its
+    /// records, snapshots kept by retention and deliverables stay.
+    Complete { task: String },
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct CreateArgs {
+    #[arg(long)]
+    pub(crate) image: Option<String>,
+    #[arg(long)]
+    pub(crate) name: Option<String>,
+    /// Memory limit, e.g. 512M.
+    #[arg(long)]
+    pub(crate) memory: Option<String>,
+    /// CPU limit, e.g. 1 or 0.5.
+    #[arg(long)]
+    pub(crate) cpus: Option<String>,
+    /// Process limit.
+    #[arg(long)]
+    pub(crate) pids: Option<String>,
+    /// Size of the writable layer, e.g. 2G.
+    #[arg(long)]
+    pub(crate) disk: Option<String>,
+    #[arg(long = "env", value_name = "K=V")]
+    pub(crate) env: Vec<String>,
+    #[arg(long)]
+    pub(crate) workdir: Option<String>,
+    /// Retention: always keep the newest N snapshots.
+    #[arg(long, value_name = "N")]
+    pub(crate) keep_last: Option<u32>,
+    /// Retention: keep every milestone (true or false).
+    #[arg(long, value_name = "BOOL")]
+    pub(crate) keep_milestones: Option<bool>,
+    /// Retention: other snapshots expire after this long (e.g. 2d, or never).
+    #[arg(long, value_name = "DURATION")]
+    pub(crate) expire_after: Option<String>,
+    /// A command pattern (regular expression) that takes a pre-risk
+    /// snapshot first, on top of the daemon's; repeatable.
+    #[arg(long = "risky-pattern", value_name = "REGEX")]
+    pub(crate) risky: Vec<String>,
+    /// A service: a command started (detached, logged to
+    /// /var/log/cairn/service-N.log) whenever the sandbox starts; repeatable.
+    #[arg(long = "service", value_name = "CMD")]
+    pub(crate) services: Vec<String>,
+    /// Suspend the task after this long without activity (e.g. 5m).
+    #[arg(long, value_name = "DURATION")]
+    pub(crate) idle_suspend: Option<String>,
+    /// Let the sandbox reach HOST[:PORT] through its proxy (repeatable;
+    /// *.example.com matches subdomains only; default ports 80 and 443).
+    /// Without any, the sandbox is offline.
+    #[arg(long, value_name = "HOST[:PORT]")]
+    pub(crate) allow: Vec<String>,
+    /// Never let it reach HOST[:PORT] (repeatable; wins over --allow).
+    #[arg(long, value_name = "HOST[:PORT]")]
+    pub(crate) deny: Vec<String>,
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct UpdateArgs {
+    pub(crate) task: String,
+    /// Allow HOST[:PORT] (repeatable); removes the same rule from the deny list.
+    #[arg(long, value_name = "HOST[:PORT]")]
+    pub(crate) allow: Vec<String>,
+    /// Deny HOST[:PORT] (repeatable; without a port: every port); removes
+    /// the same rule from the allow list.
+    #[arg(long, value_name = "HOST[:PORT]")]
+    pub(crate) deny: Vec<String>,
+    /// Remove every rule first (alone: the task goes offline).
+    #[arg(long)]
+    pub(crate) clear_egress: bool,
+}
+
+pub(crate) async fn run(client: &Client, cmd: TaskCmd, out: Out) -> Result<u8> {
+    match cmd {
+        TaskCmd::Create(a) => create(client, a, out).await,
+        TaskCmd::Update(a) => update(client, a, out).await,
+        TaskCmd::Complete { task } => complete(client, task, out).await,
+        TaskCmd::List => list(client, out).await,
+        TaskCmd::Show { task } => show(client, task, out).await,
+        TaskCmd::Watch { task } => watch(client, task, out).await,
+    }
+}
+
+pub(crate) async fn create(client: &Client, a: CreateArgs, out: Out) -> Result<u8> {
+    let json_out = out.json;
+    let body = api::tasks::CreateRequest {
+        image: a.image,
+        name: a.name,
+        memory: a.memory,
+        cpus: a.cpus,
+        pids: a.pids,
+        disk: a.disk,
+        env: a.env,
+        workdir: a.workdir,
+        keep_last: a.keep_last,
+        keep_milestones: a.keep_milestones,
+        expire_after: a.expire_after,
+        risky: a.risky,
+        services: a.services,
+        idle_suspend: a.idle_suspend,
+        allow: a.allow,
+        deny: a.deny,
+    };
+    let task = client.post("/v1/tasks", &body).await?;
+    if json_out {
+        println!("{}", json!({ "id": task["id"] }));
+    } else {
+        println!("{}", task["id"].as_str().unwrap_or_default());
+    }
+    Ok(0)
+}
+
+pub(crate) async fn update(client: &Client, a: UpdateArgs, out: Out) -> Result<u8> {
+    let print = |v: &Value, human: &dyn Fn(&Value) -> String| out.print(v, human);
+    if a.allow.is_empty() && a.deny.is_empty() && !a.clear_egress {
+        return Err(anyhow!("nothing to update: give --allow, --deny or --clear-egress"));
+    }
+    let body = api::egress::PolicyUpdate { allow: a.allow, deny: a.deny, clear: a.clear_egress };
+    let v = client.post(&format!("/v1/tasks/{}/egress", a.task), &body).await?;
+    print(&v, &|v| format!("{}: {}", v["task"].as_str().unwrap_or_default(), output::policy_line(v)));
+    Ok(0)
+}
+
+pub(crate) async fn complete(client: &Client, task: String, out: Out) -> Result<u8> {
+    let print = |v: &Value, human: &dyn Fn(&Value) -> String| out.print(v, human);
+    let v = client.post(&format!("/v1/tasks/{task}/complete"), &json!({})).await?;
+    print(&v, &|v| format!("{} completed; its sandbox and scratch space are gone", v["id"].as_str().unwrap_or_default()));
+    Ok(0)
+}
+
+pub(crate) async fn list(client: &Client, out: Out) -> Result<u8> {
+    let print = |v: &Value, human: &dyn Fn(&Value) -> String| out.print(v, human);
+    let v: Value = client.get("/v1/tasks").await?;
+    print(&v, &output::task_table);
+    Ok(0)
+}
+
+pub(crate) async fn show(client: &Client, task: String, out: Out) -> Result<u8> {
+    let print = |v: &Value, human: &dyn Fn(&Value) -> String| out.print(v, human);
+    let v: Value = client.get(&format!("/v1/tasks/{task}")).await?;
+    print(&v, &output::task_detail);
+    Ok(0)
+}
+
+pub(crate) async fn watch(client: &Client, task: String, out: Out) -> Result<u8> {
+    let json_out = out.json;
+    client.watch(&task, json_out).await?;
+    Ok(0)
+}
+
+pub(crate) async fn destroy(client: &Client, task: String, out: Out) -> Result<u8> {
+    let print = |v: &Value, human: &dyn Fn(&Value) -> String| out.print(v, human);
+    let v = client.delete(&format!("/v1/tasks/{task}")).await?;
+    print(&v, &|v| format!("destroyed {}", v["id"].as_str().unwrap_or_default()));
+    Ok(0)
+}
