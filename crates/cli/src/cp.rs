@@ -233,6 +233,23 @@ async fn upload(client: &Client, local: &Path, task: &str, path: &str) -> Result
     Ok(value)
 }
 
+
+/// `cairn cp SRC DST [--follow-links | --keep-links]`.
+pub(crate) async fn cli(client: &Client, src: &str, dst: &str, follow_links: bool, keep_links: bool, out: crate::verbs::Out) -> Result<u8> {
+    let links = if follow_links && keep_links {
+        anyhow::bail!("--follow-links and --keep-links cannot be used together");
+    } else if follow_links {
+        Links::Follow
+    } else if keep_links {
+        Links::Keep
+    } else {
+        Links::Refuse
+    };
+    let v = run(client, src, dst, links).await?;
+    out.print(&v, &|_| String::new());
+    Ok(0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -274,3 +274,44 @@ pub fn verify_summary(v: &Value) -> String {
     }
     lines.join("\n")
 }
+
+#[derive(clap::Args, Debug)]
+pub(crate) struct DeliverCli {
+    pub(crate) task: String,
+    /// A file in the sandbox, delivered as it is (repeatable).
+    #[arg(long = "file", value_name = "PATH")]
+    pub(crate) files: Vec<String>,
+    /// A directory in the sandbox, delivered as NAME.tar.zst.
+    #[arg(long, value_name = "DIR")]
+    pub(crate) archive: Option<String>,
+    /// A unified diff of the workspace: `git diff` of the repository in the
+    /// working directory, else the writable layer against the base image.
+    #[arg(long)]
+    pub(crate) patch: bool,
+    /// A report file in the sandbox.
+    #[arg(long, value_name = "PATH")]
+    pub(crate) report: Option<String>,
+    /// Also write the deliverables and record.json to this local directory.
+    #[arg(long, value_name = "LOCALDIR")]
+    pub(crate) out: Option<PathBuf>,
+    /// Then complete the task (as `cairn task complete`).
+    #[arg(long)]
+    pub(crate) complete: bool,
+}
+
+/// `cairn deliver ID ...`.
+pub(crate) async fn cli(client: &Client, a: DeliverCli, o: crate::verbs::Out) -> Result<u8> {
+    let out = a.out.clone();
+    let args = DeliverArgs {
+        task: a.task,
+        files: a.files,
+        archive: a.archive,
+        patch: a.patch,
+        report: a.report,
+        out: a.out,
+        complete: a.complete,
+    };
+    let v = deliver(client, args).await?;
+    o.print(&v, &|v| delivery_summary(v, out.as_deref()));
+    Ok(0)
+}

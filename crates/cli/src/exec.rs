@@ -225,3 +225,53 @@ pub fn exit_note(r: &ExecResult) -> Option<String> {
     }
     None
 }
+
+#[derive(clap::Args, Debug)]
+pub(crate) struct ExecCli {
+    pub(crate) task: String,
+    #[arg(long = "env", value_name = "K=V")]
+    pub(crate) env: Vec<String>,
+    #[arg(long)]
+    pub(crate) workdir: Option<String>,
+    /// Kill the command after this long (e.g. 30s); exits 124.
+    #[arg(long)]
+    pub(crate) timeout: Option<String>,
+    /// Pass stdin to the command.
+    #[arg(short = 'i', long)]
+    pub(crate) interactive: bool,
+    /// Run the command on a pty.
+    #[arg(short = 't', long)]
+    pub(crate) tty: bool,
+    /// Take a pre-risk snapshot before running the command.
+    #[arg(long)]
+    pub(crate) risky: bool,
+    #[arg(last = true, required = true)]
+    pub(crate) argv: Vec<String>,
+}
+
+/// `cairn exec`: runs the command, streams it here, exits with its code.
+pub(crate) async fn cli(client: &Client, a: ExecCli, json_out: bool) -> Result<u8> {
+    let timeout_ms = a
+        .timeout
+        .as_deref()
+        .map(|t| cairn_core::parse_duration(t).map(|d| d.as_millis() as u64))
+        .transpose()?;
+    let args = ExecArgs {
+        task: a.task,
+        argv: a.argv,
+        env: a.env,
+        workdir: a.workdir,
+        timeout_ms,
+        stdin: a.interactive,
+        tty: a.tty,
+        risky: a.risky,
+    };
+    let r = run(client, &args, Sink::Terminal).await?;
+    if let Some(note) = exit_note(&r) {
+        eprintln!("{note}");
+    }
+    if json_out {
+        println!("{}", serde_json::to_string(&r.exit_frame())?);
+    }
+    Ok(r.code().clamp(0, 255) as u8)
+}

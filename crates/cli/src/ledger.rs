@@ -92,3 +92,32 @@ pub async fn key_rotate(client: &Client, json_out: bool) -> Result<u8> {
     }
     Ok(0)
 }
+
+#[derive(clap::Subcommand, Debug)]
+pub(crate) enum KeyCmd {
+    /// The current key's id and public key (with --json: every key used).
+    Show,
+    /// Sign with a new key from now on; the old public key stays known.
+    Rotate,
+}
+
+/// `cairn key show | rotate`.
+pub(crate) async fn key(client: &Client, cmd: KeyCmd, json_out: bool) -> Result<u8> {
+    match cmd {
+        KeyCmd::Show => key_show(client, json_out).await,
+        KeyCmd::Rotate => key_rotate(client, json_out).await,
+    }
+}
+
+/// `cairn log ID [--verify | --checkpoint]`.
+pub(crate) async fn log(client: &Client, task: &str, verify_chain: bool, checkpoint_now: bool, out: crate::verbs::Out) -> Result<u8> {
+    if verify_chain {
+        return verify(client, task, out.json).await;
+    }
+    if checkpoint_now {
+        return checkpoint(client, task, out.json).await;
+    }
+    let v: Value = client.get(&format!("/v1/tasks/{task}/events")).await?;
+    out.print(&v, &crate::output::event_table);
+    Ok(0)
+}

@@ -16,7 +16,6 @@ use std::process::ExitCode;
 
 use anyhow::{anyhow, Context, Result};
 use clap::{Args, Parser, Subcommand};
-use serde_json::Value;
 
 use crate::client::Client;
 
@@ -38,7 +37,7 @@ enum Cmd {
     #[command(subcommand)]
     Task(verbs::task::TaskCmd),
     /// Run a command in a task's sandbox: cairn exec ID [OPTIONS] -- CMD ARGS...
-    Exec(ExecCli),
+    Exec(exec::ExecCli),
     /// Copy files between a sandbox (ID:/path) and here. Copying out, a
     /// symlink that is absolute or leads out of the copied tree is refused
     /// unless --follow-links or --keep-links says what to do with it.
@@ -65,7 +64,7 @@ enum Cmd {
     },
     /// The node's ledger signing key.
     #[command(subcommand)]
-    Key(KeyCmd),
+    Key(ledger::KeyCmd),
     /// Destroy a task's sandbox; its records stay.
     Destroy { task: String },
     /// Take a snapshot of a task (or: snapshot list ID, snapshot diff ID A B).
@@ -109,7 +108,7 @@ enum Cmd {
     #[command(subcommand)]
     Image(verbs::image::ImageCmd),
     /// Store a task's deliverables with a signed record (and --complete it).
-    Deliver(DeliverCli),
+    Deliver(deliver::DeliverCli),
     /// Check a delivery record: signature, deliverables, ledger.
     ///
     /// The task's ledger is checked with the daemon: it must verify and
@@ -256,29 +255,6 @@ enum TaskCmd {
     Complete { task: String },
 }
 
-#[derive(Args, Debug)]
-struct DeliverCli {
-    task: String,
-    /// A file in the sandbox, delivered as it is (repeatable).
-    #[arg(long = "file", value_name = "PATH")]
-    files: Vec<String>,
-    /// A directory in the sandbox, delivered as NAME.tar.zst.
-    #[arg(long, value_name = "DIR")]
-    archive: Option<String>,
-    /// A unified diff of the workspace: `git diff` of the repository in the
-    /// working directory, else the writable layer against the base image.
-    #[arg(long)]
-    patch: bool,
-    /// A report file in the sandbox.
-    #[arg(long, value_name = "PATH")]
-    report: Option<String>,
-    /// Also write the deliverables and record.json to this local directory.
-    #[arg(long, value_name = "LOCALDIR")]
-    out: Option<PathBuf>,
-    /// Then complete the task (as `cairn task complete`).
-    #[arg(long)]
-    complete: bool,
-}
 
 #[derive(Args, Debug)]
 struct UpdateArgs {
@@ -353,36 +329,7 @@ struct CreateArgs {
     deny: Vec<String>,
 }
 
-#[derive(Args, Debug)]
-struct ExecCli {
-    task: String,
-    #[arg(long = "env", value_name = "K=V")]
-    env: Vec<String>,
-    #[arg(long)]
-    workdir: Option<String>,
-    /// Kill the command after this long (e.g. 30s); exits 124.
-    #[arg(long)]
-    timeout: Option<String>,
-    /// Pass stdin to the command.
-    #[arg(short = 'i', long)]
-    interactive: bool,
-    /// Run the command on a pty.
-    #[arg(short = 't', long)]
-    tty: bool,
-    /// Take a pre-risk snapshot before running the command.
-    #[arg(long)]
-    risky: bool,
-    #[arg(last = true, required = true)]
-    argv: Vec<String>,
-}
 
-#[derive(Subcommand, Debug)]
-enum KeyCmd {
-    /// The current key's id and public key (with --json: every key used).
-    Show,
-    /// Sign with a new key from now on; the old public key stays known.
-    Rotate,
-}
 
 #[derive(Subcommand, Debug)]
 enum ImageCmd {
@@ -478,83 +425,26 @@ async fn client_command(cmd: Cmd, json_out: bool) -> Result<u8> {
     }
     let client = Client::from_env()?;
     let out = verbs::Out { json: json_out };
-    let print = |v: &Value, human: &dyn Fn(&Value) -> String| out.print(v, human);
     match cmd {
-        Cmd::Task(c) => return verbs::task::run(&client, c, out).await,
-        Cmd::Deliver(a) => {
-            let out = a.out.clone();
-            let args = deliver::DeliverArgs {
-                task: a.task,
-                files: a.files,
-                archive: a.archive,
-                patch: a.patch,
-                report: a.report,
-                out: a.out,
-                complete: a.complete,
-            };
-            let v = deliver::deliver(&client, args).await?;
-            print(&v, &|v| deliver::delivery_summary(v, out.as_deref()));
-        }
-        Cmd::Egress(c) => return verbs::egress::run(&client, c, out).await,
-        Cmd::Exec(a) => {
-            let timeout_ms = a
-                .timeout
-                .as_deref()
-                .map(|t| cairn_core::parse_duration(t).map(|d| d.as_millis() as u64))
-                .transpose()?;
-            let args = exec::ExecArgs {
-                task: a.task,
-                argv: a.argv,
-                env: a.env,
-                workdir: a.workdir,
-                timeout_ms,
-                stdin: a.interactive,
-                tty: a.tty,
-                risky: a.risky,
-            };
-            let r = exec::run(&client, &args, exec::Sink::Terminal).await?;
-            if let Some(note) = exec::exit_note(&r) {
-                eprintln!("{note}");
-            }
-            if json_out {
-                println!("{}", serde_json::to_string(&r.exit_frame())?);
-            }
-            return Ok(r.code().clamp(0, 255) as u8);
-        }
-        Cmd::Cp { src, dst, follow_links, keep_links } => {
-            let links = if follow_links && keep_links {
-                anyhow::bail!("--follow-links and --keep-links cannot be used together");
-            } else if follow_links {
-                cp::Links::Follow
-            } else if keep_links {
-                cp::Links::Keep
-            } else {
-                cp::Links::Refuse
-            };
-            let v = cp::run(&client, &src, &dst, links).await?;
-            print(&v, &|_| String::new());
-        }
-        Cmd::Log { task, verify: true, .. } => return ledger::verify(&client, &task, json_out).await,
-        Cmd::Log { task, checkpoint: true, .. } => return ledger::checkpoint(&client, &task, json_out).await,
-        Cmd::Log { task, .. } => {
-            let v: Value = client.get(&format!("/v1/tasks/{task}/events")).await?;
-            print(&v, &output::event_table);
-        }
-        Cmd::Key(KeyCmd::Show) => return ledger::key_show(&client, json_out).await,
-        Cmd::Key(KeyCmd::Rotate) => return ledger::key_rotate(&client, json_out).await,
-        Cmd::Destroy { task } => return verbs::task::destroy(&client, task, out).await,
-        Cmd::Snapshot(a) => return verbs::snapshot::snapshot(&client, a, out).await,
-        Cmd::Rollback(a) => return verbs::snapshot::rollback(&client, a, out).await,
-        Cmd::Fork(a) => return verbs::snapshot::fork(&client, a, out).await,
-        Cmd::Wait(a) => return verbs::waits::wait(&client, a, out).await,
-        Cmd::Approve { task, reject, comment } => return verbs::waits::approve(&client, task, reject, comment, out).await,
-        Cmd::Event { task, name, data } => return verbs::waits::event(&client, task, name, data, out).await,
-        Cmd::Suspend { task } => return verbs::waits::suspend(&client, task, out).await,
-        Cmd::Resume { task } => return verbs::waits::resume(&client, task, out).await,
-        Cmd::Gc(a) => return verbs::snapshot::gc(&client, a, out).await,
-        Cmd::Check { read_data } => return verbs::snapshot::check(&client, read_data, out).await,
-        Cmd::Image(c) => return verbs::image::run(&client, c, out).await,
+        Cmd::Task(c) => verbs::task::run(&client, c, out).await,
+        Cmd::Deliver(a) => deliver::cli(&client, a, out).await,
+        Cmd::Egress(c) => verbs::egress::run(&client, c, out).await,
+        Cmd::Exec(a) => exec::cli(&client, a, json_out).await,
+        Cmd::Cp { src, dst, follow_links, keep_links } => cp::cli(&client, &src, &dst, follow_links, keep_links, out).await,
+        Cmd::Log { task, verify, checkpoint } => ledger::log(&client, &task, verify, checkpoint, out).await,
+        Cmd::Key(c) => ledger::key(&client, c, json_out).await,
+        Cmd::Destroy { task } => verbs::task::destroy(&client, task, out).await,
+        Cmd::Snapshot(a) => verbs::snapshot::snapshot(&client, a, out).await,
+        Cmd::Rollback(a) => verbs::snapshot::rollback(&client, a, out).await,
+        Cmd::Fork(a) => verbs::snapshot::fork(&client, a, out).await,
+        Cmd::Wait(a) => verbs::waits::wait(&client, a, out).await,
+        Cmd::Approve { task, reject, comment } => verbs::waits::approve(&client, task, reject, comment, out).await,
+        Cmd::Event { task, name, data } => verbs::waits::event(&client, task, name, data, out).await,
+        Cmd::Suspend { task } => verbs::waits::suspend(&client, task, out).await,
+        Cmd::Resume { task } => verbs::waits::resume(&client, task, out).await,
+        Cmd::Gc(a) => verbs::snapshot::gc(&client, a, out).await,
+        Cmd::Check { read_data } => verbs::snapshot::check(&client, read_data, out).await,
+        Cmd::Image(c) => verbs::image::run(&client, c, out).await,
         Cmd::Serve(_) | Cmd::Demo | Cmd::Verify { .. } | Cmd::SandboxStart { .. } => unreachable!("handled above"),
     }
-    Ok(0)
 }
