@@ -8,6 +8,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
 use cairn_core::{EgressRules, EventKind, NewEvent, TaskId};
+use serde::Deserialize;
 use cairn_egress::{Attempt, Policy, ProxyConfig, SystemResolver, TaskProxy};
 use cairn_sandbox::native::{InitProcess, NativeDriver};
 use cairn_store::Store;
@@ -164,7 +165,7 @@ impl crate::tasks::Tasks {
             .into_iter()
             .filter(|e| e.kind == EventKind::Egress)
             // Entries that are not attempts are left out.
-            .filter(|e| serde_json::from_value::<Attempt>(e.args.clone()).is_ok())
+            .filter(|e| Attempt::deserialize(&e.args).is_ok())
             .filter_map(|e| Some(Decision { seq: e.seq, time_ms: e.time_ms, attempt: e.args.as_object()?.clone() }))
             .collect();
         Ok(EgressView { task: task.id, allow: task.config.egress.allow, deny: task.config.egress.deny, decisions })

@@ -67,6 +67,8 @@ pub struct Tasks {
     live: Mutex<HashMap<TaskId, Live>>,
     locks: Mutex<HashMap<TaskId, Arc<tokio::sync::Mutex<()>>>>,
     pub egress: crate::egress::Egress,
+    /// Wakes the timer loop when a timer wait is added.
+    pub(crate) timer_added: tokio::sync::Notify,
     default_egress: cairn_core::EgressRules,
 }
 
@@ -112,6 +114,7 @@ impl Tasks {
             live: Mutex::new(HashMap::new()),
             locks: Mutex::new(HashMap::new()),
             egress: crate::egress::Egress::new(&config.egress, own),
+            timer_added: tokio::sync::Notify::new(),
             default_egress: config.egress.default_rules.clone(),
         })
     }

@@ -88,6 +88,9 @@ impl Tasks {
             cairn_store::Error::WaitPending(_) => ApiError::conflict(e.to_string()),
             other => other.into(),
         })?;
+        if matches!(wait.what, WaitFor::Timer { .. }) {
+            self.timer_added.notify_one();
+        }
         if early.is_none() {
             if let Err(e) = self.suspend_locked(&task, Some(&wait.id), "wait", actor).await {
                 tracing::error!(task = %task.id, "suspend for wait {} failed: {}", wait.id, e.message);
@@ -214,7 +217,6 @@ impl Tasks {
     /// Fires due timers, now and whenever one comes due (also those that
     /// came due while the daemon was down).
     pub fn spawn_timers(self: Arc<Self>) {
-        let mut changes = self.store.changes();
         tokio::spawn(async move {
             loop {
                 match self.store.due_timers(now_ms()).await {
@@ -238,13 +240,13 @@ impl Tasks {
                     }
                     Err(e) => tracing::error!("timers: {e}"),
                 }
-                // Until the next timer is due, or a change (a new timer)
-                // comes first; at most a minute, in case the clock jumped.
+                // Until the next timer is due, or a new timer comes first;
+                // at most a minute, in case the clock jumped.
                 let next = self.store.next_timer_ms().await.ok().flatten();
                 let sleep = next.map(|t| (t - now_ms()).clamp(5, 60_000)).unwrap_or(60_000);
                 tokio::select! {
                     _ = tokio::time::sleep(Duration::from_millis(sleep as u64)) => {}
-                    _ = changes.changed() => {}
+                    _ = self.timer_added.notified() => {}
                 }
             }
         });
