@@ -195,11 +195,17 @@ if not head.startswith(b"HTTP/1.1 200"):
 raw = {raw}
 if raw is not None:
     s.sendall(raw.encode())
+    # Everything until the other end closes: a reply may come in pieces.
+    got = b""
     try:
-        got = s.recv(100)
+        while True:
+            chunk = s.recv(4096)
+            if not chunk:
+                break
+            got += chunk
         print("closed" if got == b"" else "got: %r" % got)
     except Exception as e:
-        print("closed:", type(e).__name__)
+        print("closed:" if got == b"" else "got: %r, then" % got, type(e).__name__)
     sys.exit(0)
 ctx = ssl.create_default_context()
 ctx.check_hostname = False
