@@ -1,6 +1,6 @@
 //! Waits and the events that satisfy them.
 
-use cairn_core::{InboxEvent, TaskState, Wait, WaitId};
+use cairn_core::{InboxEvent, TaskId, TaskState, Wait, WaitFor, WaitId};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -42,11 +42,16 @@ pub struct EventRequest {
     pub data: Value,
 }
 
-/// A wait as the API returns it.
+/// A wait as the API returns it: the wait's own fields, with the event that
+/// satisfied it in full (not its id).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct WaitView {
+    pub id: WaitId,
+    pub task: TaskId,
     #[serde(flatten)]
-    pub wait: Wait,
+    pub what: WaitFor,
+    pub created_ms: i64,
+    pub satisfied_ms: Option<i64>,
     /// `pending` or `satisfied`.
     pub state: String,
     pub task_state: TaskState,
@@ -56,6 +61,25 @@ pub struct WaitView {
     pub webhook_url: Option<String>,
     /// The event that satisfied it.
     pub event: Option<InboxEvent>,
+}
+
+impl WaitView {
+    /// The view of `wait`; `event` is the inbox event its `event` id names.
+    pub fn new(wait: Wait, task_state: TaskState, approval_url: Option<String>, webhook_url: Option<String>, event: Option<InboxEvent>) -> WaitView {
+        let state = if wait.satisfied_ms.is_some() { "satisfied" } else { "pending" };
+        WaitView {
+            id: wait.id,
+            task: wait.task,
+            what: wait.what,
+            created_ms: wait.created_ms,
+            satisfied_ms: wait.satisfied_ms,
+            state: state.to_owned(),
+            task_state,
+            approval_url,
+            webhook_url,
+            event,
+        }
+    }
 }
 
 /// What delivering an event did (the answer to an event, an approval or a
@@ -70,4 +94,40 @@ pub struct Delivered {
     pub satisfied: Option<WaitId>,
     /// The task was suspended and is now waking.
     pub wakes: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cairn_core::{EventSource, InboxId};
+
+    /// A satisfied wait carries its event in full, under one `event` key,
+    /// and reads back as it was written.
+    #[test]
+    fn a_satisfied_wait_round_trips_with_one_event_key() {
+        let task = TaskId::random();
+        let event = InboxEvent {
+            id: InboxId::random(),
+            task: task.clone(),
+            source: EventSource::Approval,
+            name: "approval".into(),
+            delivery: None,
+            data: serde_json::json!({"approve": true}),
+            received_ms: 2,
+            wait: None,
+        };
+        let wait = Wait {
+            id: WaitId::random(),
+            task,
+            what: WaitFor::Approval { prompt: "ship it?".into() },
+            created_ms: 1,
+            satisfied_ms: Some(2),
+            event: Some(event.id.clone()),
+        };
+        let view = WaitView::new(wait, TaskState::Running, None, None, Some(event));
+        let text = serde_json::to_string(&view).unwrap();
+        assert_eq!(text.matches("\"event\":").count(), 1, "{text}");
+        assert_eq!(serde_json::from_str::<WaitView>(&text).unwrap(), view);
+        assert_eq!(view.state, "satisfied");
+    }
 }

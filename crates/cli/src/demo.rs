@@ -493,7 +493,7 @@ async fn waits(d: &mut Demo, home: &Path) -> Result<()> {
     let hook = w["webhook_url"].as_str().unwrap_or_default().to_owned();
     let body = r#"{"status":"green"}"#;
     let ts = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_secs() as i64;
-    let sig = cairn_server::gateway::webhook::sign(&secret, "msg_demo", ts, body.as_bytes())?;
+    let sig = cairn_runtime::gateway::webhook::sign(&secret, "msg_demo", ts, body.as_bytes())?;
     let send = |sig: String| {
         http.post(&hook)
             .header("webhook-id", "msg_demo")
@@ -529,7 +529,7 @@ async fn waits(d: &mut Demo, home: &Path) -> Result<()> {
 async fn wait_running(d: &Demo, w: &Value) -> Result<String> {
     let id = w["id"].as_str().unwrap_or_default();
     let view: api::waits::WaitView = d.client.get(&format!("/v1/waits/{id}?block_ms=10000")).await?;
-    if view.wait.satisfied_ms.is_none() || view.task_state != cairn_core::TaskState::Running {
+    if view.satisfied_ms.is_none() || view.task_state != cairn_core::TaskState::Running {
         bail!("the task did not wake within 10 s (wait {id} is {}, the task {})", view.state, view.task_state);
     }
     let log: Value = d.client.get(&format!("/v1/tasks/{}/events", d.task)).await?;

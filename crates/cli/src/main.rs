@@ -198,7 +198,7 @@ fn serve(args: ServeArgs) -> Result<u8> {
         None => cairn_server::Config::default(),
     };
     if let Some(l) = &args.listen {
-        config.listen = cairn_server::config::parse_listen(l).map_err(|e| anyhow!(e))?;
+        config.listen = cairn_runtime::config::parse_listen(l).map_err(|e| anyhow!(e))?;
     }
     if let Some(n) = args.disk_pool {
         config.disk_pool = n;

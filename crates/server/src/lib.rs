@@ -1,63 +1,34 @@
-//! Cairn's daemon: the HTTP API under `/v1`, the per-task scheduler that
-//! drives sandboxes through the store, and start-up reconciliation.
+//! Cairn's daemon: the HTTP front end of the runtime (`cairn-runtime`).
 //!
-//! - [`home`]: the data directory (`$CAIRN_HOME`): token, url, lock file.
-//! - [`config`]: the TOML config file and its defaults.
-//! - [`tasks`]: task lifecycle (create, start, destroy, reconcile).
-//! - [`exec`]: commands over a WebSocket, streamed as they run.
-//! - [`snapshots`]: snapshots, rollback in place, forks, retention, check, gc.
-//! - [`egress`]: each live sandbox's allowlist proxy and its decision log.
-//! - [`deliver`]: deliverables into the blob store, signed delivery records, completion.
-//! - [`ledger`]: each task's hash-chained log, signed checkpoints, the
-//!   node's signing keys.
-//! - [`api`]: routes, authentication, errors as JSON.
+//! - [`routes`]: the router, authentication, one file per group of routes;
+//!   each handler parses, calls one runtime method and maps the result.
+//! - [`ApiError`]: the one mapping of the runtime's error kinds to HTTP
+//!   statuses and the stable codes of the error body.
+//! - [`gateway`]: the approval page people see.
 //!
 //! [`Daemon::start`] runs everything on the caller's tokio runtime, so the
 //! same code serves `cairn serve` and the embedded daemon of `cairn demo`.
 
-pub mod api;
-pub mod config;
-#[cfg(feature = "failpoints")]
-mod crash_points;
-pub mod deliver;
-pub mod egress;
 mod error;
-pub mod exec;
-mod files;
 pub mod gateway;
-pub mod home;
-pub mod ledger;
-mod reaper;
-mod services;
-pub mod snapshots;
-mod suspend;
-pub mod waits;
-pub mod tasks;
+pub mod routes;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-pub use config::Config;
+pub use cairn_runtime::{Config, Home};
 pub use error::ApiError;
-pub use home::Home;
+use cairn_runtime::Runtime;
 use tokio::sync::oneshot;
 
 /// Errors that stop the daemon from starting.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
     #[error("{0}")]
-    Home(#[from] home::HomeError),
+    Home(#[from] cairn_runtime::home::HomeError),
     #[error("{0}")]
-    Store(#[from] cairn_store::Error),
-    #[error("{0}")]
-    Sandbox(#[from] cairn_sandbox::Error),
-    #[error("blob store: {0}")]
-    Blob(#[from] cairn_blob::Error),
-    #[error("signing keys: {0}")]
-    Keys(#[from] cairn_ledger::Error),
-    #[error("config: {0}")]
-    Config(String),
+    Runtime(#[from] cairn_runtime::OpenError),
     #[error("cannot listen on {0}: {1}")]
     Listen(SocketAddr, std::io::Error),
 }
@@ -79,16 +50,15 @@ pub struct Daemon {
     pub addr: SocketAddr,
     shutdown: Option<oneshot::Sender<()>>,
     served: tokio::task::JoinHandle<()>,
-    tasks: Arc<tasks::Tasks>,
-    _lock: home::HomeLock,
+    runtime: Arc<Runtime>,
+    _lock: cairn_runtime::home::HomeLock,
 }
 
 impl Daemon {
     /// Opens the home, reconciles every task with what is left on the host,
     /// binds the listener and starts serving in the background.
     pub async fn start(opts: DaemonOptions) -> Result<Daemon, StartError> {
-        #[cfg(feature = "failpoints")]
-        crash_points::arm_from_env();
+        cairn_runtime::arm_crash_points_from_env();
         let home = Home::new(opts.home.clone());
         let lock = home.lock()?;
         let token = home.token()?;
@@ -101,19 +71,12 @@ impl Daemon {
         for line in opts.config.egress.exceptions() {
             tracing::warn!("{line}");
         }
-        let state = Arc::new(tasks::Tasks::open(&home, &opts.config, opts.helper_exe.clone(), addr).await?);
-        reaper::become_subreaper();
-        state.reconcile().await;
-        state.clone().spawn_background();
+        let runtime = Arc::new(Runtime::open(&home, &opts.config, opts.helper_exe.clone(), addr).await?);
         let url = format!("http://{addr}");
-        let _ = state.base_url.set(url.clone());
-        // Wake, recover, fire timers: after the URL is known (links).
-        state.recover_all().await;
-        state.clone().spawn_timers();
-        state.clone().spawn_idle_suspender();
+        runtime.bring_up(url.clone()).await;
         home.write_url(&url)?;
         tracing::info!(%url, home = %home.root().display(), "cairn daemon listening");
-        let app = api::router(state.clone(), token.clone());
+        let app = routes::router(runtime.clone(), token.clone());
         let (tx, rx) = oneshot::channel::<()>();
         let served = tokio::spawn(async move {
             let shutdown = async {
@@ -130,7 +93,7 @@ impl Daemon {
                 tracing::error!("server stopped: {e}");
             }
         });
-        Ok(Daemon { url, token, addr, shutdown: Some(tx), served, tasks: state, _lock: lock })
+        Ok(Daemon { url, token, addr, shutdown: Some(tx), served, runtime, _lock: lock })
     }
 
     /// Stops serving. Sandboxes keep running: they belong to their tasks,
@@ -140,9 +103,7 @@ impl Daemon {
             let _ = tx.send(());
         }
         let _ = (&mut self.served).await;
-        self.tasks.egress.shutdown().await;
-        let driver = self.tasks.driver.clone();
-        let _ = tokio::task::spawn_blocking(move || driver.discard_prestarted()).await;
+        self.runtime.shutdown().await;
     }
 
     /// Serves until the process is told to stop (SIGINT or SIGTERM).

@@ -22,9 +22,9 @@ use cairn_store::now_ms;
 use serde_json::{json, Value};
 use cairn_ledger::sha256_hex;
 
-use crate::tasks::{Live, TaskView, Tasks};
+use crate::tasks::{Live, TaskView, Runtime};
 use crate::snapshots::blob_error;
-use crate::ApiError;
+use crate::Error;
 
 /// Largest single deliverable: it is held in memory while it is hashed
 /// and stored.
@@ -36,28 +36,28 @@ use cairn_ledger::{Statement, Subject, PAYLOAD_TYPE as STATEMENT_PAYLOAD_TYPE};
 
 pub use cairn_api::deliver::{DeliverRequest, Deliverable, DeliveryView};
 
-fn file_error(what: &str, e: cairn_sandbox::Error) -> ApiError {
+fn file_error(what: &str, e: cairn_sandbox::Error) -> Error {
     match &e {
-        cairn_sandbox::Error::Io(_, io) if io.kind() == std::io::ErrorKind::NotFound => ApiError::not_found(format!("{what}: no such file in the sandbox")),
-        cairn_sandbox::Error::PathEscape(_) => ApiError::bad_request(format!("{what}: the path leaves the sandbox root")),
-        _ => ApiError::bad_request(format!("{what}: {e}")),
+        cairn_sandbox::Error::Io(_, io) if io.kind() == std::io::ErrorKind::NotFound => Error::not_found(format!("{what}: no such file in the sandbox")),
+        cairn_sandbox::Error::PathEscape(_) => Error::invalid(format!("{what}: the path leaves the sandbox root")),
+        _ => Error::invalid(format!("{what}: {e}")),
     }
 }
 
-fn base_name(path: &str) -> Result<String, ApiError> {
+fn base_name(path: &str) -> Result<String, Error> {
     Path::new(path)
         .file_name()
         .and_then(OsStr::to_str)
         .filter(|n| !n.is_empty() && *n != "." && *n != "..")
         .map(str::to_owned)
-        .ok_or_else(|| ApiError::bad_request(format!("{path:?} does not name a file")))
+        .ok_or_else(|| Error::invalid(format!("{path:?} does not name a file")))
 }
 
 /// Reads the deliverables named by paths, in the blocking pool.
-fn collect_from_sandbox(driver: &NativeDriver, live: Live, req: &DeliverRequest) -> Result<Vec<(Deliverable, Vec<u8>)>, ApiError> {
+fn collect_from_sandbox(driver: &NativeDriver, live: Live, req: &DeliverRequest) -> Result<Vec<(Deliverable, Vec<u8>)>, Error> {
     let root = SandboxRoot::new(driver.open_root(live.init)?);
     let mut out = Vec::new();
-    let read = |path: &str, kind: &str| -> Result<(Deliverable, Vec<u8>), ApiError> {
+    let read = |path: &str, kind: &str| -> Result<(Deliverable, Vec<u8>), Error> {
         let what = format!("--{} {path}", if kind == "report" { "report" } else { "file" });
         let l = root.locate(path).map_err(|e| file_error(&what, e))?;
         let data = files::read_file(&l.dir, &l.name, MAX_DELIVERABLE).map_err(|e| file_error(&what, e))?;
@@ -75,14 +75,14 @@ fn collect_from_sandbox(driver: &NativeDriver, live: Live, req: &DeliverRequest)
         let l = root.locate(dir).map_err(|e| file_error(&what, e))?;
         match files::kind_at(&l.dir, &l.name).map_err(|e| file_error(&what, e))? {
             files::Kind::Dir => {}
-            files::Kind::Missing => return Err(ApiError::not_found(format!("{what}: no such directory in the sandbox"))),
-            _ => return Err(ApiError::bad_request(format!("{what}: not a directory"))),
+            files::Kind::Missing => return Err(Error::not_found(format!("{what}: no such directory in the sandbox"))),
+            _ => return Err(Error::invalid(format!("{what}: not a directory"))),
         }
-        let mut enc = zstd::Encoder::new(Vec::new(), 3).map_err(|e| ApiError::internal(format!("zstd: {e}")))?;
+        let mut enc = zstd::Encoder::new(Vec::new(), 3).map_err(|e| Error::internal(format!("zstd: {e}")))?;
         files::write_tar(&root, &l, Path::new(&l.name), files::LinkPolicy::Keep, &mut enc).map_err(|e| file_error(&what, e))?;
-        let data = enc.finish().map_err(|e| ApiError::internal(format!("zstd: {e}")))?;
+        let data = enc.finish().map_err(|e| Error::internal(format!("zstd: {e}")))?;
         if data.len() as u64 > MAX_DELIVERABLE {
-            return Err(ApiError::bad_request(format!("{what}: the archive is over the {MAX_DELIVERABLE}-byte limit")));
+            return Err(Error::invalid(format!("{what}: the archive is over the {MAX_DELIVERABLE}-byte limit")));
         }
         let name = format!("{}.tar.zst", l.name.to_string_lossy());
         out.push((Deliverable { name, kind: "archive".into(), source: dir.clone(), sha256: sha256_hex(&data), size: data.len() as u64 }, data));
@@ -90,25 +90,25 @@ fn collect_from_sandbox(driver: &NativeDriver, live: Live, req: &DeliverRequest)
     Ok(out)
 }
 
-impl Tasks {
+impl Runtime {
     /// Runs a command in the sandbox; returns (exit code, stdout, stderr).
-    async fn capture(&self, task: &Task, argv: Vec<String>) -> Result<(i32, Vec<u8>, Vec<u8>), ApiError> {
+    async fn capture(&self, task: &Task, argv: Vec<String>) -> Result<(i32, Vec<u8>, Vec<u8>), Error> {
         let env = crate::exec::environment(&task.config, &[], task.id.as_str(), false)?;
         let req = ExecRequest { argv, env, cwd: "/".into(), tty: None };
         let driver = self.driver.clone();
         let tid = task.id.to_string();
-        tokio::task::spawn_blocking(move || -> Result<(i32, Vec<u8>, Vec<u8>), ApiError> {
+        tokio::task::spawn_blocking(move || -> Result<(i32, Vec<u8>, Vec<u8>), Error> {
             use std::io::{Read, Seek};
             use std::os::fd::AsRawFd;
-            let io = |e: std::io::Error| ApiError::internal(format!("capture output: {e}"));
+            let io = |e: std::io::Error| Error::internal(format!("capture output: {e}"));
             let (mut out, mut err) = (tempfile::tempfile().map_err(io)?, tempfile::tempfile().map_err(io)?);
             let null = std::fs::File::open("/dev/null").map_err(io)?;
             let code = match driver.exec(&tid, &req, &[null.as_raw_fd(), out.as_raw_fd(), err.as_raw_fd()])? {
                 Ok(running) => match proto::recv::<Reply>(&running.conn)? {
                     Some((Reply::Exited { code, signal }, _)) => code.unwrap_or(128 + signal.unwrap_or(0)),
-                    other => return Err(ApiError::internal(format!("unexpected answer from the sandbox: {other:?}"))),
+                    other => return Err(Error::internal(format!("unexpected answer from the sandbox: {other:?}"))),
                 },
-                Err(message) => return Err(ApiError::internal(message)),
+                Err(message) => return Err(Error::internal(message)),
             };
             let (mut o, mut e) = (Vec::new(), Vec::new());
             out.rewind().map_err(io)?;
@@ -122,7 +122,7 @@ impl Tasks {
 
     /// The workspace patch: git's view when the working directory is in a
     /// repository, else the writable layer against the base image.
-    async fn workspace_patch(&self, task: &Task) -> Result<(Deliverable, Vec<u8>), ApiError> {
+    async fn workspace_patch(&self, task: &Task) -> Result<(Deliverable, Vec<u8>), Error> {
         let argv = vec!["sh".into(), "-c".into(), patch::GIT_DIFF.into(), "cairn-patch".into(), task.config.workdir.clone()];
         let (code, out, err) = self.capture(task, argv).await?;
         let (data, source) = match code {
@@ -133,10 +133,10 @@ impl Tasks {
                 let layers: Vec<patch::LayerDirs> = NativeDriver::layers(&image).iter().map(|l| patch::LayerDirs::of(&disk, l)).collect();
                 let diff = tokio::task::spawn_blocking(move || patch::layer_diff(&layers))
                     .await?
-                    .map_err(|e| ApiError::internal(format!("diff of the writable layer: {e}")))?;
+                    .map_err(|e| Error::internal(format!("diff of the writable layer: {e}")))?;
                 (diff.into_bytes(), "writable layer against the base image".to_owned())
             }
-            _ => return Err(ApiError::internal(format!("git diff failed (exit {code}): {}", String::from_utf8_lossy(&err).trim()))),
+            _ => return Err(Error::internal(format!("git diff failed (exit {code}): {}", String::from_utf8_lossy(&err).trim()))),
         };
         let d = Deliverable { name: "workspace.patch".into(), kind: "patch".into(), source, sha256: sha256_hex(&data), size: data.len() as u64 };
         Ok((d, data))
@@ -144,14 +144,14 @@ impl Tasks {
 
     /// Copies the deliverables out, stores them and a signed record;
     /// completes the task if asked.
-    pub async fn deliver_outputs(&self, id_or_name: &str, req: DeliverRequest, actor: &str) -> Result<DeliveryView, ApiError> {
+    pub async fn deliver_outputs(&self, id_or_name: &str, req: DeliverRequest, actor: &str) -> Result<DeliveryView, Error> {
         let begun = Instant::now();
         if req.files.is_empty() && req.archive.is_none() && !req.patch && req.report.is_none() {
-            return Err(ApiError::bad_request("nothing to deliver: give --file, --archive, --patch or --report"));
+            return Err(Error::invalid("nothing to deliver: give --file, --archive, --patch or --report"));
         }
         for p in req.files.iter().chain(req.archive.iter()).chain(req.report.iter()) {
             if p.trim().is_empty() || p.contains('\0') {
-                return Err(ApiError::bad_request(format!("invalid sandbox path {p:?}")));
+                return Err(Error::invalid(format!("invalid sandbox path {p:?}")));
             }
         }
         let (task, live) = self.running(id_or_name, actor).await?;
@@ -167,7 +167,7 @@ impl Tasks {
         let mut names = std::collections::HashSet::new();
         for (d, _) in &items {
             if !names.insert(d.name.clone()) {
-                return Err(ApiError::bad_request(format!("two deliverables are named {}; deliver them separately", d.name)));
+                return Err(Error::invalid(format!("two deliverables are named {}; deliver them separately", d.name)));
             }
         }
 
@@ -175,7 +175,7 @@ impl Tasks {
         let backend = self.snaps.repo.backend().clone();
         let stored: Vec<(Deliverable, Vec<u8>)> = items;
         let deliverables: Vec<Deliverable> = stored.iter().map(|(d, _)| d.clone()).collect();
-        tokio::task::spawn_blocking(move || -> Result<(), ApiError> {
+        tokio::task::spawn_blocking(move || -> Result<(), Error> {
             for (d, data) in stored {
                 if !backend.exists(Kind::Deliverable, &d.sha256).map_err(blob_error)? {
                     backend.write(Kind::Deliverable, &d.sha256, data.into()).map_err(blob_error)?;
@@ -207,8 +207,8 @@ impl Tasks {
         });
         let payload = Statement::new(subjects, PREDICATE_TYPE, predicate).to_payload();
         let envelope = self.sign_envelope(STATEMENT_PAYLOAD_TYPE, &payload);
-        let record = serde_json::to_value(&envelope).map_err(|e| ApiError::internal(e.to_string()))?;
-        let mut record_bytes = serde_json::to_vec_pretty(&record).map_err(|e| ApiError::internal(e.to_string()))?;
+        let record = serde_json::to_value(&envelope).map_err(|e| Error::internal(e.to_string()))?;
+        let mut record_bytes = serde_json::to_vec_pretty(&record).map_err(|e| Error::internal(e.to_string()))?;
         record_bytes.push(b'\n');
         let record_id = sha256_hex(&record_bytes);
         let backend = self.snaps.repo.backend().clone();
@@ -239,9 +239,9 @@ impl Tasks {
     /// Deliverables no record names and older than `grace`: left by a
     /// delivery cut short between storing its content and its record.
     /// Removed unless `dry_run`; records, and what they name, always stay.
-    pub(crate) async fn gc_deliverables(&self, grace: std::time::Duration, dry_run: bool) -> Result<Vec<String>, ApiError> {
+    pub(crate) async fn gc_deliverables(&self, grace: std::time::Duration, dry_run: bool) -> Result<Vec<String>, Error> {
         let backend = self.snaps.repo.backend().clone();
-        tokio::task::spawn_blocking(move || -> Result<Vec<String>, ApiError> {
+        tokio::task::spawn_blocking(move || -> Result<Vec<String>, Error> {
             let mut named = std::collections::HashSet::new();
             for info in backend.list(Kind::Record).map_err(blob_error)? {
                 let bytes = backend.read(Kind::Record, &info.id).map_err(blob_error)?;
@@ -249,7 +249,7 @@ impl Tasks {
                     .ok()
                     .and_then(|e| e.payload().ok())
                     .and_then(|p| Statement::from_payload(&p).ok())
-                    .ok_or_else(|| ApiError::internal(format!("gc stopped, no deliverable deleted: record {} is unreadable", info.id)))?;
+                    .ok_or_else(|| Error::internal(format!("gc stopped, no deliverable deleted: record {} is unreadable", info.id)))?;
                 named.extend(statement.subject.into_iter().filter_map(|s| s.digest.get("sha256").cloned()));
             }
             let now = std::time::SystemTime::now();
@@ -270,24 +270,24 @@ impl Tasks {
     }
 
     /// A deliverable's bytes, by SHA-256.
-    pub async fn deliverable(&self, sha256: &str) -> Result<axum::body::Bytes, ApiError> {
+    pub async fn deliverable(&self, sha256: &str) -> Result<bytes::Bytes, Error> {
         self.stored_object(Kind::Deliverable, sha256).await
     }
 
     /// A delivery record's bytes, by the SHA-256 of those bytes.
-    pub async fn record(&self, id: &str) -> Result<axum::body::Bytes, ApiError> {
+    pub async fn record(&self, id: &str) -> Result<bytes::Bytes, Error> {
         self.stored_object(Kind::Record, id).await
     }
 
-    async fn stored_object(&self, kind: Kind, id: &str) -> Result<axum::body::Bytes, ApiError> {
+    async fn stored_object(&self, kind: Kind, id: &str) -> Result<bytes::Bytes, Error> {
         if id.len() != 64 || !id.bytes().all(|b| b.is_ascii_hexdigit()) {
-            return Err(ApiError::bad_request(format!("{id:?} is not a SHA-256 digest (64 hex digits)")));
+            return Err(Error::invalid(format!("{id:?} is not a SHA-256 digest (64 hex digits)")));
         }
         let backend = self.snaps.repo.backend().clone();
         let id2 = id.to_ascii_lowercase();
         match tokio::task::spawn_blocking(move || backend.read(kind, &id2)).await? {
             Ok(b) => Ok(b),
-            Err(cairn_blob::Error::Missing(..)) => Err(ApiError::not_found(format!("no {} {id} in the store", kind.dir().trim_end_matches('s')))),
+            Err(cairn_blob::Error::Missing(..)) => Err(Error::not_found(format!("no {} {id} in the store", kind.dir().trim_end_matches('s')))),
             Err(e) => Err(blob_error(e)),
         }
     }
@@ -295,7 +295,7 @@ impl Tasks {
     /// `running | suspended | created -> completed`: the sandbox and its
     /// scratch space go, retention applies to the snapshots; the records,
     /// the ledger and the deliverables stay.
-    pub async fn complete(&self, id_or_name: &str, actor: &str) -> Result<TaskView, ApiError> {
+    pub async fn complete(&self, id_or_name: &str, actor: &str) -> Result<TaskView, Error> {
         let task = self.find(id_or_name).await?;
         let lock = self.lock_of(&task.id);
         let _guard = lock.lock().await;
@@ -325,7 +325,7 @@ impl Tasks {
                 duration_ms: Some(begun.elapsed().as_millis() as u64),
             })
             .await?;
-        result.map_err(|e| ApiError::internal(format!("teardown of {} failed: {e}", task.id)))?;
+        result.map_err(|e| Error::internal(format!("teardown of {} failed: {e}", task.id)))?;
         Ok(self.view(self.find(task.id.as_str()).await?))
     }
 }

@@ -26,8 +26,8 @@ use cairn_snapshot::{IdShift, LayerSpec, Manifest};
 use cairn_store::now_ms;
 use serde_json::json;
 
-use crate::tasks::{Live, Tasks};
-use crate::{reaper, ApiError};
+use crate::tasks::{Live, Runtime};
+use crate::{reaper, Error};
 
 /// Longest note or rollback reason accepted.
 const MAX_NOTE: usize = 4096;
@@ -105,33 +105,32 @@ impl Drop for ProgressSink {
     }
 }
 
-pub(crate) fn blob_error(e: cairn_blob::Error) -> ApiError {
+pub(crate) fn blob_error(e: cairn_blob::Error) -> Error {
     match e {
-        cairn_blob::Error::NoSpace(_) => ApiError::new(axum::http::StatusCode::INSUFFICIENT_STORAGE, e.to_string()),
-        _ => ApiError::internal(e.to_string()),
+        cairn_blob::Error::NoSpace(_) => Error::NoSpace(e.to_string()),
+        _ => Error::internal_from(e),
     }
 }
 
-fn snapshot_error(what: &str, e: cairn_snapshot::Error) -> ApiError {
-    let status = match &e {
-        cairn_snapshot::Error::Blob(cairn_blob::Error::NoSpace(_)) => axum::http::StatusCode::INSUFFICIENT_STORAGE,
-        _ => axum::http::StatusCode::INTERNAL_SERVER_ERROR,
-    };
-    ApiError::new(status, format!("{what}: {e}"))
+fn snapshot_error(what: &str, e: cairn_snapshot::Error) -> Error {
+    match e {
+        cairn_snapshot::Error::Blob(cairn_blob::Error::NoSpace(_)) => Error::NoSpace(format!("{what}: {e}")),
+        _ => Error::internal_from(e).context(what),
+    }
 }
 
-fn manifest_id(hex: &str) -> Result<ObjectId, ApiError> {
-    hex.parse().map_err(|e: String| ApiError::internal(format!("store holds a malformed manifest id: {e}")))
+fn manifest_id(hex: &str) -> Result<ObjectId, Error> {
+    hex.parse().map_err(|e: String| Error::internal(format!("store holds a malformed manifest id: {e}")))
 }
 
-fn check_text(what: &str, s: &str, max: usize) -> Result<(), ApiError> {
+fn check_text(what: &str, s: &str, max: usize) -> Result<(), Error> {
     if s.len() > max {
-        return Err(ApiError::bad_request(format!("{what} is {} bytes; the limit is {max}", s.len())));
+        return Err(Error::invalid(format!("{what} is {} bytes; the limit is {max}", s.len())));
     }
     Ok(())
 }
 
-impl Tasks {
+impl Runtime {
     fn layer_specs(image: &cairn_sandbox::image::Image) -> Vec<LayerSpec> {
         NativeDriver::layers(image).iter().map(|l| LayerSpec { name: l.disk_name(), at: l.at.clone() }).collect()
     }
@@ -144,7 +143,7 @@ impl Tasks {
         self.snaps.progress.lock().unwrap_or_else(|e| e.into_inner()).get(task).cloned()
     }
 
-    pub(crate) async fn load_manifest(&self, hex: &str) -> Result<Manifest, ApiError> {
+    pub(crate) async fn load_manifest(&self, hex: &str) -> Result<Manifest, Error> {
         let id = manifest_id(hex)?;
         let repo = self.snaps.repo.clone();
         tokio::task::spawn_blocking(move || cairn_snapshot::load(&repo, &id))
@@ -183,7 +182,7 @@ impl Tasks {
     }
 
     /// The high-risk pattern a command matches: the daemon's, then the task's.
-    pub fn risky_match(&self, task: &Task, argv: &[String]) -> Result<Option<String>, ApiError> {
+    pub fn risky_match(&self, task: &Task, argv: &[String]) -> Result<Option<String>, Error> {
         if let Some(p) = self.snaps.risk.matches(argv) {
             return Ok(Some(p.to_owned()));
         }
@@ -192,10 +191,10 @@ impl Tasks {
     }
 
     /// Takes a snapshot of a running task.
-    pub async fn snapshot(&self, id_or_name: &str, req: SnapshotRequest, actor: &str) -> Result<Snapshot, ApiError> {
+    pub async fn snapshot(&self, id_or_name: &str, req: SnapshotRequest, actor: &str) -> Result<Snapshot, Error> {
         let kind = req.kind.as_deref().map(str::parse::<SnapshotKind>).transpose()?.unwrap_or(SnapshotKind::Manual);
         if matches!(kind, SnapshotKind::Branch | SnapshotKind::Suspend) {
-            return Err(ApiError::bad_request(format!("snapshots of kind {kind} are taken by `cairn fork` and by suspends; use milestone, pre-risk or manual")));
+            return Err(Error::invalid(format!("snapshots of kind {kind} are taken by `cairn fork` and by suspends; use milestone, pre-risk or manual")));
         }
         let note = req.note.unwrap_or_default();
         check_text("the note", &note, MAX_NOTE)?;
@@ -207,7 +206,7 @@ impl Tasks {
         let _guard = lock.lock().await;
         let task = self.find(task.id.as_str()).await?;
         task.state.check_exec()?;
-        let live = self.live(&task.id).ok_or_else(|| ApiError::conflict(format!("task {} has no running sandbox", task.id)))?;
+        let live = self.live(&task.id).ok_or_else(|| Error::conflict(format!("task {} has no running sandbox", task.id)))?;
         self.snapshot_locked(&task, live, kind, note, req.healthy.unwrap_or(true), req.memory, actor).await
     }
 
@@ -221,7 +220,7 @@ impl Tasks {
         healthy: bool,
         memory: Option<String>,
         actor: &str,
-    ) -> Result<Snapshot, ApiError> {
+    ) -> Result<Snapshot, Error> {
         let _no_gc = self.snaps.repo.gc_lock().read().await;
         let image = self.image(&task.config.image).await?;
         let layers = Self::layer_specs(&image);
@@ -242,7 +241,7 @@ impl Tasks {
             Ok(c) => c,
             Err(e) => {
                 let err = snapshot_error("snapshot failed", e);
-                self.log(&task.id, EventKind::Snapshot, actor, json!({ "kind": kind, "error": err.message }), Some(1), Some(duration_ms as u64))
+                self.log(&task.id, EventKind::Snapshot, actor, json!({ "kind": kind, "error": err.to_string() }), Some(1), Some(duration_ms as u64))
                     .await;
                 return Err(err);
             }
@@ -291,7 +290,7 @@ impl Tasks {
 
     /// The snapshot the task's disk comes from: the latest, or the rollback
     /// target when a rollback came after it (and the target still exists).
-    pub(crate) async fn head_snapshot(&self, task: &Task) -> Result<Option<Snapshot>, ApiError> {
+    pub(crate) async fn head_snapshot(&self, task: &Task) -> Result<Option<Snapshot>, Error> {
         let mut snaps = self.store.snapshots(&task.id).await?;
         let latest = snaps.last().map(|l| l.created_ms);
         if let Some(n) = &task.rollback_note {
@@ -306,7 +305,7 @@ impl Tasks {
 
     /// Expires the task's snapshots its retention policy no longer keeps;
     /// returns them (without deleting anything when `dry_run`).
-    pub(crate) async fn apply_retention(&self, task: &TaskId, dry_run: bool) -> Result<Vec<Snapshot>, ApiError> {
+    pub(crate) async fn apply_retention(&self, task: &TaskId, dry_run: bool) -> Result<Vec<Snapshot>, Error> {
         let t = self.store.find_task(task.as_str()).await?;
         let snaps = self.store.snapshots(task).await?;
         let expired: Vec<Snapshot> = t.config.retention.expired(&snaps, now_ms()).into_iter().cloned().collect();
@@ -329,23 +328,23 @@ impl Tasks {
     }
 
     /// A snapshot of `task` named by the user.
-    async fn snapshot_of(&self, task: &Task, id: &str) -> Result<Snapshot, ApiError> {
+    async fn snapshot_of(&self, task: &Task, id: &str) -> Result<Snapshot, Error> {
         let snap = self.store.find_snapshot(id).await.map_err(|e| match e {
-            cairn_store::Error::UnknownSnapshot(_) => ApiError::not_found(e.to_string()),
+            cairn_store::Error::UnknownSnapshot(_) => Error::not_found(e.to_string()),
             other => other.into(),
         })?;
         if snap.task != task.id {
-            return Err(ApiError::bad_request(format!("snapshot {} belongs to task {}, not to {}", snap.id, snap.task, task.id)));
+            return Err(Error::invalid(format!("snapshot {} belongs to task {}, not to {}", snap.id, snap.task, task.id)));
         }
         Ok(snap)
     }
 
-    pub async fn list_snapshots(&self, id_or_name: &str) -> Result<Vec<Snapshot>, ApiError> {
+    pub async fn list_snapshots(&self, id_or_name: &str) -> Result<Vec<Snapshot>, Error> {
         let task = self.find(id_or_name).await?;
         Ok(self.store.snapshots(&task.id).await?)
     }
 
-    pub async fn diff(&self, id_or_name: &str, a: &str, b: &str) -> Result<cairn_snapshot::Diff, ApiError> {
+    pub async fn diff(&self, id_or_name: &str, a: &str, b: &str) -> Result<cairn_snapshot::Diff, Error> {
         let task = self.find(id_or_name).await?;
         let (sa, sb) = (self.snapshot_of(&task, a).await?, self.snapshot_of(&task, b).await?);
         let (ma, mb) = (self.load_manifest(&sa.manifest).await?, self.load_manifest(&sb.manifest).await?);
@@ -360,10 +359,10 @@ impl Tasks {
 
     /// Rolls a running task back to one of its snapshots, in place: same
     /// task id, a fresh sandbox on the restored writable layer.
-    pub async fn rollback(&self, id_or_name: &str, req: RollbackRequest, actor: &str) -> Result<serde_json::Value, ApiError> {
+    pub async fn rollback(&self, id_or_name: &str, req: RollbackRequest, actor: &str) -> Result<serde_json::Value, Error> {
         let reason = req.reason.trim().to_owned();
         if reason.is_empty() {
-            return Err(ApiError::bad_request("a rollback needs --reason: the agent is told why its last attempt failed"));
+            return Err(Error::invalid("a rollback needs --reason: the agent is told why its last attempt failed"));
         }
         check_text("the reason", &reason, MAX_NOTE)?;
         let task = self.find(id_or_name).await?;
@@ -371,7 +370,7 @@ impl Tasks {
         let _guard = lock.lock().await;
         let task = self.find(task.id.as_str()).await?;
         if task.state != TaskState::Running {
-            return Err(ApiError::conflict(format!("task {} is {}; only a running task can roll back", task.id, task.state)));
+            return Err(Error::conflict(format!("task {} is {}; only a running task can roll back", task.id, task.state)));
         }
         let snaps = self.store.snapshots(&task.id).await?;
         let target = match (req.to.as_deref(), req.last_healthy) {
@@ -381,8 +380,8 @@ impl Tasks {
                 .rev()
                 .find(|s| s.healthy)
                 .cloned()
-                .ok_or_else(|| ApiError::conflict(format!("task {} has no healthy snapshot to roll back to", task.id)))?,
-            _ => return Err(ApiError::bad_request("give exactly one of --to SNAPSHOT and --last-healthy")),
+                .ok_or_else(|| Error::conflict(format!("task {} has no healthy snapshot to roll back to", task.id)))?,
+            _ => return Err(Error::invalid("give exactly one of --to SNAPSHOT and --last-healthy")),
         };
         // No gc may sweep the target's data or the new baseline meanwhile.
         let _no_gc = self.snaps.repo.gc_lock().read().await;
@@ -401,17 +400,17 @@ impl Tasks {
         self.stop_sandbox_keep_disk(&task).await?;
         fail::fail_point!("rollback.sandbox_stopped");
         let slot = self.claim_slot(&task.id).await?;
-        let ids = IdRange::for_slot(slot).map_err(ApiError::from)?;
+        let ids = IdRange::for_slot(slot).map_err(Error::from)?;
         let restored = self.restore_disk(&task, &manifest, baseline, ids).await;
         let (fresh, stats) = match restored {
             Ok(r) => r,
             Err(e) => {
                 self.release_slot(&task.id).await?;
-                let why = format!("rollback to {} failed: {}", target.id, e.message);
+                let why = format!("rollback to {} failed: {}", target.id, e);
                 self.store.set_sandbox_state(&task.id, cairn_core::SandboxState::Lost, Some(&why)).await?;
                 self.log(&task.id, EventKind::Rollback, actor, json!({ "phase": "end", "to": target.id, "error": why }), Some(1), None)
                     .await;
-                return Err(ApiError::internal(why));
+                return Err(Error::internal(why));
             }
         };
         fail::fail_point!("rollback.disk_restored");
@@ -442,14 +441,14 @@ impl Tasks {
     /// Refuses a snapshot whose chunks are not all indexed in packs that
     /// exist with the right size (reading them all would take as long as the
     /// restore itself; a damaged byte is still caught by the restore).
-    async fn precheck(&self, snap: &Snapshot, manifest: &Manifest) -> Result<(), ApiError> {
+    async fn precheck(&self, snap: &Snapshot, manifest: &Manifest) -> Result<(), Error> {
         let id = manifest_id(&snap.manifest)?;
         let chunks: Vec<(ObjectId, ObjectId)> = cairn_snapshot::referenced_chunks(manifest).into_iter().map(|c| (c, id)).collect();
         let repo = self.snaps.repo.clone();
         let report = tokio::task::spawn_blocking(move || repo.check(&[id], &chunks, false)).await?.map_err(blob_error)?;
         match report.problems.first() {
             None => Ok(()),
-            Some(p) => Err(ApiError::internal(format!(
+            Some(p) => Err(Error::internal(format!(
                 "snapshot {} cannot be restored ({} problem(s), first: {p}); nothing was changed",
                 snap.id,
                 report.problems.len()
@@ -458,7 +457,7 @@ impl Tasks {
     }
 
     /// Kills the sandbox and unmounts everything of it but keeps its disk.
-    pub(crate) async fn stop_sandbox_keep_disk(&self, task: &Task) -> Result<(), ApiError> {
+    pub(crate) async fn stop_sandbox_keep_disk(&self, task: &Task) -> Result<(), Error> {
         let init = self.recorded_init(&task.id).await?;
         let driver = self.driver.clone();
         let id = task.id.to_string();
@@ -468,7 +467,7 @@ impl Tasks {
         }
         self.set_live(&task.id, None);
         self.release_slot(&task.id).await?;
-        res.map_err(|e| ApiError::internal(format!("cannot stop the sandbox of {}: {e}", task.id)))
+        res.map_err(|e| Error::internal(format!("cannot stop the sandbox of {}: {e}", task.id)))
     }
 
     /// Makes the task's disk hold exactly `manifest`'s writable layer, owned
@@ -479,14 +478,14 @@ impl Tasks {
         manifest: &Manifest,
         baseline: Option<Arc<Manifest>>,
         ids: IdRange,
-    ) -> Result<(Manifest, cairn_snapshot::RestoreStats), ApiError> {
+    ) -> Result<(Manifest, cairn_snapshot::RestoreStats), Error> {
         let driver = self.driver.clone();
         let repo = self.snaps.repo.clone();
         let (tid, disk_bytes) = (task.id.to_string(), task.config.limits.disk_bytes);
         let manifest = manifest.clone();
         let sink = self.progress_sink(&task.id, "restore");
         tokio::task::spawn_blocking(move || {
-            let disk = driver.prepare_disk(&tid, disk_bytes).map_err(ApiError::from)?;
+            let disk = driver.prepare_disk(&tid, disk_bytes).map_err(Error::from)?;
             let shift = IdShift { base: ids.host_base, len: ids.count };
             cairn_snapshot::restore(&repo, &manifest, &disk, baseline.as_deref(), shift, &mut |p| sink.update(p))
                 .map_err(|e| snapshot_error("restore failed", e))
@@ -495,7 +494,7 @@ impl Tasks {
     }
 
     /// Stores a refreshed manifest as the task's baseline; returns its id.
-    pub(crate) async fn store_baseline(&self, task: &TaskId, m: Manifest) -> Result<String, ApiError> {
+    pub(crate) async fn store_baseline(&self, task: &TaskId, m: Manifest) -> Result<String, Error> {
         let repo = self.snaps.repo.clone();
         let m = Arc::new(m);
         let m2 = m.clone();
@@ -508,19 +507,19 @@ impl Tasks {
 
     /// Creates `count` tasks starting from a snapshot of another, sharing its
     /// stored data; each gets a `branch` snapshot as its first.
-    pub async fn fork(&self, id_or_name: &str, req: ForkRequest, actor: &str) -> Result<Vec<crate::tasks::TaskView>, ApiError> {
+    pub async fn fork(&self, id_or_name: &str, req: ForkRequest, actor: &str) -> Result<Vec<crate::tasks::TaskView>, Error> {
         let count = req.count.unwrap_or(1);
         if count == 0 || count > MAX_FORKS {
-            return Err(ApiError::bad_request(format!("--count must be 1 to {MAX_FORKS}, not {count}")));
+            return Err(Error::invalid(format!("--count must be 1 to {MAX_FORKS}, not {count}")));
         }
         let src = self.find(id_or_name).await?;
         if src.state == TaskState::Destroyed {
-            return Err(ApiError::conflict(format!("task {} is destroyed; its snapshots are gone", src.id)));
+            return Err(Error::conflict(format!("task {} is destroyed; its snapshots are gone", src.id)));
         }
         let snap = match req.from.as_deref() {
             Some(from) => self.snapshot_of(&src, from).await?,
             None => self.store.snapshots(&src.id).await?.pop().ok_or_else(|| {
-                ApiError::conflict(format!("task {} has no snapshot to fork from; take one with `cairn snapshot {}`", src.id, src.id))
+                Error::conflict(format!("task {} has no snapshot to fork from; take one with `cairn snapshot {}`", src.id, src.id))
             })?,
         };
         let _no_gc = self.snaps.repo.gc_lock().read().await;
@@ -551,7 +550,7 @@ impl Tasks {
         manifest: &Manifest,
         image: &cairn_sandbox::image::Image,
         actor: &str,
-    ) -> Result<crate::tasks::TaskView, ApiError> {
+    ) -> Result<crate::tasks::TaskView, Error> {
         let begun = Instant::now();
         let ahead = self.driver.take_prestarted();
         let id = ahead.as_ref().and_then(|p| p.task.parse().ok()).unwrap_or_else(TaskId::random);
@@ -606,7 +605,7 @@ impl Tasks {
         self.store.insert_fork(&task, &created, &branch, &snapshotted).await?;
         fail::fail_point!("fork.recorded");
         let slot = self.claim_slot(&task.id).await?;
-        let ids = IdRange::for_slot(slot).map_err(ApiError::from)?;
+        let ids = IdRange::for_slot(slot).map_err(Error::from)?;
         let (fresh, _stats) = match self.restore_disk(&task, manifest, None, ids).await {
             Ok(r) => r,
             Err(e) => {
@@ -627,7 +626,7 @@ impl Tasks {
 
     /// Distinct manifests that snapshots and baselines reference, each with
     /// who references it.
-    async fn live_manifests(&self, skip: &HashSet<SnapshotId>) -> Result<HashMap<String, String>, ApiError> {
+    async fn live_manifests(&self, skip: &HashSet<SnapshotId>) -> Result<HashMap<String, String>, Error> {
         let mut live = HashMap::new();
         for s in self.store.all_snapshots().await? {
             if !skip.contains(&s.id) {
@@ -642,7 +641,7 @@ impl Tasks {
 
     /// Applies every task's retention policy, then removes objects no
     /// snapshot or baseline references.
-    pub async fn gc(&self, req: GcRequest, actor: &str) -> Result<serde_json::Value, ApiError> {
+    pub async fn gc(&self, req: GcRequest, actor: &str) -> Result<serde_json::Value, Error> {
         let grace = match req.grace.as_deref() {
             Some(g) => parse_duration(g)?,
             None => self.snaps.gc_grace,
@@ -658,7 +657,7 @@ impl Tasks {
         let mut live_chunks = HashSet::new();
         for (hex, who) in &live {
             let m = self.load_manifest(hex).await.map_err(|e| {
-                ApiError::internal(format!("gc stopped, nothing deleted: manifest of {who} is unreadable ({e}); run `cairn check`"))
+                Error::internal(format!("gc stopped, nothing deleted: manifest of {who} is unreadable ({e}); run `cairn check`"))
             })?;
             live_manifests.insert(manifest_id(hex)?);
             live_chunks.extend(cairn_snapshot::referenced_chunks(&m));
@@ -679,7 +678,7 @@ impl Tasks {
 
     /// Verifies that everything the snapshots reference is stored, and with
     /// `read_data` that every byte hashes to its id.
-    pub async fn check(&self, read_data: bool) -> Result<cairn_blob::CheckReport, ApiError> {
+    pub async fn check(&self, read_data: bool) -> Result<cairn_blob::CheckReport, Error> {
         let _no_gc = self.snaps.repo.gc_lock().read().await;
         let live = self.live_manifests(&HashSet::new()).await?;
         let mut problems = Vec::new();
@@ -694,7 +693,7 @@ impl Tasks {
                     manifests.push(id);
                     chunks.extend(cairn_snapshot::referenced_chunks(&m).into_iter().map(|c| (c, id)));
                 }
-                Err(e) => problems.push(format!("manifest {hex} ({who}): {}", e.message)),
+                Err(e) => problems.push(format!("manifest {hex} ({who}): {}", e)),
             }
         }
         let repo = self.snaps.repo.clone();
@@ -706,7 +705,7 @@ impl Tasks {
 
     /// Forgets a destroyed task's snapshots (their data goes at the next
     /// `gc`).
-    pub(crate) async fn drop_snapshots(&self, task: &TaskId) -> Result<(), ApiError> {
+    pub(crate) async fn drop_snapshots(&self, task: &TaskId) -> Result<(), Error> {
         let snaps = self.store.snapshots(task).await?;
         let ids: Vec<SnapshotId> = snaps.iter().map(|s| s.id.clone()).collect();
         let events: Vec<NewEvent> = snaps

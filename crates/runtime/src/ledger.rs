@@ -11,8 +11,8 @@ use cairn_ledger::{check_against_checkpoint, verify_chain, Checkpoint, ChainProb
 use cairn_store::now_ms;
 use serde::{Deserialize, Serialize};
 
-use crate::tasks::Tasks;
-use crate::ApiError;
+use crate::tasks::Runtime;
+use crate::Error;
 
 /// A signed checkpoint as the API returns it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -56,14 +56,14 @@ pub struct LedgerView {
     pub hashes: Vec<(u64, String)>,
 }
 
-impl Tasks {
+impl Runtime {
     fn node_keys(&self) -> std::sync::MutexGuard<'_, NodeKeys> {
         self.keys.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Walks the task's chain, then checks it against each of its
     /// checkpoints, oldest first, with every public key the node has used.
-    pub async fn ledger_report(&self, id_or_name: &str) -> Result<LedgerView, ApiError> {
+    pub async fn ledger_report(&self, id_or_name: &str) -> Result<LedgerView, Error> {
         let task = self.find(id_or_name).await?;
         let events = self.store.events(&task.id).await?;
         let report = verify_chain(&task.id, &events);
@@ -97,13 +97,13 @@ impl Tasks {
 
     /// Signs the task's chain head now with the node's current key and
     /// stores the checkpoint. Refused when the ledger does not verify.
-    pub async fn checkpoint(&self, task: &TaskId, actor: &str) -> Result<CheckpointView, ApiError> {
+    pub async fn checkpoint(&self, task: &TaskId, actor: &str) -> Result<CheckpointView, Error> {
         let report = self.ledger_report(task.as_str()).await?;
         if let Some(p) = &report.problem {
-            return Err(ApiError::conflict(format!("will not sign the ledger of {}: {p}", report.task)));
+            return Err(Error::conflict(format!("will not sign the ledger of {}: {p}", report.task)));
         }
         let (Some(seq), Some(head)) = (report.head_seq, report.head.clone()) else {
-            return Err(ApiError::conflict(format!("the ledger of {} is empty: nothing to sign", report.task)));
+            return Err(Error::conflict(format!("the ledger of {} is empty: nothing to sign", report.task)));
         };
         let signed = SignedCheckpoint::sign(&self.node_keys(), Checkpoint { task: report.task.clone(), seq, head, time_ms: now_ms(), key_id: String::new() });
         self.store.insert_checkpoint(&signed, actor).await?;
@@ -128,10 +128,10 @@ impl Tasks {
 
     /// Replaces the signing key; the old public key stays for verifying what
     /// it signed. Returns the new key.
-    pub fn rotate_key(&self, actor: &str) -> Result<KeyInfo, ApiError> {
+    pub fn rotate_key(&self, actor: &str) -> Result<KeyInfo, Error> {
         let mut keys = self.node_keys();
         let old = keys.current().key_id;
-        let new = keys.rotate().map_err(|e| ApiError::internal(e.to_string()))?;
+        let new = keys.rotate().map_err(|e| Error::internal(e.to_string()))?;
         tracing::warn!(%old, new = %new.key_id, %actor, "signing key rotated");
         Ok(new)
     }

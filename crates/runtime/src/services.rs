@@ -9,16 +9,16 @@ use cairn_core::{EventKind, NewEvent, Task};
 use cairn_sandbox::proto::{self, ExecRequest, Reply};
 use serde_json::json;
 
-use crate::tasks::Tasks;
-use crate::ApiError;
+use crate::tasks::Runtime;
+use crate::Error;
 
 /// Starts `$1` detached (its own session, so it outlives the request that
 /// started it), appending its output to `$2`.
 const LAUNCH: &str = "mkdir -p /var/log/cairn && setsid -f sh -c \"$1\" >>\"$2\" 2>&1 </dev/null";
 
-impl Tasks {
+impl Runtime {
     /// Starts the task's services in order; each start is in the log.
-    pub(crate) async fn start_services(&self, task: &Task, actor: &str) -> Result<(), ApiError> {
+    pub(crate) async fn start_services(&self, task: &Task, actor: &str) -> Result<(), Error> {
         for (n, cmd) in task.config.services.iter().enumerate() {
             let log = format!("/var/log/cairn/service-{n}.log");
             let env = crate::exec::environment(&task.config, &[], task.id.as_str(), false)?;
@@ -30,15 +30,15 @@ impl Tasks {
             };
             let driver = self.driver.clone();
             let tid = task.id.to_string();
-            let code = tokio::task::spawn_blocking(move || -> Result<i32, ApiError> {
-                let null = std::fs::File::open("/dev/null").map_err(|e| ApiError::internal(format!("/dev/null: {e}")))?;
+            let code = tokio::task::spawn_blocking(move || -> Result<i32, Error> {
+                let null = std::fs::File::open("/dev/null").map_err(|e| Error::internal(format!("/dev/null: {e}")))?;
                 let fd = null.as_raw_fd();
                 match driver.exec(&tid, &req, &[fd, fd, fd])? {
                     Ok(running) => match proto::recv::<Reply>(&running.conn)? {
                         Some((Reply::Exited { code, signal }, _)) => Ok(code.unwrap_or(128 + signal.unwrap_or(0))),
-                        other => Err(ApiError::internal(format!("unexpected answer from the sandbox: {other:?}"))),
+                        other => Err(Error::internal(format!("unexpected answer from the sandbox: {other:?}"))),
                     },
-                    Err(message) => Err(ApiError::internal(message)),
+                    Err(message) => Err(Error::internal(message)),
                 }
             })
             .await??;
@@ -52,7 +52,7 @@ impl Tasks {
             };
             self.store.append_event(&ev).await?;
             if code != 0 {
-                return Err(ApiError::internal(format!("service {n} ({cmd}) did not start: exit {code}")));
+                return Err(Error::internal(format!("service {n} ({cmd}) did not start: exit {code}")));
             }
         }
         Ok(())

@@ -11,8 +11,8 @@ use cairn_store::{now_ms, Delivered};
 use serde_json::{json, Value};
 
 use crate::gateway::{approval, webhook};
-use crate::tasks::Tasks;
-use crate::ApiError;
+use crate::tasks::Runtime;
+use crate::Error;
 
 /// Longest approval prompt or comment.
 const MAX_PROMPT: usize = 4096;
@@ -21,7 +21,7 @@ pub const APPROVAL_LINK_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
 
 pub use cairn_api::waits::{ApproveRequest, EventRequest, WaitRequest, WaitView};
 
-impl Tasks {
+impl Runtime {
     /// The URL senders post webhooks named `name` for `task` to: fixed per
     /// task and name, so it can be handed out before the wait exists.
     pub fn webhook_url(&self, task: &str, name: &str) -> String {
@@ -33,7 +33,7 @@ impl Tasks {
         approval::link(&self.base_url(), wait.id.as_str(), exp, &self.link_key.token(wait.id.as_str(), exp))
     }
 
-    pub async fn wait_view(&self, wait: Wait) -> Result<WaitView, ApiError> {
+    pub async fn wait_view(&self, wait: Wait) -> Result<WaitView, Error> {
         let task = self.store.find_task(wait.task.as_str()).await?;
         let event = match &wait.event {
             Some(e) => Some(self.store.inbox_event(e.as_str()).await?),
@@ -44,17 +44,16 @@ impl Tasks {
             WaitFor::Webhook { name } => (None, Some(self.webhook_url(task.id.as_str(), name))),
             _ => (None, None),
         };
-        let state = if wait.satisfied_ms.is_some() { "satisfied" } else { "pending" };
-        Ok(WaitView { wait, state: state.to_owned(), task_state: task.state, approval_url, webhook_url, event })
+        Ok(WaitView::new(wait, task.state, approval_url, webhook_url, event))
     }
 
     /// Registers a wait; unless an event in the inbox satisfies it at once,
     /// suspends the task until one does.
-    pub async fn wait(self: &Arc<Self>, id_or_name: &str, req: WaitRequest, actor: &str) -> Result<WaitView, ApiError> {
+    pub async fn wait(self: &Arc<Self>, id_or_name: &str, req: WaitRequest, actor: &str) -> Result<WaitView, Error> {
         let what = match (req.approval, req.webhook, req.timer) {
             (Some(prompt), None, None) => {
                 if prompt.trim().is_empty() || prompt.len() > MAX_PROMPT {
-                    return Err(ApiError::bad_request(format!("the approval prompt must be 1 to {MAX_PROMPT} bytes")));
+                    return Err(Error::invalid(format!("the approval prompt must be 1 to {MAX_PROMPT} bytes")));
                 }
                 WaitFor::Approval { prompt }
             }
@@ -66,14 +65,14 @@ impl Tasks {
                 let ms = crate::tasks::parse_positive_ms("--timer", &t)?;
                 WaitFor::Timer { fire_at_ms: now_ms() + ms as i64 }
             }
-            _ => return Err(ApiError::bad_request("give exactly one of --approval PROMPT, --webhook NAME and --timer DURATION")),
+            _ => return Err(Error::invalid("give exactly one of --approval PROMPT, --webhook NAME and --timer DURATION")),
         };
         let task = self.find(id_or_name).await?;
         let lock = self.lock_of(&task.id);
         let _guard = lock.lock().await;
         let task = self.find(task.id.as_str()).await?;
         if task.state != TaskState::Running {
-            return Err(ApiError::conflict(format!("task {} is {}; only a running task can wait", task.id, task.state)));
+            return Err(Error::conflict(format!("task {} is {}; only a running task can wait", task.id, task.state)));
         }
         let wait = Wait { id: WaitId::random(), task: task.id.clone(), what, created_ms: now_ms(), satisfied_ms: None, event: None };
         let log = NewEvent {
@@ -85,7 +84,7 @@ impl Tasks {
             duration_ms: None,
         };
         let early = self.store.insert_wait(&wait, &log).await.map_err(|e| match e {
-            cairn_store::Error::WaitPending(_) => ApiError::conflict(e.to_string()),
+            cairn_store::Error::WaitPending(_) => Error::conflict(e.to_string()),
             other => other.into(),
         })?;
         if matches!(wait.what, WaitFor::Timer { .. }) {
@@ -93,7 +92,7 @@ impl Tasks {
         }
         if early.is_none() {
             if let Err(e) = self.suspend_locked(&task, Some(&wait.id), "wait", actor).await {
-                tracing::error!(task = %task.id, "suspend for wait {} failed: {}", wait.id, e.message);
+                tracing::error!(task = %task.id, "suspend for wait {} failed: {}", wait.id, e);
                 return Err(e);
             }
         }
@@ -103,17 +102,17 @@ impl Tasks {
 
     /// A wait, optionally after blocking until it is satisfied and its task
     /// runs again (at most `timeout`).
-    pub async fn get_wait(&self, id: &str, block: Option<Duration>) -> Result<WaitView, ApiError> {
+    pub async fn get_wait(&self, id: &str, block: Option<Duration>) -> Result<WaitView, Error> {
         let deadline = block.map(|b| Instant::now() + b);
         // Subscribed before the first read: a change after it wakes us.
         let mut changes = self.store.changes();
         loop {
             let wait = self.store.find_wait(id).await.map_err(|e| match e {
-                cairn_store::Error::UnknownWait(_) => ApiError::not_found(e.to_string()),
+                cairn_store::Error::UnknownWait(_) => Error::not_found(e.to_string()),
                 other => other.into(),
             })?;
             let view = self.wait_view(wait).await?;
-            let done = view.wait.satisfied_ms.is_some() && !matches!(view.task_state, TaskState::Waking | TaskState::Suspending);
+            let done = view.satisfied_ms.is_some() && !matches!(view.task_state, TaskState::Waking | TaskState::Suspending);
             match deadline {
                 Some(d) if !done && Instant::now() < d => {
                     // Woken by the next committed change, or the deadline.
@@ -128,7 +127,7 @@ impl Tasks {
 
     /// Delivers an event; wakes the task when it satisfied the wait it was
     /// suspended on.
-    async fn deliver(self: &Arc<Self>, ev: InboxEvent) -> Result<Delivered, ApiError> {
+    async fn deliver(self: &Arc<Self>, ev: InboxEvent) -> Result<Delivered, Error> {
         let accepted = Instant::now();
         let d = self.store.deliver(&ev).await?;
         fail::fail_point!("event.stored");
@@ -139,18 +138,18 @@ impl Tasks {
     }
 
     /// `cairn approve`: approves or rejects the task's pending approval.
-    pub async fn approve(self: &Arc<Self>, id_or_name: &str, req: ApproveRequest, by: &str) -> Result<Delivered, ApiError> {
+    pub async fn approve(self: &Arc<Self>, id_or_name: &str, req: ApproveRequest, by: &str) -> Result<Delivered, Error> {
         let task = self.find(id_or_name).await?;
         let pending = self.store.pending_wait(&task.id).await?;
         if !matches!(pending.as_ref().map(|w| &w.what), Some(WaitFor::Approval { .. })) {
-            return Err(ApiError::conflict(format!("task {} is not waiting for an approval", task.id)));
+            return Err(Error::conflict(format!("task {} is not waiting for an approval", task.id)));
         }
         self.approve_wait(&task.id, req, by).await
     }
 
-    pub(crate) async fn approve_wait(self: &Arc<Self>, task: &cairn_core::TaskId, req: ApproveRequest, by: &str) -> Result<Delivered, ApiError> {
+    pub async fn approve_wait(self: &Arc<Self>, task: &cairn_core::TaskId, req: ApproveRequest, by: &str) -> Result<Delivered, Error> {
         if req.comment.as_ref().is_some_and(|c| c.len() > MAX_PROMPT) {
-            return Err(ApiError::bad_request(format!("the comment is over {MAX_PROMPT} bytes")));
+            return Err(Error::invalid(format!("the comment is over {MAX_PROMPT} bytes")));
         }
         let decision = if req.approve { "approve" } else { "reject" };
         self.deliver(InboxEvent {
@@ -167,11 +166,11 @@ impl Tasks {
     }
 
     /// `cairn event`: an operator's event, by name.
-    pub async fn operator_event(self: &Arc<Self>, id_or_name: &str, req: EventRequest, actor: &str) -> Result<Delivered, ApiError> {
+    pub async fn operator_event(self: &Arc<Self>, id_or_name: &str, req: EventRequest, actor: &str) -> Result<Delivered, Error> {
         check_event_name(&req.name)?;
         let task = self.find(id_or_name).await?;
         if task.state.is_terminal() {
-            return Err(ApiError::conflict(format!("task {} is {}", task.id, task.state)));
+            return Err(Error::conflict(format!("task {} is {}", task.id, task.state)));
         }
         self.deliver(InboxEvent {
             id: InboxId::random(),
@@ -187,19 +186,18 @@ impl Tasks {
     }
 
     /// A webhook for `task`'s event `name`, signed with the task's secret.
-    pub async fn webhook(self: &Arc<Self>, task: &str, name: &str, headers: &axum::http::HeaderMap, body: &[u8]) -> Result<Delivered, ApiError> {
+    pub async fn webhook(self: &Arc<Self>, task: &str, name: &str, headers: &webhook::WebhookHeaders, body: &[u8]) -> Result<Delivered, Error> {
         if !cairn_core::TaskId::looks_like(task) {
-            return Err(ApiError::not_found(format!("unknown task {task:?}")));
+            return Err(Error::not_found(format!("unknown task {task:?}")));
         }
         let t = self.find(task).await?;
-        check_event_name(name).map_err(|e| ApiError::not_found(e.to_string()))?;
+        check_event_name(name).map_err(|e| Error::not_found(e.to_string()))?;
         if t.state.is_terminal() {
-            return Err(ApiError::not_found(format!("task {} is {}", t.id, t.state)));
+            return Err(Error::not_found(format!("task {} is {}", t.id, t.state)));
         }
-        let secret = t.webhook_secret.as_deref().ok_or_else(|| ApiError::not_found(format!("task {} takes no webhooks", t.id)))?;
-        let verified = webhook::verify(secret, headers, body, now_ms() / 1000)
-            .map_err(|e| ApiError::new(e.status(), format!("webhook refused: {e}")))?;
-        let data: Value = serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("webhook body is not JSON: {e}")))?;
+        let secret = t.webhook_secret.as_deref().ok_or_else(|| Error::not_found(format!("task {} takes no webhooks", t.id)))?;
+        let verified = webhook::verify(secret, headers, body, now_ms() / 1000)?;
+        let data: Value = serde_json::from_slice(body).map_err(|e| Error::invalid(format!("webhook body is not JSON: {e}")))?;
         fail::fail_point!("event.verified");
         self.deliver(InboxEvent {
             id: InboxId::random(),
@@ -234,7 +232,7 @@ impl Tasks {
                                 wait: None,
                             };
                             if let Err(e) = self.deliver(ev).await {
-                                tracing::error!(task = %w.task, "timer {}: {}", w.id, e.message);
+                                tracing::error!(task = %w.task, "timer {}: {}", w.id, e);
                             }
                         }
                     }

@@ -22,7 +22,7 @@ use serde_json::json;
 
 use crate::config::Config;
 use crate::home::Home;
-use crate::{reaper, ApiError, StartError};
+use crate::{reaper, Error, OpenError};
 
 /// A live sandbox as the daemon knows it.
 #[derive(Clone, Copy, Debug)]
@@ -34,10 +34,10 @@ pub struct Live {
 pub use cairn_api::tasks::{CreateRequest, LimitsView, TaskView};
 
 /// A duration a user typed that must be positive, in milliseconds.
-pub(crate) fn parse_positive_ms(what: &str, s: &str) -> Result<u64, ApiError> {
-    let d = cairn_core::parse_duration(s).map_err(|e| ApiError::bad_request(format!("{what}: {e}")))?;
+pub(crate) fn parse_positive_ms(what: &str, s: &str) -> Result<u64, Error> {
+    let d = cairn_core::parse_duration(s).map_err(|e| Error::invalid(format!("{what}: {e}")))?;
     if d.is_zero() {
-        return Err(ApiError::bad_request(format!("{what} must be longer than zero, not {s:?}")));
+        return Err(Error::invalid(format!("{what} must be longer than zero, not {s:?}")));
     }
     Ok(d.as_millis() as u64)
 }
@@ -48,7 +48,7 @@ pub fn limits_view(l: &Limits) -> LimitsView {
 }
 
 #[derive(Debug)]
-pub struct Tasks {
+pub struct Runtime {
     pub store: Store,
     pub images: ImageStore,
     pub driver: Arc<NativeDriver>,
@@ -72,9 +72,9 @@ pub struct Tasks {
     default_egress: cairn_core::EgressRules,
 }
 
-impl Tasks {
+impl Runtime {
     /// `own` is the daemon's API address, which sandboxes must never reach.
-    pub async fn open(home: &Home, config: &Config, helper: PathBuf, own: std::net::SocketAddr) -> Result<Tasks, StartError> {
+    pub async fn open(home: &Home, config: &Config, helper: PathBuf, own: std::net::SocketAddr) -> Result<Runtime, OpenError> {
         let store = Store::open(&home.db()).await?;
         let images = ImageStore::new(home.images());
         let images2 = images.clone();
@@ -85,11 +85,11 @@ impl Tasks {
             cairn_blob::Repository::open(Arc::new(backend))
         })
         .await
-        .map_err(|e| StartError::Sandbox(cairn_sandbox::Error::Helper(e.to_string())))??;
+        .map_err(|e| OpenError::Sandbox(cairn_sandbox::Error::Helper(e.to_string())))??;
         let risk = cairn_core::RiskPolicy::new(config.risky_patterns.iter().map(String::as_str))
-            .map_err(|e| StartError::Config(e.to_string()))?;
+            .map_err(|e| OpenError::Config(e.to_string()))?;
         let link_key = crate::gateway::approval::LinkKey::load_or_create(&home.root().join("approval.key"))
-            .map_err(|e| StartError::Config(e.to_string()))?;
+            .map_err(|e| OpenError::Config(e.to_string()))?;
         let keys = cairn_ledger::NodeKeys::load_or_create(&home.root().join("keys"))?;
         let (defaults, pool) = (config.defaults, config.disk_pool);
         let driver = tokio::task::spawn_blocking(move || -> Result<NativeDriver, cairn_sandbox::Error> {
@@ -98,8 +98,8 @@ impl Tasks {
             NativeDriver::new(&root, helper, defaults, pool)
         })
         .await
-        .map_err(|e| StartError::Sandbox(cairn_sandbox::Error::Helper(e.to_string())))??;
-        Ok(Tasks {
+        .map_err(|e| OpenError::Sandbox(cairn_sandbox::Error::Helper(e.to_string())))??;
+        Ok(Runtime {
             store,
             images,
             driver: Arc::new(driver),
@@ -144,7 +144,7 @@ impl Tasks {
     }
 
     /// Records the task's live sandbox; with `None`, also stops its proxy.
-    /// (A new sandbox gets its proxy from [`Tasks::serve_egress`].)
+    /// (A new sandbox gets its proxy from [`Runtime::serve_egress`].)
     pub(crate) fn set_live(&self, id: &TaskId, live: Option<Live>) {
         let mut map = self.live.lock().unwrap_or_else(|e| e.into_inner());
         match live {
@@ -171,18 +171,18 @@ impl Tasks {
         }
     }
 
-    pub async fn find(&self, id_or_name: &str) -> Result<Task, ApiError> {
+    pub async fn find(&self, id_or_name: &str) -> Result<Task, Error> {
         Ok(self.store.find_task(id_or_name).await?)
     }
 
-    pub(crate) async fn image(&self, name: &str) -> Result<Image, ApiError> {
+    pub(crate) async fn image(&self, name: &str) -> Result<Image, Error> {
         let images = self.images.clone();
         let name = name.to_owned();
         Ok(tokio::task::spawn_blocking(move || images.get(&name)).await??)
     }
 
     /// Validates the request completely before anything is written.
-    fn config_from(&self, req: &CreateRequest) -> Result<TaskConfig, ApiError> {
+    fn config_from(&self, req: &CreateRequest) -> Result<TaskConfig, Error> {
         let mut limits = self.defaults;
         if let Some(m) = &req.memory {
             limits.set_memory(m)?;
@@ -211,7 +211,7 @@ impl Tasks {
             retention.keep_milestones = m;
         }
         if let Some(e) = &req.expire_after {
-            retention.expire_after = crate::config::parse_expiry(e).map_err(|e| ApiError::bad_request(format!("--expire-after: {e}")))?;
+            retention.expire_after = crate::config::parse_expiry(e).map_err(|e| Error::invalid(format!("--expire-after: {e}")))?;
         }
         cairn_core::RiskPolicy::new(req.risky.iter().map(String::as_str))?;
         let idle_suspend_ms = match &req.idle_suspend {
@@ -219,12 +219,12 @@ impl Tasks {
             None => self.idle_suspend_default.map(|d| d.as_millis() as u64),
         };
         if req.services.iter().any(|s| s.trim().is_empty() || s.contains('\0')) {
-            return Err(ApiError::bad_request("a --service must be a non-empty command"));
+            return Err(Error::invalid("a --service must be a non-empty command"));
         }
         let egress = if req.allow.is_empty() && req.deny.is_empty() {
             self.default_egress.clone()
         } else {
-            crate::config::egress_rules(&req.allow, &req.deny).map_err(|e| ApiError::bad_request(e.to_string()))?
+            crate::config::egress_rules(&req.allow, &req.deny).map_err(|e| Error::invalid(e.to_string()))?
         };
         Ok(TaskConfig {
             image,
@@ -241,7 +241,7 @@ impl Tasks {
 
     /// Creates a task and starts its sandbox (Cairn starts sandboxes on
     /// create, so the first exec is as fast as any other).
-    pub async fn create(&self, req: CreateRequest, actor: &str) -> Result<TaskView, ApiError> {
+    pub async fn create(&self, req: CreateRequest, actor: &str) -> Result<TaskView, Error> {
         let config = self.config_from(&req)?;
         let image = self.image(&config.image).await?;
         let now = now_ms();
@@ -277,13 +277,13 @@ impl Tasks {
         actor: &str,
         ahead: Option<cairn_sandbox::native::Prestarted>,
         slot: Option<u32>,
-    ) -> Result<Live, ApiError> {
+    ) -> Result<Live, Error> {
         let begun = Instant::now();
         let slot = match slot {
             Some(s) => s,
             None => self.claim_slot(&task.id).await?,
         };
-        let ids = IdRange::for_slot(slot).map_err(ApiError::from)?;
+        let ids = IdRange::for_slot(slot).map_err(Error::from)?;
         let driver = self.driver.clone();
         let (id, config, image2) = (task.id.to_string(), task.config.clone(), image.clone());
         let started = tokio::task::spawn_blocking(move || driver.start(&id, &config, &image2, slot, ahead)).await?;
@@ -320,14 +320,14 @@ impl Tasks {
                 event.exit_code = Some(1);
                 event.args["error"] = json!(msg);
                 self.store.append_event(&event).await?;
-                Err(ApiError::internal(msg))
+                Err(Error::internal(msg))
             }
         }
     }
 
     /// A uid slot free both in this store and on the host (other daemons'
     /// sandboxes use the same host uid space).
-    pub(crate) async fn claim_slot(&self, id: &TaskId) -> Result<u32, ApiError> {
+    pub(crate) async fn claim_slot(&self, id: &TaskId) -> Result<u32, Error> {
         let mut min = 0;
         loop {
             let slot = self.store.claim_sandbox_slot_from(id, min).await?;
@@ -347,7 +347,7 @@ impl Tasks {
         }
     }
 
-    pub(crate) async fn release_slot(&self, id: &TaskId) -> Result<(), ApiError> {
+    pub(crate) async fn release_slot(&self, id: &TaskId) -> Result<(), Error> {
         if let Some(row) = self.store.sandbox(id).await? {
             self.driver.release_slot(row.uid_slot, id.as_str());
         }
@@ -357,7 +357,7 @@ impl Tasks {
 
     /// The live sandbox of a task that can run commands, starting it if the
     /// task was created but never started (e.g. the daemon stopped midway).
-    pub async fn running(&self, id_or_name: &str, actor: &str) -> Result<(Task, Live), ApiError> {
+    pub async fn running(&self, id_or_name: &str, actor: &str) -> Result<(Task, Live), Error> {
         let task = self.find(id_or_name).await?;
         if let Some(live) = self.live(&task.id) {
             if task.state == TaskState::Running {
@@ -369,16 +369,16 @@ impl Tasks {
             (TaskState::Suspended | TaskState::Waking | TaskState::Suspending, _) => {
                 self.resume(task.id.as_str(), actor).await?;
                 let task = self.find(task.id.as_str()).await?;
-                let live = self.live(&task.id).ok_or_else(|| ApiError::conflict(format!("task {} did not wake", task.id)))?;
+                let live = self.live(&task.id).ok_or_else(|| Error::conflict(format!("task {} did not wake", task.id)))?;
                 Ok((task, live))
             }
             // Lost (its init died): rebuild it from the latest snapshot.
             (TaskState::Running, SandboxState::Lost) => {
                 self.recover(&task.id).await.map_err(|e| {
-                    ApiError::conflict(format!("task {} has no sandbox ({}) and recovery failed: {}", task.id, task.sandbox_note.as_deref().unwrap_or("it was lost"), e.message))
+                    Error::conflict(format!("task {} has no sandbox ({}) and recovery failed: {}", task.id, task.sandbox_note.as_deref().unwrap_or("it was lost"), e))
                 })?;
                 let task = self.find(task.id.as_str()).await?;
-                let live = self.live(&task.id).ok_or_else(|| ApiError::conflict(format!("task {} has no running sandbox", task.id)))?;
+                let live = self.live(&task.id).ok_or_else(|| Error::conflict(format!("task {} has no running sandbox", task.id)))?;
                 Ok((task, live))
             }
             (TaskState::Created, SandboxState::None) => {
@@ -394,14 +394,14 @@ impl Tasks {
             }
             (state, _) => {
                 state.check_exec()?;
-                Err(ApiError::conflict(format!("task {} has no running sandbox", task.id)))
+                Err(Error::conflict(format!("task {} has no running sandbox", task.id)))
             }
         }
     }
 
     /// Kills the sandbox and removes everything of it from the host; the
     /// task's records stay, in state `destroyed`.
-    pub async fn destroy(&self, id_or_name: &str, actor: &str) -> Result<TaskView, ApiError> {
+    pub async fn destroy(&self, id_or_name: &str, actor: &str) -> Result<TaskView, Error> {
         let task = self.find(id_or_name).await?;
         let lock = self.lock_of(&task.id);
         let _guard = lock.lock().await;
@@ -426,7 +426,7 @@ impl Tasks {
                 duration_ms: Some(begun.elapsed().as_millis() as u64),
             })
             .await?;
-        result.map_err(|e| ApiError::internal(format!("teardown of {} failed: {e}", task.id)))?;
+        result.map_err(|e| Error::internal(format!("teardown of {} failed: {e}", task.id)))?;
         // A destroyed task takes no more lifecycle steps: its lock can go
         // (the guard held here keeps it alive until this returns).
         self.locks.lock().unwrap_or_else(|e| e.into_inner()).remove(&task.id);
@@ -437,7 +437,7 @@ impl Tasks {
     /// everything of it from the host (the state is written first, so a
     /// daemon killed midway finishes the teardown at its next start). The
     /// teardown's own failure is returned for the caller to log.
-    pub(crate) async fn end_sandbox(&self, task: &Task, end: Transition) -> Result<Result<(), cairn_sandbox::Error>, ApiError> {
+    pub(crate) async fn end_sandbox(&self, task: &Task, end: Transition) -> Result<Result<(), cairn_sandbox::Error>, Error> {
         self.store.transition(&task.id, task.state, end).await?;
         let init = self.recorded_init(&task.id).await?;
         let driver = self.driver.clone();
@@ -454,7 +454,7 @@ impl Tasks {
         Ok(result)
     }
 
-    pub(crate) async fn recorded_init(&self, id: &TaskId) -> Result<Option<InitProcess>, ApiError> {
+    pub(crate) async fn recorded_init(&self, id: &TaskId) -> Result<Option<InitProcess>, Error> {
         if let Some(l) = self.live(id) {
             return Ok(Some(l.init));
         }
@@ -471,7 +471,7 @@ impl Tasks {
         }
     }
 
-    async fn reconcile_inner(&self) -> Result<(), ApiError> {
+    async fn reconcile_inner(&self) -> Result<(), Error> {
         let tasks = self.store.list_tasks().await?;
         let mut keep = std::collections::HashSet::new();
         let mut lost = std::collections::HashSet::new();
@@ -494,7 +494,7 @@ impl Tasks {
                 _ => false,
             };
             if healthy {
-                let ids = IdRange::for_slot(row.uid_slot).map_err(ApiError::from)?;
+                let ids = IdRange::for_slot(row.uid_slot).map_err(Error::from)?;
                 let _ = self.driver.reserve_slot(row.uid_slot, task.id.as_str());
                 if let Some(i) = init {
                     self.driver.record_slot_init(row.uid_slot, task.id.as_str(), i);
@@ -543,7 +543,7 @@ impl Tasks {
         Ok(())
     }
 
-    async fn mark_lost(&self, task: &Task, init: Option<InitProcess>, why: &str) -> Result<(), ApiError> {
+    async fn mark_lost(&self, task: &Task, init: Option<InitProcess>, why: &str) -> Result<(), Error> {
         tracing::warn!(task = %task.id, "{why}");
         let driver = self.driver.clone();
         let id = task.id.to_string();
@@ -619,7 +619,7 @@ impl Tasks {
 /// Marks a task busy while a command runs; the end of it counts as activity.
 #[derive(Debug)]
 pub(crate) struct BusyGuard {
-    tasks: Arc<Tasks>,
+    tasks: Arc<Runtime>,
     id: TaskId,
 }
 
@@ -637,5 +637,29 @@ impl Drop for BusyGuard {
         tokio::spawn(async move {
             let _ = store.touch(&id).await;
         });
+    }
+}
+
+impl Runtime {
+    /// Brings the runtime up once the API's base URL is known: reconciles
+    /// every task with what is left on the host, then starts the background
+    /// work (helpers ahead, recovery and wakes, timers, idle suspends).
+    pub async fn bring_up(self: &Arc<Self>, base_url: String) {
+        reaper::become_subreaper();
+        self.reconcile().await;
+        self.clone().spawn_background();
+        let _ = self.base_url.set(base_url);
+        // Wake, recover, fire timers: after the URL is known (links).
+        self.recover_all().await;
+        self.clone().spawn_timers();
+        self.clone().spawn_idle_suspender();
+    }
+
+    /// Stops the proxies and the helpers started ahead. Sandboxes keep
+    /// running: they belong to their tasks, not to this process.
+    pub async fn shutdown(&self) {
+        self.egress.shutdown().await;
+        let driver = self.driver.clone();
+        let _ = tokio::task::spawn_blocking(move || driver.discard_prestarted()).await;
     }
 }

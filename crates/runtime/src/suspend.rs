@@ -20,18 +20,18 @@ use cairn_sandbox::uidmap::IdRange;
 use cairn_store::now_ms;
 use serde_json::json;
 
-use crate::tasks::{TaskView, Tasks};
-use crate::ApiError;
+use crate::tasks::{TaskView, Runtime};
+use crate::Error;
 
-impl Tasks {
+impl Runtime {
     /// `cairn suspend`.
-    pub async fn suspend(self: &Arc<Self>, id_or_name: &str, actor: &str) -> Result<TaskView, ApiError> {
+    pub async fn suspend(self: &Arc<Self>, id_or_name: &str, actor: &str) -> Result<TaskView, Error> {
         let task = self.find(id_or_name).await?;
         let lock = self.lock_of(&task.id);
         let _guard = lock.lock().await;
         let task = self.find(task.id.as_str()).await?;
         if task.state != TaskState::Running {
-            return Err(ApiError::conflict(format!("task {} is {}; only a running task can be suspended", task.id, task.state)));
+            return Err(Error::conflict(format!("task {} is {}; only a running task can be suspended", task.id, task.state)));
         }
         self.suspend_locked(&task, None, "manual", actor).await?;
         Ok(self.view(self.find(task.id.as_str()).await?))
@@ -46,8 +46,8 @@ impl Tasks {
         waiting_for: Option<&WaitId>,
         reason: &str,
         actor: &str,
-    ) -> Result<TaskState, ApiError> {
-        let live = self.live(&task.id).ok_or_else(|| ApiError::conflict(format!("task {} has no running sandbox", task.id)))?;
+    ) -> Result<TaskState, Error> {
+        let live = self.live(&task.id).ok_or_else(|| Error::conflict(format!("task {} has no running sandbox", task.id)))?;
         let slot = self.store.sandbox(&task.id).await?.map(|r| r.uid_slot);
         let begun = Instant::now();
         self.store.transition(&task.id, task.state, Transition::Suspend).await?;
@@ -61,7 +61,7 @@ impl Tasks {
             Err(e) => {
                 // Nothing was torn down: the task keeps running.
                 self.store.transition(&task.id, TaskState::Suspending, Transition::CancelSuspend).await?;
-                self.log(&task.id, EventKind::Suspend, actor, json!({ "phase": "end", "error": e.message }), Some(1), None).await;
+                self.log(&task.id, EventKind::Suspend, actor, json!({ "phase": "end", "error": e.to_string() }), Some(1), None).await;
                 return Err(e);
             }
         };
@@ -88,7 +88,7 @@ impl Tasks {
     }
 
     /// `cairn resume` (and the first exec or cp of a suspended task).
-    pub async fn resume(&self, id_or_name: &str, actor: &str) -> Result<TaskView, ApiError> {
+    pub async fn resume(&self, id_or_name: &str, actor: &str) -> Result<TaskView, Error> {
         let task = self.find(id_or_name).await?;
         match task.state {
             TaskState::Suspended => {
@@ -107,7 +107,7 @@ impl Tasks {
                 }
             }
             TaskState::Running => {}
-            other => return Err(ApiError::conflict(format!("task {} is {other}; it cannot be resumed", task.id))),
+            other => return Err(Error::conflict(format!("task {} is {other}; it cannot be resumed", task.id))),
         }
         Ok(self.view(self.find(task.id.as_str()).await?))
     }
@@ -116,13 +116,13 @@ impl Tasks {
         let me = self.clone();
         tokio::spawn(async move {
             if let Err(e) = me.wake(&task, &trigger, accepted).await {
-                tracing::error!(task = %task, "wake failed: {}", e.message);
+                tracing::error!(task = %task, "wake failed: {}", e);
             }
         });
     }
 
     /// Brings a `waking` task back into a fresh sandbox.
-    pub(crate) async fn wake(&self, id: &TaskId, trigger: &str, accepted: Option<Instant>) -> Result<(), ApiError> {
+    pub(crate) async fn wake(&self, id: &TaskId, trigger: &str, accepted: Option<Instant>) -> Result<(), Error> {
         let lock = self.lock_of(id);
         let _guard = lock.lock().await;
         let task = self.find(id.as_str()).await?;
@@ -143,7 +143,7 @@ impl Tasks {
         let image = self.image(&task.config.image).await?;
         let previous = self.store.last_uid_slot(&task.id).await?;
         let slot = self.claim_slot_preferring(&task.id, previous).await?;
-        let ids = IdRange::for_slot(slot).map_err(ApiError::from)?;
+        let ids = IdRange::for_slot(slot).map_err(Error::from)?;
         let cached = self.driver.paths(task.id.as_str()).disk_image.exists();
         let baseline = self.store.baseline(&task.id).await?;
         let from_cache = match &snap {
@@ -163,7 +163,7 @@ impl Tasks {
                     // Back to suspended: the snapshot is intact, a later wake may succeed.
                     self.release_slot(&task.id).await?;
                     self.store.transition(&task.id, TaskState::Waking, Transition::WakeFailed).await?;
-                    self.log(&task.id, EventKind::Wake, "daemon", json!({ "trigger": trigger, "error": e.message }), Some(1), None).await;
+                    self.log(&task.id, EventKind::Wake, "daemon", json!({ "trigger": trigger, "error": e.to_string() }), Some(1), None).await;
                     return Err(e);
                 }
             }
@@ -195,7 +195,7 @@ impl Tasks {
     }
 
     /// A uid slot for a new sandbox of `id`, the previous one when free.
-    async fn claim_slot_preferring(&self, id: &TaskId, previous: Option<u32>) -> Result<u32, ApiError> {
+    async fn claim_slot_preferring(&self, id: &TaskId, previous: Option<u32>) -> Result<u32, Error> {
         if let Some(p) = previous {
             if self.store.try_claim_sandbox_slot(id, p).await? {
                 let driver = self.driver.clone();
@@ -213,7 +213,7 @@ impl Tasks {
     /// snapshot (the latest, or a later rollback's target; step and memory
     /// summary included) when it has one, else on
     /// its disk as it was left. Records what was lost in a recovery note.
-    pub(crate) async fn recover(&self, id: &TaskId) -> Result<(), ApiError> {
+    pub(crate) async fn recover(&self, id: &TaskId) -> Result<(), Error> {
         let lock = self.lock_of(id);
         let _guard = lock.lock().await;
         let task = self.find(id.as_str()).await?;
@@ -226,7 +226,7 @@ impl Tasks {
         // After a rollback, the target: the task's record says it is there.
         let snap = self.head_snapshot(&task).await?;
         let slot = self.claim_slot(&task.id).await?;
-        let ids = IdRange::for_slot(slot).map_err(ApiError::from)?;
+        let ids = IdRange::for_slot(slot).map_err(Error::from)?;
         let (note, step, memory) = match &snap {
             Some(s) => {
                 let manifest = self.load_manifest(&s.manifest).await?;
@@ -280,7 +280,7 @@ impl Tasks {
                 (TaskState::Waking, _) => self.wake(&t.id, "restart of the daemon", None).await,
                 (TaskState::Suspending, _) if self.live(&t.id).is_some() => {
                     // The sandbox survived a suspend cut short: it runs on.
-                    self.store.transition(&t.id, TaskState::Suspending, Transition::CancelSuspend).await.map(drop).map_err(ApiError::from)
+                    self.store.transition(&t.id, TaskState::Suspending, Transition::CancelSuspend).await.map(drop).map_err(Error::from)
                 }
                 (TaskState::Running | TaskState::Suspending, SandboxState::Lost | SandboxState::None) if self.live(&t.id).is_none() => {
                     self.recover(&t.id).await
@@ -288,7 +288,7 @@ impl Tasks {
                 _ => Ok(()),
             };
             if let Err(e) = result {
-                tracing::error!(task = %t.id, "recovery failed: {}", e.message);
+                tracing::error!(task = %t.id, "recovery failed: {}", e);
             }
         }
     }
@@ -311,7 +311,7 @@ impl Tasks {
                         continue;
                     }
                     if let Err(e) = self.suspend_locked(&task, None, "idle", "daemon").await {
-                        tracing::warn!(task = %task.id, "idle suspend: {}", e.message);
+                        tracing::warn!(task = %task.id, "idle suspend: {}", e);
                     }
                 }
             }

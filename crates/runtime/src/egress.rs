@@ -16,7 +16,7 @@ use serde_json::json;
 use tokio::sync::{mpsc, watch};
 
 use crate::config::EgressConfig;
-use crate::ApiError;
+use crate::Error;
 
 /// Most decision-log entries written in one transaction.
 const LOG_BATCH: usize = 256;
@@ -43,8 +43,8 @@ struct Running {
 pub use cairn_api::egress::{Decision, EgressView, PolicyUpdate};
 
 /// The rules after `update`, checked and normalised.
-pub fn apply_update(update: &PolicyUpdate, current: &EgressRules) -> Result<EgressRules, ApiError> {
-        let added = crate::config::egress_rules(&update.allow, &update.deny).map_err(|e| ApiError::bad_request(e.to_string()))?;
+pub fn apply_update(update: &PolicyUpdate, current: &EgressRules) -> Result<EgressRules, Error> {
+        let added = crate::config::egress_rules(&update.allow, &update.deny).map_err(|e| Error::invalid(e.to_string()))?;
         let mut rules = if update.clear { EgressRules::default() } else { current.clone() };
         for r in added.allow {
             rules.deny.retain(|d| *d != r);
@@ -155,8 +155,8 @@ impl Egress {
     }
 }
 
-impl crate::tasks::Tasks {
-    pub async fn egress_view(&self, id: &str) -> Result<EgressView, ApiError> {
+impl crate::tasks::Runtime {
+    pub async fn egress_view(&self, id: &str) -> Result<EgressView, Error> {
         let task = self.find(id).await?;
         let decisions = self
             .store
@@ -173,13 +173,13 @@ impl crate::tasks::Tasks {
 
     /// Changes a task's rules: stored with a `policy_update` event first,
     /// then handed to its running proxy, which cuts what they now deny.
-    pub async fn update_egress(&self, id: &str, update: PolicyUpdate, actor: &str) -> Result<EgressView, ApiError> {
+    pub async fn update_egress(&self, id: &str, update: PolicyUpdate, actor: &str) -> Result<EgressView, Error> {
         let task = self.find(id).await?;
         let lock = self.lock_of(&task.id);
         let _guard = lock.lock().await;
         let mut task = self.find(task.id.as_str()).await?;
         if task.state.is_terminal() {
-            return Err(ApiError::conflict(format!("task {} is {}; its egress policy cannot change", task.id, task.state)));
+            return Err(Error::conflict(format!("task {} is {}; its egress policy cannot change", task.id, task.state)));
         }
         task.config.egress = apply_update(&update, &task.config.egress)?;
         let event = NewEvent {

@@ -7,7 +7,6 @@
 //! over `{id}.{timestamp}.{body}`. The older `svix-` header names are
 //! accepted too, since the spec allows them and they cost nothing.
 
-use axum::http::{HeaderMap, StatusCode};
 use base64::alphabet;
 use base64::engine::general_purpose::{GeneralPurpose, GeneralPurposeConfig, STANDARD};
 use base64::engine::DecodePaddingMode;
@@ -53,19 +52,40 @@ pub enum WebhookError {
     BodyTooLarge { len: usize },
 }
 
-impl WebhookError {
-    /// The HTTP status to answer with.
-    pub fn status(&self) -> StatusCode {
-        match self {
-            WebhookError::BadSecret(_) => StatusCode::INTERNAL_SERVER_ERROR,
+impl From<WebhookError> for crate::Error {
+    fn from(e: WebhookError) -> Self {
+        let message = format!("webhook refused: {e}");
+        match e {
+            WebhookError::BadSecret(_) => crate::Error::internal(message),
+            WebhookError::BadId => crate::Error::Invalid(message),
             // Whatever stops the signature from being checked is refused like
             // a bad signature.
-            WebhookError::BadId => StatusCode::BAD_REQUEST,
             WebhookError::MissingHeader(_)
             | WebhookError::BadTimestamp
             | WebhookError::TimestampOutOfRange { .. }
-            | WebhookError::BadSignature => StatusCode::UNAUTHORIZED,
-            WebhookError::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            | WebhookError::BadSignature => crate::Error::Unauthorized(message),
+            WebhookError::BodyTooLarge { .. } => crate::Error::TooLarge(message),
+        }
+    }
+}
+
+/// A webhook's three signature headers as they came, bytes not yet checked.
+#[derive(Debug, Clone, Default)]
+pub struct WebhookHeaders {
+    pub id: Option<Vec<u8>>,
+    pub timestamp: Option<Vec<u8>>,
+    pub signature: Option<Vec<u8>>,
+}
+
+impl WebhookHeaders {
+    /// Takes each header by its spec name, else its `svix-` name, from any
+    /// header map; empty counts as absent, as in the reference library.
+    pub fn from_lookup<'a>(get: impl Fn(&str) -> Option<&'a [u8]>) -> WebhookHeaders {
+        let one = |name: &str, alias: &str| [name, alias].into_iter().find_map(|n| get(n).filter(|v| !v.is_empty())).map(<[u8]>::to_vec);
+        WebhookHeaders {
+            id: one("webhook-id", "svix-id"),
+            timestamp: one("webhook-timestamp", "svix-timestamp"),
+            signature: one("webhook-signature", "svix-signature"),
         }
     }
 }
@@ -93,20 +113,21 @@ pub fn sign(secret: &str, msg_id: &str, timestamp: i64, body: &[u8]) -> Result<S
 }
 
 /// Checks a webhook's headers and body against `secret`, at `now_secs`.
-pub fn verify(secret: &str, headers: &HeaderMap, body: &[u8], now_secs: i64) -> Result<VerifiedWebhook, WebhookError> {
+pub fn verify(secret: &str, headers: &WebhookHeaders, body: &[u8], now_secs: i64) -> Result<VerifiedWebhook, WebhookError> {
     let key = decode_secret(secret)?;
     if body.len() > MAX_BODY {
         return Err(WebhookError::BodyTooLarge { len: body.len() });
     }
-    let id = header(headers, "webhook-id", "svix-id")?;
-    let timestamp = header(headers, "webhook-timestamp", "svix-timestamp")?;
-    let signatures = header(headers, "webhook-signature", "svix-signature")?;
+    let id = headers.id.as_deref().ok_or(WebhookError::MissingHeader("webhook-id"))?;
+    let timestamp = headers.timestamp.as_deref().ok_or(WebhookError::MissingHeader("webhook-timestamp"))?;
+    let signatures = headers.signature.as_deref().ok_or(WebhookError::MissingHeader("webhook-signature"))?;
 
-    let id = id.to_str().map_err(|_| WebhookError::BadId)?;
+    let id = std::str::from_utf8(id).map_err(|_| WebhookError::BadId)?;
     if id.len() > MAX_ID_LEN || !id.bytes().all(|b| b.is_ascii_graphic()) {
         return Err(WebhookError::BadId);
     }
-    let timestamp: i64 = timestamp.to_str().ok().and_then(|t| t.parse().ok()).ok_or(WebhookError::BadTimestamp)?;
+    let timestamp: i64 =
+        std::str::from_utf8(timestamp).ok().and_then(|t| t.parse().ok()).ok_or(WebhookError::BadTimestamp)?;
     // Saturating: a hostile timestamp near i64::MIN must not overflow.
     let skew_secs = timestamp.saturating_sub(now_secs);
     if skew_secs.unsigned_abs() > TOLERANCE_SECS.unsigned_abs() {
@@ -114,7 +135,7 @@ pub fn verify(secret: &str, headers: &HeaderMap, body: &[u8], now_secs: i64) -> 
     }
 
     let expected = mac(&key, id, timestamp, body);
-    let signatures = signatures.to_str().map_err(|_| WebhookError::BadSignature)?;
+    let signatures = std::str::from_utf8(signatures).map_err(|_| WebhookError::BadSignature)?;
     // Every entry is compared, so the time taken says nothing about which
     // one matched or how much of it.
     let mut matched = Choice::from(0);
@@ -131,16 +152,6 @@ pub fn verify(secret: &str, headers: &HeaderMap, body: &[u8], now_secs: i64) -> 
     } else {
         Err(WebhookError::BadSignature)
     }
-}
-
-/// A header by its spec name, else its `svix-` name; empty counts as absent,
-/// as in the reference library.
-fn header<'a>(
-    headers: &'a HeaderMap,
-    name: &'static str,
-    alias: &'static str,
-) -> Result<&'a axum::http::HeaderValue, WebhookError> {
-    [name, alias].into_iter().find_map(|n| headers.get(n).filter(|v| !v.is_empty())).ok_or(WebhookError::MissingHeader(name))
 }
 
 fn decode_secret(secret: &str) -> Result<Vec<u8>, WebhookError> {
@@ -166,7 +177,7 @@ fn mac(key: &[u8], msg_id: &str, timestamp: i64, body: &[u8]) -> [u8; 32] {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use axum::http::HeaderValue;
+    use std::collections::BTreeMap;
     use std::io::Write;
     use std::process::{Command, Stdio};
 
@@ -177,11 +188,28 @@ mod tests {
     const SPEC_BODY: &[u8] = br#"{"test": 2432232314}"#;
     const SPEC_SIG: &str = "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=";
 
+    /// Headers as an HTTP layer would hand them over.
+    #[derive(Clone, Default)]
+    struct HeaderMap(BTreeMap<String, Vec<u8>>);
+
+    impl HeaderMap {
+        fn insert(&mut self, name: &str, value: impl AsRef<[u8]>) {
+            self.0.insert(name.to_owned(), value.as_ref().to_vec());
+        }
+        fn remove(&mut self, name: &str) {
+            self.0.remove(name);
+        }
+    }
+
+    fn verify(secret: &str, h: &HeaderMap, body: &[u8], now_secs: i64) -> Result<VerifiedWebhook, WebhookError> {
+        super::verify(secret, &WebhookHeaders::from_lookup(|n| h.0.get(n).map(Vec::as_slice)), body, now_secs)
+    }
+
     fn headers(id: &str, ts: &str, sig: &str) -> HeaderMap {
-        let mut h = HeaderMap::new();
-        h.insert("webhook-id", HeaderValue::from_str(id).unwrap());
-        h.insert("webhook-timestamp", HeaderValue::from_str(ts).unwrap());
-        h.insert("webhook-signature", HeaderValue::from_str(sig).unwrap());
+        let mut h = HeaderMap::default();
+        h.insert("webhook-id", id);
+        h.insert("webhook-timestamp", ts);
+        h.insert("webhook-signature", sig);
         h
     }
 
@@ -288,7 +316,7 @@ mod tests {
                 other => panic!("without {name}: {other:?}"),
             }
             // Empty is treated as absent.
-            h.insert(name, HeaderValue::from_static(""));
+            h.insert(name, "");
             assert!(matches!(verify(&secret, &h, b"", 1), Err(WebhookError::MissingHeader(_))));
         }
     }
@@ -297,10 +325,10 @@ mod tests {
     fn svix_header_names() {
         let secret = new_secret();
         let sig = sign(&secret, "m", 5, b"b").unwrap();
-        let mut h = HeaderMap::new();
-        h.insert("svix-id", HeaderValue::from_static("m"));
-        h.insert("svix-timestamp", HeaderValue::from_static("5"));
-        h.insert("svix-signature", HeaderValue::from_str(&sig).unwrap());
+        let mut h = HeaderMap::default();
+        h.insert("svix-id", "m");
+        h.insert("svix-timestamp", "5");
+        h.insert("svix-signature", &sig);
         assert_eq!(verify(&secret, &h, b"b", 5).unwrap().id, "m");
     }
 
@@ -328,7 +356,7 @@ mod tests {
             assert!(matches!(verify(&secret, &headers(id, "1", &sig), b"", 1), Err(WebhookError::BadId)), "{id:?}");
         }
         let mut h = headers("x", "1", &sig);
-        h.insert("webhook-id", HeaderValue::from_bytes("caf\u{e9}".as_bytes()).unwrap());
+        h.insert("webhook-id", "caf\u{e9}".as_bytes());
         assert!(matches!(verify(&secret, &h, b"", 1), Err(WebhookError::BadId)));
     }
 
@@ -339,7 +367,10 @@ mod tests {
         let sig = sign(&secret, "m", 1, &body).unwrap();
         let err = verify(&secret, &headers("m", "1", &sig), &body, 1).unwrap_err();
         assert!(matches!(err, WebhookError::BodyTooLarge { len } if len == MAX_BODY + 1));
-        assert_eq!(err.status(), StatusCode::PAYLOAD_TOO_LARGE);
+        // A bad signature is a 401, not a 400: the sender must not learn more.
+        let bad = verify(&secret, &headers("m", "1", "v1,AAAA"), b"", 1).unwrap_err();
+        assert_eq!(crate::Error::from(bad).code(), cairn_api::ErrorCode::Unauthorized);
+        assert_eq!(crate::Error::from(err).code(), cairn_api::ErrorCode::TooLarge);
     }
 
     /// Signs with the reference Python library (`standardwebhooks`) and has it

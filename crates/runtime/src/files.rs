@@ -1,9 +1,9 @@
 //! `cairn cp`: tar streams in and out of a sandbox, resolved inside its root
 //! by [`cairn_sandbox::files`] so no path in the sandbox reaches the host.
 //!
-//! `GET /v1/tasks/{id}/files?path=P` answers a tar whose top entry is P's
-//! last component. `PUT /v1/tasks/{id}/files?path=P&name=N` unpacks a tar
-//! whose top entry is N: into P/N when P is a directory, else as P.
+//! Copying out answers a tar whose top entry is P's last component; copying
+//! in unpacks a tar whose top entry is N: into P/N when P is a directory,
+//! else as P.
 
 use std::ffi::OsStr;
 use std::io::Write;
@@ -11,30 +11,27 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
-use axum::body::Body;
-use axum::http::{header, StatusCode};
-use axum::response::Response;
 use cairn_core::{EventKind, NewEvent};
 use cairn_sandbox::files::{self, Kind, LinkPolicy, Owner, SandboxRoot};
-use futures_util::TryStreamExt;
+use futures_util::Stream;
 use serde_json::json;
 use tokio::sync::mpsc;
 
-use crate::tasks::Tasks;
-use crate::ApiError;
+use crate::tasks::Runtime;
+use crate::Error;
 
-fn file_error(e: cairn_sandbox::Error) -> ApiError {
+fn file_error(e: cairn_sandbox::Error) -> Error {
     match &e {
-        cairn_sandbox::Error::Io(_, io) if io.kind() == std::io::ErrorKind::NotFound => ApiError::not_found(e.to_string()),
+        cairn_sandbox::Error::Io(_, io) if io.kind() == std::io::ErrorKind::NotFound => Error::not_found(e.to_string()),
         cairn_sandbox::Error::Io(..) | cairn_sandbox::Error::PathEscape(_) | cairn_sandbox::Error::Protocol(_) => {
-            ApiError::bad_request(e.to_string())
+            Error::invalid(e.to_string())
         }
-        cairn_sandbox::Error::LinkOut(..) => ApiError::bad_request(format!("{e}; copy with --follow-links or --keep-links")),
-        _ => ApiError::from(e),
+        cairn_sandbox::Error::LinkOut(..) => Error::invalid(format!("{e}; copy with --follow-links or --keep-links")),
+        _ => Error::from(e),
     }
 }
 
-/// Sends written bytes to the response body as they come.
+/// Sends written bytes to the reader of the tar as they come.
 struct ChannelWriter(mpsc::Sender<Result<Vec<u8>, std::io::Error>>);
 
 impl Write for ChannelWriter {
@@ -47,7 +44,7 @@ impl Write for ChannelWriter {
     }
 }
 
-async fn record(tasks: &Tasks, task: &cairn_core::TaskId, actor: &str, args: serde_json::Value, ok: bool, begun: Instant) {
+async fn record(tasks: &Runtime, task: &cairn_core::TaskId, actor: &str, args: serde_json::Value, ok: bool, begun: Instant) {
     let ev = NewEvent {
         task: task.clone(),
         kind: EventKind::Cp,
@@ -61,7 +58,12 @@ async fn record(tasks: &Tasks, task: &cairn_core::TaskId, actor: &str, args: ser
     }
 }
 
-pub async fn download(tasks: Arc<Tasks>, id: &str, path: String, links: LinkPolicy, actor: String) -> Result<Response, ApiError> {
+/// A tar of a sandbox path, as a stream of chunks.
+pub type TarStream = tokio_stream::wrappers::ReceiverStream<Result<Vec<u8>, std::io::Error>>;
+
+/// Resolves `path` in the sandbox, then streams it out as a tar; a bad path
+/// is an error here, before any byte of the stream.
+pub async fn download(tasks: Arc<Runtime>, id: &str, path: String, links: LinkPolicy, actor: String) -> Result<TarStream, Error> {
     let begun = Instant::now();
     let (task, live) = tasks.running(id, &actor).await?;
     let driver = tasks.driver.clone();
@@ -110,24 +112,24 @@ pub async fn download(tasks: Arc<Tasks>, id: &str, path: String, links: LinkPoli
         args["links"] = json!(links.as_str());
         record(&tasks2, &tid, &actor, args, ok, begun).await;
     });
-    let body = Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(rx));
-    Response::builder()
-        .status(StatusCode::OK)
-        .header(header::CONTENT_TYPE, "application/x-tar")
-        .body(body)
-        .map_err(|e| ApiError::internal(e.to_string()))
+    Ok(tokio_stream::wrappers::ReceiverStream::new(rx))
 }
 
-pub async fn upload(tasks: Arc<Tasks>, id: &str, path: String, name: String, body: Body, actor: String) -> Result<serde_json::Value, ApiError> {
+/// Unpacks the tar read from `body` at `path` in the sandbox, its top entry
+/// named `name`.
+pub async fn upload<S, B>(tasks: Arc<Runtime>, id: &str, path: String, name: String, body: S, actor: String) -> Result<serde_json::Value, Error>
+where
+    S: Stream<Item = Result<B, std::io::Error>> + Send + Unpin + 'static,
+    B: bytes::Buf + Send + 'static,
+{
     let begun = Instant::now();
     let (task, live) = tasks.running(id, &actor).await?;
     if name.is_empty() || name.contains('/') || name == "." || name == ".." {
-        return Err(ApiError::bad_request(format!("invalid top-level name {name:?} for the copied tree")));
+        return Err(Error::invalid(format!("invalid top-level name {name:?} for the copied tree")));
     }
     let driver = tasks.driver.clone();
     let owner = Owner { uid: live.ids.host_id(0), gid: live.ids.host_id(0) };
-    let stream = body.into_data_stream().map_err(std::io::Error::other);
-    let reader = tokio_util::io::SyncIoBridge::new(tokio_util::io::StreamReader::new(stream));
+    let reader = tokio_util::io::SyncIoBridge::new(tokio_util::io::StreamReader::new(body));
     let p = path.clone();
     let result = tokio::task::spawn_blocking(move || -> Result<(u64, String), cairn_sandbox::Error> {
         let root = SandboxRoot::new(driver.open_root(live.init)?);

@@ -1,22 +1,20 @@
-//! `GET /v1/tasks/{id}/exec`: a command over a WebSocket. The protocol
-//! (the start message, binary channel frames, text frames each way) is
-//! [`cairn_api::exec`]. Closing the socket early kills the command.
+//! One command in a task's sandbox, streamed as it runs over an
+//! [`ExecChannel`] (the HTTP front end's WebSocket). Its frames are
+//! [`cairn_api::exec`]; a client that goes away kills the command.
 
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use axum::extract::ws::{Message, WebSocket};
 use cairn_core::{EnvVar, EventKind, ExecExit, NewEvent};
 use cairn_sandbox::native::RunningCommand;
 use cairn_sandbox::proto::{ExecRequest, Reply, WinSize};
-use futures_util::SinkExt;
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::unix::pipe;
 
-use crate::tasks::Tasks;
-use crate::ApiError;
+use crate::tasks::Runtime;
+use crate::Error;
 
 pub use cairn_api::exec::{STDERR, STDIN, STDOUT};
 
@@ -29,37 +27,38 @@ const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/s
 pub use cairn_api::exec::ExecStart;
 use cairn_api::exec::{ClientFrame, ServerFrame};
 
-/// Serves one exec connection to its end.
-pub async fn serve(tasks: Arc<Tasks>, id: String, actor: String, mut ws: WebSocket) {
-    let start = match ws.recv().await {
-        Some(Ok(Message::Text(t))) => serde_json::from_str::<ExecStart>(&t).map_err(|e| format!("malformed exec request: {e}")),
-        _ => Err("expected an exec request as the first message".to_owned()),
-    };
-    let result = match start {
-        Ok(start) => run(&tasks, &id, &actor, start, &mut ws).await,
-        Err(e) => Err(ApiError::bad_request(e)),
-    };
-    if let Err(e) = result {
-        let frame = ServerFrame::Error { code: e.code(), status: e.status.as_u16(), error: e.message };
-        let _ = ws.send(Message::Text(text(&frame).into())).await;
-    }
-    let _ = ws.close().await;
-    // Read what the client still sends (late stdin, its close) until it
-    // answers the close: dropping a socket with unread data resets the
-    // connection, and the client may then lose the exit message.
-    let _ = tokio::time::timeout(Duration::from_secs(2), async {
-        while let Some(Ok(m)) = ws.recv().await {
-            if matches!(m, Message::Close(_)) {
-                break;
-            }
-        }
-    })
-    .await;
+/// What the runtime tells an exec's client: a frame, or output on a channel
+/// ([`STDOUT`], [`STDERR`]).
+#[derive(Debug)]
+pub enum ExecOutput<'a> {
+    Frame(&'a ServerFrame),
+    Output(u8, &'a [u8]),
+}
+
+/// What an exec's client tells the runtime.
+#[derive(Debug)]
+pub enum ExecInput {
+    /// Bytes for the command's stdin; empty is end of input.
+    Stdin(Vec<u8>),
+    /// A frame of [`ClientFrame`] (a terminal resize).
+    Control(ClientFrame),
+    /// Anything else, ignored.
+    Other,
+    /// The client went away: the command is killed.
+    Gone,
+}
+
+/// The transport of one exec (a WebSocket, a plain HTTP request). `recv`
+/// must be cancel-safe: it is raced against the command's output.
+pub trait ExecChannel: Send {
+    /// False when the client is gone.
+    fn send(&mut self, out: ExecOutput<'_>) -> impl std::future::Future<Output = bool> + Send;
+    fn recv(&mut self) -> impl std::future::Future<Output = ExecInput> + Send;
 }
 
 /// The full environment of a command: defaults, the proxy variables (when
 /// the task has an allowlist), the task's, the exec's.
-pub(crate) fn environment(task: &cairn_core::TaskConfig, exec_env: &[String], hostname: &str, tty: bool) -> Result<Vec<String>, ApiError> {
+pub(crate) fn environment(task: &cairn_core::TaskConfig, exec_env: &[String], hostname: &str, tty: bool) -> Result<Vec<String>, Error> {
     let mut env: Vec<(String, String)> = vec![
         ("PATH".into(), DEFAULT_PATH.into()),
         ("HOME".into(), "/root".into()),
@@ -86,9 +85,17 @@ pub(crate) fn environment(task: &cairn_core::TaskConfig, exec_env: &[String], ho
     Ok(env.into_iter().map(|(k, v)| format!("{k}={v}")).collect())
 }
 
-async fn run(tasks: &Arc<Tasks>, id: &str, actor: &str, start: ExecStart, ws: &mut WebSocket) -> Result<(), ApiError> {
+impl Runtime {
+    /// Runs one command of the task to its end over `chan`. A high-risk
+    /// command is preceded by a snapshot; the exit is logged.
+    pub async fn exec<C: ExecChannel>(self: &Arc<Self>, id: &str, actor: &str, start: ExecStart, chan: &mut C) -> Result<(), Error> {
+        run(self, id, actor, start, chan).await
+    }
+}
+
+async fn run<C: ExecChannel>(tasks: &Arc<Runtime>, id: &str, actor: &str, start: ExecStart, ws: &mut C) -> Result<(), Error> {
     if start.argv.is_empty() {
-        return Err(ApiError::bad_request("no command given (usage: cairn exec ID -- CMD ARGS...)"));
+        return Err(Error::invalid("no command given (usage: cairn exec ID -- CMD ARGS...)"));
     }
     let t0 = Instant::now();
     let (task, _live) = tasks.running(id, actor).await?;
@@ -110,7 +117,7 @@ async fn run(tasks: &Arc<Tasks>, id: &str, actor: &str, start: ExecStart, ws: &m
         };
         let snap = tasks.snapshot(task.id.as_str(), req, actor).await?;
         let frame = ServerFrame::PreRisk { snapshot: snap.id.to_string(), reason, freeze_ms: snap.freeze_ms };
-        let _ = ws.send(Message::Text(text(&frame).into())).await;
+        let _ = ws.send(ExecOutput::Frame(&frame)).await;
     }
     let step = tasks.store.bump_step(&task.id).await?;
     // Running from here on: an idle suspend must wait for it to end.
@@ -121,7 +128,7 @@ async fn run(tasks: &Arc<Tasks>, id: &str, actor: &str, start: ExecStart, ws: &m
     let oom_before = cgroup.oom_kills().unwrap_or(0);
 
     let req = ExecRequest { argv: start.argv.clone(), env, cwd: workdir.clone(), tty: start.tty.map(|t| WinSize { rows: t.rows, cols: t.cols }) };
-    let io = Stdio::new(start.stdin, start.tty.is_some()).map_err(|e| ApiError::internal(format!("pipes: {e}")))?;
+    let io = Stdio::new(start.stdin, start.tty.is_some()).map_err(|e| Error::internal(format!("pipes: {e}")))?;
     let driver = tasks.driver.clone();
     let tid = task.id.to_string();
     let child_fds = io.child_fds();
@@ -135,12 +142,12 @@ async fn run(tasks: &Arc<Tasks>, id: &str, actor: &str, start: ExecStart, ws: &m
 
     let outcome = match started {
         Err(message) => {
-            let _ = ws.send(Message::Binary(frame(STDERR, format!("cairn: {message}\n").as_bytes()).into())).await;
+            let _ = ws.send(ExecOutput::Output(STDERR, format!("cairn: {message}\n").as_bytes())).await;
             args["error"] = json!(message);
             ExecExit { exit_code: 127, signal: None, oom_killed: false, timed_out: false, duration_ms: 0 }
         }
         Ok(cmd) => {
-            let _ = ws.send(Message::Text(text(&ServerFrame::Started { step }).into())).await;
+            let _ = ws.send(ExecOutput::Frame(&ServerFrame::Started { step })).await;
             let (code, signal, timed_out) = pump(cmd, &mut io, ws, start.timeout_ms).await;
             // Any OOM kill in the task's cgroup while the command ran counts:
             // a shell reports its killed child as exit 137, not as a signal.
@@ -171,20 +178,8 @@ async fn run(tasks: &Arc<Tasks>, id: &str, actor: &str, start: ExecStart, ws: &m
         .await?;
     tracing::debug!(found = ?t_found, step = ?t_step, started = ?t_started, done = ?t_done, logged = ?t0.elapsed(), "exec timings");
     let memory_limit = outcome.oom_killed.then(|| cairn_core::Bytes(task.config.limits.memory_bytes).to_string());
-    let _ = ws.send(Message::Text(text(&ServerFrame::Exit { exit: outcome, memory_limit }).into())).await;
+    let _ = ws.send(ExecOutput::Frame(&ServerFrame::Exit { exit: outcome, memory_limit })).await;
     Ok(())
-}
-
-/// A frame as the text of a WebSocket message.
-fn text(frame: &ServerFrame) -> String {
-    serde_json::to_string(frame).unwrap_or_default()
-}
-
-fn frame(channel: u8, data: &[u8]) -> Vec<u8> {
-    let mut v = Vec::with_capacity(data.len() + 1);
-    v.push(channel);
-    v.extend_from_slice(data);
-    v
 }
 
 /// The command's standard streams: pipes, or a pty the init allocates.
@@ -236,7 +231,7 @@ impl Stdio {
 
 /// Moves bytes until the command exits (then drains briefly). Returns the
 /// exit code or signal, and whether the timeout stopped it.
-async fn pump(cmd: RunningCommand, io: &mut ParentIo, ws: &mut WebSocket, timeout_ms: Option<u64>) -> (Option<i32>, Option<i32>, bool) {
+async fn pump<C: ExecChannel>(cmd: RunningCommand, io: &mut ParentIo, ws: &mut C, timeout_ms: Option<u64>) -> (Option<i32>, Option<i32>, bool) {
     let RunningCommand { conn, pty_master, .. } = cmd;
     let _ = conn.set_nonblocking(true);
     let Ok(mut conn) = tokio::net::UnixStream::from_std(conn) else { return (None, None, false) };
@@ -286,8 +281,8 @@ async fn pump(cmd: RunningCommand, io: &mut ParentIo, ws: &mut WebSocket, timeou
             }
             msg = ws.recv(), if !client_gone => {
                 match msg {
-                    Some(Ok(Message::Binary(b))) if b.first() == Some(&STDIN) => {
-                        let data = &b[1..];
+                    ExecInput::Stdin(b) => {
+                        let data = &b[..];
                         let sink: Option<&mut pipe::Sender> = io.stdin.as_mut().or(pty_in.as_mut());
                         if data.is_empty() {
                             if pty_in.is_some() {
@@ -300,13 +295,13 @@ async fn pump(cmd: RunningCommand, io: &mut ParentIo, ws: &mut WebSocket, timeou
                             if s.write_all(data).await.is_err() { io.stdin = None; }
                         }
                     }
-                    Some(Ok(Message::Text(t))) => {
-                        if let (Ok(ClientFrame::Resize { rows, cols }), Some(fd)) = (serde_json::from_str::<ClientFrame>(&t), pty_fd) {
+                    ExecInput::Control(ClientFrame::Resize { rows, cols }) => {
+                        if let Some(fd) = pty_fd {
                             cairn_sandbox::process::exec::set_winsize(fd, WinSize { rows, cols });
                         }
                     }
-                    Some(Ok(_)) => {}
-                    None | Some(Err(_)) => { client_gone = true; }
+                    ExecInput::Other => {}
+                    ExecInput::Gone => { client_gone = true; }
                 }
             }
             _ = sleep_until(deadline), if exited.is_none() && deadline.is_some() => {
@@ -338,13 +333,13 @@ async fn read_some(r: &mut Option<pipe::Receiver>, buf: &mut [u8]) -> std::io::R
 
 /// Sends what was read; closes the stream on EOF or error. False when the
 /// client is gone.
-async fn forward(ws: &mut WebSocket, channel: u8, buf: &[u8], n: std::io::Result<usize>, stream: &mut Option<pipe::Receiver>) -> bool {
+async fn forward<C: ExecChannel>(ws: &mut C, channel: u8, buf: &[u8], n: std::io::Result<usize>, stream: &mut Option<pipe::Receiver>) -> bool {
     match n {
         Ok(0) | Err(_) => {
             *stream = None;
             true
         }
-        Ok(n) => ws.send(Message::Binary(frame(channel, &buf[..n]).into())).await.is_ok(),
+        Ok(n) => ws.send(ExecOutput::Output(channel, &buf[..n])).await,
     }
 }
 

@@ -1,0 +1,148 @@
+//! Reads for the front end: each answers one request from the store and the
+//! live state, so a handler calls one method and maps its result.
+
+use std::sync::Arc;
+
+use cairn_api::images::ImportRequest;
+use cairn_api::snapshots::OpProgress;
+use cairn_core::{Event, InboxEvent, Wait, WaitFor};
+use cairn_sandbox::image::Image;
+use futures_util::Stream;
+
+use crate::ledger::CheckpointView;
+use crate::tasks::{Runtime, TaskView};
+use crate::Error;
+
+/// What `GET /v1/health` reports.
+#[derive(Debug, serde::Serialize)]
+pub struct Health {
+    pub version: &'static str,
+    pub home: Option<std::path::PathBuf>,
+}
+
+/// An approval link's wait, still pending, with its prompt.
+#[derive(Debug)]
+pub struct LinkedWait {
+    pub wait: Wait,
+    pub prompt: String,
+}
+
+impl Runtime {
+    pub fn health(&self) -> Health {
+        Health { version: env!("CARGO_PKG_VERSION"), home: self.store.path().parent().map(ToOwned::to_owned) }
+    }
+
+    pub async fn list(&self) -> Result<Vec<TaskView>, Error> {
+        Ok(self.store.list_tasks().await?.into_iter().map(|t| self.view(t)).collect())
+    }
+
+    pub async fn show(&self, id_or_name: &str) -> Result<TaskView, Error> {
+        let task = self.find(id_or_name).await?;
+        Ok(self.view(task))
+    }
+
+    pub async fn events(&self, id_or_name: &str) -> Result<Vec<Event>, Error> {
+        let task = self.find(id_or_name).await?;
+        Ok(self.store.events(&task.id).await?)
+    }
+
+    pub async fn inbox(&self, id_or_name: &str) -> Result<Vec<InboxEvent>, Error> {
+        let task = self.find(id_or_name).await?;
+        Ok(self.store.inbox(&task.id).await?)
+    }
+
+    /// The snapshot or restore of the task in progress, if any.
+    pub async fn progress_of(&self, id_or_name: &str) -> Result<Option<OpProgress>, Error> {
+        let task = self.find(id_or_name).await?;
+        Ok(self.progress(&task.id))
+    }
+
+    /// Refuses early when the task can never run a command again.
+    pub async fn check_can_exec(&self, id_or_name: &str) -> Result<(), Error> {
+        let task = self.find(id_or_name).await?;
+        if task.state.is_terminal() {
+            task.state.check_exec()?;
+        }
+        Ok(())
+    }
+
+    pub async fn checkpoint_now(&self, id_or_name: &str, actor: &str) -> Result<CheckpointView, Error> {
+        let task = self.find(id_or_name).await?;
+        self.checkpoint(&task.id, actor).await
+    }
+
+    pub async fn list_images(&self) -> Result<Vec<Image>, Error> {
+        let images = self.images.clone();
+        Ok(tokio::task::spawn_blocking(move || images.list()).await??)
+    }
+
+    pub async fn import_image(&self, req: ImportRequest) -> Result<Image, Error> {
+        let images = self.images.clone();
+        Ok(tokio::task::spawn_blocking(move || images.import(&req.name, std::path::Path::new(&req.path))).await??)
+    }
+
+    /// Removes an image no live task uses.
+    pub async fn remove_image(&self, name: &str) -> Result<(), Error> {
+        let users: Vec<String> = self
+            .store
+            .list_tasks()
+            .await?
+            .into_iter()
+            .filter(|t| t.config.image == name && !t.state.is_terminal())
+            .map(|t| t.id.to_string())
+            .collect();
+        if !users.is_empty() {
+            return Err(Error::conflict(format!("image {name:?} is used by task(s) {}; destroy them first", users.join(", "))));
+        }
+        let images = self.images.clone();
+        let n = name.to_owned();
+        Ok(tokio::task::spawn_blocking(move || images.remove(&n)).await??)
+    }
+
+    /// Checks an approval link (signature and expiry) and finds its wait,
+    /// still pending.
+    pub async fn linked_wait(&self, wait: &str, exp: i64, sig: &str) -> Result<LinkedWait, Error> {
+        self.link_key.check(wait, exp, sig, cairn_store::now_ms()).map_err(|e| Error::Forbidden(e.to_string()))?;
+        let w = self.store.find_wait(wait).await.map_err(|_| Error::not_found("this approval request does not exist"))?;
+        let pending = self.store.pending_wait(&w.task).await?;
+        if pending.map(|p| p.id) != Some(w.id.clone()) {
+            return Err(Error::conflict("this approval request has been answered already"));
+        }
+        let prompt = match &w.what {
+            WaitFor::Approval { prompt } => prompt.clone(),
+            _ => String::new(),
+        };
+        Ok(LinkedWait { wait: w, prompt })
+    }
+
+    /// The task's event log after `after`, then each new entry as it is
+    /// committed; woken by the store's change signal, not by polling.
+    pub async fn watch(self: &Arc<Self>, id_or_name: &str, after: u64) -> Result<impl Stream<Item = Result<Event, Error>> + Send + 'static, Error> {
+        let task = self.find(id_or_name).await?;
+        let rt = self.clone();
+        // Subscribed before the first read: each committed change wakes it.
+        let start = (after, Vec::<Event>::new(), self.store.changes());
+        Ok(futures_util::stream::unfold(start, move |(mut after, mut queue, mut changes)| {
+            let rt = rt.clone();
+            let id = task.id.clone();
+            async move {
+                loop {
+                    if let Some(e) = queue.pop() {
+                        after = e.seq;
+                        return Some((Ok(e), (after, queue, changes)));
+                    }
+                    match rt.store.events_after(&id, after).await {
+                        Ok(new) => {
+                            queue = new;
+                            queue.reverse();
+                        }
+                        Err(e) => return Some((Err(Error::from(e)), (after, queue, changes))),
+                    }
+                    if queue.is_empty() && changes.changed().await.is_err() {
+                        return None;
+                    }
+                }
+            }
+        }))
+    }
+}

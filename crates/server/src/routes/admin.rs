@@ -1,0 +1,29 @@
+//! The daemon itself: health, the blob store's gc and check.
+
+use axum::http::HeaderMap;
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use cairn_api::snapshots::{CheckRequest, GcRequest};
+use cairn_runtime::Health;
+use serde_json::Value;
+
+use super::{actor, body, Rt};
+use crate::ApiError;
+
+pub(super) fn routes() -> Router<std::sync::Arc<cairn_runtime::Runtime>> {
+    Router::new().route("/v1/health", get(health)).route("/v1/gc", post(gc)).route("/v1/check", post(check))
+}
+
+async fn health(rt: Rt) -> Json<Health> {
+    Json(rt.health())
+}
+
+async fn gc(rt: Rt, headers: HeaderMap, b: axum::body::Bytes) -> Result<Json<Value>, ApiError> {
+    let req: GcRequest = body("gc", &b)?;
+    Ok(Json(rt.gc(req, &actor(&headers)).await?))
+}
+
+async fn check(rt: Rt, b: axum::body::Bytes) -> Result<Json<Value>, ApiError> {
+    let req: CheckRequest = body("check", &b)?;
+    Ok(Json(serde_json::json!(rt.check(req.read_data).await?)))
+}

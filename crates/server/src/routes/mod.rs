@@ -1,0 +1,121 @@
+//! The HTTP API, under `/v1`, bearer-token authenticated; one file per
+//! group of routes. Each handler parses its request, calls one
+//! [`Runtime`] method and maps the result (errors through [`ApiError`]).
+//!
+//! | method | path | what |
+//! |---|---|---|
+//! | GET | /v1/health | daemon version and home |
+//! | GET, POST | /v1/tasks | list, create |
+//! | GET, DELETE | /v1/tasks/{id} | show, destroy |
+//! | GET | /v1/tasks/{id}/events | the event log |
+//! | GET | /v1/tasks/{id}/watch?after=SEQ | the event log as server-sent events, live |
+//! | GET (WebSocket) | /v1/tasks/{id}/exec | run a command ([`exec`]) |
+//! | GET, PUT | /v1/tasks/{id}/files | tar out of / into the sandbox |
+//! | GET, POST | /v1/tasks/{id}/snapshots | list, take |
+//! | GET | /v1/tasks/{id}/snapshots/diff?a=S&b=S | added, changed, deleted paths |
+//! | POST | /v1/tasks/{id}/rollback | roll back in place |
+//! | POST | /v1/tasks/{id}/fork | new tasks from a snapshot |
+//! | GET | /v1/tasks/{id}/progress | the snapshot or restore in progress, if any |
+//! | POST | /v1/gc | retention, then mark and sweep |
+//! | POST | /v1/check | `{read_data}`: verify the blob store |
+//! | POST | /v1/tasks/{id}/waits | wait: suspends until satisfied |
+//! | GET | /v1/waits/{id}?block_ms=N | a wait, optionally blocking until satisfied |
+//! | POST | /v1/tasks/{id}/approve | approve or reject |
+//! | GET, POST | /v1/tasks/{id}/inbox | the inbox; an operator's event |
+//! | POST | /v1/tasks/{id}/suspend, /resume | suspend now; wake now |
+//! | GET, POST | /v1/tasks/{id}/egress | the allowlist and decision log; change the allowlist |
+//! | GET | /v1/tasks/{id}/ledger | walk the hash chain, check it against the signed checkpoints |
+//! | POST | /v1/tasks/{id}/checkpoint | sign the chain's head now |
+//! | POST | /v1/tasks/{id}/deliveries, /complete | deliver outputs; complete the task |
+//! | GET | /v1/deliverables/{sha256}, /v1/records/{id} | stored deliverables and delivery records |
+//! | GET | /v1/keys | the node's public keys, current first |
+//! | POST | /v1/keys/rotate | a new signing key; the old public key stays |
+//! | GET, POST | /v1/images | list, import `{name, path}` |
+//! | DELETE | /v1/images/{name} | remove |
+//!
+//! Without the bearer token (their own checks), in [`gateway`]:
+//!
+//! | method | path | what |
+//! |---|---|---|
+//! | POST | /v1/hooks/{task}/{name} | a webhook, signed per Standard Webhooks with the task's secret |
+//! | GET, POST | /approve/{wait}?exp=&sig= | the approval page and its form (a signed link) |
+//!
+//! Errors are `{"error": {"code": "...", "message": "..."}}` with a 4xx/5xx
+//! status; the codes are [`cairn_api::ErrorCode`].
+
+mod admin;
+mod deliver;
+mod egress;
+pub mod exec;
+mod files;
+mod gateway;
+mod images;
+mod snapshots;
+mod tasks;
+mod waits;
+
+use std::sync::Arc;
+
+use axum::extract::{Request, State};
+use axum::http::HeaderMap;
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::Router;
+use cairn_api::ErrorCode;
+use cairn_runtime::Runtime;
+use subtle::ConstantTimeEq;
+
+use crate::ApiError;
+
+/// What every handler gets: the runtime.
+pub(crate) type Rt = State<Arc<Runtime>>;
+
+pub fn router(rt: Arc<Runtime>, token: String) -> Router {
+    let token = Arc::new(token);
+    let private = Router::new()
+        .merge(admin::routes())
+        .merge(tasks::routes())
+        .merge(exec::routes())
+        .merge(files::routes())
+        .merge(snapshots::routes())
+        .merge(waits::routes())
+        .merge(egress::routes())
+        .merge(deliver::routes())
+        .merge(images::routes())
+        .layer(middleware::from_fn(move |req, next| auth(token.clone(), req, next)));
+    gateway::routes()
+        .merge(private)
+        .fallback(|| async { ApiError::not_found("no such API endpoint") })
+        .with_state(rt)
+}
+
+async fn auth(token: Arc<String>, req: Request, next: Next) -> Response {
+    let given = req
+        .headers()
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or("");
+    if given.as_bytes().ct_eq(token.as_bytes()).into() {
+        next.run(req).await
+    } else {
+        let msg = if given.is_empty() { "missing bearer token" } else { "wrong bearer token" };
+        ApiError::new(ErrorCode::Unauthorized, msg).into_response()
+    }
+}
+
+/// Who made a request, for the event log.
+pub(crate) fn actor(headers: &HeaderMap) -> String {
+    headers
+        .get("x-cairn-actor")
+        .and_then(|v| v.to_str().ok())
+        .filter(|v| !v.is_empty() && v.len() <= 64)
+        .map(|v| v.chars().filter(|c| c.is_ascii_graphic()).collect())
+        .unwrap_or_else(|| "api".to_owned())
+}
+
+/// Parses a JSON body, naming what was malformed; an empty body is `{}`.
+pub(crate) fn body<T: serde::de::DeserializeOwned>(what: &str, bytes: &[u8]) -> Result<T, ApiError> {
+    let bytes = if bytes.iter().all(u8::is_ascii_whitespace) { b"{}".as_slice() } else { bytes };
+    serde_json::from_slice(bytes).map_err(|e| ApiError::bad_request(format!("malformed {what} request: {e}")))
+}
