@@ -3,9 +3,8 @@
 //! network namespace; the task's policy, changeable while it runs; and the
 //! decision log, every attempt an `egress` event in the task's log.
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use cairn_core::{EgressRules, EventKind, NewEvent, TaskId};
 use serde::Deserialize;
@@ -21,11 +20,11 @@ use crate::Error;
 /// Most decision-log entries written in one transaction.
 const LOG_BATCH: usize = 256;
 
-/// The proxies of the daemon's live sandboxes.
+/// What every task's proxy shares: the proxy settings and the resolver.
+/// Each live sandbox's own proxy is a [`Proxy`] in the task's cell.
 pub struct Egress {
     config: Arc<ProxyConfig>,
     resolver: Arc<SystemResolver>,
-    running: Mutex<HashMap<TaskId, Running>>,
 }
 
 impl std::fmt::Debug for Egress {
@@ -34,10 +33,30 @@ impl std::fmt::Debug for Egress {
     }
 }
 
-struct Running {
-    init: InitProcess,
+/// The egress proxy of one live sandbox.
+pub(crate) struct Proxy {
+    /// The sandbox it serves.
+    pub(crate) init: InitProcess,
     policy: watch::Sender<Arc<Policy>>,
     proxy: TaskProxy,
+}
+
+impl std::fmt::Debug for Proxy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Proxy").field("init", &self.init).finish_non_exhaustive()
+    }
+}
+
+impl Proxy {
+    /// Hands new rules to the proxy: tunnels they deny are cut.
+    pub(crate) fn update(&self, rules: &EgressRules) {
+        self.policy.send_replace(Arc::new(policy_of(rules)));
+    }
+
+    /// Stops the proxy; its open connections are closed and logged.
+    pub(crate) async fn stop(self) {
+        self.proxy.shutdown().await;
+    }
 }
 
 pub use cairn_api::egress::{Decision, EgressView, PolicyUpdate};
@@ -100,58 +119,36 @@ impl Egress {
             handshake_timeout: config.handshake_timeout,
             ..ProxyConfig::default()
         };
-        Egress { config: Arc::new(proxy), resolver: Arc::new(SystemResolver::new(config.hosts.clone().into_iter().collect())), running: Mutex::new(HashMap::new()) }
-    }
-
-    fn running(&self) -> std::sync::MutexGuard<'_, HashMap<TaskId, Running>> {
-        self.running.lock().unwrap_or_else(|e| e.into_inner())
+        Egress { config: Arc::new(proxy), resolver: Arc::new(SystemResolver::new(config.hosts.clone().into_iter().collect())) }
     }
 
     /// Starts serving the proxy port of a sandbox that just started (or
     /// survived a daemon restart). Its init hands over the listening socket.
-    pub async fn attach(&self, store: &Store, driver: &Arc<NativeDriver>, task: &TaskId, rules: &EgressRules, init: InitProcess) {
-        if self.running().get(task).is_some_and(|r| r.init == init) {
-            return;
-        }
+    pub(crate) async fn start_proxy(&self, store: &Store, driver: &Arc<NativeDriver>, task: &TaskId, rules: &EgressRules, init: InitProcess) -> Option<Proxy> {
         let (d, id) = (driver.clone(), task.to_string());
         let listener = match tokio::task::spawn_blocking(move || d.proxy_listener(&id)).await {
             Ok(Ok(l)) => l,
-            Ok(Err(e)) => return tracing::error!(task = %task, "cannot serve the egress proxy: {e}"),
-            Err(e) => return tracing::error!(task = %task, "cannot serve the egress proxy: {e}"),
+            Ok(Err(e)) => {
+                tracing::error!(task = %task, "cannot serve the egress proxy: {e}");
+                return None;
+            }
+            Err(e) => {
+                tracing::error!(task = %task, "cannot serve the egress proxy: {e}");
+                return None;
+            }
         };
         let (policy, policy_rx) = watch::channel(Arc::new(policy_of(rules)));
         let (log_tx, log_rx) = mpsc::unbounded_channel();
         let resolver: Arc<dyn cairn_egress::Resolver> = self.resolver.clone();
         let proxy = match TaskProxy::start(listener, policy_rx, self.config.clone(), resolver, log_tx) {
             Ok(p) => p,
-            Err(e) => return tracing::error!(task = %task, "cannot serve the egress proxy: {e}"),
+            Err(e) => {
+                tracing::error!(task = %task, "cannot serve the egress proxy: {e}");
+                return None;
+            }
         };
         tokio::spawn(write_decisions(store.clone(), task.clone(), log_rx));
-        // A replaced entry (a sandbox rebuilt by a rollback) stops here.
-        self.running().insert(task.clone(), Running { init, policy, proxy });
-    }
-
-    /// Stops the proxy of a sandbox that is going away. Its open
-    /// connections are closed and logged.
-    pub fn detach(&self, task: &TaskId) {
-        if let Some(r) = self.running().remove(task) {
-            tokio::spawn(r.proxy.shutdown());
-        }
-    }
-
-    /// Hands new rules to the task's proxy: tunnels they deny are cut.
-    pub fn update(&self, task: &TaskId, rules: &EgressRules) {
-        if let Some(r) = self.running().get(task) {
-            r.policy.send_replace(Arc::new(policy_of(rules)));
-        }
-    }
-
-    /// Stops every proxy (the daemon is stopping).
-    pub async fn shutdown(&self) {
-        let all: Vec<Running> = self.running().drain().map(|(_, r)| r).collect();
-        for r in all {
-            r.proxy.shutdown().await;
-        }
+        Some(Proxy { init, policy, proxy })
     }
 }
 
@@ -191,7 +188,7 @@ impl crate::tasks::Runtime {
             duration_ms: None,
         };
         self.store.set_config(&task.id, &task.config, &event).await?;
-        self.egress.update(&task.id, &task.config.egress);
+        self.cells.of(&task.id).with_proxy(|p| p.update(&task.config.egress));
         drop(_guard);
         self.egress_view(task.id.as_str()).await
     }

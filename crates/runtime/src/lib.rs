@@ -13,6 +13,7 @@
 //!   hash-chained event log and the node's signing keys.
 //! - [`gateway`]: webhook signatures and signed approval links.
 
+mod cell;
 pub mod config;
 #[cfg(feature = "failpoints")]
 mod crash_points;
@@ -25,12 +26,15 @@ pub mod gateway;
 pub mod home;
 pub mod ledger;
 mod reaper;
+mod materialise;
 mod queries;
 mod services;
+mod slots;
 pub mod snapshots;
 mod suspend;
 pub mod tasks;
 pub mod waits;
+mod wakes;
 
 pub use config::Config;
 pub use error::{Error, Result};

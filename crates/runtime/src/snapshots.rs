@@ -12,7 +12,7 @@
 //! the same store.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cairn_blob::{ObjectId, Repository};
@@ -21,11 +21,11 @@ use cairn_core::{
     TaskState,
 };
 use cairn_sandbox::native::NativeDriver;
-use cairn_sandbox::uidmap::IdRange;
 use cairn_snapshot::{IdShift, LayerSpec, Manifest};
 use cairn_store::now_ms;
 use serde_json::json;
 
+use crate::materialise::{DiskSource, OnRestoreFailure};
 use crate::tasks::{Live, Runtime};
 use crate::{reaper, Error};
 
@@ -38,29 +38,17 @@ const MAX_FORKS: u32 = 32;
 
 pub use cairn_api::snapshots::{ForkRequest, GcRequest, OpProgress, RollbackRequest, SnapshotRequest};
 
-type ProgressMap = Arc<Mutex<HashMap<TaskId, OpProgress>>>;
-
 /// Snapshot state the daemon keeps next to its tasks.
 #[derive(Debug)]
 pub struct SnapshotState {
     pub repo: Arc<Repository>,
     pub risk: RiskPolicy,
     pub gc_grace: Duration,
-    progress: ProgressMap,
-    /// Parsed baselines by task, so an incremental snapshot does not parse
-    /// its parent's manifest again.
-    baselines: Mutex<HashMap<TaskId, (String, Arc<Manifest>)>>,
 }
 
 impl SnapshotState {
     pub fn new(repo: Arc<Repository>, risk: RiskPolicy, gc_grace: Duration) -> SnapshotState {
-        SnapshotState {
-            repo,
-            risk,
-            gc_grace,
-            progress: Arc::default(),
-            baselines: Mutex::default(),
-        }
+        SnapshotState { repo, risk, gc_grace }
     }
 }
 
@@ -76,10 +64,9 @@ impl cairn_snapshot::Freezer for CgroupFreezer {
     }
 }
 
-/// Reports progress into the daemon's map until dropped.
+/// Reports progress into the task's cell until dropped.
 struct ProgressSink {
-    map: ProgressMap,
-    task: TaskId,
+    cell: Arc<crate::cell::TaskCell>,
     op: &'static str,
     began: Instant,
 }
@@ -95,13 +82,13 @@ impl ProgressSink {
             bytes_total: p.bytes_total,
             elapsed_ms: self.began.elapsed().as_millis() as u64,
         };
-        self.map.lock().unwrap_or_else(|e| e.into_inner()).insert(self.task.clone(), v);
+        self.cell.set_progress(Some(v));
     }
 }
 
 impl Drop for ProgressSink {
     fn drop(&mut self) {
-        self.map.lock().unwrap_or_else(|e| e.into_inner()).remove(&self.task);
+        self.cell.set_progress(None);
     }
 }
 
@@ -136,11 +123,11 @@ impl Runtime {
     }
 
     fn progress_sink(&self, task: &TaskId, op: &'static str) -> ProgressSink {
-        ProgressSink { map: self.snaps.progress.clone(), task: task.clone(), op, began: Instant::now() }
+        ProgressSink { cell: self.cells.of(task), op, began: Instant::now() }
     }
 
     pub fn progress(&self, task: &TaskId) -> Option<OpProgress> {
-        self.snaps.progress.lock().unwrap_or_else(|e| e.into_inner()).get(task).cloned()
+        self.cells.get(task).and_then(|c| c.progress())
     }
 
     pub(crate) async fn load_manifest(&self, hex: &str) -> Result<Manifest, Error> {
@@ -154,10 +141,8 @@ impl Runtime {
     /// The manifest describing the task's disk as it is now, if known.
     pub(crate) async fn baseline_manifest(&self, task: &TaskId) -> Option<Arc<Manifest>> {
         let hex = self.store.baseline(task).await.ok()??;
-        if let Some((h, m)) = self.snaps.baselines.lock().unwrap_or_else(|e| e.into_inner()).get(task) {
-            if *h == hex {
-                return Some(m.clone());
-            }
+        if let Some(m) = self.cells.get(task).and_then(|c| c.baseline(&hex)) {
+            return Some(m);
         }
         match self.load_manifest(&hex).await {
             Ok(m) => {
@@ -174,11 +159,13 @@ impl Runtime {
     }
 
     fn cache_baseline(&self, task: &TaskId, hex: String, m: Arc<Manifest>) {
-        self.snaps.baselines.lock().unwrap_or_else(|e| e.into_inner()).insert(task.clone(), (hex, m));
+        self.cells.of(task).set_baseline(Some((hex, m)));
     }
 
     pub(crate) fn forget_baseline(&self, task: &TaskId) {
-        self.snaps.baselines.lock().unwrap_or_else(|e| e.into_inner()).remove(task);
+        if let Some(c) = self.cells.get(task) {
+            c.set_baseline(None);
+        }
     }
 
     /// The high-risk pattern a command matches: the daemon's, then the task's.
@@ -400,38 +387,46 @@ impl Runtime {
         self.stop_sandbox_keep_disk(&task).await?;
         fail::fail_point!("rollback.sandbox_stopped");
         let slot = self.claim_slot(&task.id).await?;
-        let ids = IdRange::for_slot(slot).map_err(Error::from)?;
-        let restored = self.restore_disk(&task, &manifest, baseline, ids).await;
-        let (fresh, stats) = match restored {
-            Ok(r) => r,
-            Err(e) => {
-                self.release_slot(&task.id).await?;
-                let why = format!("rollback to {} failed: {}", target.id, e);
-                self.store.set_sandbox_state(&task.id, cairn_core::SandboxState::Lost, Some(&why)).await?;
+        let why = format!("rollback to {} failed", target.id);
+        let source = DiskSource::Snapshot { manifest: &manifest, base: baseline };
+        let mut recorded = None;
+        // The disk is the target's once restored: that is recorded first,
+        // then the sandbox starts on it.
+        let made = self
+            .materialise(&task, &image, slot, source, OnRestoreFailure::MarkLost { why: why.clone() }, None, actor, async |restored| {
+                let restored = restored.ok_or_else(|| Error::internal("rollback restored nothing"))?;
+                let stats = &restored.stats;
+                fail::fail_point!("rollback.disk_restored");
+                let note = RollbackNote { from: from.clone(), to: target.id.clone(), from_step: task.step, reason: reason.clone(), time_ms: now_ms() };
+                recorded = Some((note.clone(), begun.elapsed().as_secs_f64() * 1000.0));
+                let event = NewEvent {
+                    task: task.id.clone(),
+                    kind: EventKind::Rollback,
+                    actor: actor.to_owned(),
+                    args: json!({
+                        "phase": "end", "from": from, "to": target.id, "reason": reason, "from_step": task.step, "step": target.step,
+                        "files_written": stats.files_written, "files_kept": stats.files_kept, "bytes_written": stats.bytes_written,
+                    }),
+                    exit_code: Some(0),
+                    duration_ms: Some(begun.elapsed().as_millis() as u64),
+                };
+                self.store.record_rollback(&task.id, &target, &note, &restored.baseline, &event).await?;
+                fail::fail_point!("rollback.recorded");
+                Ok(())
+            })
+            .await;
+        let made = match made {
+            Ok(m) => m,
+            Err(e) if recorded.is_none() => {
+                let why = format!("{why}: {e}");
                 self.log(&task.id, EventKind::Rollback, actor, json!({ "phase": "end", "to": target.id, "error": why }), Some(1), None)
                     .await;
                 return Err(Error::internal(why));
             }
+            Err(e) => return Err(e),
         };
-        fail::fail_point!("rollback.disk_restored");
-        // The disk is the target's now: record that first, then start on it.
-        let baseline_hex = self.store_baseline(&task.id, fresh).await?;
-        let note = RollbackNote { from: from.clone(), to: target.id.clone(), from_step: task.step, reason: reason.clone(), time_ms: now_ms() };
-        let duration_ms = begun.elapsed().as_secs_f64() * 1000.0;
-        let event = NewEvent {
-            task: task.id.clone(),
-            kind: EventKind::Rollback,
-            actor: actor.to_owned(),
-            args: json!({
-                "phase": "end", "from": from, "to": target.id, "reason": reason, "from_step": task.step, "step": target.step,
-                "files_written": stats.files_written, "files_kept": stats.files_kept, "bytes_written": stats.bytes_written,
-            }),
-            exit_code: Some(0),
-            duration_ms: Some(duration_ms as u64),
-        };
-        self.store.record_rollback(&task.id, &target, &note, &baseline_hex, &event).await?;
-        fail::fail_point!("rollback.recorded");
-        self.start(&task, &image, actor, None, Some(slot)).await?;
+        let (note, duration_ms) = recorded.ok_or_else(|| Error::internal("rollback recorded nothing"))?;
+        let stats = made.restore.map(|r| r.stats);
         // Services run from the restored layer, as they did at the snapshot.
         let task = Task { config: target.config.clone(), ..task };
         self.start_services(&task, actor).await?;
@@ -477,7 +472,7 @@ impl Runtime {
         task: &Task,
         manifest: &Manifest,
         baseline: Option<Arc<Manifest>>,
-        ids: IdRange,
+        ids: cairn_sandbox::uidmap::IdRange,
     ) -> Result<(Manifest, cairn_snapshot::RestoreStats), Error> {
         let driver = self.driver.clone();
         let repo = self.snaps.repo.clone();
@@ -605,21 +600,12 @@ impl Runtime {
         self.store.insert_fork(&task, &created, &branch, &snapshotted).await?;
         fail::fail_point!("fork.recorded");
         let slot = self.claim_slot(&task.id).await?;
-        let ids = IdRange::for_slot(slot).map_err(Error::from)?;
-        let (fresh, _stats) = match self.restore_disk(&task, manifest, None, ids).await {
-            Ok(r) => r,
-            Err(e) => {
-                self.release_slot(&task.id).await?;
-                self.store.transition(&task.id, TaskState::Running, cairn_core::Transition::Fail).await?;
-                let driver = self.driver.clone();
-                let tid = task.id.to_string();
-                let _ = tokio::task::spawn_blocking(move || driver.destroy(&tid, None)).await;
-                return Err(e);
-            }
-        };
-        fail::fail_point!("fork.disk_restored");
-        self.store_baseline(&task.id, fresh).await?;
-        self.start(&task, image, actor, ahead, Some(slot)).await?;
+        let source = DiskSource::Snapshot { manifest, base: None };
+        self.materialise(&task, image, slot, source, OnRestoreFailure::FailNewTask, ahead, actor, async |_| {
+            fail::fail_point!("fork.disk_restored");
+            Ok(())
+        })
+        .await?;
         self.start_services(&task, actor).await?;
         Ok(self.view(self.find(task.id.as_str()).await?))
     }

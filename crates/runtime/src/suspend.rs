@@ -16,11 +16,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cairn_core::{EventKind, NewEvent, SandboxState, SnapshotKind, Task, TaskId, TaskState, Transition, WaitId};
-use cairn_sandbox::uidmap::IdRange;
 use cairn_store::now_ms;
 use serde_json::json;
 
-use crate::tasks::{TaskView, Runtime};
+use crate::materialise::{DiskSource, OnRestoreFailure};
+use crate::tasks::{Runtime, TaskView};
 use crate::Error;
 
 impl Runtime {
@@ -82,7 +82,7 @@ impl Runtime {
         let state = self.store.finish_suspend(&task.id, waiting_for, &end).await?;
         fail::fail_point!("suspend.recorded");
         if state == TaskState::Waking {
-            self.spawn_wake(task.id.clone(), "an event that came while suspending".into(), None);
+            self.schedule_wake(task.id.clone(), "an event that came while suspending".into(), None);
         }
         Ok(state)
     }
@@ -112,15 +112,6 @@ impl Runtime {
         Ok(self.view(self.find(task.id.as_str()).await?))
     }
 
-    pub(crate) fn spawn_wake(self: &Arc<Self>, task: TaskId, trigger: String, accepted: Option<Instant>) {
-        let me = self.clone();
-        tokio::spawn(async move {
-            if let Err(e) = me.wake(&task, &trigger, accepted).await {
-                tracing::error!(task = %task, "wake failed: {}", e);
-            }
-        });
-    }
-
     /// Brings a `waking` task back into a fresh sandbox.
     pub(crate) async fn wake(&self, id: &TaskId, trigger: &str, accepted: Option<Instant>) -> Result<(), Error> {
         let lock = self.lock_of(id);
@@ -143,35 +134,37 @@ impl Runtime {
         let image = self.image(&task.config.image).await?;
         let previous = self.store.last_uid_slot(&task.id).await?;
         let slot = self.claim_slot_preferring(&task.id, previous).await?;
-        let ids = IdRange::for_slot(slot).map_err(Error::from)?;
         let cached = self.driver.paths(task.id.as_str()).disk_image.exists();
         let baseline = self.store.baseline(&task.id).await?;
+        // The cached disk is used as it is only when it holds exactly the
+        // suspend snapshot and keeps its uid range.
         let from_cache = match &snap {
             Some(s) => cached && previous == Some(slot) && baseline.as_deref() == Some(s.manifest.as_str()),
             None => cached,
         };
-        let mut restore = json!(null);
-        if let (false, Some(s)) = (from_cache, &snap) {
-            let manifest = self.load_manifest(&s.manifest).await?;
-            let base = if cached { self.baseline_manifest(&task.id).await } else { None };
-            match self.restore_disk(&task, &manifest, base, ids).await {
-                Ok((fresh, stats)) => {
-                    self.store_baseline(&task.id, fresh).await?;
-                    restore = json!(stats);
-                }
-                Err(e) => {
-                    // Back to suspended: the snapshot is intact, a later wake may succeed.
-                    self.release_slot(&task.id).await?;
-                    self.store.transition(&task.id, TaskState::Waking, Transition::WakeFailed).await?;
-                    self.log(&task.id, EventKind::Wake, "daemon", json!({ "trigger": trigger, "error": e.to_string() }), Some(1), None).await;
-                    return Err(e);
-                }
+        let manifest = match (from_cache, &snap) {
+            (false, Some(s)) => Some(self.load_manifest(&s.manifest).await?),
+            _ => None,
+        };
+        let source = match &manifest {
+            Some(m) => DiskSource::Snapshot { manifest: m, base: if cached { self.baseline_manifest(&task.id).await } else { None } },
+            None => DiskSource::AsLeft,
+        };
+        let made = self
+            .materialise(&task, &image, slot, source, OnRestoreFailure::BackToSuspended, None, "daemon", async |_| {
+                fail::fail_point!("wake.disk_restored");
+                Ok(())
+            })
+            .await;
+        let made = match made {
+            Ok(m) => m,
+            Err(e) => {
+                self.log(&task.id, EventKind::Wake, "daemon", json!({ "trigger": trigger, "error": e.to_string() }), Some(1), None).await;
+                return Err(e);
             }
-        }
-        fail::fail_point!("wake.disk_restored");
-        let restored_ms = begun.elapsed().as_secs_f64() * 1000.0;
-        self.start(&task, &image, "daemon", None, Some(slot)).await?;
-        let ready_ms = begun.elapsed().as_secs_f64() * 1000.0;
+        };
+        let (restored_ms, ready_ms) = (made.restored_ms, made.ready_ms);
+        let restore = json!(made.restore.map(|r| r.stats));
         fail::fail_point!("wake.sandbox_started");
         self.start_services(&task, "daemon").await?;
         let mut args = json!({
@@ -194,21 +187,6 @@ impl Runtime {
         Ok(())
     }
 
-    /// A uid slot for a new sandbox of `id`, the previous one when free.
-    async fn claim_slot_preferring(&self, id: &TaskId, previous: Option<u32>) -> Result<u32, Error> {
-        if let Some(p) = previous {
-            if self.store.try_claim_sandbox_slot(id, p).await? {
-                let driver = self.driver.clone();
-                let tid = id.to_string();
-                if tokio::task::spawn_blocking(move || driver.reserve_slot(p, &tid)).await?? {
-                    return Ok(p);
-                }
-                self.store.release_sandbox(id).await?;
-            }
-        }
-        self.claim_slot(id).await
-    }
-
     /// Rebuilds the sandbox of a task whose sandbox is gone: from its head
     /// snapshot (the latest, or a later rollback's target; step and memory
     /// summary included) when it has one, else on
@@ -226,20 +204,20 @@ impl Runtime {
         // After a rollback, the target: the task's record says it is there.
         let snap = self.head_snapshot(&task).await?;
         let slot = self.claim_slot(&task.id).await?;
-        let ids = IdRange::for_slot(slot).map_err(Error::from)?;
+        let manifest = match &snap {
+            Some(s) => Some(self.load_manifest(&s.manifest).await?),
+            None => None,
+        };
+        let source = match &manifest {
+            Some(m) => {
+                let cached = self.driver.paths(task.id.as_str()).disk_image.exists();
+                DiskSource::Snapshot { manifest: m, base: if cached { self.baseline_manifest(&task.id).await } else { None } }
+            }
+            None => DiskSource::AsLeft,
+        };
+        self.materialise(&task, &image, slot, source, OnRestoreFailure::StayLost, None, "daemon", async |_| Ok(())).await?;
         let (note, step, memory) = match &snap {
             Some(s) => {
-                let manifest = self.load_manifest(&s.manifest).await?;
-                let cached = self.driver.paths(task.id.as_str()).disk_image.exists();
-                let base = if cached { self.baseline_manifest(&task.id).await } else { None };
-                let (fresh, _) = match self.restore_disk(&task, &manifest, base, ids).await {
-                    Ok(r) => r,
-                    Err(e) => {
-                        self.release_slot(&task.id).await?;
-                        return Err(e);
-                    }
-                };
-                self.store_baseline(&task.id, fresh).await?;
                 let lost = if task.step > s.step {
                     format!("steps {} to {} and their changes to files were lost", s.step + 1, task.step)
                 } else {
@@ -253,7 +231,6 @@ impl Runtime {
                 task.memory.clone(),
             ),
         };
-        self.start(&task, &image, "daemon", None, Some(slot)).await?;
         self.start_services(&task, "daemon").await?;
         let ev = NewEvent {
             task: task.id.clone(),
@@ -305,7 +282,7 @@ impl Runtime {
                         continue;
                     }
                     let lock = self.lock_of(&t.id);
-                    let Ok(_guard) = lock.try_lock() else { continue };
+                    let Some(_guard) = lock.try_lock() else { continue };
                     let Ok(task) = self.find(t.id.as_str()).await else { continue };
                     if task.state != TaskState::Running || self.live(&task.id).is_none() || now_ms() - task.last_activity_ms < idle as i64 {
                         continue;

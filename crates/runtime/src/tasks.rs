@@ -5,9 +5,8 @@
 //! when it ends. Blocking sandbox work runs on the blocking pool, and
 //! lifecycle changes of one task are serialised by a per-task lock.
 
-use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cairn_core::{
@@ -59,14 +58,15 @@ pub struct Runtime {
     pub keys: std::sync::Mutex<cairn_ledger::NodeKeys>,
     /// The daemon's base URL (for webhook and approval links), once bound.
     pub base_url: std::sync::OnceLock<String>,
-    /// Commands running per task: a task is not idle while one runs.
-    busy: Mutex<HashMap<TaskId, usize>>,
+    /// What is kept in memory per task (lock, live sandbox, busy count,
+    /// progress, baseline, egress proxy).
+    pub(crate) cells: crate::cell::Cells,
     defaults: Limits,
     retention: cairn_core::Retention,
     idle_suspend_default: Option<Duration>,
-    live: Mutex<HashMap<TaskId, Live>>,
-    locks: Mutex<HashMap<TaskId, Arc<tokio::sync::Mutex<()>>>>,
     pub egress: crate::egress::Egress,
+    /// Wakes of `waking` tasks, deduplicated, a bounded number at a time.
+    pub(crate) wakes: Arc<crate::wakes::WakeScheduler>,
     /// Wakes the timer loop when a timer wait is added.
     pub(crate) timer_added: tokio::sync::Notify,
     default_egress: cairn_core::EgressRules,
@@ -107,12 +107,11 @@ impl Runtime {
             link_key,
             keys: std::sync::Mutex::new(keys),
             base_url: std::sync::OnceLock::new(),
-            busy: Mutex::new(HashMap::new()),
+            cells: crate::cell::Cells::default(),
+            wakes: Arc::new(crate::wakes::WakeScheduler::new(crate::wakes::MAX_CONCURRENT_WAKES)),
             defaults,
             retention: config.retention.clone(),
             idle_suspend_default: config.idle_suspend,
-            live: Mutex::new(HashMap::new()),
-            locks: Mutex::new(HashMap::new()),
             egress: crate::egress::Egress::new(&config.egress, own),
             timer_added: tokio::sync::Notify::new(),
             default_egress: config.egress.default_rules.clone(),
@@ -125,40 +124,52 @@ impl Runtime {
 
     /// True while a command of the task runs.
     pub(crate) fn busy(&self, id: &TaskId) -> bool {
-        self.busy.lock().unwrap_or_else(|e| e.into_inner()).get(id).copied().unwrap_or(0) > 0
+        self.cells.get(id).is_some_and(|c| c.busy())
     }
 
     /// Counts a running command until the guard drops.
-    pub(crate) fn mark_busy(self: &Arc<Self>, id: &TaskId) -> BusyGuard {
-        *self.busy.lock().unwrap_or_else(|e| e.into_inner()).entry(id.clone()).or_default() += 1;
-        BusyGuard { tasks: self.clone(), id: id.clone() }
+    pub(crate) fn mark_busy(&self, id: &TaskId) -> BusyGuard {
+        let cell = self.cells.of(id);
+        cell.add_busy(1);
+        BusyGuard { cell }
     }
 
-    pub(crate) fn lock_of(&self, id: &TaskId) -> Arc<tokio::sync::Mutex<()>> {
-        let mut locks = self.locks.lock().unwrap_or_else(|e| e.into_inner());
-        locks.entry(id.clone()).or_default().clone()
+    /// The task's cell; its `lock()` serialises the task's lifecycle steps.
+    pub(crate) fn lock_of(&self, id: &TaskId) -> Arc<crate::cell::TaskCell> {
+        self.cells.of(id)
     }
 
     pub fn live(&self, id: &TaskId) -> Option<Live> {
-        self.live.lock().unwrap_or_else(|e| e.into_inner()).get(id).copied()
+        self.cells.get(id).and_then(|c| c.live())
     }
 
     /// Records the task's live sandbox; with `None`, also stops its proxy.
     /// (A new sandbox gets its proxy from [`Runtime::serve_egress`].)
     pub(crate) fn set_live(&self, id: &TaskId, live: Option<Live>) {
-        let mut map = self.live.lock().unwrap_or_else(|e| e.into_inner());
-        match live {
-            Some(l) => map.insert(id.clone(), l),
-            None => {
-                self.egress.detach(id);
-                map.remove(id)
-            }
+        let cell = match live {
+            Some(_) => self.cells.of(id),
+            None => match self.cells.get(id) {
+                Some(c) => c,
+                None => return,
+            },
         };
+        if let Some(proxy) = cell.set_live(live) {
+            tokio::spawn(proxy.stop());
+        }
     }
 
-    /// Serves the egress proxy of the task's live sandbox.
+    /// Serves the egress proxy of the task's live sandbox (once per sandbox).
     pub(crate) async fn serve_egress(&self, task: &Task, live: Live) {
-        self.egress.attach(&self.store, &self.driver, &task.id, &task.config.egress, live.init).await;
+        let cell = self.cells.of(&task.id);
+        if cell.with_proxy(|p| p.init == live.init) == Some(true) {
+            return;
+        }
+        if let Some(proxy) = self.egress.start_proxy(&self.store, &self.driver, &task.id, &task.config.egress, live.init).await {
+            // The proxy of a sandbox this one replaced (a rollback) stops here.
+            if let Some(old) = cell.set_proxy(proxy) {
+                tokio::spawn(old.stop());
+            }
+        }
     }
 
     pub fn view(&self, task: Task) -> TaskView {
@@ -325,35 +336,7 @@ impl Runtime {
         }
     }
 
-    /// A uid slot free both in this store and on the host (other daemons'
-    /// sandboxes use the same host uid space).
-    pub(crate) async fn claim_slot(&self, id: &TaskId) -> Result<u32, Error> {
-        let mut min = 0;
-        loop {
-            let slot = self.store.claim_sandbox_slot_from(id, min).await?;
-            let driver = self.driver.clone();
-            let tid = id.to_string();
-            match tokio::task::spawn_blocking(move || driver.reserve_slot(slot, &tid)).await? {
-                Ok(true) => return Ok(slot),
-                Ok(false) => {
-                    self.store.release_sandbox(id).await?;
-                    min = slot + 1;
-                }
-                Err(e) => {
-                    self.store.release_sandbox(id).await?;
-                    return Err(e.into());
-                }
-            }
-        }
-    }
 
-    pub(crate) async fn release_slot(&self, id: &TaskId) -> Result<(), Error> {
-        if let Some(row) = self.store.sandbox(id).await? {
-            self.driver.release_slot(row.uid_slot, id.as_str());
-        }
-        self.store.release_sandbox(id).await?;
-        Ok(())
-    }
 
     /// The live sandbox of a task that can run commands, starting it if the
     /// task was created but never started (e.g. the daemon stopped midway).
@@ -427,9 +410,9 @@ impl Runtime {
             })
             .await?;
         result.map_err(|e| Error::internal(format!("teardown of {} failed: {e}", task.id)))?;
-        // A destroyed task takes no more lifecycle steps: its lock can go
+        // A destroyed task takes no more lifecycle steps: its cell can go
         // (the guard held here keeps it alive until this returns).
-        self.locks.lock().unwrap_or_else(|e| e.into_inner()).remove(&task.id);
+        self.cells.remove(&task.id);
         Ok(self.view(self.find(task.id.as_str()).await?))
     }
 
@@ -594,10 +577,13 @@ impl Runtime {
         tokio::spawn(async move {
             loop {
                 tokio::time::sleep(Duration::from_millis(500)).await;
-                let dead: Vec<(TaskId, Live)> = {
-                    let map = self.live.lock().unwrap_or_else(|e| e.into_inner());
-                    map.iter().filter(|(_, l)| !l.init.alive()).map(|(k, v)| (k.clone(), *v)).collect()
-                };
+                let dead: Vec<(TaskId, Live)> = self
+                    .cells
+                    .all()
+                    .into_iter()
+                    .filter_map(|(id, c)| Some((id, c.live()?)))
+                    .filter(|(_, l)| !l.init.alive())
+                    .collect();
                 for (id, live) in dead {
                     reaper::reap(live.init.pid);
                     let lock = self.lock_of(&id);
@@ -619,24 +605,12 @@ impl Runtime {
 /// Marks a task busy while a command runs; the end of it counts as activity.
 #[derive(Debug)]
 pub(crate) struct BusyGuard {
-    tasks: Arc<Runtime>,
-    id: TaskId,
+    cell: Arc<crate::cell::TaskCell>,
 }
 
 impl Drop for BusyGuard {
     fn drop(&mut self) {
-        let mut busy = self.tasks.busy.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(n) = busy.get_mut(&self.id) {
-            *n = n.saturating_sub(1);
-            if *n == 0 {
-                busy.remove(&self.id);
-            }
-        }
-        drop(busy);
-        let (store, id) = (self.tasks.store.clone(), self.id.clone());
-        tokio::spawn(async move {
-            let _ = store.touch(&id).await;
-        });
+        self.cell.add_busy(-1);
     }
 }
 
@@ -649,6 +623,7 @@ impl Runtime {
         self.reconcile().await;
         self.clone().spawn_background();
         let _ = self.base_url.set(base_url);
+        self.spawn_wakes();
         // Wake, recover, fire timers: after the URL is known (links).
         self.recover_all().await;
         self.clone().spawn_timers();
@@ -658,7 +633,11 @@ impl Runtime {
     /// Stops the proxies and the helpers started ahead. Sandboxes keep
     /// running: they belong to their tasks, not to this process.
     pub async fn shutdown(&self) {
-        self.egress.shutdown().await;
+        for (_, cell) in self.cells.all() {
+            if let Some(proxy) = cell.take_proxy() {
+                proxy.stop().await;
+            }
+        }
         let driver = self.driver.clone();
         let _ = tokio::task::spawn_blocking(move || driver.discard_prestarted()).await;
     }

@@ -132,7 +132,7 @@ impl Runtime {
         let d = self.store.deliver(&ev).await?;
         fail::fail_point!("event.stored");
         if d.wake {
-            self.spawn_wake(ev.task.clone(), format!("event {}", d.event.id), Some(accepted));
+            self.schedule_wake(ev.task.clone(), format!("event {}", d.event.id), Some(accepted));
         }
         Ok(d)
     }

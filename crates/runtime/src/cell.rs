@@ -1,0 +1,135 @@
+//! What the runtime keeps in memory about each task it works with, in one
+//! cell per task instead of one map per concern: the lock that serialises
+//! its lifecycle steps, its live sandbox, the commands running in it, the
+//! progress of a snapshot or restore, the parsed manifest its disk matches,
+//! and its egress proxy.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use cairn_api::snapshots::OpProgress;
+use cairn_core::TaskId;
+use cairn_snapshot::Manifest;
+
+use crate::egress::Proxy;
+use crate::tasks::Live;
+
+/// One task's in-memory state. Everything in it can be rebuilt from the
+/// store and the host after a restart.
+#[derive(Debug, Default)]
+pub(crate) struct TaskCell {
+    /// Serialises the task's lifecycle steps (start, snapshot, suspend,
+    /// wake, rollback, destroy).
+    lock: tokio::sync::Mutex<()>,
+    state: Mutex<CellState>,
+}
+
+#[derive(Debug, Default)]
+struct CellState {
+    live: Option<Live>,
+    /// Commands running now: a task is not idle while one runs.
+    busy: usize,
+    progress: Option<OpProgress>,
+    /// The manifest the task's disk matches, by id, so an incremental
+    /// snapshot does not parse its parent's manifest again.
+    baseline: Option<(String, Arc<Manifest>)>,
+    proxy: Option<Proxy>,
+}
+
+impl TaskCell {
+    pub(crate) async fn lock(&self) -> tokio::sync::MutexGuard<'_, ()> {
+        self.lock.lock().await
+    }
+
+    pub(crate) fn try_lock(&self) -> Option<tokio::sync::MutexGuard<'_, ()>> {
+        self.lock.try_lock().ok()
+    }
+
+    fn state(&self) -> MutexGuard<'_, CellState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn live(&self) -> Option<Live> {
+        self.state().live
+    }
+
+    /// Records the live sandbox. With `None` (it is going away) returns its
+    /// proxy for the caller to stop; a new sandbox's proxy replaces the old
+    /// one through [`TaskCell::set_proxy`].
+    pub(crate) fn set_live(&self, live: Option<Live>) -> Option<Proxy> {
+        let mut s = self.state();
+        s.live = live;
+        if live.is_none() {
+            s.proxy.take()
+        } else {
+            None
+        }
+    }
+
+    pub(crate) fn set_proxy(&self, proxy: Proxy) -> Option<Proxy> {
+        self.state().proxy.replace(proxy)
+    }
+
+    pub(crate) fn with_proxy<R>(&self, f: impl FnOnce(&Proxy) -> R) -> Option<R> {
+        self.state().proxy.as_ref().map(f)
+    }
+
+    pub(crate) fn take_proxy(&self) -> Option<Proxy> {
+        self.state().proxy.take()
+    }
+
+    pub(crate) fn busy(&self) -> bool {
+        self.state().busy > 0
+    }
+
+    pub(crate) fn add_busy(&self, delta: isize) {
+        let mut s = self.state();
+        s.busy = s.busy.saturating_add_signed(delta);
+    }
+
+    pub(crate) fn progress(&self) -> Option<OpProgress> {
+        self.state().progress.clone()
+    }
+
+    pub(crate) fn set_progress(&self, p: Option<OpProgress>) {
+        self.state().progress = p;
+    }
+
+    pub(crate) fn baseline(&self, hex: &str) -> Option<Arc<Manifest>> {
+        self.state().baseline.as_ref().filter(|(h, _)| h == hex).map(|(_, m)| m.clone())
+    }
+
+    pub(crate) fn set_baseline(&self, b: Option<(String, Arc<Manifest>)>) {
+        self.state().baseline = b;
+    }
+}
+
+/// The cells of the tasks the runtime works with.
+#[derive(Debug, Default)]
+pub(crate) struct Cells(Mutex<HashMap<TaskId, Arc<TaskCell>>>);
+
+impl Cells {
+    fn map(&self) -> MutexGuard<'_, HashMap<TaskId, Arc<TaskCell>>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The task's cell, made empty on first use.
+    pub(crate) fn of(&self, id: &TaskId) -> Arc<TaskCell> {
+        self.map().entry(id.clone()).or_default().clone()
+    }
+
+    /// The task's cell if it has one (reads that must not make one).
+    pub(crate) fn get(&self, id: &TaskId) -> Option<Arc<TaskCell>> {
+        self.map().get(id).cloned()
+    }
+
+    /// Forgets a task that takes no more lifecycle steps (destroyed). A
+    /// caller still holding the cell keeps it until it is done.
+    pub(crate) fn remove(&self, id: &TaskId) -> Option<Arc<TaskCell>> {
+        self.map().remove(id)
+    }
+
+    pub(crate) fn all(&self) -> Vec<(TaskId, Arc<TaskCell>)> {
+        self.map().iter().map(|(id, c)| (id.clone(), c.clone())).collect()
+    }
+}
