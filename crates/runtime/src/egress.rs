@@ -11,7 +11,7 @@ use cairn_core::{EgressRules, EventKind, NewEvent, TaskId};
 use serde::Deserialize;
 use cairn_egress::{Attempt, Policy, ProxyConfig, SystemResolver, TaskProxy};
 use cairn_sandbox::native::{InitProcess, NativeDriver};
-use cairn_store::Store;
+use cairn_store::SharedStore;
 use serde_json::json;
 use tokio::sync::{mpsc, watch};
 
@@ -109,7 +109,7 @@ impl Egress {
 
     /// Starts serving the proxy port of a sandbox that just started (or
     /// survived a daemon restart). Its init hands over the listening socket.
-    pub async fn attach(&self, store: &Store, driver: &Arc<NativeDriver>, task: &TaskId, rules: &EgressRules, init: InitProcess) {
+    pub async fn attach(&self, store: &SharedStore, driver: &Arc<NativeDriver>, task: &TaskId, rules: &EgressRules, init: InitProcess) {
         if self.running().get(task).is_some_and(|r| r.init == init) {
             return;
         }
@@ -198,7 +198,7 @@ impl crate::tasks::Runtime {
 }
 
 /// Drains one proxy's attempts into the task's event log, in batches.
-async fn write_decisions(store: Store, task: TaskId, mut rx: mpsc::UnboundedReceiver<Attempt>) {
+async fn write_decisions(store: SharedStore, task: TaskId, mut rx: mpsc::UnboundedReceiver<Attempt>) {
     let mut batch = Vec::new();
     while rx.recv_many(&mut batch, LOG_BATCH).await > 0 {
         let events: Vec<NewEvent> = batch.drain(..).map(|a| decision_event(&task, &a)).collect();
