@@ -10,7 +10,7 @@ use cairn_core::{EgressRules, EventKind, NewEvent, TaskId};
 use serde::Deserialize;
 use cairn_egress::{Attempt, Policy, ProxyConfig, SystemResolver, TaskProxy};
 use cairn_sandbox::native::{InitProcess, NativeDriver};
-use cairn_store::Store;
+use cairn_store::SharedStore;
 use serde_json::json;
 use tokio::sync::{mpsc, watch};
 
@@ -124,7 +124,7 @@ impl Egress {
 
     /// Starts serving the proxy port of a sandbox that just started (or
     /// survived a daemon restart). Its init hands over the listening socket.
-    pub(crate) async fn start_proxy(&self, store: &Store, driver: &Arc<NativeDriver>, task: &TaskId, rules: &EgressRules, init: InitProcess) -> Option<Proxy> {
+    pub(crate) async fn start_proxy(&self, store: &SharedStore, driver: &Arc<NativeDriver>, task: &TaskId, rules: &EgressRules, init: InitProcess) -> Option<Proxy> {
         let (d, id) = (driver.clone(), task.to_string());
         let listener = match tokio::task::spawn_blocking(move || d.proxy_listener(&id)).await {
             Ok(Ok(l)) => l,
@@ -195,7 +195,7 @@ impl crate::tasks::Runtime {
 }
 
 /// Drains one proxy's attempts into the task's event log, in batches.
-async fn write_decisions(store: Store, task: TaskId, mut rx: mpsc::UnboundedReceiver<Attempt>) {
+async fn write_decisions(store: SharedStore, task: TaskId, mut rx: mpsc::UnboundedReceiver<Attempt>) {
     let mut batch = Vec::new();
     while rx.recv_many(&mut batch, LOG_BATCH).await > 0 {
         let events: Vec<NewEvent> = batch.drain(..).map(|a| decision_event(&task, &a)).collect();

@@ -16,7 +16,7 @@ use cairn_core::{
 use cairn_sandbox::image::{Image, ImageStore};
 use cairn_sandbox::native::{InitProcess, NativeDriver};
 use cairn_sandbox::uidmap::IdRange;
-use cairn_store::{now_ms, Store};
+use cairn_store::{now_ms, SharedStore, SqliteStore};
 use serde_json::json;
 
 use crate::config::Config;
@@ -48,7 +48,7 @@ pub fn limits_view(l: &Limits) -> LimitsView {
 
 #[derive(Debug)]
 pub struct Runtime {
-    pub store: Store,
+    pub store: SharedStore,
     pub images: ImageStore,
     pub driver: Arc<NativeDriver>,
     pub snaps: crate::snapshots::SnapshotState,
@@ -75,7 +75,7 @@ pub struct Runtime {
 impl Runtime {
     /// `own` is the daemon's API address, which sandboxes must never reach.
     pub async fn open(home: &Home, config: &Config, helper: PathBuf, own: std::net::SocketAddr) -> Result<Runtime, OpenError> {
-        let store = Store::open(&home.db()).await?;
+        let store: SharedStore = Arc::new(SqliteStore::open(&home.db()).await?);
         let images = ImageStore::new(home.images());
         let images2 = images.clone();
         let root = home.root().to_owned();

@@ -1,42 +1,46 @@
+//! The SQLite store: one file under `$CAIRN_HOME`, for a single daemon.
+//!
+//! Every write is one statement or one transaction, so a crash at any point
+//! leaves either the old or the new state. Transactions that write
+//! begin `IMMEDIATE`: one that read first and then upgraded would fail at
+//! once with "database is locked" under concurrent writers instead of
+//! waiting its turn. The database runs in WAL mode with
+//! `synchronous=FULL`: a call that returned has reached the disk.
+//!
+//! Tasks, events and sandbox slots are here; snapshots, waits and
+//! checkpoints in the submodules, one per concern of the contract.
+
+mod ledger;
+mod snapshots;
+mod waits;
+
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::sync::Arc;
+use std::time::Duration;
 
+use async_trait::async_trait;
 use cairn_core::{Event, EventKind, NewEvent, SandboxState, Task, TaskConfig, TaskId, TaskState, Transition};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow, SqliteSynchronous};
 use sqlx::{Row, SqlitePool};
+use tokio::sync::watch;
 
-use crate::{Error, Result};
+use crate::{now_ms, Error, EventStore, Result, SandboxRow, SandboxStore, Store, TaskStore};
 
-/// Milliseconds since the Unix epoch.
-pub fn now_ms() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
-}
-
-/// The live sandbox of a task, as recorded.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SandboxRow {
-    pub task: TaskId,
-    pub uid_slot: u32,
-    pub init_pid: Option<i32>,
-    pub init_start_time: Option<u64>,
-    pub started_ms: i64,
-}
-
-/// Handle on the task database.
+/// Handle on the SQLite task database; clones share the connection pool.
 #[derive(Clone, Debug)]
-pub struct Store {
+pub struct SqliteStore {
     pub(crate) pool: SqlitePool,
     path: PathBuf,
     /// Bumped after every committed change to a task's state, events or
     /// waits, so that waiters are woken by the change instead of polling.
-    changes: std::sync::Arc<tokio::sync::watch::Sender<u64>>,
+    changes: Arc<watch::Sender<u64>>,
 }
 
-impl Store {
+impl SqliteStore {
     /// Opens (creating if needed) the database at `path` and applies
     /// migrations.
-    pub async fn open(path: &Path) -> Result<Store> {
+    pub async fn open(path: &Path) -> Result<SqliteStore> {
         let opts = SqliteConnectOptions::new()
             .filename(path)
             .create_if_missing(true)
@@ -50,18 +54,8 @@ impl Store {
             .await
             .map_err(|e| Error::Open(path.to_owned(), e))?;
         sqlx::migrate!("./migrations").run(&pool).await.map_err(|e| Error::Migrate(path.to_owned(), e))?;
-        crate::ledger::backfill(&pool).await?;
-        Ok(Store { pool, path: path.to_owned(), changes: std::sync::Arc::new(tokio::sync::watch::Sender::new(0)) })
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
-    /// Sees a new value after each committed change to a task's state, its
-    /// events or its waits (any task: a waiter rechecks what it waits for).
-    pub fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
-        self.changes.subscribe()
+        ledger::backfill(&pool).await?;
+        Ok(SqliteStore { pool, path: path.to_owned(), changes: Arc::new(watch::Sender::new(0)) })
     }
 
     /// Tells waiters that something changed.
@@ -76,17 +70,44 @@ impl Store {
         Ok(())
     }
 
-    pub async fn close(&self) {
-        self.pool.close().await;
+    async fn exec_one<'q>(
+        &self,
+        what: &'static str,
+        q: sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments<'q>>,
+        id: &TaskId,
+    ) -> Result<()> {
+        let res = q.execute(&self.pool).await.map_err(|e| Error::Query(what, e))?;
+        if res.rows_affected() == 0 {
+            return Err(Error::UnknownTask(id.to_string()));
+        }
+        self.notify_change();
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl Store for SqliteStore {
+    fn path(&self) -> &Path {
+        &self.path
     }
 
-    pub async fn insert_task(&self, task: &Task) -> Result<()> {
+    fn changes(&self) -> watch::Receiver<u64> {
+        self.changes.subscribe()
+    }
+
+    async fn close(&self) {
+        self.pool.close().await;
+    }
+}
+
+#[async_trait]
+impl TaskStore for SqliteStore {
+    async fn insert_task(&self, task: &Task) -> Result<()> {
         let mut conn = self.pool.acquire().await.map_err(|e| Error::Query("insert task", e))?;
         insert_task_row(&mut conn, task).await
     }
 
-    /// Finds a task by id or by name.
-    pub async fn find_task(&self, id_or_name: &str) -> Result<Task> {
+    async fn find_task(&self, id_or_name: &str) -> Result<Task> {
         let row = if TaskId::looks_like(id_or_name) {
             sqlx::query("SELECT * FROM tasks WHERE id = ?").bind(id_or_name).fetch_optional(&self.pool).await
         } else {
@@ -96,9 +117,15 @@ impl Store {
         row.map(|r| task_from_row(&r)).transpose()?.ok_or_else(|| Error::UnknownTask(id_or_name.to_owned()))
     }
 
-    /// Running tasks with an idle-suspend time that have had no activity
-    /// for longer than it at `now_ms`.
-    pub async fn idle_tasks(&self, now_ms: i64) -> Result<Vec<Task>> {
+    async fn list_tasks(&self) -> Result<Vec<Task>> {
+        let rows = sqlx::query("SELECT * FROM tasks ORDER BY created_ms, id")
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| Error::Query("list tasks", e))?;
+        rows.iter().map(task_from_row).collect()
+    }
+
+    async fn idle_tasks(&self, now_ms: i64) -> Result<Vec<Task>> {
         let rows = sqlx::query(
             "SELECT * FROM tasks WHERE state = 'running'
                AND json_extract(config, '$.idle_suspend_ms') IS NOT NULL
@@ -111,25 +138,14 @@ impl Store {
         rows.iter().map(task_from_row).collect()
     }
 
-    pub async fn list_tasks(&self) -> Result<Vec<Task>> {
-        let rows = sqlx::query("SELECT * FROM tasks ORDER BY created_ms, id")
-            .fetch_all(&self.pool)
-            .await
-            .map_err(|e| Error::Query("list tasks", e))?;
-        rows.iter().map(task_from_row).collect()
-    }
-
-    /// Moves the task by `t` from `from`, the state the caller read, if it
-    /// is still there: a compare-and-set over core's transition table, so
-    /// that two actors never both move a task. Returns the new state.
-    pub async fn transition(&self, id: &TaskId, from: TaskState, t: Transition) -> Result<TaskState> {
+    async fn transition(&self, id: &TaskId, from: TaskState, t: Transition) -> Result<TaskState> {
         let mut conn = self.pool.acquire().await.map_err(|e| Error::Query("change task state", e))?;
         let to = transition_in(&mut conn, id, from, t).await?;
         self.notify_change();
         Ok(to)
     }
 
-    pub async fn set_sandbox_state(&self, id: &TaskId, state: SandboxState, note: Option<&str>) -> Result<()> {
+    async fn set_sandbox_state(&self, id: &TaskId, state: SandboxState, note: Option<&str>) -> Result<()> {
         self.exec_one(
             "set sandbox state",
             sqlx::query("UPDATE tasks SET sandbox_state = ?, sandbox_note = ? WHERE id = ?")
@@ -141,8 +157,7 @@ impl Store {
         .await
     }
 
-    /// Increments the step counter and returns the new value.
-    pub async fn bump_step(&self, id: &TaskId) -> Result<u64> {
+    async fn bump_step(&self, id: &TaskId) -> Result<u64> {
         let row = sqlx::query("UPDATE tasks SET step = step + 1, last_activity_ms = ? WHERE id = ? RETURNING step")
             .bind(now_ms())
             .bind(id.as_str())
@@ -153,29 +168,7 @@ impl Store {
         Ok(row.get::<i64, _>(0) as u64)
     }
 
-    /// Appends an event; returns its sequence number in the task's log.
-    pub async fn append_event(&self, ev: &NewEvent) -> Result<u64> {
-        let q = |e| Error::Query("append event", e);
-        // IMMEDIATE: the chain's head is read and extended under the write lock.
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(q)?;
-        let seq = insert_event(&mut tx, ev).await.map_err(q)?;
-        self.commit(tx).await.map_err(q)?;
-        Ok(seq)
-    }
-
-    /// Appends several events in one transaction (one fsync): the egress
-    /// decision log writes bursts of connection attempts this way.
-    pub async fn append_events(&self, events: &[NewEvent]) -> Result<()> {
-        let q = |e| Error::Query("append events", e);
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(q)?;
-        for ev in events {
-            insert_event(&mut tx, ev).await.map_err(q)?;
-        }
-        self.commit(tx).await.map_err(q)
-    }
-
-    /// Replaces a task's config and logs why, in one transaction.
-    pub async fn set_config(&self, id: &TaskId, config: &TaskConfig, ev: &NewEvent) -> Result<()> {
+    async fn set_config(&self, id: &TaskId, config: &TaskConfig, ev: &NewEvent) -> Result<()> {
         let q = |e| Error::Query("set task config", e);
         let text = serde_json::to_string(config).map_err(|e| Error::Corrupt("config", e.to_string()))?;
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(q)?;
@@ -192,19 +185,55 @@ impl Store {
         self.commit(tx).await.map_err(q)
     }
 
-    /// The task's events after sequence number `after` (a live watch asks
-    /// for what is new, not for the whole log again).
-    pub async fn events_after(&self, id: &TaskId, after: u64) -> Result<Vec<Event>> {
-        let rows = sqlx::query("SELECT * FROM events WHERE task_id = ? AND seq > ? ORDER BY seq")
-            .bind(id.as_str())
-            .bind(after as i64)
-            .fetch_all(&self.pool)
+    async fn touch(&self, task: &TaskId) -> Result<()> {
+        sqlx::query("UPDATE tasks SET last_activity_ms = ? WHERE id = ?")
+            .bind(now_ms())
+            .bind(task.as_str())
+            .execute(&self.pool)
             .await
-            .map_err(|e| Error::Query("read events", e))?;
-        rows.iter().map(event_from_row).collect()
+            .map_err(|e| Error::Query("touch task", e))?;
+        Ok(())
     }
 
-    pub async fn events(&self, id: &TaskId) -> Result<Vec<Event>> {
+    async fn record_recovery(&self, task: &TaskId, from: TaskState, step: u64, memory: &str, note: &str, ev: &NewEvent) -> Result<()> {
+        let q = |e| Error::Query("record recovery", e);
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(q)?;
+        transition_in(&mut tx, task, from, Transition::Recover).await?;
+        sqlx::query("UPDATE tasks SET step = ?, memory = ?, recovery_note = ?, last_activity_ms = ? WHERE id = ?")
+            .bind(step as i64)
+            .bind(memory)
+            .bind(note)
+            .bind(now_ms())
+            .bind(task.as_str())
+            .execute(&mut *tx)
+            .await
+            .map_err(q)?;
+        insert_event(&mut tx, ev).await.map_err(q)?;
+        self.commit(tx).await.map_err(q)
+    }
+}
+
+#[async_trait]
+impl EventStore for SqliteStore {
+    async fn append_event(&self, ev: &NewEvent) -> Result<u64> {
+        let q = |e| Error::Query("append event", e);
+        // IMMEDIATE: the chain's head is read and extended under the write lock.
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(q)?;
+        let seq = insert_event(&mut tx, ev).await.map_err(q)?;
+        self.commit(tx).await.map_err(q)?;
+        Ok(seq)
+    }
+
+    async fn append_events(&self, events: &[NewEvent]) -> Result<()> {
+        let q = |e| Error::Query("append events", e);
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(q)?;
+        for ev in events {
+            insert_event(&mut tx, ev).await.map_err(q)?;
+        }
+        self.commit(tx).await.map_err(q)
+    }
+
+    async fn events(&self, id: &TaskId) -> Result<Vec<Event>> {
         let rows = sqlx::query("SELECT * FROM events WHERE task_id = ? ORDER BY seq")
             .bind(id.as_str())
             .fetch_all(&self.pool)
@@ -213,14 +242,21 @@ impl Store {
         rows.iter().map(event_from_row).collect()
     }
 
-    /// Records a new sandbox for `id` on the lowest free uid slot and returns
-    /// the slot. One statement, so two concurrent starts never share a slot.
-    pub async fn claim_sandbox_slot(&self, id: &TaskId) -> Result<u32> {
-        self.claim_sandbox_slot_from(id, 0).await
+    async fn events_after(&self, id: &TaskId, after: u64) -> Result<Vec<Event>> {
+        let rows = sqlx::query("SELECT * FROM events WHERE task_id = ? AND seq > ? ORDER BY seq")
+            .bind(id.as_str())
+            .bind(after as i64)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| Error::Query("read events", e))?;
+        rows.iter().map(event_from_row).collect()
     }
+}
 
-    /// Like [`Self::claim_sandbox_slot`], with the lowest slot `>= min`.
-    pub async fn claim_sandbox_slot_from(&self, id: &TaskId, min: u32) -> Result<u32> {
+#[async_trait]
+impl SandboxStore for SqliteStore {
+    async fn claim_sandbox_slot_from(&self, id: &TaskId, min: u32) -> Result<u32> {
+        // One statement, so two concurrent starts never share a slot.
         let row = sqlx::query(
             "INSERT INTO sandboxes (task_id, uid_slot, started_ms)
              VALUES (?1, (SELECT MIN(s.slot) FROM
@@ -237,10 +273,21 @@ impl Store {
         Ok(row.get::<i64, _>(0) as u32)
     }
 
-    /// Records, in one transaction, that the sandbox of `id` is up: its
-    /// init, the task state (`running` when it was `created`), the sandbox
-    /// state, and the start event. Returns the event's sequence number.
-    pub async fn record_sandbox_ready(&self, id: &TaskId, pid: i32, start_time: u64, ev: &NewEvent) -> Result<u64> {
+    async fn try_claim_sandbox_slot(&self, task: &TaskId, slot: u32) -> Result<bool> {
+        let res = sqlx::query("INSERT INTO sandboxes (task_id, uid_slot, started_ms) VALUES (?, ?, ?)")
+            .bind(task.as_str())
+            .bind(slot as i64)
+            .bind(now_ms())
+            .execute(&self.pool)
+            .await;
+        match res {
+            Ok(_) => Ok(true),
+            Err(sqlx::Error::Database(e)) if e.is_unique_violation() => Ok(false),
+            Err(e) => Err(Error::Query("claim sandbox slot", e)),
+        }
+    }
+
+    async fn record_sandbox_ready(&self, id: &TaskId, pid: i32, start_time: u64, ev: &NewEvent) -> Result<u64> {
         let q = |e| Error::Query("record sandbox start", e);
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(q)?;
         sqlx::query("UPDATE sandboxes SET init_pid = ?, init_start_time = ? WHERE task_id = ?")
@@ -268,7 +315,7 @@ impl Store {
         Ok(seq)
     }
 
-    pub async fn sandbox(&self, id: &TaskId) -> Result<Option<SandboxRow>> {
+    async fn sandbox(&self, id: &TaskId) -> Result<Option<SandboxRow>> {
         let row = sqlx::query("SELECT * FROM sandboxes WHERE task_id = ?")
             .bind(id.as_str())
             .fetch_optional(&self.pool)
@@ -277,7 +324,7 @@ impl Store {
         row.map(|r| sandbox_from_row(&r)).transpose()
     }
 
-    pub async fn sandboxes(&self) -> Result<Vec<SandboxRow>> {
+    async fn sandboxes(&self) -> Result<Vec<SandboxRow>> {
         let rows = sqlx::query("SELECT * FROM sandboxes ORDER BY uid_slot")
             .fetch_all(&self.pool)
             .await
@@ -285,8 +332,7 @@ impl Store {
         rows.iter().map(sandbox_from_row).collect()
     }
 
-    /// Forgets the sandbox of `id`, freeing its uid slot. Absent is fine.
-    pub async fn release_sandbox(&self, id: &TaskId) -> Result<()> {
+    async fn release_sandbox(&self, id: &TaskId) -> Result<()> {
         sqlx::query("DELETE FROM sandboxes WHERE task_id = ?")
             .bind(id.as_str())
             .execute(&self.pool)
@@ -295,22 +341,27 @@ impl Store {
         Ok(())
     }
 
-    async fn exec_one<'q>(
-        &self,
-        what: &'static str,
-        q: sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments<'q>>,
-        id: &TaskId,
-    ) -> Result<()> {
-        let res = q.execute(&self.pool).await.map_err(|e| Error::Query(what, e))?;
-        if res.rows_affected() == 0 {
-            return Err(Error::UnknownTask(id.to_string()));
-        }
-        self.notify_change();
+    async fn set_last_uid_slot(&self, task: &TaskId, slot: Option<u32>) -> Result<()> {
+        sqlx::query("UPDATE tasks SET last_uid_slot = ? WHERE id = ?")
+            .bind(slot.map(i64::from))
+            .bind(task.as_str())
+            .execute(&self.pool)
+            .await
+            .map_err(|e| Error::Query("set last uid slot", e))?;
         Ok(())
+    }
+
+    async fn last_uid_slot(&self, task: &TaskId) -> Result<Option<u32>> {
+        let row = sqlx::query("SELECT last_uid_slot FROM tasks WHERE id = ?")
+            .bind(task.as_str())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(|e| Error::Query("read last uid slot", e))?;
+        Ok(row.and_then(|r| r.get::<Option<i64>, _>(0)).map(|s| s as u32))
     }
 }
 
-/// [`Store::transition`] inside a transaction of the caller's.
+/// [`TaskStore::transition`] inside a transaction of the caller's.
 pub(crate) async fn transition_in(conn: &mut sqlx::SqliteConnection, id: &TaskId, from: TaskState, t: Transition) -> Result<TaskState> {
     let to = from.apply(t).map_err(|_| Error::Transition { task: id.to_string(), from, action: t.action() })?;
     let q = |e| Error::Query("change task state", e);
@@ -475,151 +526,54 @@ fn sandbox_from_row(r: &SqliteRow) -> Result<SandboxRow> {
     })
 }
 
+/// A SQLite database in a temporary directory, for the conformance suite
+/// and the tests of what only SQLite has.
+#[cfg(test)]
+#[derive(Debug)]
+pub(crate) struct TempSqlite {
+    dir: tempfile::TempDir,
+}
+
+#[cfg(test)]
+impl TempSqlite {
+    pub(crate) fn file(&self) -> PathBuf {
+        self.dir.path().join("cairn.db")
+    }
+
+    /// A handle that can also run raw SQL (`pool`).
+    pub(crate) async fn open_sqlite(&self) -> SqliteStore {
+        SqliteStore::open(&self.file()).await.expect("open a SQLite database in a temporary directory")
+    }
+}
+
+#[cfg(test)]
+impl crate::conformance::TestDatabase for TempSqlite {
+    async fn create() -> Self {
+        TempSqlite { dir: tempfile::tempdir().expect("create a temporary directory") }
+    }
+
+    async fn open(&self) -> crate::SharedStore {
+        Arc::new(self.open_sqlite().await)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use cairn_core::Limits;
-
-    fn task(name: Option<&str>) -> Task {
-        Task::new(TaskId::random(), name.map(str::to_owned), TaskConfig { limits: Limits::default(), ..TaskConfig::default() }, now_ms())
-    }
-
-    fn event(id: &TaskId, kind: EventKind) -> NewEvent {
-        NewEvent {
-            task: id.clone(),
-            kind,
-            actor: "test".into(),
-            args: serde_json::json!({"argv": ["true"]}),
-            exit_code: Some(0),
-            duration_ms: Some(3),
-        }
-    }
-
-    #[tokio::test]
-    async fn a_state_change_is_a_compare_and_set_over_the_transition_table() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(&dir.path().join("cairn.db")).await.unwrap();
-        let t = task(None);
-        store.insert_task(&t).await.unwrap();
-        assert_eq!(store.transition(&t.id, TaskState::Created, Transition::Start).await.unwrap(), TaskState::Running);
-        // Two actors that both read `running` and both suspend: one wins.
-        assert_eq!(store.transition(&t.id, TaskState::Running, Transition::Suspend).await.unwrap(), TaskState::Suspending);
-        match store.transition(&t.id, TaskState::Running, Transition::Suspend).await {
-            Err(Error::StateChanged { expected, found, action, .. }) => {
-                assert_eq!((expected, found, action), (TaskState::Running, TaskState::Suspending, "suspend"));
-            }
-            other => panic!("the second suspend must lose: {other:?}"),
-        }
-        // Not in the table: refused before the database is asked.
-        let err = store.transition(&t.id, TaskState::Suspending, Transition::Woke).await.unwrap_err();
-        assert!(matches!(err, Error::Transition { .. }), "{err}");
-        assert_eq!(err.to_string(), format!("task {} is suspending; it cannot finish waking", t.id));
-        assert_eq!(store.find_task(t.id.as_str()).await.unwrap().state, TaskState::Suspending, "the losers changed nothing");
-    }
-
-    #[tokio::test]
-    async fn waiters_see_each_committed_change_and_nothing_else() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(&dir.path().join("cairn.db")).await.unwrap();
-        let t = task(None);
-        store.insert_task(&t).await.unwrap();
-        let mut changes = store.changes();
-        assert!(!changes.has_changed().unwrap(), "a new receiver starts with nothing to see");
-        // Control: a read changes nothing.
-        store.find_task(t.id.as_str()).await.unwrap();
-        assert!(!changes.has_changed().unwrap());
-        // A state change (one statement) and an event (a transaction) each wake a waiter.
-        let waiter = tokio::spawn(async move { changes.changed().await.map(|_| changes) });
-        store.transition(&t.id, TaskState::Created, Transition::Start).await.unwrap();
-        let mut changes = tokio::time::timeout(std::time::Duration::from_secs(5), waiter).await.unwrap().unwrap().unwrap();
-        assert!(!changes.has_changed().unwrap());
-        store.append_event(&event(&t.id, EventKind::Exec)).await.unwrap();
-        assert!(changes.has_changed().unwrap(), "an appended event is a change");
-        changes.borrow_and_update();
-        // A failed write is not.
-        assert!(store.transition(&TaskId::random(), TaskState::Running, Transition::Suspend).await.is_err());
-        assert!(!changes.has_changed().unwrap(), "a write that changed nothing wakes nobody");
-    }
-
-    #[tokio::test]
-    async fn tasks_and_events_survive_reopen() {
-        let dir = tempfile::tempdir().unwrap();
-        let db = dir.path().join("cairn.db");
-        let t = task(Some("demo"));
-        {
-            let store = Store::open(&db).await.unwrap();
-            store.insert_task(&t).await.unwrap();
-            store.transition(&t.id, TaskState::Created, Transition::Start).await.unwrap();
-            assert_eq!(store.bump_step(&t.id).await.unwrap(), 1);
-            assert_eq!(store.append_event(&event(&t.id, EventKind::Create)).await.unwrap(), 1);
-            assert_eq!(store.append_event(&event(&t.id, EventKind::Exec)).await.unwrap(), 2);
-            store.close().await;
-        }
-        let store = Store::open(&db).await.unwrap();
-        let back = store.find_task("demo").await.unwrap();
-        assert_eq!((back.id.clone(), back.state, back.step), (t.id.clone(), TaskState::Running, 1));
-        assert_eq!(store.find_task(t.id.as_str()).await.unwrap().name.as_deref(), Some("demo"));
-        let evs = store.events(&t.id).await.unwrap();
-        assert_eq!(evs.iter().map(|e| (e.seq, e.kind)).collect::<Vec<_>>(), [(1, EventKind::Create), (2, EventKind::Exec)]);
-        assert_eq!(evs[1].args["argv"][0], "true");
-        let new: Vec<u64> = store.events_after(&t.id, 1).await.unwrap().iter().map(|e| e.seq).collect();
-        assert_eq!(new, [2], "only what came after seq 1");
-    }
-
-    #[tokio::test]
-    async fn errors_name_what_was_wrong() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(&dir.path().join("cairn.db")).await.unwrap();
-        store.insert_task(&task(Some("same"))).await.unwrap();
-        assert!(matches!(store.insert_task(&task(Some("same"))).await, Err(Error::NameTaken(n)) if n == "same"));
-        assert!(matches!(store.find_task("nope").await, Err(Error::UnknownTask(_))));
-        let ghost = TaskId::random();
-        assert!(matches!(store.bump_step(&ghost).await, Err(Error::UnknownTask(_))));
-        assert!(matches!(store.transition(&ghost, TaskState::Created, Transition::Start).await, Err(Error::UnknownTask(_))));
-        assert_eq!(store.list_tasks().await.unwrap().len(), 1, "failed calls changed nothing");
-    }
+    use crate::conformance::TestDatabase;
 
     #[tokio::test]
     async fn event_log_is_append_only() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(&dir.path().join("cairn.db")).await.unwrap();
-        let t = task(None);
+        let db = TempSqlite::create().await;
+        let store = db.open_sqlite().await;
+        let t = Task::new(TaskId::random(), None, TaskConfig::default(), now_ms());
         store.insert_task(&t).await.unwrap();
-        store.append_event(&event(&t.id, EventKind::Create)).await.unwrap();
+        let ev = NewEvent { task: t.id.clone(), kind: EventKind::Create, actor: "test".into(), args: serde_json::json!({}), exit_code: None, duration_ms: None };
+        store.append_event(&ev).await.unwrap();
         let upd = sqlx::query("UPDATE events SET actor = 'mallory'").execute(&store.pool).await;
         assert!(upd.unwrap_err().to_string().contains("append-only"));
         let del = sqlx::query("DELETE FROM events").execute(&store.pool).await;
         assert!(del.unwrap_err().to_string().contains("append-only"));
         assert_eq!(store.events(&t.id).await.unwrap()[0].actor, "test");
-    }
-
-    #[tokio::test]
-    async fn sandbox_slots_are_unique_and_reused() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(&dir.path().join("cairn.db")).await.unwrap();
-        let ts: Vec<Task> = (0..3).map(|_| task(None)).collect();
-        for t in &ts {
-            store.insert_task(t).await.unwrap();
-        }
-        let mut slots = Vec::new();
-        for t in &ts {
-            slots.push(store.claim_sandbox_slot(&t.id).await.unwrap());
-        }
-        assert_eq!(slots, [0, 1, 2]);
-        assert!(store.claim_sandbox_slot(&ts[0].id).await.is_err(), "one sandbox per task");
-        store.release_sandbox(&ts[1].id).await.unwrap();
-        store.release_sandbox(&ts[1].id).await.unwrap();
-        let t4 = task(None);
-        store.insert_task(&t4).await.unwrap();
-        assert_eq!(store.claim_sandbox_slot(&t4.id).await.unwrap(), 1, "lowest free slot is reused");
-        let t5 = task(None);
-        store.insert_task(&t5).await.unwrap();
-        assert_eq!(store.claim_sandbox_slot_from(&t5.id, 1).await.unwrap(), 3, "skips taken slots from the minimum");
-        let ev = event(&t4.id, EventKind::SandboxStart);
-        assert_eq!(store.record_sandbox_ready(&t4.id, 4242, 99, &ev).await.unwrap(), 1);
-        let back = store.find_task(t4.id.as_str()).await.unwrap();
-        assert_eq!((back.state, back.sandbox), (TaskState::Running, SandboxState::Ready));
-        let row = store.sandbox(&t4.id).await.unwrap().unwrap();
-        assert_eq!((row.uid_slot, row.init_pid, row.init_start_time), (1, Some(4242), Some(99)));
     }
 }

@@ -1,0 +1,665 @@
+//! The store's test suite, written once against the [`Store`] trait object
+//! and run against every backend, so that they all keep the same contract.
+//!
+//! A backend takes part with a [`TestDatabase`] (a fresh, empty database
+//! per case) and one line at the end of this file:
+//! `conformance_suite!(name, TheTestDatabase);`. Each case is then a test
+//! named `name::case`. What only one backend has (SQLite's triggers, its
+//! file format from before the ledger) is tested next to that backend.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use cairn_core::{
+    EventKind, EventSource, InboxEvent, InboxId, Limits, NewEvent, RollbackNote, SandboxState, Snapshot, SnapshotId,
+    SnapshotKind, Task, TaskConfig, TaskId, TaskState, Transition, Wait, WaitFor, WaitId,
+};
+use cairn_ledger::{verify_chain, Checkpoint, NodeKeys, SignedCheckpoint, GENESIS};
+
+use crate::{now_ms, Error, SharedStore, Store};
+
+/// A database for one test case, empty when created and gone when dropped.
+pub(crate) trait TestDatabase: Sized {
+    async fn create() -> Self;
+
+    /// A new handle on the database: a second one sees what the first
+    /// wrote, as the daemon does after a restart.
+    async fn open(&self) -> SharedStore;
+}
+
+/// Runs every case of the suite against the backend whose test database is
+/// `$db`, as the tests of a module named `$backend`.
+macro_rules! conformance_suite {
+    ($backend:ident, $db:ty) => {
+        mod $backend {
+            conformance_suite!(@cases $db;
+                tasks_are_found_by_id_or_name_and_listed,
+                a_state_change_is_a_compare_and_set_over_the_transition_table,
+                of_concurrent_moves_from_one_state_exactly_one_wins,
+                waiters_see_each_committed_change_and_nothing_else,
+                tasks_and_events_survive_reopen,
+                events_are_numbered_per_task_and_read_after_a_seq,
+                every_insert_path_extends_one_chain,
+                concurrent_writers_do_not_fork_the_chain,
+                task_fields_change_through_their_own_writes,
+                sandbox_slots_are_unique_and_reused,
+                concurrent_claims_never_share_a_slot,
+                snapshots_rollback_notes_and_expiry,
+                a_fork_is_written_whole_or_not_at_all,
+                an_event_satisfies_the_pending_wait_once_and_wakes_a_suspended_task,
+                an_event_before_its_wait_satisfies_the_next_matching_wait,
+                concurrent_deliveries_wait_their_turn,
+                a_delivery_retried_concurrently_takes_effect_once,
+                timers_and_finishing_a_suspend,
+                checkpoints_are_kept_in_order,
+            );
+        }
+    };
+    (@cases $db:ty; $($case:ident,)*) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $case() {
+                let db = <$db as crate::conformance::TestDatabase>::create().await;
+                crate::conformance::$case(&db).await;
+            }
+        )*
+    };
+}
+
+conformance_suite!(sqlite, crate::sqlite::TempSqlite);
+
+fn task(name: Option<&str>) -> Task {
+    Task::new(TaskId::random(), name.map(str::to_owned), TaskConfig { limits: Limits::default(), ..TaskConfig::default() }, now_ms())
+}
+
+fn event(id: &TaskId, kind: EventKind) -> NewEvent {
+    NewEvent { task: id.clone(), kind, actor: "test".into(), args: serde_json::json!({"argv": ["true"]}), exit_code: Some(0), duration_ms: Some(3) }
+}
+
+fn event_with(id: &TaskId, kind: EventKind, args: serde_json::Value) -> NewEvent {
+    NewEvent { args, ..event(id, kind) }
+}
+
+fn snap(task: &TaskId, kind: SnapshotKind) -> Snapshot {
+    Snapshot {
+        id: SnapshotId::random(),
+        task: task.clone(),
+        parent: None,
+        kind,
+        note: "n".into(),
+        healthy: true,
+        step: 3,
+        memory: "remember".into(),
+        config: TaskConfig::default(),
+        manifest: "ab".repeat(32),
+        files: 1,
+        bytes: 2,
+        added_bytes: 3,
+        freeze_ms: 1.5,
+        duration_ms: 9.0,
+        created_ms: now_ms(),
+    }
+}
+
+fn wait(task: &TaskId, what: WaitFor) -> Wait {
+    Wait { id: WaitId::random(), task: task.clone(), what, created_ms: now_ms(), satisfied_ms: None, event: None }
+}
+
+fn incoming(task: &TaskId, source: EventSource, name: &str, delivery: Option<&str>) -> InboxEvent {
+    InboxEvent {
+        id: InboxId::random(),
+        task: task.clone(),
+        source,
+        name: name.into(),
+        delivery: delivery.map(str::to_owned),
+        data: serde_json::json!({"n": 1}),
+        received_ms: now_ms(),
+        wait: None,
+    }
+}
+
+/// A new task in `store`, already running.
+async fn running_task(store: &dyn Store) -> TaskId {
+    let t = task(None);
+    store.insert_task(&t).await.unwrap();
+    store.transition(&t.id, TaskState::Created, Transition::Start).await.unwrap();
+    t.id
+}
+
+/// A store holding one task, already running.
+async fn store_with_running_task(db: &impl TestDatabase) -> (SharedStore, TaskId) {
+    let store = db.open().await;
+    let t = running_task(&*store).await;
+    (store, t)
+}
+
+/// The task's log is one unbroken chain numbered 1..=entries.
+pub(crate) async fn assert_chain(store: &dyn Store, task: &TaskId, entries: usize) {
+    let events = store.events(task).await.unwrap();
+    let r = verify_chain(task, &events);
+    assert!(r.ok(), "{:?}", r.problem);
+    assert_eq!(r.entries, entries);
+    assert_eq!(events.iter().map(|e| e.seq).collect::<Vec<_>>(), (1..=entries as u64).collect::<Vec<_>>());
+    assert!(events.iter().all(|e| e.hash.as_ref().is_some_and(|h| h.len() == 64)));
+}
+
+pub(crate) async fn tasks_are_found_by_id_or_name_and_listed(db: &impl TestDatabase) {
+    let store = db.open().await;
+    let named = task(Some("same"));
+    let plain = Task { created_ms: named.created_ms + 1, ..task(None) };
+    store.insert_task(&named).await.unwrap();
+    store.insert_task(&plain).await.unwrap();
+    assert_eq!(store.find_task(named.id.as_str()).await.unwrap(), named, "every field comes back as written");
+    assert_eq!(store.find_task("same").await.unwrap(), named);
+    assert_eq!(store.list_tasks().await.unwrap(), [named.clone(), plain.clone()], "oldest first");
+
+    assert!(matches!(store.insert_task(&task(Some("same"))).await, Err(Error::NameTaken(n)) if n == "same"));
+    assert!(matches!(store.find_task("nope").await, Err(Error::UnknownTask(_))));
+    assert!(matches!(store.find_task(TaskId::random().as_str()).await, Err(Error::UnknownTask(_))));
+    let ghost = TaskId::random();
+    assert!(matches!(store.bump_step(&ghost).await, Err(Error::UnknownTask(_))));
+    assert!(matches!(store.transition(&ghost, TaskState::Created, Transition::Start).await, Err(Error::UnknownTask(_))));
+    assert_eq!(store.list_tasks().await.unwrap().len(), 2, "failed calls changed nothing");
+}
+
+pub(crate) async fn a_state_change_is_a_compare_and_set_over_the_transition_table(db: &impl TestDatabase) {
+    let store = db.open().await;
+    let t = task(None);
+    store.insert_task(&t).await.unwrap();
+    assert_eq!(store.transition(&t.id, TaskState::Created, Transition::Start).await.unwrap(), TaskState::Running);
+    // Two actors that both read `running` and both suspend: one wins.
+    assert_eq!(store.transition(&t.id, TaskState::Running, Transition::Suspend).await.unwrap(), TaskState::Suspending);
+    match store.transition(&t.id, TaskState::Running, Transition::Suspend).await {
+        Err(Error::StateChanged { expected, found, action, .. }) => {
+            assert_eq!((expected, found, action), (TaskState::Running, TaskState::Suspending, "suspend"));
+        }
+        other => panic!("the second suspend must lose: {other:?}"),
+    }
+    // Not in the table: refused before the database is asked.
+    let err = store.transition(&t.id, TaskState::Suspending, Transition::Woke).await.unwrap_err();
+    assert!(matches!(err, Error::Transition { .. }), "{err}");
+    assert_eq!(err.to_string(), format!("task {} is suspending; it cannot finish waking", t.id));
+    assert_eq!(store.find_task(t.id.as_str()).await.unwrap().state, TaskState::Suspending, "the losers changed nothing");
+
+    assert!(!store.begin_wake(&t.id).await.unwrap(), "only a suspended task begins waking");
+    store.transition(&t.id, TaskState::Suspending, Transition::Suspended).await.unwrap();
+    assert!(store.begin_wake(&t.id).await.unwrap());
+    assert_eq!(store.find_task(t.id.as_str()).await.unwrap().state, TaskState::Waking);
+}
+
+pub(crate) async fn of_concurrent_moves_from_one_state_exactly_one_wins(db: &impl TestDatabase) {
+    let (store, t) = store_with_running_task(db).await;
+    let mut all = Vec::new();
+    for i in 0..12 {
+        let (store, t) = (store.clone(), t.clone());
+        let move_ = if i % 2 == 0 { Transition::Suspend } else { Transition::Fail };
+        all.push(tokio::spawn(async move { store.transition(&t, TaskState::Running, move_).await }));
+    }
+    let mut won = Vec::new();
+    for h in all {
+        match h.await.unwrap() {
+            Ok(to) => won.push(to),
+            Err(Error::StateChanged { expected: TaskState::Running, .. }) => {}
+            Err(e) => panic!("a loser is told the state changed, not {e}"),
+        }
+    }
+    assert_eq!(won.len(), 1, "{won:?}");
+    assert_eq!(store.find_task(t.as_str()).await.unwrap().state, won[0]);
+}
+
+pub(crate) async fn waiters_see_each_committed_change_and_nothing_else(db: &impl TestDatabase) {
+    let store = db.open().await;
+    let t = task(None);
+    store.insert_task(&t).await.unwrap();
+    let mut changes = store.changes();
+    assert!(!changes.has_changed().unwrap(), "a new receiver starts with nothing to see");
+    // Control: a read changes nothing.
+    store.find_task(t.id.as_str()).await.unwrap();
+    assert!(!changes.has_changed().unwrap());
+    // A state change (one statement) and an event (a transaction) each wake a waiter.
+    let waiter = tokio::spawn(async move { changes.changed().await.map(|_| changes) });
+    store.transition(&t.id, TaskState::Created, Transition::Start).await.unwrap();
+    let mut changes = tokio::time::timeout(Duration::from_secs(5), waiter).await.unwrap().unwrap().unwrap();
+    assert!(!changes.has_changed().unwrap());
+    store.append_event(&event(&t.id, EventKind::Exec)).await.unwrap();
+    assert!(changes.has_changed().unwrap(), "an appended event is a change");
+    changes.borrow_and_update();
+    // So is a delivered event, but not its retry.
+    store.deliver(&incoming(&t.id, EventSource::Webhook, "x", Some("d1"))).await.unwrap();
+    assert!(changes.has_changed().unwrap(), "a delivery is a change");
+    changes.borrow_and_update();
+    assert!(store.deliver(&incoming(&t.id, EventSource::Webhook, "x", Some("d1"))).await.unwrap().duplicate);
+    assert!(!changes.has_changed().unwrap(), "a duplicate delivery changed nothing");
+    // A failed write is not.
+    assert!(store.transition(&TaskId::random(), TaskState::Running, Transition::Suspend).await.is_err());
+    assert!(store.transition(&t.id, TaskState::Created, Transition::Start).await.is_err());
+    assert!(!changes.has_changed().unwrap(), "a write that changed nothing wakes nobody");
+}
+
+pub(crate) async fn tasks_and_events_survive_reopen(db: &impl TestDatabase) {
+    let t = task(Some("demo"));
+    {
+        let store = db.open().await;
+        store.insert_task(&t).await.unwrap();
+        store.transition(&t.id, TaskState::Created, Transition::Start).await.unwrap();
+        assert_eq!(store.bump_step(&t.id).await.unwrap(), 1);
+        assert_eq!(store.append_event(&event(&t.id, EventKind::Create)).await.unwrap(), 1);
+        assert_eq!(store.append_event(&event(&t.id, EventKind::Exec)).await.unwrap(), 2);
+        store.close().await;
+    }
+    let store = db.open().await;
+    let back = store.find_task("demo").await.unwrap();
+    assert_eq!((back.id.clone(), back.state, back.step), (t.id.clone(), TaskState::Running, 1));
+    let evs = store.events(&t.id).await.unwrap();
+    assert_eq!(evs.iter().map(|e| (e.seq, e.kind)).collect::<Vec<_>>(), [(1, EventKind::Create), (2, EventKind::Exec)]);
+    assert_eq!(evs[1].args["argv"][0], "true");
+    assert_eq!(store.append_event(&event(&t.id, EventKind::Exec)).await.unwrap(), 3, "the log goes on where it was");
+    assert_chain(&*store, &t.id, 3).await;
+}
+
+pub(crate) async fn events_are_numbered_per_task_and_read_after_a_seq(db: &impl TestDatabase) {
+    let store = db.open().await;
+    let (a, b) = (task(None), task(None));
+    store.insert_task(&a).await.unwrap();
+    store.insert_task(&b).await.unwrap();
+    assert_eq!(store.append_event(&event(&a.id, EventKind::Create)).await.unwrap(), 1);
+    assert_eq!(store.append_event(&event(&b.id, EventKind::Create)).await.unwrap(), 1, "each task has its own numbering");
+    store.append_events(&[event(&a.id, EventKind::Egress), event(&a.id, EventKind::Exec)]).await.unwrap();
+    store.append_events(&[]).await.unwrap();
+    let all = store.events(&a.id).await.unwrap();
+    assert_eq!(all.iter().map(|e| (e.seq, e.kind)).collect::<Vec<_>>(), [(1, EventKind::Create), (2, EventKind::Egress), (3, EventKind::Exec)]);
+    let e = &all[2];
+    assert_eq!((e.task.clone(), e.actor.as_str(), e.exit_code, e.duration_ms), (a.id.clone(), "test", Some(0), Some(3)));
+    let new: Vec<u64> = store.events_after(&a.id, 1).await.unwrap().iter().map(|e| e.seq).collect();
+    assert_eq!(new, [2, 3], "only what came after seq 1");
+    assert!(store.events_after(&a.id, 3).await.unwrap().is_empty());
+    assert_eq!(store.events_after(&a.id, 0).await.unwrap(), all);
+    assert!(store.events(&TaskId::random()).await.unwrap().is_empty());
+    assert!(store.append_event(&event(&TaskId::random(), EventKind::Exec)).await.is_err(), "no log without its task");
+}
+
+pub(crate) async fn every_insert_path_extends_one_chain(db: &impl TestDatabase) {
+    let store = db.open().await;
+    let t = task(None);
+    store.insert_task(&t).await.unwrap();
+    let id = &t.id;
+    let ev = |kind, args| event_with(id, kind, args);
+    // Nested args with unsorted keys, floats and non-ASCII text.
+    store.append_event(&ev(EventKind::Create, serde_json::json!({"z": {"b": 0.1, "a": "é\n"}, "k": [3, 1e-7]}))).await.unwrap();
+    store.append_events(&[ev(EventKind::Egress, serde_json::json!({"host": "a"})), ev(EventKind::Egress, serde_json::json!({"host": "b"}))]).await.unwrap();
+    store.set_config(id, &TaskConfig::default(), &ev(EventKind::PolicyUpdate, serde_json::json!({}))).await.unwrap();
+    store.claim_sandbox_slot(id).await.unwrap();
+    store.record_sandbox_ready(id, 1, 2, &ev(EventKind::SandboxStart, serde_json::json!({}))).await.unwrap();
+    let s = Snapshot { step: 1, ..snap(id, SnapshotKind::Milestone) };
+    store.insert_snapshot(&s, "base", None, &ev(EventKind::Snapshot, serde_json::json!({"freeze_ms": 0.25}))).await.unwrap();
+    let note = RollbackNote { from: None, to: s.id.clone(), from_step: 1, reason: "r".into(), time_ms: 1 };
+    store.record_rollback(id, &s, &note, "base", &ev(EventKind::Rollback, serde_json::json!({}))).await.unwrap();
+    store.expire_snapshots(std::slice::from_ref(&s.id), &[ev(EventKind::SnapshotExpired, serde_json::json!({}))]).await.unwrap();
+    let w = wait(id, WaitFor::Webhook { name: "x".into() });
+    store.insert_wait(&w, &ev(EventKind::Wait, serde_json::json!({}))).await.unwrap();
+    store.deliver(&incoming(id, EventSource::Operator, "x", None)).await.unwrap();
+    store.transition(id, TaskState::Running, Transition::Suspend).await.unwrap();
+    store.finish_suspend(id, None, &ev(EventKind::Suspend, serde_json::json!({}))).await.unwrap();
+    assert_chain(&*store, id, 11).await;
+    let back = store.events(id).await.unwrap();
+    assert_eq!(back[0].args["z"]["a"], "é\n", "args come back as written");
+    // Another task's log is its own chain.
+    let other = task(None);
+    store.insert_task(&other).await.unwrap();
+    store.append_event(&event(&other.id, EventKind::Create)).await.unwrap();
+    assert_eq!(store.events(&other.id).await.unwrap()[0].prev_hash.as_deref(), Some(GENESIS));
+    assert_chain(&*store, id, 11).await;
+}
+
+pub(crate) async fn concurrent_writers_do_not_fork_the_chain(db: &impl TestDatabase) {
+    let store = db.open().await;
+    let t = task(None);
+    store.insert_task(&t).await.unwrap();
+    let mut all = Vec::new();
+    for i in 0..40 {
+        let (store, id) = (store.clone(), t.id.clone());
+        all.push(tokio::spawn(async move {
+            if i % 4 == 0 {
+                let burst = [event_with(&id, EventKind::Egress, serde_json::json!({"i": i})), event_with(&id, EventKind::Egress, serde_json::json!({"i": i}))];
+                store.append_events(&burst).await.map(|_| 0)
+            } else {
+                store.append_event(&event_with(&id, EventKind::Exec, serde_json::json!({"i": i}))).await
+            }
+        }));
+    }
+    for h in all {
+        h.await.unwrap().expect("no append is refused for a busy database");
+    }
+    assert_chain(&*store, &t.id, 50).await;
+}
+
+pub(crate) async fn task_fields_change_through_their_own_writes(db: &impl TestDatabase) {
+    let store = db.open().await;
+    let idle = TaskConfig { idle_suspend_ms: Some(1000), ..TaskConfig::default() };
+    let t = Task::new(TaskId::random(), None, idle.clone(), 5000);
+    let never = Task::new(TaskId::random(), None, TaskConfig::default(), 5000);
+    store.insert_task(&t).await.unwrap();
+    store.insert_task(&never).await.unwrap();
+    assert!(store.idle_tasks(now_ms() + 60_000).await.unwrap().is_empty(), "only running tasks go idle");
+    // A state change is activity.
+    store.transition(&t.id, TaskState::Created, Transition::Start).await.unwrap();
+    store.transition(&never.id, TaskState::Created, Transition::Start).await.unwrap();
+    let since = store.find_task(t.id.as_str()).await.unwrap().last_activity_ms;
+    assert!(since > 5000);
+    assert!(store.idle_tasks(since + 999).await.unwrap().is_empty(), "not idle for its idle time yet");
+    let idle_ids: Vec<TaskId> = store.idle_tasks(since + 1000).await.unwrap().into_iter().map(|t| t.id).collect();
+    assert_eq!(idle_ids, std::slice::from_ref(&t.id), "a task without an idle time never goes idle");
+    store.touch(&t.id).await.unwrap();
+    assert!(store.find_task(t.id.as_str()).await.unwrap().last_activity_ms >= since);
+
+    assert_eq!(store.bump_step(&t.id).await.unwrap(), 1);
+    assert_eq!(store.bump_step(&t.id).await.unwrap(), 2);
+    store.set_sandbox_state(&t.id, SandboxState::Lost, Some("gone")).await.unwrap();
+    let back = store.find_task(t.id.as_str()).await.unwrap();
+    assert_eq!((back.step, back.sandbox, back.sandbox_note.as_deref()), (2, SandboxState::Lost, Some("gone")));
+    assert!(matches!(store.set_sandbox_state(&TaskId::random(), SandboxState::Lost, None).await, Err(Error::UnknownTask(_))));
+
+    let offline = TaskConfig { idle_suspend_ms: None, risky: vec!["rm -rf".into()], ..idle };
+    store.set_config(&t.id, &offline, &event(&t.id, EventKind::PolicyUpdate)).await.unwrap();
+    assert_eq!(store.find_task(t.id.as_str()).await.unwrap().config, offline);
+    assert_eq!(store.events(&t.id).await.unwrap().len(), 1, "the config change is logged with it");
+    let ghost = TaskId::random();
+    assert!(matches!(store.set_config(&ghost, &offline, &event(&ghost, EventKind::PolicyUpdate)).await, Err(Error::UnknownTask(_))));
+
+    store.record_recovery(&t.id, TaskState::Running, 1, "mem", "rebuilt from s1", &event(&t.id, EventKind::Recovered)).await.unwrap();
+    let back = store.find_task(t.id.as_str()).await.unwrap();
+    assert_eq!((back.state, back.step, back.memory.as_str(), back.recovery_note.as_deref()), (TaskState::Running, 1, "mem", Some("rebuilt from s1")));
+    let err = store.record_recovery(&t.id, TaskState::Suspended, 1, "", "", &event(&t.id, EventKind::Recovered)).await.unwrap_err();
+    assert!(matches!(err, Error::Transition { .. }), "{err}");
+    let err = store.record_recovery(&t.id, TaskState::Suspending, 9, "", "", &event(&t.id, EventKind::Recovered)).await.unwrap_err();
+    assert!(matches!(err, Error::StateChanged { .. }), "{err}");
+    assert_eq!(store.find_task(t.id.as_str()).await.unwrap().step, 1, "a refused recovery wrote nothing");
+    assert_eq!(store.events(&t.id).await.unwrap().len(), 2, "nor its event");
+}
+
+pub(crate) async fn sandbox_slots_are_unique_and_reused(db: &impl TestDatabase) {
+    let store = db.open().await;
+    let ts: Vec<Task> = (0..3).map(|_| task(None)).collect();
+    for t in &ts {
+        store.insert_task(t).await.unwrap();
+    }
+    let mut slots = Vec::new();
+    for t in &ts {
+        slots.push(store.claim_sandbox_slot(&t.id).await.unwrap());
+    }
+    assert_eq!(slots, [0, 1, 2]);
+    assert!(store.claim_sandbox_slot(&ts[0].id).await.is_err(), "one sandbox per task");
+    store.release_sandbox(&ts[1].id).await.unwrap();
+    store.release_sandbox(&ts[1].id).await.unwrap();
+    assert_eq!(store.sandboxes().await.unwrap().iter().map(|s| s.uid_slot).collect::<Vec<_>>(), [0, 2]);
+    let t4 = task(None);
+    store.insert_task(&t4).await.unwrap();
+    assert_eq!(store.claim_sandbox_slot(&t4.id).await.unwrap(), 1, "lowest free slot is reused");
+    let t5 = task(None);
+    store.insert_task(&t5).await.unwrap();
+    assert_eq!(store.claim_sandbox_slot_from(&t5.id, 1).await.unwrap(), 3, "skips taken slots from the minimum");
+    let ev = event(&t4.id, EventKind::SandboxStart);
+    assert_eq!(store.record_sandbox_ready(&t4.id, 4242, 99, &ev).await.unwrap(), 1);
+    let back = store.find_task(t4.id.as_str()).await.unwrap();
+    assert_eq!((back.state, back.sandbox), (TaskState::Running, SandboxState::Ready));
+    let row = store.sandbox(&t4.id).await.unwrap().unwrap();
+    assert_eq!((row.task, row.uid_slot, row.init_pid, row.init_start_time), (t4.id.clone(), 1, Some(4242), Some(99)));
+    assert_eq!(store.sandbox(&ts[1].id).await.unwrap(), None);
+
+    // A wake takes its previous slot again when it is free.
+    let t6 = task(None);
+    store.insert_task(&t6).await.unwrap();
+    assert_eq!(store.last_uid_slot(&t6.id).await.unwrap(), None);
+    store.set_last_uid_slot(&t6.id, Some(2)).await.unwrap();
+    assert_eq!(store.last_uid_slot(&t6.id).await.unwrap(), Some(2));
+    assert!(!store.try_claim_sandbox_slot(&t6.id, 2).await.unwrap(), "slot 2 is taken");
+    assert!(store.try_claim_sandbox_slot(&t6.id, 7).await.unwrap());
+    assert_eq!(store.sandbox(&t6.id).await.unwrap().map(|s| s.uid_slot), Some(7));
+    store.set_last_uid_slot(&t6.id, None).await.unwrap();
+    assert_eq!(store.last_uid_slot(&t6.id).await.unwrap(), None);
+}
+
+pub(crate) async fn concurrent_claims_never_share_a_slot(db: &impl TestDatabase) {
+    let store = db.open().await;
+    let mut all = Vec::new();
+    for i in 0..16 {
+        let t = task(None);
+        store.insert_task(&t).await.unwrap();
+        let store = store.clone();
+        all.push(tokio::spawn(async move {
+            if i % 4 == 0 {
+                // A wake that wants slot 0 back races the fresh starts.
+                Ok(store.try_claim_sandbox_slot(&t.id, 0).await?.then_some(0))
+            } else {
+                store.claim_sandbox_slot(&t.id).await.map(Some)
+            }
+        }));
+    }
+    let mut claimed = Vec::new();
+    for h in all {
+        claimed.extend(h.await.unwrap().expect("no claim is refused for a busy database"));
+    }
+    let distinct: BTreeSet<u32> = claimed.iter().copied().collect();
+    assert_eq!(distinct.len(), claimed.len(), "two tasks got the same slot: {claimed:?}");
+    let recorded: Vec<u32> = store.sandboxes().await.unwrap().iter().map(|s| s.uid_slot).collect();
+    assert_eq!(recorded, distinct.into_iter().collect::<Vec<_>>());
+}
+
+pub(crate) async fn snapshots_rollback_notes_and_expiry(db: &impl TestDatabase) {
+    let store = db.open().await;
+    let t = task(None);
+    store.insert_task(&t).await.unwrap();
+    assert_eq!(store.baseline(&t.id).await.unwrap(), None);
+    let a = snap(&t.id, SnapshotKind::Milestone);
+    let b = Snapshot { parent: Some(a.id.clone()), created_ms: a.created_ms + 1, ..snap(&t.id, SnapshotKind::PreRisk) };
+    store.insert_snapshot(&a, "base-a", Some("mem a"), &event(&t.id, EventKind::Snapshot)).await.unwrap();
+    store.insert_snapshot(&b, "base-b", None, &event(&t.id, EventKind::Snapshot)).await.unwrap();
+    assert_eq!(store.snapshots(&t.id).await.unwrap(), [a.clone(), b.clone()], "every field comes back, oldest first");
+    assert_eq!(store.find_snapshot(b.id.as_str()).await.unwrap(), b);
+    assert!(matches!(store.find_snapshot("s222222222").await, Err(Error::UnknownSnapshot(_))));
+    assert_eq!(store.baseline(&t.id).await.unwrap().as_deref(), Some("base-b"));
+    assert_eq!(store.find_task(t.id.as_str()).await.unwrap().memory, "mem a", "memory kept when not given");
+    let orphan = snap(&TaskId::random(), SnapshotKind::Milestone);
+    assert!(store.insert_snapshot(&orphan, "x", None, &event(&t.id, EventKind::Snapshot)).await.is_err(), "no snapshot without its task");
+
+    let other = task(None);
+    store.insert_task(&other).await.unwrap();
+    let c = Snapshot { created_ms: b.created_ms + 1, ..snap(&other.id, SnapshotKind::Milestone) };
+    store.insert_snapshot(&c, "base-c", None, &event(&other.id, EventKind::Snapshot)).await.unwrap();
+    assert_eq!(store.all_snapshots().await.unwrap(), [a.clone(), b.clone(), c]);
+    let mut baselines = store.baselines().await.unwrap();
+    baselines.sort();
+    assert_eq!(baselines, ["base-b", "base-c"]);
+    store.set_baseline(&other.id, None).await.unwrap();
+    assert_eq!(store.baselines().await.unwrap(), ["base-b"]);
+    assert!(matches!(store.baseline(&TaskId::random()).await, Err(Error::UnknownTask(_))));
+
+    let note = RollbackNote { from: Some(b.id.clone()), to: a.id.clone(), from_step: 7, reason: "tests broke".into(), time_ms: 1 };
+    store.record_rollback(&t.id, &a, &note, "base-r", &event(&t.id, EventKind::Rollback)).await.unwrap();
+    let back = store.find_task(t.id.as_str()).await.unwrap();
+    assert_eq!((back.step, back.memory.as_str(), back.rollback_note), (3, "remember", Some(note)));
+    assert_eq!(store.baseline(&t.id).await.unwrap().as_deref(), Some("base-r"));
+
+    store.expire_snapshots(std::slice::from_ref(&a.id), &[event(&t.id, EventKind::SnapshotExpired)]).await.unwrap();
+    assert_eq!(store.snapshots(&t.id).await.unwrap(), [b]);
+    let kinds: Vec<EventKind> = store.events(&t.id).await.unwrap().iter().map(|e| e.kind).collect();
+    assert_eq!(kinds, [EventKind::Snapshot, EventKind::Snapshot, EventKind::Rollback, EventKind::SnapshotExpired]);
+}
+
+pub(crate) async fn a_fork_is_written_whole_or_not_at_all(db: &impl TestDatabase) {
+    let store = db.open().await;
+    let src = task(Some("src"));
+    store.insert_task(&src).await.unwrap();
+    let head = snap(&src.id, SnapshotKind::Milestone);
+    store.insert_snapshot(&head, &head.manifest, None, &event(&src.id, EventKind::Snapshot)).await.unwrap();
+
+    let fork = task(Some("fork"));
+    let branch = Snapshot { parent: Some(head.id.clone()), ..snap(&fork.id, SnapshotKind::Branch) };
+    store.insert_fork(&fork, &event(&fork.id, EventKind::Create), &branch, &event(&fork.id, EventKind::Snapshot)).await.unwrap();
+    assert_eq!(store.find_task("fork").await.unwrap().id, fork.id);
+    assert_eq!(store.snapshots(&fork.id).await.unwrap(), std::slice::from_ref(&branch));
+    assert_eq!(store.baseline(&fork.id).await.unwrap().as_deref(), Some(branch.manifest.as_str()), "the fork restores from its branch");
+    let kinds: Vec<EventKind> = store.events(&fork.id).await.unwrap().iter().map(|e| e.kind).collect();
+    assert_eq!(kinds, [EventKind::Create, EventKind::Snapshot]);
+    assert_chain(&*store, &fork.id, 2).await;
+
+    // A second fork under a taken name leaves nothing behind.
+    let clash = task(Some("fork"));
+    let branch2 = snap(&clash.id, SnapshotKind::Branch);
+    let err = store.insert_fork(&clash, &event(&clash.id, EventKind::Create), &branch2, &event(&clash.id, EventKind::Snapshot)).await.unwrap_err();
+    assert!(matches!(err, Error::NameTaken(_)), "{err}");
+    assert!(matches!(store.find_task(clash.id.as_str()).await, Err(Error::UnknownTask(_))));
+    assert!(matches!(store.find_snapshot(branch2.id.as_str()).await, Err(Error::UnknownSnapshot(_))));
+    assert!(store.events(&clash.id).await.unwrap().is_empty());
+    assert_eq!(store.all_snapshots().await.unwrap().len(), 2);
+}
+
+pub(crate) async fn an_event_satisfies_the_pending_wait_once_and_wakes_a_suspended_task(db: &impl TestDatabase) {
+    let (store, t) = store_with_running_task(db).await;
+    let log = || event(&t, EventKind::Wait);
+    let w = wait(&t, WaitFor::Webhook { name: "build".into() });
+    assert_eq!(store.insert_wait(&w, &log()).await.unwrap(), None);
+    assert_eq!(store.pending_wait(&t).await.unwrap(), Some(w.clone()));
+    let second = wait(&t, WaitFor::Timer { fire_at_ms: 1 });
+    assert!(matches!(store.insert_wait(&second, &log()).await, Err(Error::WaitPending(_))), "one pending wait per task");
+    assert!(matches!(store.find_wait(second.id.as_str()).await, Err(Error::UnknownWait(_))), "the refused wait was not written");
+    store.transition(&t, TaskState::Running, Transition::Suspend).await.unwrap();
+    store.transition(&t, TaskState::Suspending, Transition::Suspended).await.unwrap();
+
+    let other = store.deliver(&incoming(&t, EventSource::Webhook, "lint", Some("d0"))).await.unwrap();
+    assert_eq!((other.satisfied, other.wake), (None, false), "another name waits in the inbox");
+    let first = store.deliver(&incoming(&t, EventSource::Webhook, "build", Some("d1"))).await.unwrap();
+    assert_eq!((first.satisfied.as_ref(), first.wake, first.duplicate), (Some(&w.id), true, false));
+    assert_eq!(first.event.wait.as_ref(), Some(&w.id));
+    assert_eq!(store.find_task(t.as_str()).await.unwrap().state, TaskState::Waking);
+    let retry = store.deliver(&incoming(&t, EventSource::Webhook, "build", Some("d1"))).await.unwrap();
+    assert!(retry.duplicate && !retry.wake);
+    assert_eq!(retry.event, first.event, "a retry answers with the first delivery");
+    assert_eq!(retry.satisfied.as_ref(), Some(&w.id));
+    assert_eq!(store.inbox(&t).await.unwrap(), [other.event.clone(), first.event.clone()], "oldest first, once each");
+    assert_eq!(store.inbox_event(first.event.id.as_str()).await.unwrap(), first.event);
+    let back = store.find_wait(w.id.as_str()).await.unwrap();
+    assert_eq!(back.event.as_ref(), Some(&first.event.id));
+    assert!(back.satisfied_ms.is_some());
+    assert!(store.pending_wait(&t).await.unwrap().is_none());
+    let kinds: Vec<EventKind> = store.events(&t).await.unwrap().iter().map(|e| e.kind).collect();
+    assert_eq!(kinds, [EventKind::Wait, EventKind::EventReceived, EventKind::EventReceived], "a retry is not logged again");
+    let unknown = incoming(&TaskId::random(), EventSource::Operator, "x", None);
+    assert!(matches!(store.deliver(&unknown).await, Err(Error::UnknownTask(_))));
+}
+
+pub(crate) async fn an_event_before_its_wait_satisfies_the_next_matching_wait(db: &impl TestDatabase) {
+    let (store, t) = store_with_running_task(db).await;
+    let log = || event(&t, EventKind::Wait);
+    store.deliver(&incoming(&t, EventSource::Operator, "deploy", None)).await.unwrap();
+    let approval = wait(&t, WaitFor::Approval { prompt: "ok?".into() });
+    assert_eq!(store.insert_wait(&approval, &log()).await.unwrap(), None, "a deploy event does not approve");
+    let a = store.deliver(&incoming(&t, EventSource::Approval, "approval", None)).await.unwrap();
+    assert_eq!((a.satisfied.as_ref(), a.wake), (Some(&approval.id), false), "a running task is not woken");
+    assert_eq!(store.find_task(t.as_str()).await.unwrap().state, TaskState::Running);
+    let hook = wait(&t, WaitFor::Webhook { name: "deploy".into() });
+    let got = store.insert_wait(&hook, &log()).await.unwrap().expect("satisfied by the early event");
+    assert_eq!((got.name.as_str(), got.wait.as_ref()), ("deploy", Some(&hook.id)));
+    assert!(store.pending_wait(&t).await.unwrap().is_none());
+    assert_eq!(store.find_wait(hook.id.as_str()).await.unwrap().event.as_ref(), Some(&got.id));
+    // The early event is used up: the next wait for it waits.
+    let again = wait(&t, WaitFor::Webhook { name: "deploy".into() });
+    assert_eq!(store.insert_wait(&again, &log()).await.unwrap(), None);
+}
+
+pub(crate) async fn concurrent_deliveries_wait_their_turn(db: &impl TestDatabase) {
+    let (store, t) = store_with_running_task(db).await;
+    let mut all = Vec::new();
+    for i in 0..48 {
+        let (store, t) = (store.clone(), t.clone());
+        all.push(tokio::spawn(async move { store.deliver(&incoming(&t, EventSource::Webhook, "x", Some(&format!("d{i}")))).await }));
+    }
+    for h in all {
+        h.await.unwrap().expect("no delivery is refused for a busy database");
+    }
+    assert_eq!(store.inbox(&t).await.unwrap().len(), 48);
+    assert_chain(&*store, &t, 48).await;
+}
+
+pub(crate) async fn a_delivery_retried_concurrently_takes_effect_once(db: &impl TestDatabase) {
+    let (store, t) = store_with_running_task(db).await;
+    let w = wait(&t, WaitFor::Webhook { name: "build".into() });
+    store.insert_wait(&w, &event(&t, EventKind::Wait)).await.unwrap();
+    store.transition(&t, TaskState::Running, Transition::Suspend).await.unwrap();
+    store.transition(&t, TaskState::Suspending, Transition::Suspended).await.unwrap();
+    let mut all = Vec::new();
+    for _ in 0..8 {
+        let (store, t) = (store.clone(), t.clone());
+        // Each retry arrives with a new inbox id but the sender's delivery id.
+        all.push(tokio::spawn(async move { store.deliver(&incoming(&t, EventSource::Webhook, "build", Some("once"))).await }));
+    }
+    let mut results = Vec::new();
+    for h in all {
+        results.push(h.await.unwrap().expect("a retry is answered, not refused"));
+    }
+    let firsts: Vec<_> = results.iter().filter(|d| !d.duplicate).collect();
+    assert_eq!(firsts.len(), 1, "exactly one delivery took effect");
+    assert!(firsts[0].wake && firsts[0].satisfied.as_ref() == Some(&w.id));
+    assert!(results.iter().all(|d| d.event == firsts[0].event && (d.duplicate != d.wake)), "every retry names the first");
+    assert_eq!(store.inbox(&t).await.unwrap().len(), 1);
+    assert_eq!(store.find_task(t.as_str()).await.unwrap().state, TaskState::Waking);
+}
+
+pub(crate) async fn timers_and_finishing_a_suspend(db: &impl TestDatabase) {
+    let (store, t) = store_with_running_task(db).await;
+    let log = || event(&t, EventKind::Wait);
+    assert_eq!(store.next_timer_ms().await.unwrap(), None);
+    let w = wait(&t, WaitFor::Timer { fire_at_ms: 1000 });
+    store.insert_wait(&w, &log()).await.unwrap();
+    let other = running_task(&*store).await;
+    let w2 = wait(&other, WaitFor::Timer { fire_at_ms: 900 });
+    store.insert_wait(&w2, &event(&other, EventKind::Wait)).await.unwrap();
+    assert_eq!(store.next_timer_ms().await.unwrap(), Some(900));
+    assert!(store.due_timers(899).await.unwrap().is_empty());
+    assert_eq!(store.due_timers(999).await.unwrap(), std::slice::from_ref(&w2));
+    assert_eq!(store.due_timers(1000).await.unwrap(), [w2.clone(), w.clone()], "earliest first");
+    let fired = store.deliver(&incoming(&other, EventSource::Timer, w2.id.as_str(), None)).await.unwrap();
+    assert_eq!(fired.satisfied.as_ref(), Some(&w2.id));
+    assert_eq!(store.next_timer_ms().await.unwrap(), Some(1000), "a fired timer is no longer pending");
+    assert_eq!(store.due_timers(5000).await.unwrap(), std::slice::from_ref(&w));
+
+    store.transition(&t, TaskState::Running, Transition::Suspend).await.unwrap();
+    // The timer fires while the task is still suspending.
+    let fired = store.deliver(&incoming(&t, EventSource::Timer, w.id.as_str(), None)).await.unwrap();
+    assert_eq!((fired.satisfied.as_ref(), fired.wake), (Some(&w.id), false));
+    assert_eq!(store.next_timer_ms().await.unwrap(), None);
+    let end = NewEvent { args: serde_json::json!({"phase": "end"}), kind: EventKind::Suspend, ..log() };
+    assert_eq!(store.finish_suspend(&t, Some(&w.id), &end).await.unwrap(), TaskState::Waking, "satisfied meanwhile: wake at once");
+    assert_eq!(store.find_task(t.as_str()).await.unwrap().sandbox, SandboxState::None);
+    store.finish_wake(&t, &event(&t, EventKind::Wake)).await.unwrap();
+    assert_eq!(store.find_task(t.as_str()).await.unwrap().state, TaskState::Running);
+    assert!(matches!(store.finish_wake(&t, &event(&t, EventKind::Wake)).await, Err(Error::StateChanged { .. })), "only a waking task finishes waking");
+    store.transition(&t, TaskState::Running, Transition::Suspend).await.unwrap();
+    assert_eq!(store.finish_suspend(&t, None, &end).await.unwrap(), TaskState::Suspended, "a plain suspend stays suspended");
+    assert!(matches!(store.finish_suspend(&t, None, &end).await, Err(Error::StateChanged { .. })));
+    let kinds: Vec<EventKind> = store.events(&t).await.unwrap().iter().map(|e| e.kind).collect();
+    assert_eq!(kinds, [EventKind::Wait, EventKind::EventReceived, EventKind::Suspend, EventKind::Wake, EventKind::Suspend], "refused steps log nothing");
+}
+
+pub(crate) async fn checkpoints_are_kept_in_order(db: &impl TestDatabase) {
+    let store = db.open().await;
+    let t = task(None);
+    store.insert_task(&t).await.unwrap();
+    store.append_event(&event(&t.id, EventKind::Create)).await.unwrap();
+    assert_eq!(store.latest_checkpoint(&t.id).await.unwrap(), None);
+    assert!(store.checkpoints(&t.id).await.unwrap().is_empty());
+    let keys_dir = tempfile::tempdir().unwrap();
+    let keys = NodeKeys::load_or_create(&keys_dir.path().join("keys")).unwrap();
+    let head = store.events(&t.id).await.unwrap()[0].hash.clone().unwrap();
+    let cp = |seq| Checkpoint { task: t.id.to_string(), seq, head: head.clone(), time_ms: now_ms(), key_id: String::new() };
+    let first = SignedCheckpoint::sign(&keys, cp(1));
+    let second = SignedCheckpoint::sign(&keys, cp(1));
+    store.insert_checkpoint(&first, "cli:a").await.unwrap();
+    store.insert_checkpoint(&second, "cli:b").await.unwrap();
+    assert_eq!(store.checkpoints(&t.id).await.unwrap(), [first.clone(), second.clone()]);
+    assert_eq!(store.latest_checkpoint(&t.id).await.unwrap(), Some(second.clone()));
+    store.latest_checkpoint(&t.id).await.unwrap().unwrap().verify(&keys.verifying_keys()).unwrap();
+    let ghost = SignedCheckpoint::sign(&keys, Checkpoint { task: TaskId::random().to_string(), ..cp(1) });
+    assert!(matches!(store.insert_checkpoint(&ghost, "x").await, Err(Error::UnknownTask(_))));
+    assert_eq!(store.checkpoints(&t.id).await.unwrap().len(), 2);
+}

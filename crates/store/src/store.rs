@@ -1,0 +1,280 @@
+//! What the rest of Cairn asks of the task database, whatever keeps it.
+//!
+//! The contract is split by concern ([`TaskStore`], [`EventStore`],
+//! [`SandboxStore`], [`SnapshotStore`], [`WaitStore`], [`CheckpointStore`])
+//! so that a backend implements it one file at a time, and [`Store`] joins
+//! them into the one object the runtime holds ([`SharedStore`]). The traits
+//! are object-safe (`async_trait` boxes each call's future) because the
+//! runtime picks a backend at start, not at compile time.
+//!
+//! What every backend must keep, and what the conformance suite checks:
+//! a method that writes more than one thing writes them in one transaction
+//! (a crash leaves all or none); a task's state only moves through
+//! [`TaskStore::transition`]'s compare-and-set over core's transition table;
+//! a task's event log is append-only and hash-chained (`cairn_ledger`), with
+//! no two entries on the same sequence number under concurrent writers.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use async_trait::async_trait;
+use cairn_core::{
+    Event, InboxEvent, NewEvent, RollbackNote, SandboxState, Snapshot, SnapshotId, Task, TaskConfig, TaskId, TaskState,
+    Transition, Wait, WaitId,
+};
+use cairn_ledger::SignedCheckpoint;
+
+use crate::{Error, Result};
+
+/// The store as the runtime holds it: shared by every request and
+/// background loop, whichever backend it is.
+pub type SharedStore = Arc<dyn Store>;
+
+/// Milliseconds since the Unix epoch.
+pub fn now_ms() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+}
+
+/// The live sandbox of a task, as recorded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SandboxRow {
+    pub task: TaskId,
+    pub uid_slot: u32,
+    pub init_pid: Option<i32>,
+    pub init_start_time: Option<u64>,
+    pub started_ms: i64,
+}
+
+/// What delivering an event did.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Delivered {
+    /// The stored event (for a repeated delivery: the first one).
+    pub event: InboxEvent,
+    /// The same delivery id was seen before: nothing changed.
+    pub duplicate: bool,
+    /// The wait it satisfied, if any.
+    pub satisfied: Option<WaitId>,
+    /// The task was suspended and is now `waking`: the caller wakes it.
+    pub wake: bool,
+}
+
+/// The whole task database: every concern, plus what a handle on it is.
+#[async_trait]
+pub trait Store: TaskStore + EventStore + SandboxStore + SnapshotStore + WaitStore + CheckpointStore + std::fmt::Debug {
+    /// The database file. The daemon reports its home as this file's
+    /// directory.
+    fn path(&self) -> &Path;
+
+    /// Sees a new value after each change to a task's state, its events or
+    /// its waits (any task: a waiter rechecks what it waits for) committed
+    /// through this store, so that waiters are woken by the change instead
+    /// of polling. A write that failed or changed nothing wakes nobody.
+    fn changes(&self) -> tokio::sync::watch::Receiver<u64>;
+
+    /// Closes the database once the calls in flight are done.
+    async fn close(&self);
+}
+
+/// Task rows: identity, lifecycle state, step counter, config.
+#[async_trait]
+pub trait TaskStore: Send + Sync {
+    /// Inserts a new task (a taken name is [`Error::NameTaken`]).
+    async fn insert_task(&self, task: &Task) -> Result<()>;
+
+    /// Finds a task by id or by name.
+    async fn find_task(&self, id_or_name: &str) -> Result<Task>;
+
+    /// Every task, oldest first.
+    async fn list_tasks(&self) -> Result<Vec<Task>>;
+
+    /// Running tasks with an idle-suspend time that have had no activity
+    /// for longer than it at `now_ms`.
+    async fn idle_tasks(&self, now_ms: i64) -> Result<Vec<Task>>;
+
+    /// Moves the task by `t` from `from`, the state the caller read, if it
+    /// is still there: a compare-and-set over core's transition table, so
+    /// that two actors never both move a task. Returns the new state.
+    ///
+    /// A move the table refuses is [`Error::Transition`] and never reaches
+    /// the database; a task that is no longer in `from` is
+    /// [`Error::StateChanged`] and stays as it is.
+    async fn transition(&self, id: &TaskId, from: TaskState, t: Transition) -> Result<TaskState>;
+
+    /// Moves a suspended task to `waking` (resume, exec, cp). False when it
+    /// was not suspended.
+    async fn begin_wake(&self, task: &TaskId) -> Result<bool> {
+        match self.transition(task, TaskState::Suspended, Transition::Wake).await {
+            Ok(_) => Ok(true),
+            Err(Error::StateChanged { .. }) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Records what the sandbox of a task is doing, with a note for people
+    /// (why it was lost, say).
+    async fn set_sandbox_state(&self, id: &TaskId, state: SandboxState, note: Option<&str>) -> Result<()>;
+
+    /// Increments the step counter and returns the new value.
+    async fn bump_step(&self, id: &TaskId) -> Result<u64>;
+
+    /// Replaces a task's config and logs why, in one transaction.
+    async fn set_config(&self, id: &TaskId, config: &TaskConfig, ev: &NewEvent) -> Result<()>;
+
+    /// Marks activity (the end of a long command counts as activity).
+    async fn touch(&self, task: &TaskId) -> Result<()>;
+
+    /// Marks a recovered task running again with its recovery note, in one
+    /// transaction with the `recovered` event.
+    async fn record_recovery(&self, task: &TaskId, from: TaskState, step: u64, memory: &str, note: &str, ev: &NewEvent) -> Result<()>;
+}
+
+/// Each task's append-only, hash-chained event log.
+#[async_trait]
+pub trait EventStore: Send + Sync {
+    /// Appends an event; returns its sequence number in the task's log.
+    async fn append_event(&self, ev: &NewEvent) -> Result<u64>;
+
+    /// Appends several events in one transaction (one fsync): the egress
+    /// decision log writes bursts of connection attempts this way.
+    async fn append_events(&self, events: &[NewEvent]) -> Result<()>;
+
+    /// The task's whole log, in order.
+    async fn events(&self, id: &TaskId) -> Result<Vec<Event>>;
+
+    /// The task's events after sequence number `after` (a live watch asks
+    /// for what is new, not for the whole log again).
+    async fn events_after(&self, id: &TaskId, after: u64) -> Result<Vec<Event>>;
+}
+
+/// Live sandboxes and the uid slots they hold: a slot is a range of host
+/// uids, so two sandboxes must never share one.
+#[async_trait]
+pub trait SandboxStore: Send + Sync {
+    /// Records a new sandbox for `id` on the lowest free uid slot and returns
+    /// the slot. Atomic, so two concurrent starts never share a slot; one
+    /// sandbox per task.
+    async fn claim_sandbox_slot(&self, id: &TaskId) -> Result<u32> {
+        self.claim_sandbox_slot_from(id, 0).await
+    }
+
+    /// Like [`Self::claim_sandbox_slot`], with the lowest slot `>= min`.
+    async fn claim_sandbox_slot_from(&self, id: &TaskId, min: u32) -> Result<u32>;
+
+    /// Takes exactly uid slot `slot` for a new sandbox of `task`; false
+    /// when another sandbox holds it.
+    async fn try_claim_sandbox_slot(&self, task: &TaskId, slot: u32) -> Result<bool>;
+
+    /// Records, in one transaction, that the sandbox of `id` is up: its
+    /// init, the task state (`running` when it was `created`), the sandbox
+    /// state, and the start event. Returns the event's sequence number.
+    async fn record_sandbox_ready(&self, id: &TaskId, pid: i32, start_time: u64, ev: &NewEvent) -> Result<u64>;
+
+    async fn sandbox(&self, id: &TaskId) -> Result<Option<SandboxRow>>;
+
+    /// Every live sandbox, by uid slot.
+    async fn sandboxes(&self) -> Result<Vec<SandboxRow>>;
+
+    /// Forgets the sandbox of `id`, freeing its uid slot. Absent is fine.
+    async fn release_sandbox(&self, id: &TaskId) -> Result<()>;
+
+    /// Remembers the slot a suspended task's sandbox had, so that a wake
+    /// can take it again and keep the disk cache of that slot.
+    async fn set_last_uid_slot(&self, task: &TaskId, slot: Option<u32>) -> Result<()>;
+
+    async fn last_uid_slot(&self, task: &TaskId) -> Result<Option<u32>>;
+}
+
+/// Snapshot records, rollback notes and each task's baseline manifest. The
+/// snapshot data itself is in the blob store; a record is written only
+/// once that data is durable.
+#[async_trait]
+pub trait SnapshotStore: Send + Sync {
+    /// Records a snapshot whose data is durable, in one transaction with the
+    /// task's new baseline, its memory summary (when `memory` is given) and
+    /// the snapshot event.
+    async fn insert_snapshot(&self, s: &Snapshot, baseline: &str, memory: Option<&str>, ev: &NewEvent) -> Result<()>;
+
+    /// Records a fork in one transaction: the new task, its creation event,
+    /// and its branch snapshot (whose data is the source's, durable
+    /// already), so that a crash leaves either no fork or a whole one that
+    /// recovery restores from its branch.
+    async fn insert_fork(&self, task: &Task, created: &NewEvent, branch: &Snapshot, snapshotted: &NewEvent) -> Result<()>;
+
+    /// A task's snapshots, oldest first.
+    async fn snapshots(&self, task: &TaskId) -> Result<Vec<Snapshot>>;
+
+    /// Every snapshot of every task (for `check` and `gc`).
+    async fn all_snapshots(&self) -> Result<Vec<Snapshot>>;
+
+    async fn find_snapshot(&self, id: &str) -> Result<Snapshot>;
+
+    /// Manifest ids that tasks use as baselines (live for `gc`).
+    async fn baselines(&self) -> Result<Vec<String>>;
+
+    async fn baseline(&self, task: &TaskId) -> Result<Option<String>>;
+
+    async fn set_baseline(&self, task: &TaskId, baseline: Option<&str>) -> Result<()>;
+
+    /// Records a finished rollback in one transaction: the task's step,
+    /// memory summary, baseline and rollback note, and the event.
+    async fn record_rollback(&self, task: &TaskId, to: &Snapshot, note: &RollbackNote, baseline: &str, ev: &NewEvent) -> Result<()>;
+
+    /// Deletes expired snapshot records with one event each, in one
+    /// transaction. Their data becomes garbage for `gc`.
+    async fn expire_snapshots(&self, ids: &[SnapshotId], events: &[NewEvent]) -> Result<()>;
+}
+
+/// Waits, the durable inbox, and the task-state steps of suspend and wake
+/// that must commit together with them.
+#[async_trait]
+pub trait WaitStore: Send + Sync {
+    /// Registers a wait. If the inbox already holds a matching event, the
+    /// wait is satisfied at once by the oldest one, which is returned. A
+    /// task has at most one pending wait ([`Error::WaitPending`]).
+    async fn insert_wait(&self, w: &Wait, ev: &NewEvent) -> Result<Option<InboxEvent>>;
+
+    /// Writes an event to the task's inbox and satisfies its pending wait
+    /// when it matches, all in one transaction: once this returns, the event
+    /// is durable and has taken effect exactly once. A delivery id seen
+    /// before makes it a no-op.
+    async fn deliver(&self, ev: &InboxEvent) -> Result<Delivered>;
+
+    /// Ends a suspend: `suspended`, or straight to `waking` when the wait
+    /// it suspended for was satisfied meanwhile (an event that came in while
+    /// the snapshot was being stored). Returns the state written.
+    async fn finish_suspend(&self, task: &TaskId, waiting_for: Option<&WaitId>, ev: &NewEvent) -> Result<TaskState>;
+
+    /// Marks a waking task running, in one transaction with its `wake`
+    /// event: a crash leaves both or neither.
+    async fn finish_wake(&self, task: &TaskId, ev: &NewEvent) -> Result<()>;
+
+    async fn pending_wait(&self, task: &TaskId) -> Result<Option<Wait>>;
+
+    async fn find_wait(&self, id: &str) -> Result<Wait>;
+
+    /// Pending timers due at `now_ms`, earliest first.
+    async fn due_timers(&self, now_ms: i64) -> Result<Vec<Wait>>;
+
+    /// The earliest pending timer, for the timer loop to sleep until.
+    async fn next_timer_ms(&self) -> Result<Option<i64>>;
+
+    async fn inbox_event(&self, id: &str) -> Result<InboxEvent>;
+
+    /// A task's inbox, oldest first.
+    async fn inbox(&self, task: &TaskId) -> Result<Vec<InboxEvent>>;
+}
+
+/// Signed checkpoints of a task's chain head (the store's side of the
+/// ledger).
+#[async_trait]
+pub trait CheckpointStore: Send + Sync {
+    /// Records a signed checkpoint; `actor` is who asked (kept, not signed).
+    async fn insert_checkpoint(&self, c: &SignedCheckpoint, actor: &str) -> Result<()>;
+
+    /// A task's checkpoints, oldest first.
+    async fn checkpoints(&self, task: &TaskId) -> Result<Vec<SignedCheckpoint>>;
+
+    /// A task's newest checkpoint.
+    async fn latest_checkpoint(&self, task: &TaskId) -> Result<Option<SignedCheckpoint>>;
+}
