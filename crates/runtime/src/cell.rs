@@ -2,7 +2,7 @@
 //! cell per task instead of one map per concern: the lock that serialises
 //! its lifecycle steps, its live sandbox, the commands running in it, the
 //! progress of a snapshot or restore, the parsed manifest its disk matches,
-//! and its egress proxy.
+//! its egress proxy, and a watch channel that ticks when its record changes.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -10,18 +10,28 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use cairn_api::snapshots::OpProgress;
 use cairn_core::TaskId;
 use cairn_snapshot::Manifest;
+use tokio::sync::{broadcast, watch};
 
 use crate::egress::Proxy;
 use crate::tasks::Live;
 
 /// One task's in-memory state. Everything in it can be rebuilt from the
 /// store and the host after a restart.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct TaskCell {
     /// Serialises the task's lifecycle steps (start, snapshot, suspend,
     /// wake, rollback, destroy).
     lock: tokio::sync::Mutex<()>,
     state: Mutex<CellState>,
+    /// Ticks after each committed change to the task's state, events or
+    /// waits; waiters (`wait --block`, the event stream) subscribe.
+    changed: watch::Sender<u64>,
+}
+
+impl Default for TaskCell {
+    fn default() -> Self {
+        TaskCell { lock: tokio::sync::Mutex::default(), state: Mutex::default(), changed: watch::Sender::new(0) }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -43,6 +53,15 @@ impl TaskCell {
 
     pub(crate) fn try_lock(&self) -> Option<tokio::sync::MutexGuard<'_, ()>> {
         self.lock.try_lock().ok()
+    }
+
+    /// A receiver that sees each later change of the task.
+    pub(crate) fn subscribe(&self) -> watch::Receiver<u64> {
+        self.changed.subscribe()
+    }
+
+    fn tick(&self) {
+        self.changed.send_modify(|n| *n = n.wrapping_add(1));
     }
 
     fn state(&self) -> MutexGuard<'_, CellState> {
@@ -131,5 +150,78 @@ impl Cells {
 
     pub(crate) fn all(&self) -> Vec<(TaskId, Arc<TaskCell>)> {
         self.map().iter().map(|(id, c)| (id.clone(), c.clone())).collect()
+    }
+
+    /// Ticks the cell of each task the store reports changed (a task with
+    /// no cell has no waiter), until the store goes away. A listener that
+    /// fell behind ticks every cell: a waiter rechecks what it waits for.
+    pub(crate) fn follow(self: &Arc<Self>, mut changes: broadcast::Receiver<TaskId>) {
+        let cells = Arc::downgrade(self);
+        tokio::spawn(async move {
+            loop {
+                let changed = changes.recv().await;
+                let Some(cells) = cells.upgrade() else { return };
+                match changed {
+                    Ok(task) => {
+                        if let Some(c) = cells.get(&task) {
+                            c.tick();
+                        }
+                    }
+                    Err(broadcast::error::RecvError::Lagged(_)) => cells.all().iter().for_each(|(_, c)| c.tick()),
+                    Err(broadcast::error::RecvError::Closed) => return,
+                }
+            }
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[tokio::test]
+    async fn a_change_ticks_only_the_cell_of_its_task() {
+        let (tx, rx) = broadcast::channel(4);
+        let cells = Arc::new(Cells::default());
+        cells.follow(rx);
+        let (a, b) = (TaskId::random(), TaskId::random());
+        let (mut seen_a, mut seen_b) = (cells.of(&a).subscribe(), cells.of(&b).subscribe());
+        tx.send(a.clone()).unwrap();
+        tokio::time::timeout(Duration::from_secs(5), seen_a.changed()).await.unwrap().unwrap();
+        assert!(!seen_b.has_changed().unwrap(), "b did not change");
+        // A change of a task without a cell makes none.
+        tx.send(TaskId::random()).unwrap();
+        tx.send(b.clone()).unwrap();
+        tokio::time::timeout(Duration::from_secs(5), seen_b.changed()).await.unwrap().unwrap();
+        assert_eq!(cells.all().len(), 2);
+    }
+
+    #[tokio::test]
+    async fn a_lagging_listener_ticks_every_cell() {
+        let (tx, rx) = broadcast::channel(1);
+        let cells = Arc::new(Cells::default());
+        let (a, b) = (TaskId::random(), TaskId::random());
+        let (mut seen_a, mut seen_b) = (cells.of(&a).subscribe(), cells.of(&b).subscribe());
+        // Three sends into a backlog of one, before the listener runs.
+        for _ in 0..3 {
+            tx.send(TaskId::random()).unwrap();
+        }
+        cells.follow(rx);
+        tokio::time::timeout(Duration::from_secs(5), seen_a.changed()).await.unwrap().unwrap();
+        tokio::time::timeout(Duration::from_secs(5), seen_b.changed()).await.unwrap().unwrap();
+    }
+
+    #[test]
+    fn busy_counts_nest_and_progress_and_baseline_are_kept() {
+        let cell = TaskCell::default();
+        assert!(!cell.busy());
+        cell.add_busy(1);
+        cell.add_busy(1);
+        cell.add_busy(-1);
+        assert!(cell.busy(), "one command still runs");
+        cell.add_busy(-1);
+        assert!(!cell.busy());
+        assert!(cell.baseline("m1").is_none());
     }
 }

@@ -121,7 +121,7 @@ impl Runtime {
         let task = self.find(id_or_name).await?;
         let rt = self.clone();
         // Subscribed before the first read: each committed change wakes it.
-        let start = (after, Vec::<Event>::new(), self.store.changes());
+        let start = (after, Vec::<Event>::new(), self.cells.of(&task.id).subscribe());
         Ok(futures_util::stream::unfold(start, move |(mut after, mut queue, mut changes)| {
             let rt = rt.clone();
             let id = task.id.clone();

@@ -60,7 +60,7 @@ pub struct Runtime {
     pub base_url: std::sync::OnceLock<String>,
     /// What is kept in memory per task (lock, live sandbox, busy count,
     /// progress, baseline, egress proxy).
-    pub(crate) cells: crate::cell::Cells,
+    pub(crate) cells: Arc<crate::cell::Cells>,
     defaults: Limits,
     retention: cairn_core::Retention,
     idle_suspend_default: Option<Duration>,
@@ -99,6 +99,9 @@ impl Runtime {
         })
         .await
         .map_err(|e| OpenError::Sandbox(cairn_sandbox::Error::Helper(e.to_string())))??;
+        // Subscribed before anything writes: waiters see every change.
+        let cells = Arc::new(crate::cell::Cells::default());
+        cells.follow(store.changes());
         Ok(Runtime {
             store,
             images,
@@ -107,7 +110,7 @@ impl Runtime {
             link_key,
             keys: std::sync::Mutex::new(keys),
             base_url: std::sync::OnceLock::new(),
-            cells: crate::cell::Cells::default(),
+            cells,
             wakes: Arc::new(crate::wakes::WakeScheduler::new(crate::wakes::MAX_CONCURRENT_WAKES)),
             defaults,
             retention: config.retention.clone(),

@@ -100,18 +100,19 @@ impl Runtime {
         self.wait_view(wait).await
     }
 
+    async fn find_wait(&self, id: &str) -> Result<Wait, Error> {
+        Ok(self.store.find_wait(id).await?)
+    }
+
     /// A wait, optionally after blocking until it is satisfied and its task
     /// runs again (at most `timeout`).
     pub async fn get_wait(&self, id: &str, block: Option<Duration>) -> Result<WaitView, Error> {
         let deadline = block.map(|b| Instant::now() + b);
-        // Subscribed before the first read: a change after it wakes us.
-        let mut changes = self.store.changes();
+        let task = self.find_wait(id).await?.task;
+        // Subscribed before the reads below: a change after one wakes us.
+        let mut changes = self.cells.of(&task).subscribe();
         loop {
-            let wait = self.store.find_wait(id).await.map_err(|e| match e {
-                cairn_store::Error::UnknownWait(_) => Error::not_found(e.to_string()),
-                other => other.into(),
-            })?;
-            let view = self.wait_view(wait).await?;
+            let view = self.wait_view(self.find_wait(id).await?).await?;
             let done = view.satisfied_ms.is_some() && !matches!(view.task_state, TaskState::Waking | TaskState::Suspending);
             match deadline {
                 Some(d) if !done && Instant::now() < d => {

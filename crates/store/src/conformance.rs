@@ -211,29 +211,39 @@ pub(crate) async fn waiters_see_each_committed_change_and_nothing_else(db: &impl
     let store = db.open().await;
     let t = task(None);
     store.insert_task(&t).await.unwrap();
+    use tokio::sync::broadcast::error::TryRecvError;
     let mut changes = store.changes();
-    assert!(!changes.has_changed().unwrap(), "a new receiver starts with nothing to see");
+    assert_eq!(changes.try_recv(), Err(TryRecvError::Empty), "a new receiver starts with nothing to see");
     // Control: a read changes nothing.
     store.find_task(t.id.as_str()).await.unwrap();
-    assert!(!changes.has_changed().unwrap());
-    // A state change (one statement) and an event (a transaction) each wake a waiter.
-    let waiter = tokio::spawn(async move { changes.changed().await.map(|_| changes) });
+    assert_eq!(changes.try_recv(), Err(TryRecvError::Empty));
+    // A state change (one statement) and an event (a transaction) each name
+    // the task, to a waiter that is already waiting too.
+    let waiter = tokio::spawn(async move { changes.recv().await.map(|id| (id, changes)) });
     store.transition(&t.id, TaskState::Created, Transition::Start).await.unwrap();
-    let mut changes = tokio::time::timeout(Duration::from_secs(5), waiter).await.unwrap().unwrap().unwrap();
-    assert!(!changes.has_changed().unwrap());
+    let (id, mut changes) = tokio::time::timeout(Duration::from_secs(5), waiter).await.unwrap().unwrap().unwrap();
+    assert_eq!(id, t.id);
+    assert_eq!(changes.try_recv(), Err(TryRecvError::Empty));
     store.append_event(&event(&t.id, EventKind::Exec)).await.unwrap();
-    assert!(changes.has_changed().unwrap(), "an appended event is a change");
-    changes.borrow_and_update();
+    assert_eq!(changes.try_recv(), Ok(t.id.clone()), "an appended event is a change");
     // So is a delivered event, but not its retry.
     store.deliver(&incoming(&t.id, EventSource::Webhook, "x", Some("d1"))).await.unwrap();
-    assert!(changes.has_changed().unwrap(), "a delivery is a change");
-    changes.borrow_and_update();
+    assert_eq!(changes.try_recv(), Ok(t.id.clone()), "a delivery is a change");
     assert!(store.deliver(&incoming(&t.id, EventSource::Webhook, "x", Some("d1"))).await.unwrap().duplicate);
-    assert!(!changes.has_changed().unwrap(), "a duplicate delivery changed nothing");
+    assert_eq!(changes.try_recv(), Err(TryRecvError::Empty), "a duplicate delivery changed nothing");
     // A failed write is not.
     assert!(store.transition(&TaskId::random(), TaskState::Running, Transition::Suspend).await.is_err());
     assert!(store.transition(&t.id, TaskState::Created, Transition::Start).await.is_err());
-    assert!(!changes.has_changed().unwrap(), "a write that changed nothing wakes nobody");
+    assert_eq!(changes.try_recv(), Err(TryRecvError::Empty), "a write that changed nothing wakes nobody");
+    // Another task's change names that task, not this one.
+    let other = task(None);
+    store.insert_task(&other).await.unwrap();
+    store.append_event(&event(&other.id, EventKind::Exec)).await.unwrap();
+    let mut seen = Vec::new();
+    while let Ok(id) = changes.try_recv() {
+        seen.push(id);
+    }
+    assert!(!seen.is_empty() && seen.iter().all(|id| *id == other.id), "{seen:?}");
 }
 
 pub(crate) async fn tasks_and_events_survive_reopen(db: &impl TestDatabase) {

@@ -66,11 +66,12 @@ pub trait Store: TaskStore + EventStore + SandboxStore + SnapshotStore + WaitSto
     /// directory.
     fn path(&self) -> &Path;
 
-    /// Sees a new value after each change to a task's state, its events or
-    /// its waits (any task: a waiter rechecks what it waits for) committed
-    /// through this store, so that waiters are woken by the change instead
-    /// of polling. A write that failed or changed nothing wakes nobody.
-    fn changes(&self) -> tokio::sync::watch::Receiver<u64>;
+    /// The id of each task whose state, events or waits changed, after the
+    /// change is committed through this store, so that waiters are woken by
+    /// the change instead of polling. A write that failed or changed nothing
+    /// sends nothing. A listener that falls behind gets `Lagged` and must
+    /// assume every task changed.
+    fn changes(&self) -> tokio::sync::broadcast::Receiver<TaskId>;
 
     /// Closes the database once the calls in flight are done.
     async fn close(&self);

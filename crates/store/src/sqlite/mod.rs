@@ -16,14 +16,13 @@ mod waits;
 
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
-use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use cairn_core::{Event, EventKind, NewEvent, SandboxState, Task, TaskConfig, TaskId, TaskState, Transition};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow, SqliteSynchronous};
 use sqlx::{Row, SqlitePool};
-use tokio::sync::watch;
+use tokio::sync::broadcast;
 
 use crate::{now_ms, Error, EventStore, Result, SandboxRow, SandboxStore, Store, TaskStore};
 
@@ -34,8 +33,11 @@ pub struct SqliteStore {
     path: PathBuf,
     /// Bumped after every committed change to a task's state, events or
     /// waits, so that waiters are woken by the change instead of polling.
-    changes: Arc<watch::Sender<u64>>,
+    changes: broadcast::Sender<TaskId>,
 }
+
+/// Changes a slow listener may fall behind by before it is told it lagged.
+const CHANGES_BACKLOG: usize = 1024;
 
 impl SqliteStore {
     /// Opens (creating if needed) the database at `path` and applies
@@ -55,18 +57,20 @@ impl SqliteStore {
             .map_err(|e| Error::Open(path.to_owned(), e))?;
         sqlx::migrate!("./migrations").run(&pool).await.map_err(|e| Error::Migrate(path.to_owned(), e))?;
         ledger::backfill(&pool).await?;
-        Ok(SqliteStore { pool, path: path.to_owned(), changes: Arc::new(watch::Sender::new(0)) })
+        Ok(SqliteStore { pool, path: path.to_owned(), changes: broadcast::channel(CHANGES_BACKLOG).0 })
     }
 
-    /// Tells waiters that something changed.
-    pub(crate) fn notify_change(&self) {
-        self.changes.send_modify(|n| *n = n.wrapping_add(1));
+    /// Tells waiters that `task` changed. Nobody listening is fine.
+    pub(crate) fn notify_change(&self, task: &TaskId) {
+        let _ = self.changes.send(task.clone());
     }
 
-    /// Commits `tx`, then tells waiters.
-    pub(crate) async fn commit(&self, tx: sqlx::Transaction<'_, sqlx::Sqlite>) -> sqlx::Result<()> {
+    /// Commits `tx`, then tells waiters which tasks it changed.
+    pub(crate) async fn commit<'a>(&self, tx: sqlx::Transaction<'_, sqlx::Sqlite>, tasks: impl IntoIterator<Item = &'a TaskId>) -> sqlx::Result<()> {
         tx.commit().await?;
-        self.notify_change();
+        for t in tasks {
+            self.notify_change(t);
+        }
         Ok(())
     }
 
@@ -80,7 +84,7 @@ impl SqliteStore {
         if res.rows_affected() == 0 {
             return Err(Error::UnknownTask(id.to_string()));
         }
-        self.notify_change();
+        self.notify_change(id);
         Ok(())
     }
 }
@@ -91,7 +95,7 @@ impl Store for SqliteStore {
         &self.path
     }
 
-    fn changes(&self) -> watch::Receiver<u64> {
+    fn changes(&self) -> broadcast::Receiver<TaskId> {
         self.changes.subscribe()
     }
 
@@ -141,7 +145,7 @@ impl TaskStore for SqliteStore {
     async fn transition(&self, id: &TaskId, from: TaskState, t: Transition) -> Result<TaskState> {
         let mut conn = self.pool.acquire().await.map_err(|e| Error::Query("change task state", e))?;
         let to = transition_in(&mut conn, id, from, t).await?;
-        self.notify_change();
+        self.notify_change(id);
         Ok(to)
     }
 
@@ -182,7 +186,7 @@ impl TaskStore for SqliteStore {
             return Err(Error::UnknownTask(id.to_string()));
         }
         insert_event(&mut tx, ev).await.map_err(q)?;
-        self.commit(tx).await.map_err(q)
+        self.commit(tx, [id]).await.map_err(q)
     }
 
     async fn touch(&self, task: &TaskId) -> Result<()> {
@@ -209,7 +213,7 @@ impl TaskStore for SqliteStore {
             .await
             .map_err(q)?;
         insert_event(&mut tx, ev).await.map_err(q)?;
-        self.commit(tx).await.map_err(q)
+        self.commit(tx, [task]).await.map_err(q)
     }
 }
 
@@ -220,7 +224,7 @@ impl EventStore for SqliteStore {
         // IMMEDIATE: the chain's head is read and extended under the write lock.
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(q)?;
         let seq = insert_event(&mut tx, ev).await.map_err(q)?;
-        self.commit(tx).await.map_err(q)?;
+        self.commit(tx, [&ev.task]).await.map_err(q)?;
         Ok(seq)
     }
 
@@ -230,7 +234,7 @@ impl EventStore for SqliteStore {
         for ev in events {
             insert_event(&mut tx, ev).await.map_err(q)?;
         }
-        self.commit(tx).await.map_err(q)
+        self.commit(tx, events.iter().map(|e| &e.task)).await.map_err(q)
     }
 
     async fn events(&self, id: &TaskId) -> Result<Vec<Event>> {
@@ -311,7 +315,7 @@ impl SandboxStore for SqliteStore {
             return Err(Error::UnknownTask(id.to_string()));
         }
         let seq = insert_event(&mut tx, ev).await.map_err(q)?;
-        self.commit(tx).await.map_err(q)?;
+        self.commit(tx, [id]).await.map_err(q)?;
         Ok(seq)
     }
 
@@ -553,7 +557,7 @@ impl crate::conformance::TestDatabase for TempSqlite {
     }
 
     async fn open(&self) -> crate::SharedStore {
-        Arc::new(self.open_sqlite().await)
+        std::sync::Arc::new(self.open_sqlite().await)
     }
 }
 

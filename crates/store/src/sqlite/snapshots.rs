@@ -17,7 +17,7 @@ impl SnapshotStore for SqliteStore {
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(q)?;
         insert_snapshot_row(&mut tx, s, baseline, memory).await?;
         insert_event(&mut tx, ev).await.map_err(q)?;
-        self.commit(tx).await.map_err(q)
+        self.commit(tx, [&s.task]).await.map_err(q)
     }
 
     async fn insert_fork(&self, task: &Task, created: &NewEvent, branch: &Snapshot, snapshotted: &NewEvent) -> Result<()> {
@@ -27,7 +27,7 @@ impl SnapshotStore for SqliteStore {
         insert_event(&mut tx, created).await.map_err(q)?;
         insert_snapshot_row(&mut tx, branch, &branch.manifest, None).await?;
         insert_event(&mut tx, snapshotted).await.map_err(q)?;
-        self.commit(tx).await.map_err(q)
+        self.commit(tx, [&task.id]).await.map_err(q)
     }
 
     async fn snapshots(&self, task: &TaskId) -> Result<Vec<Snapshot>> {
@@ -99,7 +99,7 @@ impl SnapshotStore for SqliteStore {
             .await
             .map_err(q)?;
         insert_event(&mut tx, ev).await.map_err(q)?;
-        self.commit(tx).await.map_err(q)
+        self.commit(tx, [task]).await.map_err(q)
     }
 
     async fn expire_snapshots(&self, ids: &[SnapshotId], events: &[NewEvent]) -> Result<()> {
@@ -111,7 +111,7 @@ impl SnapshotStore for SqliteStore {
         for ev in events {
             insert_event(&mut tx, ev).await.map_err(q)?;
         }
-        self.commit(tx).await.map_err(q)
+        self.commit(tx, events.iter().map(|e| &e.task)).await.map_err(q)
     }
 }
 

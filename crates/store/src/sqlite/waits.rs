@@ -51,7 +51,7 @@ impl WaitStore for SqliteStore {
             satisfy(&mut tx, w.id.as_str(), e).await.map_err(q)?;
         }
         insert_event(&mut tx, ev).await.map_err(q)?;
-        self.commit(tx).await.map_err(q)?;
+        self.commit(tx, [&w.task]).await.map_err(q)?;
         Ok(found)
     }
 
@@ -110,7 +110,7 @@ impl WaitStore for SqliteStore {
             duration_ms: None,
         };
         insert_event(&mut tx, &log).await.map_err(q)?;
-        self.commit(tx).await.map_err(q)?;
+        self.commit(tx, [&ev.task]).await.map_err(q)?;
         Ok(Delivered { event, duplicate: false, satisfied, wake })
     }
 
@@ -135,7 +135,7 @@ impl WaitStore for SqliteStore {
             .await
             .map_err(q)?;
         insert_event(&mut tx, ev).await.map_err(q)?;
-        self.commit(tx).await.map_err(q)?;
+        self.commit(tx, [task]).await.map_err(q)?;
         Ok(state)
     }
 
@@ -144,7 +144,7 @@ impl WaitStore for SqliteStore {
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(q)?;
         transition_in(&mut tx, task, TaskState::Waking, Transition::Woke).await?;
         insert_event(&mut tx, ev).await.map_err(q)?;
-        self.commit(tx).await.map_err(q)
+        self.commit(tx, [task]).await.map_err(q)
     }
 
     async fn pending_wait(&self, task: &TaskId) -> Result<Option<Wait>> {
