@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use cairn_core::{EgressRules, EventKind, NewEvent, TaskId};
 use serde::Deserialize;
 use cairn_egress::{Attempt, Policy, ProxyConfig, SystemResolver, TaskProxy};
-use cairn_sandbox::native::{InitProcess, NativeDriver};
+use cairn_sandbox::{InitProcess, SandboxDriver};
 use cairn_store::Store;
 use serde_json::json;
 use tokio::sync::{mpsc, watch};
@@ -76,7 +76,7 @@ pub fn proxy_environment(rules: &EgressRules) -> Vec<(&'static str, String)> {
     if rules.allow.is_empty() {
         return Vec::new();
     }
-    let url = format!("http://{}", cairn_sandbox::net::PROXY_ADDR);
+    let url = format!("http://{}", cairn_sandbox::PROXY_ADDR);
     let bypass = "localhost,127.0.0.1".to_owned();
     vec![
         ("HTTP_PROXY", url.clone()),
@@ -109,7 +109,7 @@ impl Egress {
 
     /// Starts serving the proxy port of a sandbox that just started (or
     /// survived a daemon restart). Its init hands over the listening socket.
-    pub async fn attach(&self, store: &Store, driver: &Arc<NativeDriver>, task: &TaskId, rules: &EgressRules, init: InitProcess) {
+    pub async fn attach(&self, store: &Store, driver: &Arc<dyn SandboxDriver>, task: &TaskId, rules: &EgressRules, init: InitProcess) {
         if self.running().get(task).is_some_and(|r| r.init == init) {
             return;
         }

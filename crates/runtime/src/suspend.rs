@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cairn_core::{EventKind, NewEvent, SandboxState, SnapshotKind, Task, TaskId, TaskState, Transition, WaitId};
-use cairn_sandbox::uidmap::IdRange;
+use cairn_sandbox::IdRange;
 use cairn_store::now_ms;
 use serde_json::json;
 
@@ -144,7 +144,7 @@ impl Runtime {
         let previous = self.store.last_uid_slot(&task.id).await?;
         let slot = self.claim_slot_preferring(&task.id, previous).await?;
         let ids = IdRange::for_slot(slot).map_err(Error::from)?;
-        let cached = self.driver.paths(task.id.as_str()).disk_image.exists();
+        let cached = self.driver.has_disk(task.id.as_str());
         let baseline = self.store.baseline(&task.id).await?;
         let from_cache = match &snap {
             Some(s) => cached && previous == Some(slot) && baseline.as_deref() == Some(s.manifest.as_str()),
@@ -230,7 +230,7 @@ impl Runtime {
         let (note, step, memory) = match &snap {
             Some(s) => {
                 let manifest = self.load_manifest(&s.manifest).await?;
-                let cached = self.driver.paths(task.id.as_str()).disk_image.exists();
+                let cached = self.driver.has_disk(task.id.as_str());
                 let base = if cached { self.baseline_manifest(&task.id).await } else { None };
                 let (fresh, _) = match self.restore_disk(&task, &manifest, base, ids).await {
                     Ok(r) => r,

@@ -15,8 +15,7 @@ use cairn_core::{
     TaskState, Transition,
 };
 use cairn_sandbox::image::{Image, ImageStore};
-use cairn_sandbox::native::{InitProcess, NativeDriver};
-use cairn_sandbox::uidmap::IdRange;
+use cairn_sandbox::{IdRange, InitProcess, NativeDriver, SandboxDriver};
 use cairn_store::{now_ms, Store};
 use serde_json::json;
 
@@ -51,7 +50,7 @@ pub fn limits_view(l: &Limits) -> LimitsView {
 pub struct Runtime {
     pub store: Store,
     pub images: ImageStore,
-    pub driver: Arc<NativeDriver>,
+    pub driver: Arc<dyn SandboxDriver>,
     pub snaps: crate::snapshots::SnapshotState,
     /// Signs approval links.
     pub link_key: crate::gateway::approval::LinkKey,
@@ -275,7 +274,7 @@ impl Runtime {
         task: &Task,
         image: &Image,
         actor: &str,
-        ahead: Option<cairn_sandbox::native::Prestarted>,
+        ahead: Option<cairn_sandbox::Prestarted>,
         slot: Option<u32>,
     ) -> Result<Live, Error> {
         let begun = Instant::now();
@@ -298,7 +297,6 @@ impl Runtime {
         };
         match started {
             Ok(init) => {
-                self.driver.record_slot_init(slot, task.id.as_str(), init);
                 if task.state == TaskState::Created {
                     task.state.start()?;
                 }
@@ -484,7 +482,7 @@ impl Runtime {
                 Some(i) if i.alive() && !task.state.is_terminal() => tokio::task::spawn_blocking(move || {
                     // A daemon killed during a snapshot leaves the sandbox
                     // frozen; thaw it so it can answer and run again.
-                    if let Err(e) = driver.cgroup(&id).and_then(|c| c.thaw()) {
+                    if let Err(e) = driver.thaw(&id) {
                         tracing::warn!(task = %id, "thaw after restart: {e}");
                     }
                     driver.ping(&id).is_ok()
@@ -495,9 +493,8 @@ impl Runtime {
             };
             if healthy {
                 let ids = IdRange::for_slot(row.uid_slot).map_err(Error::from)?;
-                let _ = self.driver.reserve_slot(row.uid_slot, task.id.as_str());
                 if let Some(i) = init {
-                    self.driver.record_slot_init(row.uid_slot, task.id.as_str(), i);
+                    let _ = self.driver.adopt_slot(row.uid_slot, task.id.as_str(), i);
                 }
                 let live = init.map(|init| Live { init, ids });
                 self.set_live(&task.id, live);
@@ -530,8 +527,7 @@ impl Runtime {
             }
             // Cgroups are host-wide: one this store never heard of and with
             // nothing in this home belongs to another daemon's home.
-            let paths = self.driver.paths(&name);
-            if t.is_none() && !paths.run_dir.exists() && !paths.disk_image.exists() {
+            if t.is_none() && !self.driver.has_local_state(&name) {
                 continue;
             }
             let driver = self.driver.clone();
@@ -578,7 +574,7 @@ impl Runtime {
     fn wake_pool_refill(&self) {
         let driver = self.driver.clone();
         tokio::task::spawn_blocking(move || {
-            if let Err(e) = driver.pool().refill() {
+            if let Err(e) = driver.refill_disk_pool() {
                 tracing::warn!("disk pool refill: {e}");
             }
             if let Err(e) = driver.refill_prestarted() {
