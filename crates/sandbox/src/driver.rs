@@ -3,7 +3,9 @@
 //!
 //! Every method blocks (the daemon runs them on its blocking pool) and
 //! takes plain data: a task id, its config, an image, a uid slot. The
-//! [`crate::NativeDriver`] builds real sandboxes.
+//! [`crate::NativeDriver`] builds real sandboxes; with the `test-util`
+//! feature, `fake::FakeDriver` plays one with plain directories
+//! and host processes, so the engine's own tests need no root.
 //!
 //! The writable layer lives on the task's disk, one directory per overlay
 //! layer ([`crate::Image::layers`]): `<disk_dir>/<Layer::disk_name>/upper`.

@@ -3,7 +3,10 @@
 //!
 //! The daemon sees it through one trait, [`SandboxDriver`]: reserve a uid
 //! slot, prepare a disk, start, exec, freeze, open the root, hand over the
-//! egress proxy's listener, tear down. [`NativeDriver`] implements it.
+//! egress proxy's listener, tear down. [`NativeDriver`] implements it; with
+//! the `test-util` feature, `fake::FakeDriver` does too, with plain
+//! directories and host processes, so the lifecycle engine can be tested
+//! without root.
 //!
 //! Public beside the trait: [`image`] (the image store), [`files`] (paths
 //! resolved beneath a sandbox's root descriptor), [`proto`] (the exec
@@ -28,6 +31,8 @@ pub(crate) mod cgroup;
 pub(crate) mod disk;
 mod driver;
 mod error;
+#[cfg(any(test, feature = "test-util"))]
+pub mod fake;
 pub mod files;
 pub mod image;
 mod native;
