@@ -278,7 +278,7 @@ async fn deliver(d: &mut Demo, home: &Path) -> Result<()> {
         &format!("{} entries, head {}, ok", ledger["entries"], ledger["head"].as_str().unwrap_or("?")),
     );
     let t = Instant::now();
-    let leftovers = cairn_sandbox::traces::host_traces(home, &d.task, init_pid as i32);
+    let leftovers = cairn_sandbox::inspect::host_traces(home, &d.task, init_pid as i32);
     d.say("nothing of the completed task is left on the host", t.elapsed(), &if leftovers.is_empty() {
         "no process, mount, cgroup, loop device or scratch directory remains".to_owned()
     } else {
@@ -450,7 +450,7 @@ async fn waits(d: &mut Demo, home: &Path) -> Result<()> {
     let shown: Value = d.client.get(&format!("/v1/tasks/{}", d.task)).await?;
     let pid = shown["sandbox_pid"].as_i64().unwrap_or(0) as i32;
     let w = d.client.post(&format!("/v1/tasks/{}/waits", d.task), &api::waits::WaitRequest { approval: Some("Publish notes.txt?".into()), ..Default::default() }).await?;
-    let traces: Vec<String> = cairn_sandbox::traces::host_traces(home, &d.task, pid)
+    let traces: Vec<String> = cairn_sandbox::inspect::host_traces(home, &d.task, pid)
         .into_iter()
         .filter(|l| !l.ends_with(&format!("{}.img", d.task)))
         .collect();

@@ -157,7 +157,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     if let Cmd::SandboxStart { cgroup_procs } = &cli.cmd {
         // Single-threaded on purpose: no runtime, no threads before fork.
-        return ExitCode::from(cairn_sandbox::process::spawn::helper_main(cgroup_procs) as u8);
+        return ExitCode::from(cairn_sandbox::helper_main(cgroup_procs) as u8);
     }
     let json_out = cli.json;
     let result = match cli.cmd {

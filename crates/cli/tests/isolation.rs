@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use cairn_sandbox::cgroup::{CgroupLayout, CgroupVersion};
+use cairn_sandbox::inspect::{CgroupLayout, CgroupVersion};
 use common::{cgroup_file, task_cgroup, Daemon};
 use serde_json::Value;
 
@@ -709,7 +709,7 @@ fn every_namespace_is_the_sandbox_s_own_and_capabilities_are_bounded() {
     }
 
     // Root inside holds exactly the bounded set, and nothing to inherit.
-    let want: u64 = cairn_sandbox::caps::SANDBOX_CAPS.iter().fold(0, |m, c| m | 1 << c.index());
+    let want: u64 = cairn_sandbox::inspect::SANDBOX_CAPS.iter().fold(0, |m, c| m | 1 << c.index());
     let status = sh_ok(&d, &a, "grep -E '^Cap(Inh|Prm|Eff|Bnd|Amb):' /proc/self/status");
     let cap = |name: &str| {
         let line = status.lines().find(|l| l.starts_with(name)).unwrap_or_else(|| panic!("{name} in {status}"));

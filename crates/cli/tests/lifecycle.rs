@@ -476,9 +476,9 @@ fn config_file_defaults() {
     assert_eq!(t["limits"]["disk"], "2G", "keys not in the file keep their defaults");
     // Through the layout the product detects: memory.limit_in_bytes on v1,
     // memory.max on v2.
-    let layout = cairn_sandbox::cgroup::CgroupLayout::detect().expect("the host's cgroup layout");
+    let layout = cairn_sandbox::inspect::CgroupLayout::detect().expect("the host's cgroup layout");
     let file = match layout.version() {
-        cairn_sandbox::cgroup::CgroupVersion::V1 => "memory.limit_in_bytes",
+        cairn_sandbox::inspect::CgroupVersion::V1 => "memory.limit_in_bytes",
         _ => "memory.max",
     };
     let applied = std::fs::read_to_string(common::cgroup_file(&id, "memory", file)).expect("the task's memory cgroup");

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use cairn_core::{EgressRules, EventKind, NewEvent, TaskId};
 use serde::Deserialize;
 use cairn_egress::{Attempt, Policy, ProxyConfig, SystemResolver, TaskProxy};
-use cairn_sandbox::native::{InitProcess, NativeDriver};
+use cairn_sandbox::{InitProcess, SandboxDriver};
 use cairn_store::SharedStore;
 use serde_json::json;
 use tokio::sync::{mpsc, watch};
@@ -95,7 +95,7 @@ pub fn proxy_environment(rules: &EgressRules) -> Vec<(&'static str, String)> {
     if rules.allow.is_empty() {
         return Vec::new();
     }
-    let url = format!("http://{}", cairn_sandbox::net::PROXY_ADDR);
+    let url = format!("http://{}", cairn_sandbox::PROXY_ADDR);
     let bypass = "localhost,127.0.0.1".to_owned();
     vec![
         ("HTTP_PROXY", url.clone()),
@@ -124,7 +124,7 @@ impl Egress {
 
     /// Starts serving the proxy port of a sandbox that just started (or
     /// survived a daemon restart). Its init hands over the listening socket.
-    pub(crate) async fn start_proxy(&self, store: &SharedStore, driver: &Arc<NativeDriver>, task: &TaskId, rules: &EgressRules, init: InitProcess) -> Option<Proxy> {
+    pub(crate) async fn start_proxy(&self, store: &SharedStore, driver: &Arc<dyn SandboxDriver>, task: &TaskId, rules: &EgressRules, init: InitProcess) -> Option<Proxy> {
         let (d, id) = (driver.clone(), task.to_string());
         let listener = match tokio::task::spawn_blocking(move || d.proxy_listener(&id)).await {
             Ok(Ok(l)) => l,

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cairn_core::{EnvVar, EventKind, ExecExit, NewEvent};
-use cairn_sandbox::native::RunningCommand;
+use cairn_sandbox::RunningCommand;
 use cairn_sandbox::proto::{ExecRequest, Reply, WinSize};
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -124,8 +124,7 @@ async fn run<C: ExecChannel>(tasks: &Arc<Runtime>, id: &str, actor: &str, start:
     let _busy = tasks.mark_busy(&task.id);
     let t_step = t0.elapsed();
     let begun = Instant::now();
-    let cgroup = tasks.driver.cgroup(task.id.as_str())?;
-    let oom_before = cgroup.oom_kills().unwrap_or(0);
+    let oom_before = tasks.driver.oom_kills(task.id.as_str()).unwrap_or(0);
 
     let req = ExecRequest { argv: start.argv.clone(), env, cwd: workdir.clone(), tty: start.tty.map(|t| WinSize { rows: t.rows, cols: t.cols }) };
     let io = Stdio::new(start.stdin, start.tty.is_some()).map_err(|e| Error::internal(format!("pipes: {e}")))?;
@@ -151,7 +150,7 @@ async fn run<C: ExecChannel>(tasks: &Arc<Runtime>, id: &str, actor: &str, start:
             let (code, signal, timed_out) = pump(cmd, &mut io, ws, start.timeout_ms).await;
             // Any OOM kill in the task's cgroup while the command ran counts:
             // a shell reports its killed child as exit 137, not as a signal.
-            let oom_killed = cgroup.oom_kills().unwrap_or(0) > oom_before;
+            let oom_killed = tasks.driver.oom_kills(task.id.as_str()).unwrap_or(0) > oom_before;
             let exit_code = if timed_out {
                 ExecExit::TIMEOUT_CODE
             } else {
@@ -297,7 +296,7 @@ async fn pump<C: ExecChannel>(cmd: RunningCommand, io: &mut ParentIo, ws: &mut C
                     }
                     ExecInput::Control(ClientFrame::Resize { rows, cols }) => {
                         if let Some(fd) = pty_fd {
-                            cairn_sandbox::process::exec::set_winsize(fd, WinSize { rows, cols });
+                            cairn_sandbox::set_winsize(fd, WinSize { rows, cols });
                         }
                     }
                     ExecInput::Other => {}

@@ -66,11 +66,11 @@ pub type TarStream = tokio_stream::wrappers::ReceiverStream<Result<Vec<u8>, std:
 pub async fn download(tasks: Arc<Runtime>, id: &str, path: String, links: LinkPolicy, actor: String) -> Result<TarStream, Error> {
     let begun = Instant::now();
     let (task, live) = tasks.running(id, &actor).await?;
-    let driver = tasks.driver.clone();
+    let (driver, tid) = (tasks.driver.clone(), task.id.to_string());
     let p = path.clone();
     // Resolve first, so a bad path is a clean error status, not a broken body.
     let located = tokio::task::spawn_blocking(move || -> Result<_, cairn_sandbox::Error> {
-        let root = SandboxRoot::new(driver.open_root(live.init)?);
+        let root = SandboxRoot::new(driver.open_root(&tid, live.init)?);
         let l = root.locate(&p)?;
         if files::kind_at(&l.dir, &l.name)? == Kind::Missing {
             return Err(cairn_sandbox::Error::Io(
@@ -127,12 +127,12 @@ where
     if name.is_empty() || name.contains('/') || name == "." || name == ".." {
         return Err(Error::invalid(format!("invalid top-level name {name:?} for the copied tree")));
     }
-    let driver = tasks.driver.clone();
+    let (driver, tid) = (tasks.driver.clone(), task.id.to_string());
     let owner = Owner { uid: live.ids.host_id(0), gid: live.ids.host_id(0) };
     let reader = tokio_util::io::SyncIoBridge::new(tokio_util::io::StreamReader::new(body));
     let p = path.clone();
     let result = tokio::task::spawn_blocking(move || -> Result<(u64, String), cairn_sandbox::Error> {
-        let root = SandboxRoot::new(driver.open_root(live.init)?);
+        let root = SandboxRoot::new(driver.open_root(&tid, live.init)?);
         let (n, at) = files::copy_in(&root, &p, OsStr::new(&name), reader, owner)?;
         Ok((n, at.display().to_string()))
     })

@@ -9,8 +9,7 @@ use std::time::Instant;
 
 use cairn_core::{SandboxState, Task, TaskState, Transition};
 use cairn_sandbox::image::Image;
-use cairn_sandbox::native::Prestarted;
-use cairn_sandbox::uidmap::IdRange;
+use cairn_sandbox::Prestarted;
 use cairn_snapshot::{Manifest, RestoreStats};
 
 use crate::tasks::Runtime;
@@ -80,7 +79,7 @@ impl Runtime {
         restored: impl AsyncFnOnce(Option<&Restored>) -> Result<(), Error>,
     ) -> Result<Materialised, Error> {
         let begun = Instant::now();
-        let ids = IdRange::for_slot(slot).map_err(Error::from)?;
+        let ids = self.driver.uid_range(slot)?;
         let restore = match source {
             DiskSource::AsLeft => None,
             DiskSource::Snapshot { manifest, base } => match self.restore_disk(task, manifest, base, ids).await {

@@ -1,5 +1,5 @@
 //! Uid slots, the runtime's side: a sandbox runs as its own range of host
-//! uids (slot N maps to uids from `IdRange::for_slot(N)`), claimed in the
+//! uids (the driver's `uid_range(slot)`), claimed in the
 //! store (so two tasks of this daemon never share one) and reserved on the
 //! host (so no other daemon's sandbox uses it), and given back when the
 //! sandbox goes away. Every claim and release goes through here.

@@ -20,7 +20,7 @@ use cairn_core::{
     parse_duration, EventKind, NewEvent, RiskPolicy, RollbackNote, Snapshot, SnapshotId, SnapshotKind, Task, TaskId,
     TaskState,
 };
-use cairn_sandbox::native::NativeDriver;
+use cairn_sandbox::SandboxDriver;
 use cairn_snapshot::{IdShift, LayerSpec, Manifest};
 use cairn_store::now_ms;
 use serde_json::json;
@@ -52,15 +52,18 @@ impl SnapshotState {
     }
 }
 
-/// Freezes a task's cgroup for a consistent capture.
-struct CgroupFreezer(cairn_sandbox::cgroup::TaskCgroup);
+/// Freezes a task's sandbox for a consistent capture.
+struct SandboxFreezer {
+    driver: Arc<dyn SandboxDriver>,
+    task: String,
+}
 
-impl cairn_snapshot::Freezer for CgroupFreezer {
+impl cairn_snapshot::Freezer for SandboxFreezer {
     fn freeze(&self) -> Result<(), String> {
-        self.0.freeze().map_err(|e| e.to_string())
+        self.driver.freeze(&self.task).map_err(|e| e.to_string())
     }
     fn thaw(&self) -> Result<(), String> {
-        self.0.thaw().map_err(|e| e.to_string())
+        self.driver.thaw(&self.task).map_err(|e| e.to_string())
     }
 }
 
@@ -119,7 +122,7 @@ fn check_text(what: &str, s: &str, max: usize) -> Result<(), Error> {
 
 impl Runtime {
     fn layer_specs(image: &cairn_sandbox::image::Image) -> Vec<LayerSpec> {
-        NativeDriver::layers(image).iter().map(|l| LayerSpec { name: l.disk_name(), at: l.at.clone() }).collect()
+        image.layers().iter().map(|l| LayerSpec { name: l.disk_name(), at: l.at.clone() }).collect()
     }
 
     fn progress_sink(&self, task: &TaskId, op: &'static str) -> ProgressSink {
@@ -212,14 +215,13 @@ impl Runtime {
         let image = self.image(&task.config.image).await?;
         let layers = Self::layer_specs(&image);
         let baseline = self.baseline_manifest(&task.id).await;
-        let disk = self.driver.paths(task.id.as_str()).disk_mount;
-        let cgroup = self.driver.cgroup(task.id.as_str())?;
+        let disk = self.driver.disk_dir(task.id.as_str());
+        let freezer = SandboxFreezer { driver: self.driver.clone(), task: task.id.to_string() };
         let ids = IdShift { base: live.ids.host_base, len: live.ids.count };
         let repo = self.snaps.repo.clone();
         let sink = self.progress_sink(&task.id, "snapshot");
         let begun = Instant::now();
         let captured = tokio::task::spawn_blocking(move || {
-            let freezer = CgroupFreezer(cgroup);
             cairn_snapshot::capture(&repo, &disk, &layers, baseline.as_deref(), ids, &freezer, &mut |p| sink.update(p))
         })
         .await?;
@@ -339,7 +341,7 @@ impl Runtime {
         // A directory of the image that appears in the writable layer was
         // copied up to hold a change below it: the sandbox saw it all along.
         let image = self.image(&task.config.image).await?;
-        let layers = NativeDriver::layers(&image);
+        let layers = image.layers();
         d.added.retain(|p| !in_image_as_dir(&layers, p));
         Ok(d)
     }
@@ -472,7 +474,7 @@ impl Runtime {
         task: &Task,
         manifest: &Manifest,
         baseline: Option<Arc<Manifest>>,
-        ids: cairn_sandbox::uidmap::IdRange,
+        ids: cairn_sandbox::IdRange,
     ) -> Result<(Manifest, cairn_snapshot::RestoreStats), Error> {
         let driver = self.driver.clone();
         let repo = self.snaps.repo.clone();
@@ -713,7 +715,7 @@ impl Runtime {
 }
 
 /// True when `path` (inside the sandbox) is a directory of the image.
-fn in_image_as_dir(layers: &[cairn_sandbox::rootfs::Layer], path: &str) -> bool {
+fn in_image_as_dir(layers: &[cairn_sandbox::Layer], path: &str) -> bool {
     let p = std::path::Path::new(path);
     let Some(layer) = layers.iter().filter(|l| p.starts_with(&l.at)).max_by_key(|l| l.at.as_os_str().len()) else {
         return false;

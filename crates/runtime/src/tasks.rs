@@ -14,8 +14,7 @@ use cairn_core::{
     TaskState, Transition,
 };
 use cairn_sandbox::image::{Image, ImageStore};
-use cairn_sandbox::native::{InitProcess, NativeDriver};
-use cairn_sandbox::uidmap::IdRange;
+use cairn_sandbox::{IdRange, InitProcess, NativeDriver, SandboxDriver};
 use cairn_store::{now_ms, SharedStore, SqliteStore};
 use serde_json::json;
 
@@ -50,7 +49,7 @@ pub fn limits_view(l: &Limits) -> LimitsView {
 pub struct Runtime {
     pub store: SharedStore,
     pub images: ImageStore,
-    pub driver: Arc<NativeDriver>,
+    pub driver: Arc<dyn SandboxDriver>,
     pub snaps: crate::snapshots::SnapshotState,
     /// Signs approval links.
     pub link_key: crate::gateway::approval::LinkKey,
@@ -73,12 +72,29 @@ pub struct Runtime {
 }
 
 impl Runtime {
-    /// `own` is the daemon's API address, which sandboxes must never reach.
+    /// Opens the runtime of `home` on the native driver (`helper` is the
+    /// executable run as the sandbox helper). `own` is the daemon's API
+    /// address, which sandboxes must never reach.
     pub async fn open(home: &Home, config: &Config, helper: PathBuf, own: std::net::SocketAddr) -> Result<Runtime, OpenError> {
+        let images = ImageStore::new(home.images());
+        let root = home.root().to_owned();
+        let (defaults, pool) = (config.defaults, config.disk_pool);
+        let driver = tokio::task::spawn_blocking(move || -> Result<NativeDriver, cairn_sandbox::Error> {
+            images.cleanup()?;
+            images.ensure_host()?;
+            NativeDriver::new(&root, helper, defaults, pool)
+        })
+        .await
+        .map_err(|e| OpenError::Sandbox(cairn_sandbox::Error::Helper(e.to_string())))??;
+        Self::with_driver(home, config, Arc::new(driver), own).await
+    }
+
+    /// Opens the runtime of `home` over any sandbox driver (the fake one in
+    /// the runtime's own tests). Images other than the ones in `home` are
+    /// the caller's to import.
+    pub async fn with_driver(home: &Home, config: &Config, driver: Arc<dyn SandboxDriver>, own: std::net::SocketAddr) -> Result<Runtime, OpenError> {
         let store: SharedStore = Arc::new(SqliteStore::open(&home.db()).await?);
         let images = ImageStore::new(home.images());
-        let images2 = images.clone();
-        let root = home.root().to_owned();
         let blobs = home.blobs();
         let repo = tokio::task::spawn_blocking(move || -> Result<_, cairn_blob::Error> {
             let backend = cairn_blob::ObjectStoreBackend::local(&blobs)?;
@@ -91,28 +107,20 @@ impl Runtime {
         let link_key = crate::gateway::approval::LinkKey::load_or_create(&home.root().join("approval.key"))
             .map_err(|e| OpenError::Config(e.to_string()))?;
         let keys = cairn_ledger::NodeKeys::load_or_create(&home.root().join("keys"))?;
-        let (defaults, pool) = (config.defaults, config.disk_pool);
-        let driver = tokio::task::spawn_blocking(move || -> Result<NativeDriver, cairn_sandbox::Error> {
-            images2.cleanup()?;
-            images2.ensure_host()?;
-            NativeDriver::new(&root, helper, defaults, pool)
-        })
-        .await
-        .map_err(|e| OpenError::Sandbox(cairn_sandbox::Error::Helper(e.to_string())))??;
         // Subscribed before anything writes: waiters see every change.
         let cells = Arc::new(crate::cell::Cells::default());
         cells.follow(store.changes());
         Ok(Runtime {
             store,
             images,
-            driver: Arc::new(driver),
+            driver,
             snaps: crate::snapshots::SnapshotState::new(repo, risk, config.gc_grace),
             link_key,
             keys: std::sync::Mutex::new(keys),
             base_url: std::sync::OnceLock::new(),
             cells,
             wakes: Arc::new(crate::wakes::WakeScheduler::new(crate::wakes::MAX_CONCURRENT_WAKES)),
-            defaults,
+            defaults: config.defaults,
             retention: config.retention.clone(),
             idle_suspend_default: config.idle_suspend,
             egress: crate::egress::Egress::new(&config.egress, own),
@@ -289,7 +297,7 @@ impl Runtime {
         task: &Task,
         image: &Image,
         actor: &str,
-        ahead: Option<cairn_sandbox::native::Prestarted>,
+        ahead: Option<cairn_sandbox::Prestarted>,
         slot: Option<u32>,
     ) -> Result<Live, Error> {
         let begun = Instant::now();
@@ -297,7 +305,7 @@ impl Runtime {
             Some(s) => s,
             None => self.claim_slot(&task.id).await?,
         };
-        let ids = IdRange::for_slot(slot).map_err(Error::from)?;
+        let ids = self.driver.uid_range(slot)?;
         let driver = self.driver.clone();
         let (id, config, image2) = (task.id.to_string(), task.config.clone(), image.clone());
         let started = tokio::task::spawn_blocking(move || driver.start(&id, &config, &image2, slot, ahead)).await?;
@@ -312,7 +320,6 @@ impl Runtime {
         };
         match started {
             Ok(init) => {
-                self.driver.record_slot_init(slot, task.id.as_str(), init);
                 if task.state == TaskState::Created {
                     task.state.start()?;
                 }
@@ -470,7 +477,7 @@ impl Runtime {
                 Some(i) if i.alive() && !task.state.is_terminal() => tokio::task::spawn_blocking(move || {
                     // A daemon killed during a snapshot leaves the sandbox
                     // frozen; thaw it so it can answer and run again.
-                    if let Err(e) = driver.cgroup(&id).and_then(|c| c.thaw()) {
+                    if let Err(e) = driver.thaw(&id) {
                         tracing::warn!(task = %id, "thaw after restart: {e}");
                     }
                     driver.ping(&id).is_ok()
@@ -480,10 +487,9 @@ impl Runtime {
                 _ => false,
             };
             if healthy {
-                let ids = IdRange::for_slot(row.uid_slot).map_err(Error::from)?;
-                let _ = self.driver.reserve_slot(row.uid_slot, task.id.as_str());
+                let ids = self.driver.uid_range(row.uid_slot)?;
                 if let Some(i) = init {
-                    self.driver.record_slot_init(row.uid_slot, task.id.as_str(), i);
+                    let _ = self.driver.adopt_slot(row.uid_slot, task.id.as_str(), i);
                 }
                 let live = init.map(|init| Live { init, ids });
                 self.set_live(&task.id, live);
@@ -516,8 +522,7 @@ impl Runtime {
             }
             // Cgroups are host-wide: one this store never heard of and with
             // nothing in this home belongs to another daemon's home.
-            let paths = self.driver.paths(&name);
-            if t.is_none() && !paths.run_dir.exists() && !paths.disk_image.exists() {
+            if t.is_none() && !self.driver.has_local_state(&name) {
                 continue;
             }
             let driver = self.driver.clone();
@@ -564,7 +569,7 @@ impl Runtime {
     fn wake_pool_refill(&self) {
         let driver = self.driver.clone();
         tokio::task::spawn_blocking(move || {
-            if let Err(e) = driver.pool().refill() {
+            if let Err(e) = driver.refill_disk_pool() {
                 tracing::warn!("disk pool refill: {e}");
             }
             if let Err(e) = driver.refill_prestarted() {

@@ -88,6 +88,11 @@ pub enum Error {
     Io(String, io::Error),
     #[error("symlink {0} -> {1} leads out of the copied tree")]
     LinkOut(String, String),
+
+    /// A failure a test asked the fake driver for.
+    #[cfg(any(test, feature = "test-util"))]
+    #[error("{0} failed (injected by the fake driver)")]
+    Injected(&'static str),
 }
 
 impl Error {

@@ -1,32 +1,64 @@
 //! Cairn's isolation layer: everything that touches the kernel to build,
 //! enter and tear down a task's sandbox.
 //!
-//! - [`image`]: read-only base filesystems (the built-in `host` image, imports).
-//! - [`cgroup`]: per-task resource limits on cgroup v1 or v2.
-//! - [`seccomp`] and [`caps`]: the syscall filter and capability bounds.
-//! - [`disk`]: the per-task ext4 loop image that holds the writable layer.
-//! - [`rootfs`]: the overlay root, `/dev`, `/proc`, `pivot_root`.
-//! - [`process`]: the single-threaded helper that creates the namespaces and
-//!   the sandbox's init, which runs commands on request.
-//! - [`native`]: the `native` isolation driver tying these together.
+//! The daemon sees it through one trait, [`SandboxDriver`]: reserve a uid
+//! slot, prepare a disk, start, exec, freeze, open the root, hand over the
+//! egress proxy's listener, tear down. [`NativeDriver`] implements it; with
+//! the `test-util` feature, `fake::FakeDriver` does too, with plain
+//! directories and host processes, so the lifecycle engine can be tested
+//! without root.
+//!
+//! Public beside the trait: [`image`] (the image store), [`files`] (paths
+//! resolved beneath a sandbox's root descriptor), [`proto`] (the exec
+//! connection's frames) and [`inspect`] (what a sandbox leaves on the host,
+//! for end-to-end checks).
+//!
+//! Inside, the native driver is built from:
+//! - `cgroup`: per-task resource limits on cgroup v1 or v2;
+//! - `seccomp` and `caps`: the syscall filter and capability bounds;
+//! - `disk`: the per-task ext4 loop image that holds the writable layer;
+//! - `rootfs`: the overlay root, `/dev`, `/proc`, `pivot_root`;
+//! - `process`: the single-threaded helper that creates the namespaces and
+//!   the sandbox's init, which runs commands on request;
+//! - `slots`: the host-wide record of the uid slots sandboxes use.
 //!
 //! The daemon is multithreaded, so it never forks into namespaces itself: it
 //! runs `cairn __sandbox-start`, a short-lived single-threaded helper
-//! (see [`process::spawn`]).
+//! ([`helper_main`]).
 
-pub mod caps;
-pub mod cgroup;
-pub mod disk;
-pub mod files;
+pub(crate) mod caps;
+pub(crate) mod cgroup;
+pub(crate) mod disk;
+mod driver;
 mod error;
+#[cfg(any(test, feature = "test-util"))]
+pub mod fake;
+pub mod files;
 pub mod image;
-pub mod native;
-pub mod net;
-pub mod process;
+mod native;
+pub(crate) mod net;
+pub(crate) mod process;
 pub mod proto;
-pub mod rootfs;
-pub mod seccomp;
-pub mod traces;
-pub mod uidmap;
+pub(crate) mod rootfs;
+pub(crate) mod seccomp;
+mod slots;
+pub(crate) mod traces;
+pub(crate) mod uidmap;
 
+pub use driver::{InitProcess, Prestarted, RunningCommand, SandboxDriver};
 pub use error::{Error, Result};
+pub use image::Image;
+pub use native::{NativeDriver, HELPER_SUBCOMMAND};
+pub use net::PROXY_ADDR;
+pub use process::exec::set_winsize;
+pub use process::spawn::helper_main;
+pub use rootfs::Layer;
+pub use uidmap::IdRange;
+
+/// What the native driver puts on the host, for the demo and the end-to-end
+/// tests that check a sandbox's limits and that nothing of it is left.
+pub mod inspect {
+    pub use crate::caps::SANDBOX_CAPS;
+    pub use crate::cgroup::{CgroupLayout, CgroupVersion, TaskCgroup};
+    pub use crate::traces::host_traces;
+}

@@ -8,6 +8,7 @@
 
 use std::fs;
 use std::io::Write;
+use std::net::TcpListener;
 use std::os::fd::{OwnedFd, RawFd};
 use std::os::unix::fs::DirBuilderExt;
 use std::os::unix::net::UnixStream;
@@ -20,80 +21,33 @@ use cairn_core::TaskConfig;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
-use crate::cgroup::{CgroupLayout, TaskCgroup};
+use crate::cgroup::CgroupLayout;
 use crate::disk::{self, DiskPool};
+use crate::driver::{InitProcess, Prestarted, RunningCommand, SandboxDriver};
 use crate::image::Image;
 use crate::process::spawn::{process_start_time, HelperReport, SandboxSpec};
 use crate::proto::{self, ExecRequest, Reply, Request};
-use crate::rootfs::Layer;
+use crate::slots::HostSlots;
 use crate::uidmap::IdRange;
 use crate::{Error, Result};
 
-/// The hidden subcommand of the `cairn` binary that runs [`crate::process::spawn::helper_main`].
+/// The hidden subcommand of the `cairn` binary that runs [`crate::helper_main`].
 pub const HELPER_SUBCOMMAND: &str = "__sandbox-start";
 
 /// Where one task's sandbox lives on the host.
 #[derive(Clone, Debug)]
-pub struct TaskPaths {
+struct TaskPaths {
     /// Mount points, control socket, init log. Removed on destroy.
-    pub run_dir: PathBuf,
+    run_dir: PathBuf,
     /// The ext4 image holding the writable layer.
-    pub disk_image: PathBuf,
+    disk_image: PathBuf,
     /// Where that image is mounted on the host.
-    pub disk_mount: PathBuf,
-    pub control_socket: PathBuf,
+    disk_mount: PathBuf,
+    control_socket: PathBuf,
 }
 
-/// A live sandbox's init, as recorded in the store.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct InitProcess {
-    pub pid: i32,
-    pub start_time: u64,
-}
-
-impl InitProcess {
-    /// True while the very process we started (not a pid reuser) is alive
-    /// and not a zombie.
-    pub fn alive(&self) -> bool {
-        process_start_time(self.pid) == Some(self.start_time) && !is_zombie(self.pid)
-    }
-}
-
-fn is_zombie(pid: i32) -> bool {
-    fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|s| s.rfind(')').map(|i| s[i + 2..].starts_with('Z')))
-        .unwrap_or(false)
-}
-
-/// A command started in a sandbox: the connection to await its exit on, and
-/// the pty master if it has a terminal.
-#[derive(Debug)]
-pub struct RunningCommand {
-    pub conn: UnixStream,
-    pub pid: i32,
-    pub pty_master: Option<OwnedFd>,
-}
-
-/// A helper started ahead of time: already in the cgroups of the task id it
-/// was started for, waiting for its spec on stdin.
-#[derive(Debug)]
-pub struct Prestarted {
-    pub task: String,
-    child: Option<std::process::Child>,
-}
-
-impl Drop for Prestarted {
-    /// An unused helper is stopped and reaped; its empty cgroups and run
-    /// directory are leftovers the next reconcile removes.
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
+/// The driver that builds real sandboxes; see [`SandboxDriver`] for what
+/// each call does.
 #[derive(Debug)]
 pub struct NativeDriver {
     run_root: PathBuf,
@@ -104,7 +58,7 @@ pub struct NativeDriver {
     prestarted: std::sync::Mutex<Vec<Prestarted>>,
     prestart_target: usize,
     prestart_limits: cairn_core::Limits,
-    slots: crate::uidmap::HostSlots,
+    slots: HostSlots,
     /// Set when the daemon stops: no more helpers are started ahead.
     closed: std::sync::atomic::AtomicBool,
 }
@@ -120,6 +74,7 @@ impl NativeDriver {
         }
         let pool = DiskPool::new(disk_root.join("pool"), default_disk, pool_target)?;
         Ok(NativeDriver {
+            slots: HostSlots::new(&run_root),
             run_root,
             disk_root,
             cgroups: CgroupLayout::detect()?,
@@ -128,82 +83,11 @@ impl NativeDriver {
             prestarted: std::sync::Mutex::new(Vec::new()),
             prestart_target: pool_target,
             prestart_limits: defaults,
-            slots: crate::uidmap::HostSlots::default(),
             closed: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
-    fn slot_owner(&self, task: &str) -> String {
-        format!("{}\t{task}", self.run_root.display())
-    }
-
-    /// Takes uid slot `slot` host-wide for `task`; false when a sandbox of
-    /// another daemon on this host holds it.
-    pub fn reserve_slot(&self, slot: u32, task: &str) -> Result<bool> {
-        self.slots.reserve(slot, &self.slot_owner(task))
-    }
-
-    pub fn record_slot_init(&self, slot: u32, task: &str, init: InitProcess) {
-        if let Err(e) = self.slots.record_init(slot, &self.slot_owner(task), init.pid, init.start_time) {
-            tracing::warn!("recording uid slot {slot}: {e}");
-        }
-    }
-
-    pub fn release_slot(&self, slot: u32, task: &str) {
-        self.slots.release(slot, &self.slot_owner(task));
-    }
-
-    /// Stops the helpers started ahead and removes their cgroups and run
-    /// directories (called when the daemon stops).
-    pub fn discard_prestarted(&self) {
-        self.closed.store(true, std::sync::atomic::Ordering::SeqCst);
-        let all: Vec<Prestarted> = std::mem::take(&mut *self.prestarted.lock().unwrap_or_else(|e| e.into_inner()));
-        for p in all {
-            let task = p.task.clone();
-            drop(p);
-            if let Err(e) = self.destroy(&task, None) {
-                tracing::warn!(task, "removing a helper started ahead: {e}");
-            }
-        }
-    }
-
-    /// Takes a helper started ahead; its task id becomes the new task's id.
-    pub fn take_prestarted(&self) -> Option<Prestarted> {
-        self.prestarted.lock().unwrap_or_else(|e| e.into_inner()).pop()
-    }
-
-    /// Starts helpers ahead until the pool holds its target number. Each one
-    /// gets a fresh task id, its cgroups (default limits, rewritten on use)
-    /// and a run directory, so a daemon that dies leaves only ordinary
-    /// leftovers of its own home.
-    pub fn refill_prestarted(&self) -> Result<()> {
-        while self.prestarted.lock().unwrap_or_else(|e| e.into_inner()).len() < self.prestart_target
-            && !self.closed.load(std::sync::atomic::Ordering::SeqCst)
-        {
-            let task = cairn_core::TaskId::random().to_string();
-            let paths = self.paths(&task);
-            fs::DirBuilder::new()
-                .recursive(true)
-                .mode(0o700)
-                .create(&paths.run_dir)
-                .map_err(|e| Error::Io(paths.run_dir.display().to_string(), e))?;
-            let cgroup = self.cgroups.create(&task, &self.prestart_limits)?;
-            let procs: Vec<PathBuf> = cgroup.paths().into_iter().map(|p| p.join("cgroup.procs")).collect();
-            let child = self.spawn_helper(&procs)?;
-            self.prestarted.lock().unwrap_or_else(|e| e.into_inner()).push(Prestarted { task, child: Some(child) });
-        }
-        Ok(())
-    }
-
-    pub fn cgroups(&self) -> &CgroupLayout {
-        &self.cgroups
-    }
-
-    pub fn pool(&self) -> &DiskPool {
-        &self.pool
-    }
-
-    pub fn paths(&self, task: &str) -> TaskPaths {
+    fn paths(&self, task: &str) -> TaskPaths {
         let run_dir = self.run_root.join(task);
         TaskPaths {
             disk_image: self.disk_root.join(format!("{task}.img")),
@@ -211,21 +95,6 @@ impl NativeDriver {
             control_socket: run_dir.join("ctl.sock"),
             run_dir,
         }
-    }
-
-    pub fn cgroup(&self, task: &str) -> Result<TaskCgroup> {
-        self.cgroups.open(task)
-    }
-
-    /// Builds and starts the sandbox of `task` on uid slot `slot`. On failure
-    /// everything it made is removed again.
-    pub fn start(&self, task: &str, config: &TaskConfig, image: &Image, slot: u32, ahead: Option<Prestarted>) -> Result<InitProcess> {
-        let ahead = ahead.filter(|p| p.task == task);
-        let result = self.start_inner(task, config, image, slot, ahead);
-        if result.is_err() {
-            let _ = self.teardown(task, None, true);
-        }
-        result
     }
 
     fn start_inner(&self, task: &str, config: &TaskConfig, image: &Image, slot: u32, ahead: Option<Prestarted>) -> Result<InitProcess> {
@@ -236,13 +105,12 @@ impl NativeDriver {
         let t_mount = began.elapsed();
         let cgroup = self.cgroups.create(task, &config.limits)?;
         let t_cgroup = began.elapsed();
-        let layers = Self::layers(image);
         let spec = SandboxSpec {
             hostname: task.to_owned(),
             ids,
             run_dir: paths.run_dir.clone(),
             disk: paths.disk_mount.clone(),
-            layers,
+            layers: image.layers(),
             // A helper started ahead is in the task's cgroups already.
             cgroup_procs: if ahead.is_some() {
                 Vec::new()
@@ -260,34 +128,6 @@ impl NativeDriver {
         let report = run_helper(child, &spec)?;
         tracing::debug!(task, disk = ?t_mount, cgroup = ?t_cgroup, helper = ?began.elapsed(), "sandbox started");
         Ok(InitProcess { pid: report.init_pid, start_time: report.init_start_time })
-    }
-
-    /// The overlay layers of a sandbox on `image`: the image root, then each
-    /// host projection. Each has its upper directory on the task disk under
-    /// [`Layer::disk_name`].
-    pub fn layers(image: &Image) -> Vec<Layer> {
-        let mut layers = vec![Layer { lower: image.rootfs.clone(), at: "/".into() }];
-        layers.extend(image.projections.iter().map(|p| Layer { lower: p.host_path.clone(), at: p.at.clone() }));
-        layers
-    }
-
-    /// Makes sure the task's disk exists and is mounted at its place in the
-    /// run directory (taking a formatted disk from the pool if it has none),
-    /// so its writable layer can be restored before a sandbox starts on it.
-    pub fn prepare_disk(&self, task: &str, disk_bytes: u64) -> Result<PathBuf> {
-        let paths = self.paths(task);
-        fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(&paths.run_dir)
-            .map_err(|e| Error::Io(paths.run_dir.display().to_string(), e))?;
-        if !paths.disk_image.exists() {
-            self.pool.take(&paths.disk_image, disk_bytes)?;
-        }
-        if !disk::is_mounted(&paths.disk_mount) {
-            disk::attach_and_mount(&paths.disk_image, &paths.disk_mount)?;
-        }
-        Ok(paths.disk_mount)
     }
 
     /// Runs `cairn __sandbox-start`, joining `cgroup_procs` first; it then
@@ -311,9 +151,114 @@ impl NativeDriver {
             _ => Error::Control(e),
         })
     }
+}
 
-    /// Checks that the init answers on its control socket.
-    pub fn ping(&self, task: &str) -> Result<i32> {
+impl SandboxDriver for NativeDriver {
+    fn uid_range(&self, slot: u32) -> Result<IdRange> {
+        IdRange::for_slot(slot)
+    }
+
+    fn reserve_slot(&self, slot: u32, task: &str) -> Result<bool> {
+        self.slots.reserve(slot, task)
+    }
+
+    fn adopt_slot(&self, slot: u32, task: &str, init: InitProcess) -> Result<bool> {
+        self.slots.adopt(slot, task, init)
+    }
+
+    fn release_slot(&self, slot: u32, task: &str) {
+        self.slots.release(slot, task);
+    }
+
+    /// Takes a helper started ahead; it is in the cgroups of its task id.
+    fn take_prestarted(&self) -> Option<Prestarted> {
+        self.prestarted.lock().unwrap_or_else(|e| e.into_inner()).pop()
+    }
+
+    /// Starts helpers ahead until the pool holds its target number. Each one
+    /// gets a fresh task id, its cgroups (default limits, rewritten on use)
+    /// and a run directory, so a daemon that dies leaves only ordinary
+    /// leftovers of its own home.
+    fn refill_prestarted(&self) -> Result<()> {
+        while self.prestarted.lock().unwrap_or_else(|e| e.into_inner()).len() < self.prestart_target
+            && !self.closed.load(std::sync::atomic::Ordering::SeqCst)
+        {
+            let task = cairn_core::TaskId::random().to_string();
+            let paths = self.paths(&task);
+            fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(&paths.run_dir)
+                .map_err(|e| Error::Io(paths.run_dir.display().to_string(), e))?;
+            let cgroup = self.cgroups.create(&task, &self.prestart_limits)?;
+            let procs: Vec<PathBuf> = cgroup.paths().into_iter().map(|p| p.join("cgroup.procs")).collect();
+            let child = self.spawn_helper(&procs)?;
+            self.prestarted.lock().unwrap_or_else(|e| e.into_inner()).push(Prestarted { task, child: Some(child) });
+        }
+        Ok(())
+    }
+
+    /// Stops the helpers started ahead and removes their cgroups and run
+    /// directories; no more are started.
+    fn discard_prestarted(&self) {
+        self.closed.store(true, std::sync::atomic::Ordering::SeqCst);
+        let all: Vec<Prestarted> = std::mem::take(&mut *self.prestarted.lock().unwrap_or_else(|e| e.into_inner()));
+        for p in all {
+            let task = p.task.clone();
+            drop(p);
+            if let Err(e) = self.destroy(&task, None) {
+                tracing::warn!(task, "removing a helper started ahead: {e}");
+            }
+        }
+    }
+
+    fn refill_disk_pool(&self) -> Result<()> {
+        self.pool.refill()
+    }
+
+    /// Mounts the task's disk in its run directory, taking a formatted disk
+    /// from the pool if it has none.
+    fn prepare_disk(&self, task: &str, disk_bytes: u64) -> Result<PathBuf> {
+        let paths = self.paths(task);
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&paths.run_dir)
+            .map_err(|e| Error::Io(paths.run_dir.display().to_string(), e))?;
+        if !paths.disk_image.exists() {
+            self.pool.take(&paths.disk_image, disk_bytes)?;
+        }
+        if !disk::is_mounted(&paths.disk_mount) {
+            disk::attach_and_mount(&paths.disk_image, &paths.disk_mount)?;
+        }
+        Ok(paths.disk_mount)
+    }
+
+    fn disk_dir(&self, task: &str) -> PathBuf {
+        self.paths(task).disk_mount
+    }
+
+    fn has_disk(&self, task: &str) -> bool {
+        self.paths(task).disk_image.exists()
+    }
+
+    fn start(&self, task: &str, config: &TaskConfig, image: &Image, slot: u32, ahead: Option<Prestarted>) -> Result<InitProcess> {
+        let ahead = ahead.filter(|p| p.task == task);
+        let result = self.start_inner(task, config, image, slot, ahead);
+        match &result {
+            Ok(init) => {
+                if let Err(e) = self.slots.record_init(slot, task, *init) {
+                    tracing::warn!(task, "recording uid slot {slot}: {e}");
+                }
+            }
+            Err(_) => {
+                let _ = self.teardown(task, None, true);
+            }
+        }
+        result
+    }
+
+    fn ping(&self, task: &str) -> Result<i32> {
         let conn = self.connect(task)?;
         conn.set_read_timeout(Some(Duration::from_secs(2))).map_err(Error::Control)?;
         proto::send(&conn, &Request::Ping, &[])?;
@@ -323,15 +268,15 @@ impl NativeDriver {
         }
     }
 
-    /// The listening socket of the sandbox's egress proxy port (see
-    /// [`crate::net`]), for the daemon to serve from outside.
-    pub fn proxy_listener(&self, task: &str) -> Result<std::net::TcpListener> {
+    /// The init bound the port in the sandbox's network namespace (see
+    /// `net`) and hands the socket over.
+    fn proxy_listener(&self, task: &str) -> Result<TcpListener> {
         let conn = self.connect(task)?;
         conn.set_read_timeout(Some(Duration::from_secs(2))).map_err(Error::Control)?;
         proto::send(&conn, &Request::ProxyListener, &[])?;
         match proto::recv::<Reply>(&conn)? {
             Some((Reply::ProxyListener, fds)) if fds.len() == 1 => {
-                let listener = std::net::TcpListener::from(fds.into_iter().next().ok_or_else(|| Error::Protocol("no proxy listener".into()))?);
+                let listener = TcpListener::from(fds.into_iter().next().ok_or_else(|| Error::Protocol("no proxy listener".into()))?);
                 crate::net::check_proxy_listener(&listener)?;
                 Ok(listener)
             }
@@ -339,9 +284,7 @@ impl NativeDriver {
         }
     }
 
-    /// Starts a command. `stdio` (stdin, stdout, stderr) is empty when the
-    /// request asks for a tty.
-    pub fn exec(&self, task: &str, req: &ExecRequest, stdio: &[RawFd]) -> Result<std::result::Result<RunningCommand, String>> {
+    fn exec(&self, task: &str, req: &ExecRequest, stdio: &[RawFd]) -> Result<std::result::Result<RunningCommand, String>> {
         let conn = self.connect(task)?;
         proto::send(&conn, &Request::Exec(req.clone()), stdio)?;
         match proto::recv::<Reply>(&conn)? {
@@ -354,9 +297,20 @@ impl NativeDriver {
         }
     }
 
-    /// A descriptor of the sandbox's root directory, for resolving paths
-    /// inside it (see [`crate::fs`]).
-    pub fn open_root(&self, init: InitProcess) -> Result<OwnedFd> {
+    fn oom_kills(&self, task: &str) -> Result<u64> {
+        self.cgroups.open(task)?.oom_kills()
+    }
+
+    /// Freezes the task's cgroup.
+    fn freeze(&self, task: &str) -> Result<()> {
+        self.cgroups.open(task)?.freeze()
+    }
+
+    fn thaw(&self, task: &str) -> Result<()> {
+        self.cgroups.open(task)?.thaw()
+    }
+
+    fn open_root(&self, task: &str, init: InitProcess) -> Result<OwnedFd> {
         // The /proc directory is opened first and the process checked
         // through it, so a pid recycled between the check and the open of
         // `root` cannot hand over another process's root (the host's).
@@ -366,27 +320,20 @@ impl NativeDriver {
         let stat = String::from_utf8_lossy(&stat);
         let zombie = stat.rfind(')').is_some_and(|i| stat[i + 2..].starts_with('Z'));
         if crate::process::spawn::parse_start_time(&stat) != Some(init.start_time) || zombie {
-            return Err(Error::NotRunning(format!("pid {}", init.pid)));
+            return Err(Error::NotRunning(task.to_owned()));
         }
         let root: OwnedFd = rustix::fs::openat(&proc_dir, c"root", rustix::fs::OFlags::PATH | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC, rustix::fs::Mode::empty())
             .map_err(|e| Error::Io(format!("{path}/root"), e.into()))?;
         // Belt and braces: a sandbox's root is never the host's.
         if crate::files::is_host_root(&root).map_err(|e| Error::Io(format!("{path}/root"), e))? {
-            return Err(Error::NotRunning(format!("pid {} has the host's root", init.pid)));
+            return Err(Error::NotRunning(format!("{task} (pid {} has the host's root)", init.pid)));
         }
         Ok(root)
     }
 
-    /// Kills every process of the sandbox and removes its cgroups, mounts,
-    /// loop device, disk image and run directory. Safe to repeat, and on a
-    /// half-built sandbox.
-    pub fn destroy(&self, task: &str, init: Option<InitProcess>) -> Result<()> {
-        self.teardown(task, init, false)
-    }
-
-    /// Like [`Self::destroy`], but with `keep_disk` the task's disk image (its
-    /// writable layer) stays for a later recovery.
-    pub fn teardown(&self, task: &str, init: Option<InitProcess>, keep_disk: bool) -> Result<()> {
+    /// Removes the task's cgroups, mounts, loop device, run directory and,
+    /// without `keep_disk`, its disk image.
+    fn teardown(&self, task: &str, init: Option<InitProcess>, keep_disk: bool) -> Result<()> {
         let paths = self.paths(task);
         let cgroup = self.cgroups.open(task)?;
         if cgroup.exists() {
@@ -408,9 +355,9 @@ impl NativeDriver {
         Ok(())
     }
 
-    /// Tasks that have something on this host (a run directory, a disk or a
-    /// cgroup), for reconciling with the store after a restart.
-    pub fn leftovers(&self) -> Result<Vec<String>> {
+    /// Run directories, disks and cgroups named like tasks. Cgroups are
+    /// host-wide: those of another home's tasks are listed too.
+    fn leftovers(&self) -> Result<Vec<String>> {
         let mut names: Vec<String> = self.cgroups.list()?;
         for dir in [&self.run_root, &self.disk_root] {
             if let Ok(entries) = fs::read_dir(dir) {
@@ -425,6 +372,12 @@ impl NativeDriver {
         names.sort();
         names.dedup();
         Ok(names)
+    }
+
+    /// A run directory or a disk image in this home.
+    fn has_local_state(&self, task: &str) -> bool {
+        let paths = self.paths(task);
+        paths.run_dir.exists() || paths.disk_image.exists()
     }
 }
 

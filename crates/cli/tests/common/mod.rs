@@ -305,7 +305,7 @@ impl Daemon {
 }
 
 pub fn leftovers(home: &Path, task: &str, init_pid: i32) -> Vec<String> {
-    cairn_sandbox::traces::host_traces(home, task, init_pid)
+    cairn_sandbox::inspect::host_traces(home, task, init_pid)
 }
 
 /// Pseudo-random numbers for the crash loops from a seed that is printed
@@ -387,8 +387,8 @@ impl Drop for Daemon {
 
 /// The task's cgroup where the product's own layout detection finds it on
 /// this host (legacy v1, hybrid or pure v2), so no path is hard-coded.
-pub fn task_cgroup(id: &str) -> cairn_sandbox::cgroup::TaskCgroup {
-    let layout = cairn_sandbox::cgroup::CgroupLayout::detect().unwrap_or_else(|e| panic!("detect the host's cgroup layout: {e}"));
+pub fn task_cgroup(id: &str) -> cairn_sandbox::inspect::TaskCgroup {
+    let layout = cairn_sandbox::inspect::CgroupLayout::detect().unwrap_or_else(|e| panic!("detect the host's cgroup layout: {e}"));
     layout.open(id).unwrap_or_else(|e| panic!("{id} as a cgroup name: {e}"))
 }
 

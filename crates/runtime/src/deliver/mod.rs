@@ -16,8 +16,8 @@ use std::time::Instant;
 use cairn_blob::Kind;
 use cairn_core::{EventKind, NewEvent, Task};
 use cairn_sandbox::files::{self, SandboxRoot};
-use cairn_sandbox::native::NativeDriver;
 use cairn_sandbox::proto::{self, ExecRequest, Reply};
+use cairn_sandbox::SandboxDriver;
 use cairn_store::now_ms;
 use serde_json::{json, Value};
 use cairn_ledger::sha256_hex;
@@ -54,8 +54,8 @@ fn base_name(path: &str) -> Result<String, Error> {
 }
 
 /// Reads the deliverables named by paths, in the blocking pool.
-fn collect_from_sandbox(driver: &NativeDriver, live: Live, req: &DeliverRequest) -> Result<Vec<(Deliverable, Vec<u8>)>, Error> {
-    let root = SandboxRoot::new(driver.open_root(live.init)?);
+fn collect_from_sandbox(driver: &dyn SandboxDriver, task: &str, live: Live, req: &DeliverRequest) -> Result<Vec<(Deliverable, Vec<u8>)>, Error> {
+    let root = SandboxRoot::new(driver.open_root(task, live.init)?);
     let mut out = Vec::new();
     let read = |path: &str, kind: &str| -> Result<(Deliverable, Vec<u8>), Error> {
         let what = format!("--{} {path}", if kind == "report" { "report" } else { "file" });
@@ -129,8 +129,8 @@ impl Runtime {
             0 => (out, format!("git diff in {}", task.config.workdir)),
             3 => {
                 let image = self.image(&task.config.image).await?;
-                let disk = self.driver.paths(task.id.as_str()).disk_mount;
-                let layers: Vec<patch::LayerDirs> = NativeDriver::layers(&image).iter().map(|l| patch::LayerDirs::of(&disk, l)).collect();
+                let disk = self.driver.disk_dir(task.id.as_str());
+                let layers: Vec<patch::LayerDirs> = image.layers().iter().map(|l| patch::LayerDirs::of(&disk, l)).collect();
                 let diff = tokio::task::spawn_blocking(move || patch::layer_diff(&layers))
                     .await?
                     .map_err(|e| Error::internal(format!("diff of the writable layer: {e}")))?;
@@ -161,9 +161,9 @@ impl Runtime {
         if req.patch {
             items.push(self.workspace_patch(&task).await?);
         }
-        let driver = self.driver.clone();
+        let (driver, tid) = (self.driver.clone(), task.id.to_string());
         let req2 = DeliverRequest { files: req.files.clone(), archive: req.archive.clone(), patch: false, report: req.report.clone(), complete: false };
-        items.extend(tokio::task::spawn_blocking(move || collect_from_sandbox(&driver, live, &req2)).await??);
+        items.extend(tokio::task::spawn_blocking(move || collect_from_sandbox(driver.as_ref(), &tid, live, &req2)).await??);
         let mut names = std::collections::HashSet::new();
         for (d, _) in &items {
             if !names.insert(d.name.clone()) {

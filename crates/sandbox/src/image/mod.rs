@@ -38,6 +38,7 @@ use self::copy::{copy_tree, CopyPolicy};
 use self::path::RelPath;
 use self::staging::{discard, fsync_dir, temp_path, Staging};
 use self::writer::TreeWriter;
+use crate::rootfs::Layer;
 use crate::{Error, Result};
 
 /// Name of the built-in image.
@@ -77,6 +78,18 @@ pub struct Image {
     /// What was left out because an image must not carry it.
     #[serde(default)]
     pub dropped: Dropped,
+}
+
+impl Image {
+    /// The overlay layers of a sandbox on this image: the image root, then
+    /// each projection. Each has its writable directory on the task disk
+    /// under [`Layer::disk_name`]; snapshots and restores read and write
+    /// them there.
+    pub fn layers(&self) -> Vec<Layer> {
+        let mut layers = vec![Layer { lower: self.rootfs.clone(), at: "/".into() }];
+        layers.extend(self.projections.iter().map(|p| Layer { lower: p.host_path.clone(), at: p.at.clone() }));
+        layers
+    }
 }
 
 /// A host directory shown read-only at a path inside the image (the host

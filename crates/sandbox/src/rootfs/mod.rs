@@ -27,7 +27,9 @@ use std::path::{Path, PathBuf};
 use nix::mount::MsFlags;
 use serde::{Deserialize, Serialize};
 
-pub use mount::{Kernel, Mounter, Op, Recorder};
+#[cfg(test)]
+pub use mount::{Op, Recorder};
+pub use mount::{Kernel, Mounter};
 pub use place::Place;
 
 use crate::uidmap::IdRange;

@@ -3,6 +3,7 @@
 //! Every operation that lands in the sandbox root takes a [`Place::Inside`],
 //! which the real kernel reaches without following links (see [`super::place`]).
 
+#[cfg(test)]
 use std::cell::RefCell;
 use std::fs;
 use std::os::fd::RawFd;
@@ -140,6 +141,7 @@ impl Mounter for Kernel {
     }
 }
 
+#[cfg(test)]
 /// One recorded operation.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Op {
@@ -153,6 +155,7 @@ pub enum Op {
     PivotRoot(PathBuf),
 }
 
+#[cfg(test)]
 /// Test double: records what would be done, does nothing. Every directory
 /// it is asked to make is missing, so it is "made".
 #[derive(Debug, Default)]
@@ -163,6 +166,7 @@ pub struct Recorder {
     pub symlinks: Vec<PathBuf>,
 }
 
+#[cfg(test)]
 impl Recorder {
     /// Records `op` unless `at` lies at or under one of [`Self::symlinks`].
     fn record(&self, at: Option<&Place>, what: &'static str, op: Op) -> Result<()> {
@@ -177,6 +181,7 @@ impl Recorder {
     }
 }
 
+#[cfg(test)]
 impl Mounter for Recorder {
     fn mount(&self, source: &str, target: &Place, fstype: &str, flags: MsFlags, data: Option<&str>) -> Result<()> {
         let op = Op::Mount { source: source.into(), target: target.clone(), fstype: fstype.into(), flags, data: data.map(Into::into) };
