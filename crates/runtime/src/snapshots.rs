@@ -346,7 +346,7 @@ impl Runtime {
 
     /// Rolls a running task back to one of its snapshots, in place: same
     /// task id, a fresh sandbox on the restored writable layer.
-    pub async fn rollback(&self, id_or_name: &str, req: RollbackRequest, actor: &str) -> Result<serde_json::Value, Error> {
+    pub async fn rollback(&self, id_or_name: &str, req: RollbackRequest, actor: &str) -> Result<cairn_api::snapshots::RollbackAnswer, Error> {
         let reason = req.reason.trim().to_owned();
         if reason.is_empty() {
             return Err(Error::invalid("a rollback needs --reason: the agent is told why its last attempt failed"));
@@ -430,7 +430,19 @@ impl Runtime {
         // Services run from the restored layer, as they did at the snapshot.
         let task = Task { config: target.config.clone(), ..task };
         self.start_services(&task, actor).await?;
-        Ok(json!({ "task": task.id, "rollback_note": note, "step": target.step, "duration_ms": duration_ms, "restore": stats }))
+        Ok(cairn_api::snapshots::RollbackAnswer {
+            task: task.id,
+            rollback_note: note,
+            step: target.step,
+            duration_ms,
+            restore: stats.map(|s| cairn_api::snapshots::RestoreStats {
+                files_written: s.files_written,
+                bytes_written: s.bytes_written,
+                files_kept: s.files_kept,
+                entries_removed: s.entries_removed,
+                duration_ms: s.duration_ms,
+            }),
+        })
     }
 
     /// Refuses a snapshot whose chunks are not all indexed in packs that
@@ -627,7 +639,7 @@ impl Runtime {
 
     /// Applies every task's retention policy, then removes objects no
     /// snapshot or baseline references.
-    pub async fn gc(&self, req: GcRequest, actor: &str) -> Result<serde_json::Value, Error> {
+    pub async fn gc(&self, req: GcRequest, actor: &str) -> Result<cairn_api::snapshots::GcAnswer, Error> {
         let grace = match req.grace.as_deref() {
             Some(g) => parse_duration(g)?,
             None => self.snaps.gc_grace,
@@ -653,13 +665,24 @@ impl Runtime {
         let report = tokio::task::spawn_blocking(move || repo.gc(&live_manifests, &live_chunks, grace, dry)).await?.map_err(blob_error)?;
         let orphans = self.gc_deliverables(grace, dry).await?;
         tracing::info!(actor, dry_run = dry, freed = report.bytes_freed, orphan_deliverables = orphans.len(), "gc");
-        Ok(json!({
-            "dry_run": dry,
-            "grace_ms": grace.as_millis() as u64,
-            "expired_snapshots": expired.iter().map(|s| json!({"id": s.id, "task": s.task, "kind": s.kind})).collect::<Vec<_>>(),
-            "report": report,
-            "orphan_deliverables": orphans,
-        }))
+        Ok(cairn_api::snapshots::GcAnswer {
+            dry_run: dry,
+            grace_ms: grace.as_millis() as u64,
+            expired_snapshots: expired
+                .iter()
+                .map(|s| cairn_api::snapshots::ExpiredSnapshot { id: s.id.clone(), task: s.task.clone(), kind: s.kind })
+                .collect(),
+            report: cairn_api::snapshots::GcReport {
+                packs_deleted: report.packs_deleted,
+                manifests_deleted: report.manifests_deleted,
+                index_files_rewritten: report.index_files_rewritten,
+                bytes_freed: report.bytes_freed,
+                kept_young: report.kept_young,
+                packs_partly_live: report.packs_partly_live,
+                dry_run: report.dry_run,
+            },
+            orphan_deliverables: orphans,
+        })
     }
 
     /// Verifies that everything the snapshots reference is stored, and with
