@@ -36,3 +36,99 @@ pub struct Decision {
     #[serde(flatten)]
     pub attempt: serde_json::Map<String, Value>,
 }
+
+impl Decision {
+    /// The attempt's fields, typed. The entry keeps them as the log stored
+    /// them, so that every recorded field reaches a client, read or not.
+    pub fn attempt(&self) -> Result<Attempt, serde_json::Error> {
+        Attempt::deserialize(&self.attempt)
+    }
+}
+
+/// One connection attempt through a task's egress proxy, as its decision
+/// log records it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Attempt {
+    pub kind: AttemptKind,
+    /// Normalised when it could be, else as sent (truncated); empty when
+    /// the request named none.
+    pub host: String,
+    /// 0 when the request was too malformed to say.
+    pub port: u16,
+    /// The checked address connected to (or refused, or the last one that
+    /// failed); `None` if no lookup happened.
+    pub address: Option<String>,
+    /// The proxy let the traffic through to the upstream.
+    pub allowed: bool,
+    /// The policy rule that decided, if any.
+    pub rule: Option<String>,
+    /// Why it was allowed, refused or cut.
+    pub reason: String,
+    /// The status the proxy answered with, or the upstream's for a
+    /// forwarded request; `None` when no response was sent.
+    pub status: Option<u16>,
+    pub bytes_up: u64,
+    pub bytes_down: u64,
+    pub duration_ms: u64,
+    /// Set on the entry a tunnel writes when its bytes start to flow (its
+    /// final entry follows with this unset).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub open: bool,
+}
+
+/// What the client asked the proxy for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AttemptKind {
+    /// A `CONNECT` tunnel.
+    Connect,
+    /// A plain HTTP request.
+    Http,
+}
+
+impl AttemptKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AttemptKind::Connect => "connect",
+            AttemptKind::Http => "http",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_decision_reads_as_a_typed_attempt() {
+        let attempt = Attempt {
+            kind: AttemptKind::Connect,
+            host: "docs.example.com".into(),
+            port: 443,
+            address: Some("93.184.215.14:443".into()),
+            allowed: true,
+            rule: Some("docs.example.com".into()),
+            reason: "allowed by docs.example.com".into(),
+            status: Some(200),
+            bytes_up: 10,
+            bytes_down: 20,
+            duration_ms: 30,
+            open: false,
+        };
+        crate::assert_wire_shape(
+            &attempt,
+            &["kind", "host", "port", "address", "allowed", "rule", "reason", "status", "bytes_up", "bytes_down", "duration_ms"],
+        );
+        let fields = serde_json::to_value(&attempt).unwrap_or_default().as_object().cloned().unwrap_or_default();
+        let decision = Decision { seq: 4, time_ms: 9, attempt: fields };
+        let text = serde_json::to_string(&decision).unwrap_or_default();
+        let read: Decision = serde_json::from_str(&text).unwrap_or(Decision { seq: 0, time_ms: 0, attempt: Default::default() });
+        assert_eq!(read.attempt().ok(), Some(attempt));
+        let open: Attempt = serde_json::from_value(serde_json::json!({
+            "kind": "http", "host": "", "port": 0, "address": null, "allowed": false, "rule": null, "reason": "malformed",
+            "status": 400, "bytes_up": 0, "bytes_down": 0, "duration_ms": 1, "open": true
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert!(open.open && open.kind == AttemptKind::Http);
+    }
+}

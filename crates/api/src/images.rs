@@ -11,3 +11,97 @@ pub struct ImportRequest {
     /// An absolute path on the daemon's host.
     pub path: String,
 }
+
+/// An image as `GET /v1/images` lists it and an import answers it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Image {
+    pub name: String,
+    pub kind: ImageKind,
+    /// The image's tree on the daemon's host.
+    pub rootfs: String,
+    /// Host directories mounted read-only into the tree.
+    #[serde(default)]
+    pub projections: Vec<Projection>,
+    /// Total size of the regular files (each hard-linked file once).
+    pub size_bytes: u64,
+    /// Number of entries in the tree (files, directories, links).
+    pub files: u64,
+    pub created_ms: i64,
+    /// Where it came from: `host`, or the imported path.
+    pub source: String,
+    /// What an import left out because an image must not carry it.
+    #[serde(default)]
+    pub dropped: Dropped,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ImageKind {
+    /// The built-in image made from the host's own userland.
+    Host,
+    /// A self-contained tree, imported.
+    Rootfs,
+}
+
+impl ImageKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ImageKind::Host => "host",
+            ImageKind::Rootfs => "rootfs",
+        }
+    }
+}
+
+/// A host directory shown read-only at a path inside the image.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Projection {
+    pub host_path: String,
+    /// Absolute path inside the sandbox.
+    pub at: String,
+}
+
+/// Counts of what an import dropped.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Dropped {
+    /// Character and block devices: the sandbox gets its `/dev` elsewhere.
+    pub devices: u64,
+    /// Fifos and sockets.
+    pub fifos_sockets: u64,
+    /// Entries whose setuid and/or setgid bits were cleared.
+    pub setid: u64,
+}
+
+/// The answer of `DELETE /v1/images/{name}`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Removed {
+    /// The image's name.
+    pub removed: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::assert_wire_shape;
+
+    #[test]
+    fn answers_keep_the_daemons_field_names() {
+        let dropped = Dropped { devices: 2, fifos_sockets: 1, setid: 5 };
+        assert_wire_shape(&dropped, &["devices", "fifos_sockets", "setid"]);
+        let projection = Projection { host_path: "/usr".into(), at: "/usr".into() };
+        assert_wire_shape(&projection, &["host_path", "at"]);
+        let image = Image {
+            name: "alpine".into(),
+            kind: ImageKind::Rootfs,
+            rootfs: "/var/lib/cairn/images/alpine/rootfs".into(),
+            projections: vec![projection],
+            size_bytes: 8 << 20,
+            files: 520,
+            created_ms: 1,
+            source: "/tmp/alpine.tar.zst".into(),
+            dropped,
+        };
+        assert_wire_shape(&image, &["name", "kind", "rootfs", "projections", "size_bytes", "files", "created_ms", "source", "dropped"]);
+        assert_eq!(serde_json::to_value(image.kind).unwrap_or_default(), ImageKind::Rootfs.as_str());
+        assert_wire_shape(&Removed { removed: "alpine".into() }, &["removed"]);
+    }
+}

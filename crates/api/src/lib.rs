@@ -8,9 +8,28 @@ pub mod deliver;
 pub mod egress;
 pub mod error;
 pub mod exec;
+pub mod files;
 pub mod images;
+pub mod ledger;
 pub mod snapshots;
 pub mod tasks;
 pub mod waits;
 
 pub use error::{ErrorBody, ErrorCode, ErrorDetail};
+
+/// Checks an answer type against the JSON the daemon sends: `value`
+/// serialises to an object with exactly the top-level `fields`, and reads
+/// back equal.
+#[cfg(test)]
+pub(crate) fn assert_wire_shape<T>(value: &T, fields: &[&str])
+where
+    T: serde::Serialize + serde::de::DeserializeOwned + PartialEq + std::fmt::Debug,
+{
+    let json = serde_json::to_value(value).unwrap_or_default();
+    let mut keys: Vec<&str> = json.as_object().map(|o| o.keys().map(String::as_str).collect()).unwrap_or_default();
+    let mut want = fields.to_vec();
+    keys.sort_unstable();
+    want.sort_unstable();
+    assert_eq!(keys, want, "the fields of {}", std::any::type_name::<T>());
+    assert_eq!(serde_json::from_value::<T>(json).ok().as_ref(), Some(value), "{} reads back as written", std::any::type_name::<T>());
+}

@@ -1,5 +1,6 @@
 //! Snapshots, rollback, forks, gc and check.
 
+use cairn_core::{RollbackNote, SnapshotId, SnapshotKind, TaskId};
 use serde::{Deserialize, Serialize};
 
 /// Body of `POST /v1/tasks/{id}/snapshots`.
@@ -62,4 +63,128 @@ pub struct OpProgress {
     pub bytes_done: u64,
     pub bytes_total: u64,
     pub elapsed_ms: u64,
+}
+
+/// `GET /v1/tasks/{id}/snapshots/diff?a=A&b=B`: sandbox paths (a layer's
+/// mount point joined with the entry's path), each list sorted.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Diff {
+    pub added: Vec<String>,
+    pub changed: Vec<String>,
+    pub deleted: Vec<String>,
+}
+
+/// The answer of a rollback in place.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RollbackAnswer {
+    /// The task, with the same id as before.
+    pub task: TaskId,
+    /// What the agent is told from now on: from where, to where, why.
+    pub rollback_note: RollbackNote,
+    /// The task's step counter now: the target snapshot's.
+    pub step: u64,
+    /// From the request to the restored sandbox running, in milliseconds.
+    pub duration_ms: f64,
+    /// What restoring the writable layer wrote and kept.
+    pub restore: Option<RestoreStats>,
+}
+
+/// What restoring a snapshot onto a task's disk did.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct RestoreStats {
+    pub files_written: u64,
+    pub bytes_written: u64,
+    /// Regular files left in place (only their metadata fixed).
+    pub files_kept: u64,
+    /// Entries removed from the writable layer (each file and directory
+    /// counts).
+    pub entries_removed: u64,
+    pub duration_ms: f64,
+}
+
+/// The answer of `POST /v1/gc`: what retention expired, then what the
+/// mark and sweep freed (with `dry_run`: what they would).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GcAnswer {
+    pub dry_run: bool,
+    /// Unreferenced objects younger than this were kept.
+    pub grace_ms: u64,
+    pub expired_snapshots: Vec<ExpiredSnapshot>,
+    pub report: GcReport,
+    /// Deliverables no record names (left by a delivery cut short), by
+    /// SHA-256.
+    pub orphan_deliverables: Vec<String>,
+}
+
+/// A snapshot whose record retention removed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExpiredSnapshot {
+    pub id: SnapshotId,
+    pub task: TaskId,
+    pub kind: SnapshotKind,
+}
+
+/// What the blob store's mark and sweep did.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GcReport {
+    pub packs_deleted: u64,
+    pub manifests_deleted: u64,
+    /// Index files replaced by one without the deleted packs (or deleted,
+    /// when they listed nothing else).
+    pub index_files_rewritten: u64,
+    /// Bytes of the deleted packs and manifests.
+    pub bytes_freed: u64,
+    /// Unreferenced objects kept because they are younger than the grace
+    /// period.
+    pub kept_young: u64,
+    /// Packs kept whole because some of their chunks are still referenced.
+    pub packs_partly_live: u64,
+    pub dry_run: bool,
+}
+
+/// The answer of `POST /v1/check`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckReport {
+    pub packs: u64,
+    pub chunks: u64,
+    pub manifests: u64,
+    /// Bytes read and verified (with `read_data`).
+    pub bytes_read: u64,
+    /// Chunks read back from their packs, decompressed and hashed (with
+    /// `read_data`).
+    pub chunks_verified: u64,
+    /// One line per problem, naming the object; empty when the store is
+    /// whole.
+    pub problems: Vec<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::assert_wire_shape;
+
+    #[test]
+    fn answers_keep_the_daemons_field_names() {
+        let diff = Diff { added: vec!["/workspace/new".into()], changed: vec!["/etc/hosts".into()], deleted: Vec::new() };
+        assert_wire_shape(&diff, &["added", "changed", "deleted"]);
+
+        let restore = RestoreStats { files_written: 3, bytes_written: 4096, files_kept: 7, entries_removed: 1, duration_ms: 12.5 };
+        assert_wire_shape(&restore, &["files_written", "bytes_written", "files_kept", "entries_removed", "duration_ms"]);
+        let note = RollbackNote { from: Some(SnapshotId::random()), to: SnapshotId::random(), from_step: 9, reason: "tests went red".into(), time_ms: 1 };
+        let rollback = RollbackAnswer { task: TaskId::random(), rollback_note: note, step: 4, duration_ms: 310.2, restore: Some(restore) };
+        assert_wire_shape(&rollback, &["task", "rollback_note", "step", "duration_ms", "restore"]);
+        let text = serde_json::to_value(&rollback).unwrap_or_default();
+        assert_eq!(text["rollback_note"]["reason"], "tests went red");
+
+        let report = GcReport { packs_deleted: 2, manifests_deleted: 1, index_files_rewritten: 1, bytes_freed: 1 << 20, kept_young: 0, packs_partly_live: 3, dry_run: true };
+        assert_wire_shape(&report, &["packs_deleted", "manifests_deleted", "index_files_rewritten", "bytes_freed", "kept_young", "packs_partly_live", "dry_run"]);
+        let expired = ExpiredSnapshot { id: SnapshotId::random(), task: TaskId::random(), kind: SnapshotKind::PreRisk };
+        assert_wire_shape(&expired, &["id", "task", "kind"]);
+        let gc = GcAnswer { dry_run: true, grace_ms: 3_600_000, expired_snapshots: vec![expired], report, orphan_deliverables: vec!["ab".repeat(32)] };
+        assert_wire_shape(&gc, &["dry_run", "grace_ms", "expired_snapshots", "report", "orphan_deliverables"]);
+        assert_eq!(serde_json::to_value(&gc).unwrap_or_default()["expired_snapshots"][0]["kind"], "pre-risk");
+
+        let check = CheckReport { packs: 4, chunks: 90, manifests: 3, bytes_read: 0, chunks_verified: 0, problems: vec!["manifest 12ab: missing".into()] };
+        assert_wire_shape(&check, &["packs", "chunks", "manifests", "bytes_read", "chunks_verified", "problems"]);
+    }
 }

@@ -7,7 +7,25 @@ use std::path::PathBuf;
 use anyhow::{anyhow, bail, Context, Result};
 use reqwest::{Method, StatusCode};
 use serde::de::DeserializeOwned;
+use serde::{Deserialize, Deserializer};
 use serde_json::Value;
+
+/// An answer of the daemon twice: as it came, which is what `--json`
+/// prints (every field, in the daemon's words), and decoded into its type
+/// of the wire model ([`cairn_api`]), which is what everything else reads.
+#[derive(Debug, Clone)]
+pub struct Answer<T> {
+    pub raw: Value,
+    pub body: T,
+}
+
+impl<'de, T: DeserializeOwned> Deserialize<'de> for Answer<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let raw = Value::deserialize(d)?;
+        let body = T::deserialize(&raw).map_err(serde::de::Error::custom)?;
+        Ok(Answer { raw, body })
+    }
+}
 
 #[derive(Debug, Clone)]
 pub struct Client {
@@ -85,12 +103,18 @@ impl Client {
         self.send(self.request(Method::GET, path)).await
     }
 
-    /// Posts a body of the wire model ([`cairn_api`]); answers as JSON.
-    pub async fn post<B: serde::Serialize + ?Sized>(&self, path: &str, body: &B) -> Result<Value> {
+    /// Posts a body of the wire model ([`cairn_api`]).
+    pub async fn post<T: DeserializeOwned, B: serde::Serialize + ?Sized>(&self, path: &str, body: &B) -> Result<T> {
         self.send(self.request(Method::POST, path).json(body)).await
     }
 
-    pub async fn delete(&self, path: &str) -> Result<Value> {
+    /// Posts a request that has nothing to say beyond its path (complete,
+    /// suspend, resume, checkpoint, key rotation): the body is `{}`.
+    pub async fn post_empty<T: DeserializeOwned>(&self, path: &str) -> Result<T> {
+        self.post(path, &serde_json::Map::new()).await
+    }
+
+    pub async fn delete<T: DeserializeOwned>(&self, path: &str) -> Result<T> {
         self.send(self.request(Method::DELETE, path)).await
     }
 
@@ -116,14 +140,8 @@ impl Client {
                     if json {
                         println!("{v}");
                     } else {
-                        println!(
-                            "{:>4}  {}  {:<15} {:<10} {}",
-                            v["seq"],
-                            crate::output::time(&v["time_ms"]),
-                            v["kind"].as_str().unwrap_or_default(),
-                            v["actor"].as_str().unwrap_or_default(),
-                            v["args"]
-                        );
+                        let e = cairn_core::Event::deserialize(&v).map_err(|e| anyhow!("malformed event from the daemon: {e}"))?;
+                        println!("{}", crate::output::watch_line(&e));
                     }
                 }
             }

@@ -9,10 +9,13 @@ use std::path::{Component, Path, PathBuf};
 
 use anyhow::{anyhow, bail, Context, Result};
 use futures_util::StreamExt;
+use cairn_api::files::CopiedIn;
+use cairn_api::tasks::TaskView;
+use cairn_core::{Event, EventKind, TaskState};
 use reqwest::Method;
-use serde_json::Value;
+use serde::Serialize;
 
-use crate::client::{error_message, query_escape, Client};
+use crate::client::{error_message, query_escape, Answer, Client};
 
 /// `ID:PATH` or a local path.
 #[derive(Debug, PartialEq, Eq)]
@@ -54,13 +57,44 @@ impl Links {
     }
 }
 
-pub async fn run(client: &Client, src: &str, dst: &str, links: Links) -> Result<Value> {
+/// What a copy did: for `--json`, what this side counted of a copy out,
+/// or the daemon's answer to a copy in.
+#[derive(Debug)]
+pub enum Copied {
+    Out(CopiedOut),
+    In(Answer<CopiedIn>),
+}
+
+impl Copied {
+    /// The JSON `cairn --json cp` prints.
+    pub fn json(&self) -> String {
+        match self {
+            Copied::Out(c) => serde_json::to_string_pretty(c),
+            Copied::In(a) => serde_json::to_string_pretty(&a.raw),
+        }
+        .unwrap_or_default()
+    }
+}
+
+/// A copy out of a sandbox, as unpacked here. The fields are in the
+/// order `--json` has always printed them in.
+#[derive(Debug, Serialize)]
+pub struct CopiedOut {
+    /// Bytes of the tar stream.
+    pub bytes: u64,
+    /// Entries unpacked.
+    pub entries: u64,
+    /// The local destination as given.
+    pub to: PathBuf,
+}
+
+pub async fn run(client: &Client, src: &str, dst: &str, links: Links) -> Result<Copied> {
     match (parse_endpoint(src), parse_endpoint(dst)) {
-        (Endpoint::Sandbox { task, path }, Endpoint::Local(local)) => download(client, &task, &path, &local, links).await,
+        (Endpoint::Sandbox { task, path }, Endpoint::Local(local)) => Ok(Copied::Out(download(client, &task, &path, &local, links).await?)),
         (Endpoint::Local(_), Endpoint::Sandbox { .. }) if links != Links::Refuse => {
             bail!("--follow-links and --keep-links apply to copies out of a sandbox")
         }
-        (Endpoint::Local(local), Endpoint::Sandbox { task, path }) => upload(client, &local, &task, &path).await,
+        (Endpoint::Local(local), Endpoint::Sandbox { task, path }) => Ok(Copied::In(upload(client, &local, &task, &path).await?)),
         (Endpoint::Local(_), Endpoint::Local(_)) => {
             bail!("one side of `cairn cp` must be in a sandbox, written ID:/absolute/path")
         }
@@ -68,7 +102,7 @@ pub async fn run(client: &Client, src: &str, dst: &str, links: Links) -> Result<
     }
 }
 
-async fn download(client: &Client, task: &str, path: &str, local: &Path, links: Links) -> Result<Value> {
+async fn download(client: &Client, task: &str, path: &str, local: &Path, links: Links) -> Result<CopiedOut> {
     // With a second of slack for the daemon's clock, to tell this copy's
     // log entry from earlier ones.
     let started_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64) - 1000;
@@ -108,7 +142,7 @@ async fn download(client: &Client, task: &str, path: &str, local: &Path, links: 
     use std::io::Seek;
     tmp.rewind()?;
     let entries = unpack_local(tmp, &into, rename.as_deref(), links)?;
-    Ok(serde_json::json!({ "entries": entries, "bytes": bytes, "to": local }))
+    Ok(CopiedOut { bytes, entries, to: local.to_owned() })
 }
 
 /// Why the daemon cut a copy out short: a stream that has started cannot
@@ -116,9 +150,11 @@ async fn download(client: &Client, task: &str, path: &str, local: &Path, links: 
 /// daemon records every copy with its error (just after the stream ends).
 async fn broken_download_reason(client: &Client, task: &str, path: &str, since_ms: i64) -> Option<String> {
     for _ in 0..20 {
-        let events: Value = client.get(&format!("/v1/tasks/{task}/events")).await.ok()?;
-        let last = events.as_array()?.iter().rev().find(|e| e["kind"] == "cp" && e["args"]["direction"] == "out" && e["args"]["path"] == path && e["time_ms"].as_i64().is_some_and(|t| t >= since_ms));
-        if let Some(error) = last.and_then(|e| e["args"]["error"].as_str()) {
+        let events: Vec<Event> = client.get(&format!("/v1/tasks/{task}/events")).await.ok()?;
+        // A copy's arguments are free-form JSON in the log, as each kind of
+        // entry records its own.
+        let last = events.iter().rev().find(|e| e.kind == EventKind::Cp && e.args["direction"] == "out" && e.args["path"] == path && e.time_ms >= since_ms);
+        if let Some(error) = last.and_then(|e| e.args["error"].as_str()) {
             return Some(format!("copy out of {path} stopped: {error}"));
         }
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
@@ -193,14 +229,14 @@ fn leaves_tree(depth: usize, target: &Path) -> bool {
     false
 }
 
-async fn upload(client: &Client, local: &Path, task: &str, path: &str) -> Result<Value> {
+async fn upload(client: &Client, local: &Path, task: &str, path: &str) -> Result<Answer<CopiedIn>> {
     let meta = std::fs::symlink_metadata(local).with_context(|| format!("cannot read {}", local.display()))?;
     // Refusals the daemon would make before reading the archive are asked
     // first: an early refusal cuts the upload, and the pipe breaks before
     // its answer can be read.
-    let shown: Value = client.get(&format!("/v1/tasks/{task}")).await?;
-    if let Some(state @ ("destroyed" | "completed" | "failed")) = shown["state"].as_str() {
-        bail!("task {} is {state}; nothing can be copied into it", shown["id"].as_str().unwrap_or(task));
+    let shown: TaskView = client.get(&format!("/v1/tasks/{task}")).await?;
+    if let state @ (TaskState::Destroyed | TaskState::Completed | TaskState::Failed) = shown.task.state {
+        bail!("task {} is {state}; nothing can be copied into it", shown.task.id);
     }
     let name = local
         .canonicalize()
@@ -224,7 +260,7 @@ async fn upload(client: &Client, local: &Path, task: &str, path: &str) -> Result
     });
     let body = reqwest::Body::wrap_stream(tokio_stream::wrappers::ReceiverStream::new(rx));
     let url = format!("/v1/tasks/{task}/files?path={}&name={}", query_escape(path), query_escape(&name.to_string_lossy()));
-    let result = client.send::<Value>(client.request(Method::PUT, &url).body(body)).await;
+    let result = client.send::<Answer<CopiedIn>>(client.request(Method::PUT, &url).body(body)).await;
     let built = builder.await;
     // A daemon that refuses early (unknown task, bad path) closes the body
     // stream, so the archive writer sees a broken pipe: its answer says why.
@@ -245,8 +281,10 @@ pub(crate) async fn cli(client: &Client, src: &str, dst: &str, follow_links: boo
     } else {
         Links::Refuse
     };
-    let v = run(client, src, dst, links).await?;
-    out.print(&v, &|_| String::new());
+    let copied = run(client, src, dst, links).await?;
+    if out.json {
+        println!("{}", copied.json());
+    }
     Ok(0)
 }
 

@@ -12,11 +12,14 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, bail, Context, Result};
+use cairn_api::deliver::DeliveryView;
+use cairn_api::ledger::{KeyInfo, LedgerView};
 use reqwest::Method;
-use serde_json::{json, Value};
+use serde::Serialize;
+use serde_json::Value;
 use cairn_ledger::sha256_hex;
 
-use crate::client::{error_message, Client};
+use crate::client::{error_message, Answer, Client};
 
 pub struct DeliverArgs {
     pub task: String,
@@ -76,7 +79,7 @@ fn plain_name(name: &str) -> Result<&str> {
     Ok(name)
 }
 
-pub async fn deliver(client: &Client, a: DeliverArgs) -> Result<Value> {
+pub async fn deliver(client: &Client, a: DeliverArgs) -> Result<Answer<DeliveryView>> {
     if let Some(out) = &a.out {
         if out.exists() && std::fs::read_dir(out).map(|mut d| d.next().is_some()).unwrap_or(true) {
             bail!("--out {}: the directory exists and is not empty", out.display());
@@ -89,38 +92,33 @@ pub async fn deliver(client: &Client, a: DeliverArgs) -> Result<Value> {
         report: a.report.clone(),
         complete: a.complete,
     };
-    let v = client.post(&format!("/v1/tasks/{}/deliveries", a.task), &body).await?;
+    let v: Answer<DeliveryView> = client.post(&format!("/v1/tasks/{}/deliveries", a.task), &body).await?;
     if let Some(out) = &a.out {
         std::fs::create_dir_all(out).with_context(|| format!("--out {}", out.display()))?;
-        for d in v["deliverables"].as_array().into_iter().flatten() {
-            let (name, sha) = (plain_name(d["name"].as_str().unwrap_or_default())?, d["sha256"].as_str().unwrap_or_default());
-            let got = download(client, &format!("/v1/deliverables/{sha}"), &out.join(name), d["size"].as_u64()).await?;
-            if got != sha {
+        for d in &v.body.deliverables {
+            let name = plain_name(&d.name)?;
+            let got = download(client, &format!("/v1/deliverables/{}", d.sha256), &out.join(name), Some(d.size)).await?;
+            if got != d.sha256 {
                 bail!("deliverable {name} came back from the store with another digest");
             }
         }
-        let record = get_bytes(client, &format!("/v1/records/{}", v["record_id"].as_str().unwrap_or_default())).await?;
+        let record = get_bytes(client, &format!("/v1/records/{}", v.body.record_id)).await?;
         std::fs::write(out.join("record.json"), record).with_context(|| format!("write {}", out.join("record.json").display()))?;
     }
     Ok(v)
 }
 
-pub fn delivery_summary(v: &Value, out: Option<&Path>) -> String {
-    let mut lines = vec![format!("delivered from {}: record {}", v["task"].as_str().unwrap_or("?"), v["record_id"].as_str().unwrap_or("?"))];
-    for d in v["deliverables"].as_array().into_iter().flatten() {
-        lines.push(format!(
-            "  {:<8} {:<28} {:>10} bytes  sha256:{}",
-            d["kind"].as_str().unwrap_or("?"),
-            d["name"].as_str().unwrap_or("?"),
-            d["size"],
-            d["sha256"].as_str().unwrap_or("?")
-        ));
+pub fn delivery_summary(v: &DeliveryView, out: Option<&Path>) -> String {
+    let mut lines = vec![format!("delivered from {}: record {}", v.task, v.record_id)];
+    for d in &v.deliverables {
+        // The size unpadded, as it has always printed.
+        lines.push(format!("  {:<8} {:<28} {} bytes  sha256:{}", d.kind, d.name, d.size, d.sha256));
     }
-    lines.push(format!("  ledger head at entry {}: {}", v["ledger_seq"], v["ledger_head"].as_str().unwrap_or("?")));
+    lines.push(format!("  ledger head at entry {}: {}", v.ledger_seq, v.ledger_head));
     if let Some(out) = out {
         lines.push(format!("  written to {} (with record.json)", out.display()));
     }
-    if v["completed"] == json!(true) {
+    if v.completed {
         lines.push("  task completed: its sandbox and scratch space are gone".into());
     }
     lines.join("\n")
@@ -154,15 +152,57 @@ async fn verifying_keys(daemon: &DaemonAccess<'_>, key: Option<&str>) -> Result<
             bail!("cannot check the signature or the ledger: no --key given and no daemon ({why}); give --key PUBKEY, and --offline to accept an unchecked ledger")
         }
     };
-    let keys: Value = client.get("/v1/keys").await.map_err(|e| anyhow!("no --key given and cannot get the node's keys from the daemon to check the signature: {e}"))?;
-    cairn_ledger::parse_public_key(&keys.to_string()).map_err(|e| anyhow!("the daemon's keys: {e}"))
+    let keys: Vec<KeyInfo> = client.get("/v1/keys").await.map_err(|e| anyhow!("no --key given and cannot get the node's keys from the daemon to check the signature: {e}"))?;
+    // As `--key` would read the output of `cairn --json key show`: each
+    // key's id is checked against its public key.
+    let text = serde_json::to_string(&keys)?;
+    cairn_ledger::parse_public_key(&text).map_err(|e| anyhow!("the daemon's keys: {e}"))
+}
+
+/// What `verify` found: `cairn --json verify` prints it. The fields of
+/// each struct are in the order it has always printed them in (sorted).
+#[derive(Debug, Clone, Serialize)]
+pub struct VerifyReport {
+    pub deliverables: Vec<CheckedDeliverable>,
+    /// The node key that signed the record.
+    pub key_id: String,
+    pub ledger: LedgerCheck,
+    /// The record's path, as given.
+    pub record: String,
+    pub task: String,
+    /// Every check passed, the ledger's included unless `--offline` left it
+    /// out on purpose.
+    pub verified: bool,
+}
+
+/// A deliverable whose SHA-256 matched the record.
+#[derive(Debug, Clone, Serialize)]
+pub struct CheckedDeliverable {
+    /// `next to the record` or `from the store`.
+    pub from: String,
+    pub name: String,
+    pub sha256: String,
+}
+
+/// Whether the task's live ledger has the head the record names.
+#[derive(Debug, Clone, Serialize)]
+pub struct LedgerCheck {
+    pub checked: bool,
+    /// The head the record's signed checkpoint names, at entry `seq`.
+    pub head: String,
+    /// One line: `ledger checked`, or why not.
+    pub result: String,
+    pub seq: u64,
+    /// Why it was not checked (`--offline`, or what failed).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub why: Option<String>,
 }
 
 /// What `verify` found. An `Err` names the first check that failed; an
-/// `Ok` has `"verified": true` unless the ledger could not be checked
-/// without `--offline` (then [`unverified`] says why). Every other check
-/// passed either way.
-pub async fn verify(daemon: DaemonAccess<'_>, record: &Path, key: Option<&str>) -> Result<Value> {
+/// `Ok` has `verified` set unless the ledger could not be checked without
+/// `--offline` (then [`unverified`] says why). Every other check passed
+/// either way.
+pub async fn verify(daemon: DaemonAccess<'_>, record: &Path, key: Option<&str>) -> Result<VerifyReport> {
     if matches!(daemon, DaemonAccess::Offline) && key.is_none() {
         bail!("--offline needs --key PUBKEY, the node's public key (`cairn key show` prints it)");
     }
@@ -173,6 +213,8 @@ pub async fn verify(daemon: DaemonAccess<'_>, record: &Path, key: Option<&str>) 
     let key_id = envelope.verify(&keys).map_err(|e| anyhow!("record signature: {e}"))?;
     let payload = envelope.payload().map_err(|e| anyhow!("record payload: {e}"))?;
     let statement = cairn_ledger::Statement::from_payload(&payload).map_err(|e| anyhow!("record payload: {e}"))?;
+    // The predicate is the record's own signed JSON, read field by field so
+    // that a record missing one is named for it.
     let pred = &statement.predicate;
     let task = pred["task"]["id"].as_str().ok_or_else(|| anyhow!("record names no task"))?.to_owned();
 
@@ -201,7 +243,7 @@ pub async fn verify(daemon: DaemonAccess<'_>, record: &Path, key: Option<&str>) 
         if got != *want {
             bail!("deliverable {name} ({from}) does not match the record: its sha256 is {got}, the record says {want}");
         }
-        checked.push(json!({ "name": name, "sha256": want, "from": from }));
+        checked.push(CheckedDeliverable { from: from.to_owned(), name: name.to_owned(), sha256: want.clone() });
     }
 
     // The signed checkpoint inside the record, and the live ledger.
@@ -210,21 +252,21 @@ pub async fn verify(daemon: DaemonAccess<'_>, record: &Path, key: Option<&str>) 
     let checkpoint: cairn_ledger::Envelope =
         serde_json::from_value(pred["ledger"]["checkpoint"].clone()).map_err(|e| anyhow!("record's ledger checkpoint: {e}"))?;
     checkpoint.verify(&keys).map_err(|e| anyhow!("record's ledger checkpoint signature: {e}"))?;
-    let cp: Value = serde_json::from_slice(&checkpoint.payload().map_err(|e| anyhow!("record's ledger checkpoint: {e}"))?)?;
-    if cp["head"] != json!(head) || cp["seq"] != json!(seq) || cp["task"] != json!(task) {
-        bail!("record's ledger checkpoint names entry {} head {}, the record entry {seq} head {head}", cp["seq"], cp["head"]);
+    let cp: cairn_ledger::Checkpoint = serde_json::from_slice(&checkpoint.payload().map_err(|e| anyhow!("record's ledger checkpoint: {e}"))?)
+        .map_err(|e| anyhow!("record's ledger checkpoint: {e}"))?;
+    if cp.head != head || cp.seq != seq || cp.task != task {
+        bail!("record's ledger checkpoint names entry {} head {}, the record entry {seq} head {head}", cp.seq, Value::String(cp.head));
     }
-    let unchecked = |why: String, result: String| json!({ "checked": false, "why": why, "result": result, "seq": seq, "head": head });
+    let unchecked = |why: String, result: String| LedgerCheck { checked: false, head: head.clone(), result, seq, why: Some(why) };
     let (ledger, verified) = match &daemon {
-        DaemonAccess::At(c) => match c.get::<Value>(&format!("/v1/tasks/{task}/ledger")).await {
+        DaemonAccess::At(c) => match c.get::<LedgerView>(&format!("/v1/tasks/{task}/ledger")).await {
             Ok(l) => {
-                if l["ok"] != json!(true) {
-                    bail!("ledger of {task}: {}", l["problem"].as_str().unwrap_or("does not verify"));
+                if !l.ok {
+                    bail!("ledger of {task}: {}", l.problem.as_deref().unwrap_or("does not verify"));
                 }
-                let at = l["hashes"].as_array().into_iter().flatten().find(|h| h[0] == json!(seq)).map(|h| h[1].clone());
-                match at {
-                    Some(h) if h == json!(head) => (json!({ "checked": true, "result": "ledger checked", "seq": seq, "head": head }), true),
-                    Some(h) => bail!("ledger of {task} at entry {seq} is {}, the record names {head}", h.as_str().unwrap_or("?")),
+                match l.hashes.into_iter().find(|(at, _)| *at == seq).map(|(_, h)| h) {
+                    Some(h) if h == head => (LedgerCheck { checked: true, head: head.clone(), result: "ledger checked".into(), seq, why: None }, true),
+                    Some(h) => bail!("ledger of {task} at entry {seq} is {h}, the record names {head}"),
                     None => bail!("ledger of {task} has no entry {seq}, which the record names"),
                 }
             }
@@ -233,40 +275,37 @@ pub async fn verify(daemon: DaemonAccess<'_>, record: &Path, key: Option<&str>) 
         DaemonAccess::Unreachable(why) => (unchecked(why.clone(), format!("ledger could not be checked: {why}")), false),
         DaemonAccess::Offline => (unchecked("--offline".into(), "ledger not checked (--offline)".into()), true),
     };
-    Ok(json!({
-        "record": record.display().to_string(), "task": task, "key_id": key_id, "deliverables": checked, "ledger": ledger,
-        "verified": verified,
-    }))
+    Ok(VerifyReport { deliverables: checked, key_id, ledger, record: record.display().to_string(), task, verified })
 }
 
 /// Why a record `verify` returned does not verify: its ledger could not
 /// be checked and `--offline` did not accept that. `None` when it verifies.
-pub fn unverified(v: &Value) -> Option<String> {
-    if v["verified"] == json!(true) {
+pub fn unverified(v: &VerifyReport) -> Option<String> {
+    if v.verified {
         return None;
     }
     Some(format!(
         "ledger of {} could not be checked: {}; the record does not verify without it (the signature and digests do; --offline --key PUBKEY accepts that)",
-        v["task"].as_str().unwrap_or("?"),
-        v["ledger"]["why"].as_str().unwrap_or("?")
+        v.task,
+        v.ledger.why.as_deref().unwrap_or("?")
     ))
 }
 
-pub fn verify_summary(v: &Value) -> String {
-    let (record, key) = (v["record"].as_str().unwrap_or("?"), v["key_id"].as_str().unwrap_or("?"));
-    let mut lines = vec![if v["verified"] == json!(true) {
+pub fn verify_summary(v: &VerifyReport) -> String {
+    let (record, key) = (&v.record, &v.key_id);
+    let mut lines = vec![if v.verified {
         format!("record {record} verified: signed by node key {key}")
     } else {
         format!("record {record} NOT verified: signed by node key {key}, but its ledger could not be checked")
     }];
-    for d in v["deliverables"].as_array().into_iter().flatten() {
-        lines.push(format!("  {} matches sha256:{} ({})", d["name"].as_str().unwrap_or("?"), d["sha256"].as_str().unwrap_or("?"), d["from"].as_str().unwrap_or("?")));
+    for d in &v.deliverables {
+        lines.push(format!("  {} matches sha256:{} ({})", d.name, d.sha256, d.from));
     }
-    let (l, task) = (&v["ledger"], v["task"].as_str().unwrap_or("?"));
-    let (seq, head) = (&l["seq"], l["head"].as_str().unwrap_or("?"));
-    if l["checked"] == json!(true) {
+    let (l, task) = (&v.ledger, &v.task);
+    let (seq, head) = (l.seq, &l.head);
+    if l.checked {
         lines.push(format!("  ledger of {task} checked: it verifies and has head {head} at entry {seq}, as the record names"));
-    } else if l["why"] == json!("--offline") {
+    } else if l.why.as_deref() == Some("--offline") {
         lines.push(format!("  ledger not checked (--offline): the record's signed checkpoint names entry {seq} of {task}, head {head}"));
     } else {
         // Why goes to stderr, as the error `cairn verify` ends with.
@@ -312,6 +351,6 @@ pub(crate) async fn cli(client: &Client, a: DeliverCli, o: crate::verbs::Out) ->
         complete: a.complete,
     };
     let v = deliver(client, args).await?;
-    o.print(&v, &|v| delivery_summary(v, out.as_deref()));
+    o.print(&v, |v| delivery_summary(v, out.as_deref()));
     Ok(0)
 }

@@ -8,7 +8,12 @@ use std::time::Instant;
 
 use cairn_api as api;
 use anyhow::{bail, Context, Result};
-use serde_json::{json, Value};
+use api::egress::EgressView;
+use api::ledger::LedgerView;
+use api::snapshots::{CheckReport, GcAnswer, RollbackAnswer};
+use api::tasks::TaskView;
+use api::waits::WaitView;
+use cairn_core::{Event, EventKind, Snapshot, TaskState};
 
 use crate::client::Client;
 use crate::exec::{self, ExecArgs, ExecResult, Sink};
@@ -82,7 +87,7 @@ pub async fn run() -> Result<u8> {
     let result = steps(&mut d, home.path(), port).await;
     if result.is_err() && !d.task.is_empty() {
         // A failed step must not leave its sandbox behind.
-        let _ = d.client.delete(&format!("/v1/tasks/{}", d.task)).await;
+        let _ = d.client.delete::<TaskView>(&format!("/v1/tasks/{}", d.task)).await;
     }
     let t = Instant::now();
     daemon.stop().await;
@@ -99,7 +104,7 @@ pub async fn run() -> Result<u8> {
 
 async fn steps(d: &mut Demo, home: &Path, daemon_port: u16) -> Result<()> {
     let t = Instant::now();
-    let task = d
+    let view: TaskView = d
         .client
         .post("/v1/tasks", &api::tasks::CreateRequest {
                 name: Some("demo".into()),
@@ -110,12 +115,12 @@ async fn steps(d: &mut Demo, home: &Path, daemon_port: u16) -> Result<()> {
                 ..Default::default()
             })
         .await?;
-    d.task = task["id"].as_str().unwrap_or_default().to_owned();
-    let l = &task["limits"];
+    d.task = view.task.id.to_string();
+    let l = &view.limits;
     d.say(
         "create a task; its sandbox starts at once",
         t.elapsed(),
-        &format!("task {} (memory {}, cpus {}, pids {}, disk {})", d.task, l["memory"].as_str().unwrap_or("?"), l["cpus"].as_str().unwrap_or("?"), l["pids"], l["disk"].as_str().unwrap_or("?")),
+        &format!("task {} (memory {}, cpus {}, pids {}, disk {})", d.task, l.memory, l.cpus, l.pids, l.disk),
     );
     d.show("run a command (warm exec)", "echo \"$GREETING from $(hostname), in $(pwd)\"", |r| r.code() == 0).await?;
 
@@ -186,8 +191,8 @@ async fn steps(d: &mut Demo, home: &Path, daemon_port: u16) -> Result<()> {
     waits(d, home).await?;
 
     let t = Instant::now();
-    let events: Value = d.client.get(&format!("/v1/tasks/{}/events", d.task)).await?;
-    let kinds: Vec<String> = events.as_array().map(|a| a.iter().filter_map(|e| e["kind"].as_str().map(str::to_owned)).collect()).unwrap_or_default();
+    let events: Vec<Event> = d.client.get(&format!("/v1/tasks/{}/events", d.task)).await?;
+    let kinds: Vec<&str> = events.iter().map(|e| e.kind.as_str()).collect();
     d.say("the durable event log", t.elapsed(), &format!("{} entries: {}", kinds.len(), kinds.join(", ")));
 
     deliver(d, home).await
@@ -232,8 +237,8 @@ async fn deliver(d: &mut Demo, home: &Path) -> Result<()> {
         |r| r.code() == 0 && text(r).contains("notes.txt"),
     )
     .await?;
-    let shown: Value = d.client.get(&format!("/v1/tasks/{}", d.task)).await?;
-    let init_pid = shown["sandbox_pid"].as_i64().unwrap_or(0);
+    let shown: TaskView = d.client.get(&format!("/v1/tasks/{}", d.task)).await?;
+    let init_pid = shown.sandbox_pid.unwrap_or(0);
     let t = Instant::now();
     let out = tempfile::tempdir()?;
     let args = crate::deliver::DeliverArgs {
@@ -249,7 +254,7 @@ async fn deliver(d: &mut Demo, home: &Path) -> Result<()> {
     d.say(
         "deliver a patch, an archive and a report; complete the task",
         t.elapsed(),
-        &crate::deliver::delivery_summary(&v, Some(&out.path().join("delivered"))),
+        &crate::deliver::delivery_summary(&v.body, Some(&out.path().join("delivered"))),
     );
     let patch = std::fs::read_to_string(out.path().join("delivered/workspace.patch"))?;
     println!("      {}", patch.lines().filter(|l| l.starts_with('+') && !l.starts_with("+++")).collect::<Vec<_>>().join("\n      "));
@@ -268,17 +273,17 @@ async fn deliver(d: &mut Demo, home: &Path) -> Result<()> {
     };
     d.say("an edited report no longer verifies", t.elapsed(), &refused);
     let t = Instant::now();
-    let ledger: Value = d.client.get(&format!("/v1/tasks/{}/ledger", d.task)).await?;
-    if ledger["ok"] != json!(true) {
-        bail!("the ledger does not verify: {}", ledger["problem"]);
+    let ledger: LedgerView = d.client.get(&format!("/v1/tasks/{}/ledger", d.task)).await?;
+    if !ledger.ok {
+        bail!("the ledger does not verify: {}", serde_json::Value::from(ledger.problem));
     }
     d.say(
         "the ledger: every log entry chained to the one before",
         t.elapsed(),
-        &format!("{} entries, head {}, ok", ledger["entries"], ledger["head"].as_str().unwrap_or("?")),
+        &format!("{} entries, head {}, ok", ledger.entries, ledger.head.as_deref().unwrap_or("?")),
     );
     let t = Instant::now();
-    let leftovers = cairn_sandbox::inspect::host_traces(home, &d.task, init_pid as i32);
+    let leftovers = cairn_sandbox::inspect::host_traces(home, &d.task, init_pid);
     d.say("nothing of the completed task is left on the host", t.elapsed(), &if leftovers.is_empty() {
         "no process, mount, cgroup, loop device or scratch directory remains".to_owned()
     } else {
@@ -323,8 +328,8 @@ async fn egress(d: &mut Demo) -> Result<()> {
     )
     .await?;
     let t = Instant::now();
-    let v = d.client.post(&format!("/v1/tasks/{}/egress", d.task), &api::egress::PolicyUpdate { allow: vec![DOCS_HOST.into()], ..Default::default() }).await?;
-    d.say("allow one host while the task runs", t.elapsed(), &format!("policy: allow {}", v["allow"]));
+    let v: EgressView = d.client.post(&format!("/v1/tasks/{}/egress", d.task), &api::egress::PolicyUpdate { allow: vec![DOCS_HOST.into()], ..Default::default() }).await?;
+    d.say("allow one host while the task runs", t.elapsed(), &format!("policy: allow {}", serde_json::to_string(&v.allow)?));
     d.show(
         "the allowed host answers through the proxy",
         &format!("echo $HTTP_PROXY; curl -sS --max-time 5 http://{DOCS_HOST}/guide"),
@@ -344,18 +349,13 @@ async fn egress(d: &mut Demo) -> Result<()> {
     let t = Instant::now();
     // Each attempt is written when its connection closes.
     tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-    let log: Value = d.client.get(&format!("/v1/tasks/{}/egress", d.task)).await?;
-    let lines: Vec<String> = log["decisions"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .map(|e| {
-                    let verdict = if e["allowed"] == json!(true) { "allowed" } else { "denied " };
-                    format!("{verdict} {}:{} -> {}", e["host"].as_str().unwrap_or("?"), e["port"], e["reason"].as_str().unwrap_or("?"))
-                })
-                .collect()
-        })
-        .unwrap_or_default();
+    let log: EgressView = d.client.get(&format!("/v1/tasks/{}/egress", d.task)).await?;
+    let mut lines = Vec::with_capacity(log.decisions.len());
+    for decision in &log.decisions {
+        let a = decision.attempt()?;
+        let verdict = if a.allowed { "allowed" } else { "denied " };
+        lines.push(format!("{verdict} {}:{} -> {}", a.host, a.port, a.reason));
+    }
     d.say("the decision log (cairn egress log)", t.elapsed(), &lines.join("\n"));
     if lines.len() < 6 {
         bail!("the decision log has {} entries, want at least 6", lines.len());
@@ -372,24 +372,24 @@ async fn snapshots(d: &mut Demo) -> Result<()> {
         memory: Some("notes.txt is in place; next: build".into()),
         healthy: None,
     };
-    let snap = d.client.post(&format!("/v1/tasks/{}/snapshots", d.task), &body).await?;
-    let sid = snap["id"].as_str().unwrap_or_default().to_owned();
+    let snap: Snapshot = d.client.post(&format!("/v1/tasks/{}/snapshots", d.task), &body).await?;
+    let sid = snap.id.to_string();
     d.say(
         "snapshot a milestone (with the agent's memory summary)",
         t.elapsed(),
         &format!(
             "{sid}: {} files, {} added to the blob store, sandbox frozen {:.1} ms",
-            snap["files"],
-            crate::progress::human(snap["added_bytes"].as_f64().unwrap_or(0.0)),
-            snap["freeze_ms"].as_f64().unwrap_or(0.0)
+            snap.files,
+            crate::progress::human(snap.added_bytes as f64),
+            snap.freeze_ms
         ),
     );
     let t = Instant::now();
-    let again = d.client.post(&format!("/v1/tasks/{}/snapshots", d.task), &api::snapshots::SnapshotRequest::default()).await?;
+    let again: Snapshot = d.client.post(&format!("/v1/tasks/{}/snapshots", d.task), &api::snapshots::SnapshotRequest::default()).await?;
     d.say(
         "snapshot again with nothing changed: incremental",
         t.elapsed(),
-        &format!("{}: {} added (the manifest only)", again["id"].as_str().unwrap_or_default(), crate::progress::human(again["added_bytes"].as_f64().unwrap_or(0.0))),
+        &format!("{}: {} added (the manifest only)", again.id, crate::progress::human(again.added_bytes as f64)),
     );
 
     let t = Instant::now();
@@ -403,41 +403,37 @@ async fn snapshots(d: &mut Demo) -> Result<()> {
 
     let t = Instant::now();
     let body = api::snapshots::RollbackRequest { to: Some(sid.clone()), last_healthy: false, reason: "deleted notes.txt by mistake".into() };
-    let rb = d.client.post(&format!("/v1/tasks/{}/rollback", d.task), &body).await?;
-    let shown: Value = d.client.get(&format!("/v1/tasks/{}", d.task)).await?;
+    let rb: RollbackAnswer = d.client.post(&format!("/v1/tasks/{}/rollback", d.task), &body).await?;
+    let shown: TaskView = d.client.get(&format!("/v1/tasks/{}", d.task)).await?;
     d.say(
         "roll back in place to the milestone (same task id)",
         t.elapsed(),
-        &format!(
-            "rollback note: {}\nmemory summary restored: {}",
-            rb["rollback_note"]["reason"].as_str().unwrap_or_default(),
-            shown["memory"].as_str().unwrap_or_default()
-        ),
+        &format!("rollback note: {}\nmemory summary restored: {}", rb.rollback_note.reason, shown.task.memory),
     );
     d.show("the file is back", "cat /workspace/notes.txt", |r| text(r).contains("copied in by cairn cp")).await?;
 
     let t = Instant::now();
-    let kids = d.client.post(&format!("/v1/tasks/{}/fork", d.task), &api::snapshots::ForkRequest { from: Some(sid.clone()), count: Some(2) }).await?;
-    let ids: Vec<String> = kids.as_array().map(|a| a.iter().filter_map(|k| k["id"].as_str().map(str::to_owned)).collect()).unwrap_or_default();
+    let kids: Vec<TaskView> = d.client.post(&format!("/v1/tasks/{}/fork", d.task), &api::snapshots::ForkRequest { from: Some(sid.clone()), count: Some(2) }).await?;
+    let ids: Vec<String> = kids.iter().map(|k| k.task.id.to_string()).collect();
     d.say("fork two tasks from the milestone (sharing its data)", t.elapsed(), &ids.join(", "));
     let main = d.task.clone();
     for (i, k) in ids.iter().enumerate() {
         d.task = k.clone();
         let r = d.show(&format!("fork {}: approach {}", i + 1, i + 1), &format!("echo approach-{i} > /workspace/plan; cat /workspace/notes.txt /workspace/plan"), |r| r.code() == 0).await;
-        let _ = d.client.delete(&format!("/v1/tasks/{k}")).await;
+        let _ = d.client.delete::<TaskView>(&format!("/v1/tasks/{k}")).await;
         r?;
     }
     d.task = main;
 
     let t = Instant::now();
-    let check = d.client.post("/v1/check", &api::snapshots::CheckRequest { read_data: true }).await?;
-    let gc = d.client.post("/v1/gc", &api::snapshots::GcRequest { dry_run: true, grace: None }).await?;
+    let check: CheckReport = d.client.post("/v1/check", &api::snapshots::CheckRequest { read_data: true }).await?;
+    let gc: GcAnswer = d.client.post("/v1/gc", &api::snapshots::GcRequest { dry_run: true, grace: None }).await?;
     d.say(
         "check the blob store (every byte) and preview gc",
         t.elapsed(),
         &format!("{}\n{}", crate::output::check_summary(&check), crate::output::gc_summary(&gc)),
     );
-    if check["problems"].as_array().is_some_and(|p| !p.is_empty()) {
+    if !check.problems.is_empty() {
         bail!("the blob store has problems");
     }
     Ok(())
@@ -447,9 +443,9 @@ async fn snapshots(d: &mut Demo) -> Result<()> {
 /// on a signed webhook and on a timer.
 async fn waits(d: &mut Demo, home: &Path) -> Result<()> {
     let t = Instant::now();
-    let shown: Value = d.client.get(&format!("/v1/tasks/{}", d.task)).await?;
-    let pid = shown["sandbox_pid"].as_i64().unwrap_or(0) as i32;
-    let w = d.client.post(&format!("/v1/tasks/{}/waits", d.task), &api::waits::WaitRequest { approval: Some("Publish notes.txt?".into()), ..Default::default() }).await?;
+    let shown: TaskView = d.client.get(&format!("/v1/tasks/{}", d.task)).await?;
+    let pid = shown.sandbox_pid.unwrap_or(0);
+    let w: WaitView = d.client.post(&format!("/v1/tasks/{}/waits", d.task), &api::waits::WaitRequest { approval: Some("Publish notes.txt?".into()), ..Default::default() }).await?;
     let traces: Vec<String> = cairn_sandbox::inspect::host_traces(home, &d.task, pid)
         .into_iter()
         .filter(|l| !l.ends_with(&format!("{}.img", d.task)))
@@ -459,21 +455,21 @@ async fn waits(d: &mut Demo, home: &Path) -> Result<()> {
         t.elapsed(),
         &format!(
             "state {}; on the host: {}\napproval page: {}",
-            w["task_state"].as_str().unwrap_or_default(),
+            w.task_state,
             if traces.is_empty() { "no process, mount, cgroup or loop device (the disk image stays as a cache)".to_owned() } else { traces.join("; ") },
-            w["approval_url"].as_str().unwrap_or_default()
+            w.approval_url.as_deref().unwrap_or_default()
         ),
     );
-    if w["task_state"] != "suspended" || !traces.is_empty() {
+    if w.task_state != TaskState::Suspended || !traces.is_empty() {
         bail!("the waiting task still holds compute");
     }
     let t = Instant::now();
-    let url = w["approval_url"].as_str().unwrap_or_default().to_owned();
+    let url = w.approval_url.clone().unwrap_or_default();
     let http = reqwest::Client::new();
     let page = http.get(&url).send().await?.text().await?;
     let query = url.split_once('?').map(|q| q.1).unwrap_or_default().to_owned();
     let field = |k: &str| query.split('&').find_map(|p| p.strip_prefix(&format!("{k}="))).unwrap_or_default().to_owned();
-    let action = format!("{}/approve/{}", d.client.url(""), w["id"].as_str().unwrap_or_default());
+    let action = format!("{}/approve/{}", d.client.url(""), w.id);
     let form = [("exp", field("exp")), ("sig", field("sig")), ("decision", "approve".to_owned()), ("comment", "looks good".to_owned())];
     let done = http.post(&action).form(&form).send().await?;
     let ok = done.status().is_success() && page.contains("Publish notes.txt?");
@@ -487,10 +483,10 @@ async fn waits(d: &mut Demo, home: &Path) -> Result<()> {
     d.show("its files are where they were", "cat /workspace/notes.txt", |r| text(r).contains("copied in by cairn cp")).await?;
 
     let t = Instant::now();
-    let shown: Value = d.client.get(&format!("/v1/tasks/{}", d.task)).await?;
-    let secret = shown["webhook_secret"].as_str().unwrap_or_default().to_owned();
-    let w = d.client.post(&format!("/v1/tasks/{}/waits", d.task), &api::waits::WaitRequest { webhook: Some("build-done".into()), ..Default::default() }).await?;
-    let hook = w["webhook_url"].as_str().unwrap_or_default().to_owned();
+    let shown: TaskView = d.client.get(&format!("/v1/tasks/{}", d.task)).await?;
+    let secret = shown.task.webhook_secret.unwrap_or_default();
+    let w: WaitView = d.client.post(&format!("/v1/tasks/{}/waits", d.task), &api::waits::WaitRequest { webhook: Some("build-done".into()), ..Default::default() }).await?;
+    let hook = w.webhook_url.clone().unwrap_or_default();
     let body = r#"{"status":"green"}"#;
     let ts = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_secs() as i64;
     let sig = cairn_runtime::gateway::webhook::sign(&secret, "msg_demo", ts, body.as_bytes())?;
@@ -518,7 +514,7 @@ async fn waits(d: &mut Demo, home: &Path) -> Result<()> {
     d.say("woken by the webhook", t.elapsed(), &woke);
 
     let t = Instant::now();
-    let timer = d.client.post(&format!("/v1/tasks/{}/waits", d.task), &api::waits::WaitRequest { timer: Some("1s".into()), ..Default::default() }).await?;
+    let timer: WaitView = d.client.post(&format!("/v1/tasks/{}/waits", d.task), &api::waits::WaitRequest { timer: Some("1s".into()), ..Default::default() }).await?;
     let woke = wait_running(d, &timer).await?;
     d.say("wait on a 1 s timer: suspended, then woken by it", t.elapsed(), &woke);
     Ok(())
@@ -526,15 +522,16 @@ async fn waits(d: &mut Demo, home: &Path) -> Result<()> {
 
 /// Waits (blocking in the daemon, which is woken by the change) until
 /// the wait `w` is satisfied and its task runs again; describes the wake.
-async fn wait_running(d: &Demo, w: &Value) -> Result<String> {
-    let id = w["id"].as_str().unwrap_or_default();
-    let view: api::waits::WaitView = d.client.get(&format!("/v1/waits/{id}?block_ms=10000")).await?;
-    if view.satisfied_ms.is_none() || view.task_state != cairn_core::TaskState::Running {
+async fn wait_running(d: &Demo, w: &WaitView) -> Result<String> {
+    let id = &w.id;
+    let view: WaitView = d.client.get(&format!("/v1/waits/{id}?block_ms=10000")).await?;
+    if view.satisfied_ms.is_none() || view.task_state != TaskState::Running {
         bail!("the task did not wake within 10 s (wait {id} is {}, the task {})", view.state, view.task_state);
     }
-    let log: Value = d.client.get(&format!("/v1/tasks/{}/events", d.task)).await?;
-    let wake = log.as_array().and_then(|a| a.iter().rev().find(|e| e["kind"] == "wake")).cloned().unwrap_or(Value::Null);
-    let a = &wake["args"];
+    let log: Vec<Event> = d.client.get(&format!("/v1/tasks/{}/events", d.task)).await?;
+    // A wake's arguments are free-form JSON in the log, as each kind of
+    // entry records its own.
+    let a = log.iter().rev().find(|e| e.kind == EventKind::Wake).map(|e| e.args.clone()).unwrap_or_default();
     Ok(format!(
         "sandbox ready {:.1} ms after the wake began ({})",
         a["sandbox_ready_ms"].as_f64().unwrap_or(0.0),

@@ -2,25 +2,28 @@
 //! `rotate`: the client side of the ledger.
 
 use anyhow::{anyhow, Result};
-use serde_json::{json, Value};
+use cairn_api::ledger::{CheckpointView, KeyInfo, LedgerView};
+use cairn_core::Event;
 
-use crate::client::Client;
+use crate::client::{Answer, Client};
 use crate::output::time;
 
-fn str_of<'a>(v: &'a Value, key: &str) -> &'a str {
-    v[key].as_str().unwrap_or("-")
+/// Prints an answer as the daemon sent it (`--json`).
+fn print_raw<T>(a: &Answer<T>) {
+    println!("{}", serde_json::to_string_pretty(&a.raw).unwrap_or_default());
 }
 
 /// Walks the task's chain on the daemon. Exits non-zero with one line
 /// naming the first bad entry.
 pub async fn verify(client: &Client, task: &str, json_out: bool) -> Result<u8> {
-    let v: Value = client.get(&format!("/v1/tasks/{task}/ledger")).await?;
-    let id = str_of(&v, "task");
+    let a: Answer<LedgerView> = client.get(&format!("/v1/tasks/{task}/ledger")).await?;
+    let v = &a.body;
+    let id = &v.task;
     if json_out {
-        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+        print_raw(&a);
     }
-    if v["ok"] != true {
-        let problem = v["problem"].as_str().unwrap_or("the ledger does not verify");
+    if !v.ok {
+        let problem = v.problem.as_deref().unwrap_or("the ledger does not verify");
         if json_out {
             eprintln!("cairn: ledger of {id}: {problem}");
             return Ok(1);
@@ -28,53 +31,47 @@ pub async fn verify(client: &Client, task: &str, json_out: bool) -> Result<u8> {
         return Err(anyhow!("ledger of {id}: {problem}"));
     }
     if !json_out {
-        let head = match (v["head_seq"].as_u64(), v["head"].as_str()) {
+        let head = match (v.head_seq, &v.head) {
             (Some(seq), Some(h)) => format!("head {seq} {h}"),
             _ => "empty".to_owned(),
         };
-        let checkpoint = match v["checkpoint"].as_object() {
+        let checkpoint = match &v.checkpoint {
             Some(c) => {
-                let n = v["checkpoints"].as_u64().unwrap_or(1);
+                let n = v.checkpoints;
                 let all = if n > 1 { format!(" ({n} checkpoints, all verified)") } else { String::new() };
-                format!("checkpoint at seq {} verified, signed by key {} at {}{all}", c["seq"], str_of(&v["checkpoint"], "key_id"), time(&c["time_ms"]))
+                format!("checkpoint at seq {} verified, signed by key {} at {}{all}", c.seq, c.key_id, time(c.time_ms))
             }
             None => format!("no checkpoint yet (`cairn log {id} --checkpoint` signs one)"),
         };
-        println!("ledger of {id}: {} entries, {head}, {checkpoint}", v["entries"]);
+        println!("ledger of {id}: {} entries, {head}, {checkpoint}", v.entries);
     }
     Ok(0)
 }
 
 /// Signs the task's chain head now.
 pub async fn checkpoint(client: &Client, task: &str, json_out: bool) -> Result<u8> {
-    let v = client.post(&format!("/v1/tasks/{task}/checkpoint"), &json!({})).await?;
+    let a: Answer<CheckpointView> = client.post_empty(&format!("/v1/tasks/{task}/checkpoint")).await?;
     if json_out {
-        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+        print_raw(&a);
     } else {
-        println!(
-            "checkpoint of {} at seq {}: head {}, signed by key {} at {}",
-            str_of(&v, "task"),
-            v["seq"],
-            str_of(&v, "head"),
-            str_of(&v, "key_id"),
-            time(&v["time_ms"])
-        );
+        let v = &a.body;
+        println!("checkpoint of {} at seq {}: head {}, signed by key {} at {}", v.task, v.seq, v.head, v.key_id, time(v.time_ms));
     }
     Ok(0)
 }
 
 /// The current key; with `--json`, every key the node has used.
 pub async fn key_show(client: &Client, json_out: bool) -> Result<u8> {
-    let v: Value = client.get("/v1/keys").await?;
+    let a: Answer<Vec<KeyInfo>> = client.get("/v1/keys").await?;
     if json_out {
-        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+        print_raw(&a);
         return Ok(0);
     }
-    let keys = v.as_array().cloned().unwrap_or_default();
-    let current = keys.iter().find(|k| k["current"] == true).ok_or_else(|| anyhow!("the daemon reported no current key"))?;
-    println!("key id:     {}", str_of(current, "key_id"));
-    println!("public key: {}", str_of(current, "public_key"));
-    println!("created:    {}", time(&current["created_ms"]));
+    let keys = &a.body;
+    let current = keys.iter().find(|k| k.current).ok_or_else(|| anyhow!("the daemon reported no current key"))?;
+    println!("key id:     {}", current.key_id);
+    println!("public key: {}", current.public_key);
+    println!("created:    {}", time(current.created_ms));
     if keys.len() > 1 {
         println!("({} older key(s) kept to verify what they signed: cairn --json key show)", keys.len() - 1);
     }
@@ -83,11 +80,11 @@ pub async fn key_show(client: &Client, json_out: bool) -> Result<u8> {
 
 /// A new signing key; the old public keys stay.
 pub async fn key_rotate(client: &Client, json_out: bool) -> Result<u8> {
-    let v = client.post("/v1/keys/rotate", &json!({})).await?;
+    let a: Answer<KeyInfo> = client.post_empty("/v1/keys/rotate").await?;
     if json_out {
-        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+        print_raw(&a);
     } else {
-        println!("new signing key {}, public key {}", str_of(&v, "key_id"), str_of(&v, "public_key"));
+        println!("new signing key {}, public key {}", a.body.key_id, a.body.public_key);
         println!("older keys stay known: what they signed still verifies");
     }
     Ok(0)
@@ -117,7 +114,7 @@ pub(crate) async fn log(client: &Client, task: &str, verify_chain: bool, checkpo
     if checkpoint_now {
         return checkpoint(client, task, out.json).await;
     }
-    let v: Value = client.get(&format!("/v1/tasks/{task}/events")).await?;
-    out.print(&v, &crate::output::event_table);
+    let v: Answer<Vec<Event>> = client.get(&format!("/v1/tasks/{task}/events")).await?;
+    out.print(&v, |v| crate::output::event_table(v));
     Ok(0)
 }

@@ -1,6 +1,8 @@
 //! `cairn`: the daemon (`cairn serve`), every client subcommand, the demo,
 //! and the hidden sandbox helper (`cairn __sandbox-start`).
 
+#[cfg(test)]
+mod answer_types;
 mod client;
 mod cp;
 mod deliver;

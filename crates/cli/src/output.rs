@@ -1,21 +1,34 @@
-//! Human output of the client subcommands.
+//! Human output of the client subcommands, read from the answers' typed
+//! fields (the wire model, [`cairn_api`]).
 
-use serde_json::Value;
+use std::fmt::Display;
+use std::time::Duration;
 
-fn s(v: &Value) -> String {
-    match v {
-        Value::String(s) => s.clone(),
-        Value::Null => "-".into(),
-        other => other.to_string(),
-    }
+use anyhow::Result;
+use cairn_api::egress::{Decision, EgressView};
+use cairn_api::images::Image;
+use cairn_api::snapshots::{CheckReport, Diff, GcAnswer};
+use cairn_api::tasks::TaskView;
+use cairn_api::waits::WaitView;
+use cairn_core::{Event, Snapshot};
+
+use crate::progress::human;
+
+/// What a missing value prints as.
+fn or_dash<T: Display>(v: Option<T>) -> String {
+    v.map(|v| v.to_string()).unwrap_or_else(|| "-".into())
 }
 
-/// Milliseconds since the epoch as RFC 3339 (UTC, seconds).
-pub fn time(ms: &Value) -> String {
-    ms.as_i64()
-        .and_then(|ms| u64::try_from(ms).ok())
-        .map(|ms| humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms)).to_string())
-        .unwrap_or_else(|| "-".into())
+/// Milliseconds since the epoch as RFC 3339 (UTC, seconds); `-` before it.
+pub fn time(ms: i64) -> String {
+    u64::try_from(ms)
+        .map(|ms| humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + Duration::from_millis(ms)).to_string())
+        .unwrap_or_else(|_| "-".into())
+}
+
+/// A duration as configured (in whole seconds), e.g. `5m`.
+fn whole_seconds(d: Duration) -> humantime::FormattedDuration {
+    humantime::format_duration(Duration::from_secs(d.as_secs()))
 }
 
 fn table(headers: &[&str], rows: Vec<Vec<String>>) -> String {
@@ -33,135 +46,126 @@ fn table(headers: &[&str], rows: Vec<Vec<String>>) -> String {
     out.join("\n")
 }
 
-pub fn task_table(v: &Value) -> String {
-    let rows = v
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .map(|t| {
-                    vec![s(&t["id"]), s(&t["name"]), s(&t["state"]), s(&t["sandbox"]), s(&t["config"]["image"]), s(&t["step"]), time(&t["created_ms"])]
-                })
-                .collect()
+/// At most `max` characters of `text`, the last one `…` when cut.
+fn cut(text: String, max: usize) -> String {
+    if text.chars().count() > max {
+        format!("{}…", text.chars().take(max - 1).collect::<String>())
+    } else {
+        text
+    }
+}
+
+pub fn task_table(tasks: &[TaskView]) -> String {
+    let rows = tasks
+        .iter()
+        .map(|v| {
+            let t = &v.task;
+            vec![t.id.to_string(), or_dash(t.name.as_ref()), t.state.to_string(), t.sandbox.to_string(), t.config.image.clone(), t.step.to_string(), time(t.created_ms)]
         })
-        .unwrap_or_default();
+        .collect();
     table(&["ID", "NAME", "STATE", "SANDBOX", "IMAGE", "STEP", "CREATED"], rows)
 }
 
-pub fn task_detail(t: &Value) -> String {
-    let l = &t["limits"];
-    let env: Vec<String> = t["config"]["env"]
-        .as_array()
-        .map(|a| a.iter().map(|e| format!("{}={}", s(&e["key"]), s(&e["value"]))).collect())
-        .unwrap_or_default();
+pub fn task_detail(v: &TaskView) -> String {
+    let (t, l) = (&v.task, &v.limits);
+    let env: Vec<String> = t.config.env.iter().map(|e| format!("{}={}", e.key, e.value)).collect();
     let mut lines = vec![
-        format!("id:            {}", s(&t["id"])),
-        format!("name:          {}", s(&t["name"])),
-        format!("state:         {}", s(&t["state"])),
-        format!("sandbox:       {}{}", s(&t["sandbox"]), t["sandbox_note"].as_str().map(|n| format!(" ({n})")).unwrap_or_default()),
-        format!("image:         {}", s(&t["config"]["image"])),
-        format!("limits:        memory {}, cpus {}, pids {}, disk {}", s(&l["memory"]), s(&l["cpus"]), s(&l["pids"]), s(&l["disk"])),
-        format!("workdir:       {}", s(&t["config"]["workdir"])),
+        format!("id:            {}", t.id),
+        format!("name:          {}", or_dash(t.name.as_ref())),
+        format!("state:         {}", t.state),
+        format!("sandbox:       {}{}", t.sandbox, t.sandbox_note.as_ref().map(|n| format!(" ({n})")).unwrap_or_default()),
+        format!("image:         {}", t.config.image),
+        format!("limits:        memory {}, cpus {}, pids {}, disk {}", l.memory, l.cpus, l.pids, l.disk),
+        format!("workdir:       {}", t.config.workdir),
         format!("env:           {}", if env.is_empty() { "-".into() } else { env.join(" ") }),
-        format!("step:          {}", s(&t["step"])),
-        format!("memory:        {}", t["memory"].as_str().filter(|m| !m.is_empty()).unwrap_or("-")),
-        format!("created:       {}", time(&t["created_ms"])),
-        format!("last activity: {}", time(&t["last_activity_ms"])),
+        format!("step:          {}", t.step),
+        format!("memory:        {}", if t.memory.is_empty() { "-" } else { &t.memory }),
+        format!("created:       {}", time(t.created_ms)),
+        format!("last activity: {}", time(t.last_activity_ms)),
     ];
-    let r = &t["rollback_note"];
-    if r.is_object() {
-        lines.push(format!(
-            "rollback:      to {} from {} (step {}) at {}: {}",
-            s(&r["to"]),
-            s(&r["from"]),
-            s(&r["from_step"]),
-            time(&r["time_ms"]),
-            s(&r["reason"])
-        ));
+    if let Some(r) = &t.rollback_note {
+        lines.push(format!("rollback:      to {} from {} (step {}) at {}: {}", r.to, or_dash(r.from.as_ref()), r.from_step, time(r.time_ms), r.reason));
     }
-    if let Some(n) = t["recovery_note"].as_str() {
+    if let Some(n) = &t.recovery_note {
         lines.push(format!("recovery:      {n}"));
     }
-    if let Some(ms) = t["config"]["idle_suspend_ms"].as_u64() {
-        lines.push(format!("idle suspend:  after {}", humantime::format_duration(std::time::Duration::from_secs(ms / 1000))));
+    if let Some(ms) = t.config.idle_suspend_ms {
+        lines.push(format!("idle suspend:  after {}", whole_seconds(Duration::from_millis(ms))));
     }
-    let ret = &t["config"]["retention"];
+    let ret = &t.config.retention;
     lines.push(format!(
         "retention:     keep last {}, {} milestones, others expire {}",
-        s(&ret["keep_last"]),
-        if ret["keep_milestones"].as_bool() == Some(true) { "keep" } else { "no special rule for" },
-        ret["expire_after"].as_u64().map(|ms| format!("after {}", humantime::format_duration(std::time::Duration::from_secs(ms / 1000)))).unwrap_or("never".into())
+        ret.keep_last,
+        if ret.keep_milestones { "keep" } else { "no special rule for" },
+        ret.expire_after.map(|d| format!("after {}", whole_seconds(d))).unwrap_or("never".into())
     ));
-    lines.push(format!("egress:        {}", policy_line(&t["config"]["egress"])));
-    if let Some(p) = t["config"]["risky"].as_array().filter(|a| !a.is_empty()) {
-        lines.push(format!("risky:         {}", p.iter().map(s).collect::<Vec<_>>().join(", ")));
+    lines.push(format!("egress:        {}", policy_line(&t.config.egress.allow, &t.config.egress.deny)));
+    if !t.config.risky.is_empty() {
+        lines.push(format!("risky:         {}", t.config.risky.join(", ")));
     }
-    if let Some(pid) = t["sandbox_pid"].as_i64() {
-        lines.push(format!("sandbox init:  host pid {pid}, uids from {}", s(&t["sandbox_uid_base"])));
+    if let Some(pid) = v.sandbox_pid {
+        lines.push(format!("sandbox init:  host pid {pid}, uids from {}", or_dash(v.sandbox_uid_base)));
     }
     lines.join("\n")
 }
 
-pub fn event_table(v: &Value) -> String {
-    let rows = v
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .map(|e| {
-                    let args = e["args"].to_string();
-                    let args = if args.chars().count() > 80 { format!("{}…", args.chars().take(79).collect::<String>()) } else { args };
-                    vec![s(&e["seq"]), time(&e["time_ms"]), s(&e["kind"]), s(&e["actor"]), s(&e["exit_code"]), e["duration_ms"].as_u64().map(|d| format!("{d}ms")).unwrap_or("-".into()), args]
-                })
-                .collect()
+pub fn event_table(events: &[Event]) -> String {
+    let rows = events
+        .iter()
+        .map(|e| {
+            vec![
+                e.seq.to_string(),
+                time(e.time_ms),
+                e.kind.to_string(),
+                e.actor.clone(),
+                or_dash(e.exit_code),
+                e.duration_ms.map(|d| format!("{d}ms")).unwrap_or("-".into()),
+                cut(e.args.to_string(), 80),
+            ]
         })
-        .unwrap_or_default();
+        .collect();
     table(&["SEQ", "TIME", "KIND", "ACTOR", "EXIT", "TOOK", "ARGS"], rows)
 }
 
-pub fn image_table(v: &Value) -> String {
-    let rows = v
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .map(|i| vec![s(&i["name"]), s(&i["kind"]), s(&i["files"]), crate::progress::human(i["size_bytes"].as_f64().unwrap_or(0.0)), s(&i["source"])])
-                .collect()
-        })
-        .unwrap_or_default();
+/// One entry of `cairn task watch`, as it has always printed: the sequence
+/// number unpadded.
+pub fn watch_line(e: &Event) -> String {
+    format!("{}  {}  {:<15} {:<10} {}", e.seq, time(e.time_ms), e.kind.as_str(), e.actor, e.args)
+}
+
+pub fn image_table(images: &[Image]) -> String {
+    let rows = images
+        .iter()
+        .map(|i| vec![i.name.clone(), i.kind.as_str().to_owned(), i.files.to_string(), human(i.size_bytes as f64), i.source.clone()])
+        .collect();
     table(&["NAME", "KIND", "ENTRIES", "SIZE", "SOURCE"], rows)
 }
 
-pub fn snapshot_table(v: &Value) -> String {
-    let rows = v
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .map(|x| {
-                    let note = s(&x["note"]);
-                    let note = if note.chars().count() > 48 { format!("{}…", note.chars().take(47).collect::<String>()) } else { note };
-                    vec![
-                        s(&x["id"]),
-                        s(&x["kind"]),
-                        if x["healthy"].as_bool() == Some(true) { "healthy".into() } else { "unhealthy".into() },
-                        s(&x["step"]),
-                        s(&x["files"]),
-                        crate::progress::human(x["bytes"].as_f64().unwrap_or(0.0)),
-                        crate::progress::human(x["added_bytes"].as_f64().unwrap_or(0.0)),
-                        format!("{:.1}ms", x["freeze_ms"].as_f64().unwrap_or(0.0)),
-                        time(&x["created_ms"]),
-                        note,
-                    ]
-                })
-                .collect()
+pub fn snapshot_table(snapshots: &[Snapshot]) -> String {
+    let rows = snapshots
+        .iter()
+        .map(|x| {
+            vec![
+                x.id.to_string(),
+                x.kind.to_string(),
+                if x.healthy { "healthy".into() } else { "unhealthy".into() },
+                x.step.to_string(),
+                x.files.to_string(),
+                human(x.bytes as f64),
+                human(x.added_bytes as f64),
+                format!("{:.1}ms", x.freeze_ms),
+                time(x.created_ms),
+                cut(x.note.clone(), 48),
+            ]
         })
-        .unwrap_or_default();
+        .collect();
     table(&["ID", "KIND", "HEALTH", "STEP", "FILES", "SIZE", "ADDED", "FROZEN", "TIME", "NOTE"], rows)
 }
 
-pub fn diff_lines(v: &Value) -> String {
+pub fn diff_lines(d: &Diff) -> String {
     let mut out = Vec::new();
-    for (key, mark) in [("added", "+"), ("changed", "~"), ("deleted", "-")] {
-        for p in v[key].as_array().into_iter().flatten() {
-            out.push(format!("{mark} {}", p.as_str().unwrap_or_default()));
-        }
+    for (paths, mark) in [(&d.added, "+"), (&d.changed, "~"), (&d.deleted, "-")] {
+        out.extend(paths.iter().map(|p| format!("{mark} {p}")));
     }
     if out.is_empty() {
         "no differences".into()
@@ -170,63 +174,54 @@ pub fn diff_lines(v: &Value) -> String {
     }
 }
 
-pub fn gc_summary(v: &Value) -> String {
-    let r = &v["report"];
-    let verb = if v["dry_run"].as_bool() == Some(true) { "would free" } else { "freed" };
-    let mut lines: Vec<String> = v["expired_snapshots"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|x| format!("{} snapshot {} of {} ({})", if v["dry_run"].as_bool() == Some(true) { "would expire" } else { "expired" }, s(&x["id"]), s(&x["task"]), s(&x["kind"])))
+pub fn gc_summary(v: &GcAnswer) -> String {
+    let r = &v.report;
+    let verb = if v.dry_run { "would free" } else { "freed" };
+    let mut lines: Vec<String> = v
+        .expired_snapshots
+        .iter()
+        .map(|x| format!("{} snapshot {} of {} ({})", if v.dry_run { "would expire" } else { "expired" }, x.id, x.task, x.kind))
         .collect();
     lines.push(format!(
         "{verb} {} ({} packs, {} manifests); kept {} young and {} partly used packs",
-        crate::progress::human(r["bytes_freed"].as_f64().unwrap_or(0.0)),
-        s(&r["packs_deleted"]),
-        s(&r["manifests_deleted"]),
-        s(&r["kept_young"]),
-        s(&r["packs_partly_live"]),
+        human(r.bytes_freed as f64),
+        r.packs_deleted,
+        r.manifests_deleted,
+        r.kept_young,
+        r.packs_partly_live,
     ));
-    for o in v["orphan_deliverables"].as_array().into_iter().flatten() {
-        lines.push(format!("{} deliverable {} (no record names it)", if v["dry_run"].as_bool() == Some(true) { "would delete" } else { "deleted" }, s(o)));
+    for o in &v.orphan_deliverables {
+        lines.push(format!("{} deliverable {o} (no record names it)", if v.dry_run { "would delete" } else { "deleted" }));
     }
     lines.join("\n")
 }
 
-pub fn check_summary(v: &Value) -> String {
-    let mut lines: Vec<String> = v["problems"].as_array().into_iter().flatten().map(|p| format!("problem: {}", s(p))).collect();
-    let read = v["bytes_read"].as_f64().filter(|b| *b > 0.0).map(|b| format!(", {} read and verified", crate::progress::human(b))).unwrap_or_default();
+pub fn check_summary(v: &CheckReport) -> String {
+    let mut lines: Vec<String> = v.problems.iter().map(|p| format!("problem: {p}")).collect();
+    let read = if v.bytes_read > 0 { format!(", {} read and verified", human(v.bytes_read as f64)) } else { String::new() };
     lines.push(format!(
         "checked {} manifests, {} chunks, {} packs{read}: {}",
-        s(&v["manifests"]),
-        s(&v["chunks"]),
-        s(&v["packs"]),
+        v.manifests,
+        v.chunks,
+        v.packs,
         if lines.is_empty() { "no problems" } else { "PROBLEMS FOUND" }
     ));
     lines.join("\n")
 }
 
-pub fn wait_summary(v: &Value) -> String {
-    let mut lines = vec![format!(
-        "wait {} ({}): {}; task {}",
-        s(&v["id"]),
-        s(&v["kind"]),
-        s(&v["state"]),
-        s(&v["task_state"])
-    )];
-    if let Some(u) = v["approval_url"].as_str() {
+pub fn wait_summary(v: &WaitView) -> String {
+    let mut lines = vec![format!("wait {} ({}): {}; task {}", v.id, v.what.kind(), v.state, v.task_state)];
+    if let Some(u) = &v.approval_url {
         lines.push(format!("approve or reject at: {u}"));
     }
-    if let Some(u) = v["webhook_url"].as_str() {
+    if let Some(u) = &v.webhook_url {
         lines.push(format!("webhook URL: {u}"));
     }
     lines.join("\n")
 }
 
 /// `allow a, b; deny c`, or `offline` when nothing is allowed.
-pub fn policy_line(p: &Value) -> String {
-    let list = |v: &Value| v.as_array().map(|a| a.iter().map(s).collect::<Vec<_>>()).unwrap_or_default();
-    let (allow, deny) = (list(&p["allow"]), list(&p["deny"]));
+pub fn policy_line(allow: &[String], deny: &[String]) -> String {
     let mut out = if allow.is_empty() { "offline (no allow rules)".to_owned() } else { format!("allow {}", allow.join(", ")) };
     if !deny.is_empty() {
         out.push_str(&format!("; deny {}", deny.join(", ")));
@@ -235,35 +230,34 @@ pub fn policy_line(p: &Value) -> String {
 }
 
 /// `cairn egress log`: the policy, then one line per attempt.
-pub fn egress_log(v: &Value) -> String {
-    let rows = v["decisions"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .map(|d| {
-                    let verdict = match (d["open"].as_bool(), d["allowed"].as_bool()) {
-                        (Some(true), _) => "open",
-                        (_, Some(true)) => "allow",
-                        _ => "deny",
-                    };
-                    vec![
-                        time(&d["time_ms"]),
-                        s(&d["kind"]),
-                        format!("{}:{}", s(&d["host"]), s(&d["port"])),
-                        s(&d["address"]),
-                        verdict.to_owned(),
-                        s(&d["status"]),
-                        format!("{}/{}", s(&d["bytes_up"]), s(&d["bytes_down"])),
-                        d["duration_ms"].as_u64().map(|d| format!("{d}ms")).unwrap_or("-".into()),
-                        s(&d["reason"]),
-                    ]
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    format!(
+pub fn egress_log(v: &EgressView) -> Result<String> {
+    let mut rows = Vec::with_capacity(v.decisions.len());
+    for d in &v.decisions {
+        rows.push(decision_row(d)?);
+    }
+    Ok(format!(
         "policy: {}\n{}",
-        policy_line(v),
+        policy_line(&v.allow, &v.deny),
         table(&["TIME", "KIND", "DESTINATION", "ADDRESS", "VERDICT", "STATUS", "UP/DOWN", "TOOK", "REASON"], rows)
-    )
+    ))
+}
+
+fn decision_row(d: &Decision) -> Result<Vec<String>> {
+    let a = d.attempt().map_err(|e| anyhow::anyhow!("malformed decision {} from the daemon: {e}", d.seq))?;
+    let verdict = match (a.open, a.allowed) {
+        (true, _) => "open",
+        (_, true) => "allow",
+        _ => "deny",
+    };
+    Ok(vec![
+        time(d.time_ms),
+        a.kind.as_str().to_owned(),
+        format!("{}:{}", a.host, a.port),
+        or_dash(a.address),
+        verdict.to_owned(),
+        or_dash(a.status),
+        format!("{}/{}", a.bytes_up, a.bytes_down),
+        format!("{}ms", a.duration_ms),
+        a.reason,
+    ])
 }

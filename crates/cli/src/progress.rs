@@ -106,27 +106,17 @@ pub async fn while_running<T>(client: &crate::client::Client, task: &str, reques
                 if began.elapsed() < SHOW_AFTER {
                     continue;
                 }
-                let Ok(p) = client.get::<serde_json::Value>(&format!("/v1/tasks/{task}/progress")).await else { continue };
-                if p.is_null() {
-                    continue;
-                }
-                let secs = (p["elapsed_ms"].as_f64().unwrap_or(0.0) / 1000.0).max(0.001);
-                let bytes = p["bytes_done"].as_f64().unwrap_or(0.0);
-                let total = p["bytes_total"].as_f64().unwrap_or(0.0);
-                let counts = if total > 0.0 || p["files_total"].as_u64().unwrap_or(0) > 0 {
-                    format!(
-                        ": {}/{} files, {} of {} at {}/s",
-                        p["files_done"],
-                        p["files_total"],
-                        human(bytes),
-                        human(total),
-                        human(bytes / secs)
-                    )
+                let Ok(Some(p)) = client.get::<Option<cairn_api::snapshots::OpProgress>>(&format!("/v1/tasks/{task}/progress")).await else { continue };
+                let secs = (p.elapsed_ms as f64 / 1000.0).max(0.001);
+                let bytes = p.bytes_done as f64;
+                let total = p.bytes_total as f64;
+                let counts = if total > 0.0 || p.files_total > 0 {
+                    format!(": {}/{} files, {} of {} at {}/s", p.files_done, p.files_total, human(bytes), human(total), human(bytes / secs))
                 } else {
                     String::new()
                 };
                 // \x1b[K clears what a longer earlier line left.
-                eprint!("\r{} ({}){counts}, {secs:.1}s\x1b[K", p["op"].as_str().unwrap_or(""), p["phase"].as_str().unwrap_or(""));
+                eprint!("\r{} ({}){counts}, {secs:.1}s\x1b[K", p.op, p.phase);
                 let _ = std::io::stderr().flush();
                 shown = true;
             }

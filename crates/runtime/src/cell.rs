@@ -13,7 +13,7 @@ use cairn_snapshot::Manifest;
 use tokio::sync::{broadcast, watch};
 
 use crate::egress::Proxy;
-use crate::tasks::Live;
+use crate::runtime::Live;
 
 /// One task's in-memory state. Everything in it can be rebuilt from the
 /// store and the host after a restart.

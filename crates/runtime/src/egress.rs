@@ -152,7 +152,7 @@ impl Egress {
     }
 }
 
-impl crate::tasks::Runtime {
+impl crate::runtime::Runtime {
     pub async fn egress_view(&self, id: &str) -> Result<EgressView, Error> {
         let task = self.find(id).await?;
         let decisions = self

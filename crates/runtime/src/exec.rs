@@ -13,7 +13,7 @@ use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::unix::pipe;
 
-use crate::tasks::Runtime;
+use crate::runtime::Runtime;
 use crate::Error;
 
 pub use cairn_api::exec::{STDERR, STDIN, STDOUT};
@@ -110,7 +110,7 @@ async fn run<C: ExecChannel>(tasks: &Arc<Runtime>, id: &str, actor: &str, start:
             None => "--risky".to_owned(),
         };
         let cmd: String = start.argv.join(" ").chars().take(200).collect();
-        let req = crate::snapshots::SnapshotRequest {
+        let req = crate::snapshot::SnapshotRequest {
             kind: Some("pre-risk".into()),
             note: Some(format!("before `{cmd}` ({reason})")),
             ..Default::default()

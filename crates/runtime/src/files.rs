@@ -17,7 +17,7 @@ use futures_util::Stream;
 use serde_json::json;
 use tokio::sync::mpsc;
 
-use crate::tasks::Runtime;
+use crate::runtime::Runtime;
 use crate::Error;
 
 fn file_error(e: cairn_sandbox::Error) -> Error {
@@ -117,7 +117,7 @@ pub async fn download(tasks: Arc<Runtime>, id: &str, path: String, links: LinkPo
 
 /// Unpacks the tar read from `body` at `path` in the sandbox, its top entry
 /// named `name`.
-pub async fn upload<S, B>(tasks: Arc<Runtime>, id: &str, path: String, name: String, body: S, actor: String) -> Result<serde_json::Value, Error>
+pub async fn upload<S, B>(tasks: Arc<Runtime>, id: &str, path: String, name: String, body: S, actor: String) -> Result<cairn_api::files::CopiedIn, Error>
 where
     S: Stream<Item = Result<B, std::io::Error>> + Send + Unpin + 'static,
     B: bytes::Buf + Send + 'static,
@@ -140,7 +140,7 @@ where
     match result {
         Ok((n, resolved)) => {
             record(&tasks, &task.id, &actor, json!({"direction": "in", "path": path, "entries": n, "resolved": resolved}), true, begun).await;
-            Ok(json!({ "entries": n, "path": resolved }))
+            Ok(cairn_api::files::CopiedIn { entries: n, path: resolved })
         }
         Err(e) => {
             record(&tasks, &task.id, &actor, json!({"direction": "in", "path": path, "error": e.to_string()}), false, begun).await;

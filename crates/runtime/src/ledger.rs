@@ -11,7 +11,7 @@ use cairn_ledger::{check_against_checkpoint, verify_chain, Checkpoint, ChainProb
 use cairn_store::now_ms;
 use serde::{Deserialize, Serialize};
 
-use crate::tasks::Runtime;
+use crate::runtime::Runtime;
 use crate::Error;
 
 /// A signed checkpoint as the API returns it.

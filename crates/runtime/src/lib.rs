@@ -2,16 +2,29 @@
 //! knows nothing of HTTP; the daemon's front end (`cairn-server`) parses a
 //! request, calls one [`Runtime`] method and maps its [`Error`] to a status.
 //!
+//! The engine and what every operation shares:
+//! - [`runtime`]: the [`Runtime`] (store, driver, blob store, keys) and the
+//!   per-task cells (`cell.rs`: lock, live sandbox, busy count, progress,
+//!   baseline, egress proxy, change channel).
+//! - `materialise.rs`: restore a snapshot into a fresh sandbox and start it,
+//!   with a named policy for a failed restore (wake, recovery, rollback, fork).
+//! - `slots.rs`: uid slots, claimed in the store and reserved on the host.
+//! - `wakes.rs`: the wake scheduler (deduplicated, a bounded number at once).
 //! - [`home`] and [`config`]: the data directory and the daemon's settings.
-//! - [`tasks`]: the [`Runtime`] itself; create, start, destroy, reconcile.
+//!
+//! One module per operation:
+//! - [`lifecycle`]: create, start, destroy, reconcile after a restart.
 //! - [`exec`] and [`files`]: commands and tar streams in a live sandbox.
-//! - [`snapshots`]: snapshots, rollback in place, forks, retention, check, gc.
-//! - [`suspend`] and [`waits`]: waits, suspend, wake, recovery, timers,
-//!   event intake (webhooks verified on plain bytes, approvals, operator events).
+//! - [`snapshot`], [`rollback`], [`fork`], [`gc`]: snapshots and what is
+//!   made from them; retention, mark and sweep, check.
+//! - [`suspend`], [`wake`]: compute goes away and comes back; recovery.
+//! - [`waits`] and [`intake`]: waits, and the events that satisfy them
+//!   (webhooks verified on plain bytes, approvals, operator events, timers).
 //! - [`egress`]: each live sandbox's allowlist proxy and its decision log.
 //! - [`deliver`] and [`ledger`]: deliverables, signed delivery records, the
 //!   hash-chained event log and the node's signing keys.
 //! - [`gateway`]: webhook signatures and signed approval links.
+//! - `queries.rs`: reads for the front end, one per request.
 
 mod cell;
 pub mod config;
@@ -22,25 +35,31 @@ pub mod egress;
 mod error;
 pub mod exec;
 pub mod files;
+pub mod fork;
 pub mod gateway;
+pub mod gc;
 pub mod home;
+pub mod intake;
 pub mod ledger;
-mod reaper;
+pub mod lifecycle;
 mod materialise;
 mod queries;
+mod reaper;
+pub mod rollback;
+pub mod runtime;
 mod services;
 mod slots;
-pub mod snapshots;
-mod suspend;
-pub mod tasks;
+pub mod snapshot;
+pub mod suspend;
 pub mod waits;
+pub mod wake;
 mod wakes;
 
 pub use config::Config;
 pub use error::{Error, Result};
 pub use home::Home;
 pub use queries::{Health, LinkedWait};
-pub use tasks::Runtime;
+pub use runtime::Runtime;
 
 /// Errors that stop the runtime from opening.
 #[derive(Debug, thiserror::Error)]

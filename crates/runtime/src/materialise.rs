@@ -12,7 +12,7 @@ use cairn_sandbox::image::Image;
 use cairn_sandbox::Prestarted;
 use cairn_snapshot::{Manifest, RestoreStats};
 
-use crate::tasks::Runtime;
+use crate::runtime::Runtime;
 use crate::Error;
 
 /// Where the new sandbox's disk comes from.

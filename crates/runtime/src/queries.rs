@@ -10,7 +10,7 @@ use cairn_sandbox::image::Image;
 use futures_util::Stream;
 
 use crate::ledger::CheckpointView;
-use crate::tasks::{Runtime, TaskView};
+use crate::runtime::{Runtime, TaskView};
 use crate::Error;
 
 /// What `GET /v1/health` reports.

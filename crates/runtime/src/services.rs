@@ -9,7 +9,7 @@ use cairn_core::{EventKind, NewEvent, Task};
 use cairn_sandbox::proto::{self, ExecRequest, Reply};
 use serde_json::json;
 
-use crate::tasks::Runtime;
+use crate::runtime::Runtime;
 use crate::Error;
 
 /// Starts `$1` detached (its own session, so it outlives the request that

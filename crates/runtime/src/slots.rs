@@ -6,7 +6,7 @@
 
 use cairn_core::TaskId;
 
-use crate::tasks::Runtime;
+use crate::runtime::Runtime;
 use crate::Error;
 
 impl Runtime {

@@ -13,7 +13,7 @@ use std::time::Instant;
 use cairn_core::TaskId;
 use tokio::sync::{mpsc, Semaphore};
 
-use crate::tasks::Runtime;
+use crate::runtime::Runtime;
 
 /// Wakes that run at the same time.
 pub const MAX_CONCURRENT_WAKES: usize = 8;

@@ -10,6 +10,8 @@
 //! marks the sandbox lost (the next use recovers it), a failed fork fails
 //! the new task only, a failed recovery leaves the task to try again.
 
+#![allow(clippy::unwrap_used)]
+
 use std::sync::Arc;
 use std::time::Duration;
 

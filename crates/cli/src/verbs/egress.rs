@@ -1,10 +1,10 @@
 //! `cairn egress log`.
 
 use anyhow::Result;
+use cairn_api::egress::EgressView;
 use clap::Subcommand;
-use serde_json::Value;
 
-use crate::client::Client;
+use crate::client::{Answer, Client};
 use crate::output;
 use super::Out;
 
@@ -21,8 +21,7 @@ pub(crate) async fn run(client: &Client, cmd: EgressCmd, out: Out) -> Result<u8>
 }
 
 pub(crate) async fn log(client: &Client, task: String, out: Out) -> Result<u8> {
-    let print = |v: &Value, human: &dyn Fn(&Value) -> String| out.print(v, human);
-    let v: Value = client.get(&format!("/v1/tasks/{task}/egress")).await?;
-    print(&v, &output::egress_log);
+    let v: Answer<EgressView> = client.get(&format!("/v1/tasks/{task}/egress")).await?;
+    out.try_print(&v, output::egress_log)?;
     Ok(0)
 }

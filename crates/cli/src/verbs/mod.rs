@@ -1,6 +1,6 @@
 //! One module per group of verbs: each owns its arguments (clap) and
 //! turns them into typed requests of the wire model (`cairn_api`), then
-//! prints the answer as a line or, with `--json`, as it came.
+//! prints the typed answer as a line or, with `--json`, as it came.
 
 pub mod egress;
 pub mod image;
@@ -8,7 +8,9 @@ pub mod snapshot;
 pub mod task;
 pub mod waits;
 
-use serde_json::Value;
+use anyhow::Result;
+
+use crate::client::Answer;
 
 /// How answers are printed: one human line, or the JSON with `--json`.
 #[derive(Clone, Copy, Debug)]
@@ -17,14 +19,27 @@ pub struct Out {
 }
 
 impl Out {
-    pub fn print(self, v: &Value, human: &dyn Fn(&Value) -> String) {
+    /// With `--json`, the answer as the daemon sent it; else what `human`
+    /// makes of its typed body, unless that is empty.
+    pub fn print<T>(self, answer: &Answer<T>, human: impl FnOnce(&T) -> String) {
         if self.json {
-            println!("{}", serde_json::to_string_pretty(v).unwrap_or_default());
+            println!("{}", serde_json::to_string_pretty(&answer.raw).unwrap_or_default());
         } else {
-            let h = human(v);
+            let h = human(&answer.body);
             if !h.is_empty() {
                 println!("{h}");
             }
         }
+    }
+
+    /// [`Out::print`] for human output that can find the answer malformed.
+    pub fn try_print<T>(self, answer: &Answer<T>, human: impl FnOnce(&T) -> Result<String>) -> Result<()> {
+        if self.json {
+            self.print(answer, |_| String::new());
+        } else {
+            let h = human(&answer.body)?;
+            self.print(answer, |_| h);
+        }
+        Ok(())
     }
 }

@@ -2,10 +2,13 @@
 
 use anyhow::{anyhow, Context, Result};
 use cairn_api as api;
+use api::snapshots::{CheckReport, Diff, GcAnswer, RollbackAnswer};
+use api::tasks::TaskView;
+use cairn_core::Snapshot;
 use clap::{Args, Subcommand};
-use serde_json::{json, Value};
+use serde_json::json;
 
-use crate::client::{self, Client};
+use crate::client::{self, Answer, Client};
 use crate::output;
 use crate::progress;
 use super::Out;
@@ -86,22 +89,19 @@ pub(crate) async fn snapshot(client: &Client, a: SnapshotCli, out: Out) -> Resul
 }
 
 pub(crate) async fn list(client: &Client, task: String, out: Out) -> Result<u8> {
-    let print = |v: &Value, human: &dyn Fn(&Value) -> String| out.print(v, human);
-    let v: Value = client.get(&format!("/v1/tasks/{task}/snapshots")).await?;
-    print(&v, &output::snapshot_table);
+    let v: Answer<Vec<Snapshot>> = client.get(&format!("/v1/tasks/{task}/snapshots")).await?;
+    out.print(&v, |v| output::snapshot_table(v));
     Ok(0)
 }
 
 pub(crate) async fn diff(client: &Client, task: String, a: String, b: String, out: Out) -> Result<u8> {
-    let print = |v: &Value, human: &dyn Fn(&Value) -> String| out.print(v, human);
     let q = format!("/v1/tasks/{task}/snapshots/diff?a={}&b={}", client::query_escape(&a), client::query_escape(&b));
-    let v: Value = client.get(&q).await?;
-    print(&v, &output::diff_lines);
+    let v: Answer<Diff> = client.get(&q).await?;
+    out.print(&v, output::diff_lines);
     Ok(0)
 }
 
 pub(crate) async fn take(client: &Client, a: SnapshotCli, out: Out) -> Result<u8> {
-    let json_out = out.json;
     let task = a.task.ok_or_else(|| anyhow!("which task? usage: cairn snapshot ID"))?;
     let memory = match a.memory.as_deref() {
         Some(m) if m.starts_with('@') => {
@@ -110,30 +110,16 @@ pub(crate) async fn take(client: &Client, a: SnapshotCli, out: Out) -> Result<u8
         other => other.map(str::to_owned),
     };
     let body = api::snapshots::SnapshotRequest { kind: Some(a.kind), note: a.note, memory, healthy: Some(!a.unhealthy) };
-    let v = progress::while_running(client, &task, client.post(&format!("/v1/tasks/{task}/snapshots"), &body)).await?;
-    if json_out {
-        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
-    } else {
-        println!("{}", v["id"].as_str().unwrap_or_default());
-    }
+    let v: Answer<Snapshot> = progress::while_running(client, &task, client.post(&format!("/v1/tasks/{task}/snapshots"), &body)).await?;
+    out.print(&v, |s| s.id.to_string());
     Ok(0)
 }
 
 pub(crate) async fn rollback(client: &Client, a: RollbackCli, out: Out) -> Result<u8> {
-    let print = |v: &Value, human: &dyn Fn(&Value) -> String| out.print(v, human);
     let body = api::snapshots::RollbackRequest { to: a.to, last_healthy: a.last_healthy, reason: a.reason };
     let task = a.task;
-    let v = progress::while_running(client, &task, client.post(&format!("/v1/tasks/{task}/rollback"), &body)).await?;
-    print(&v, &|v| {
-        let n = &v["rollback_note"];
-        format!(
-            "rolled {} back to {} (step {}) in {:.0} ms",
-            v["task"].as_str().unwrap_or_default(),
-            n["to"].as_str().unwrap_or_default(),
-            v["step"],
-            v["duration_ms"].as_f64().unwrap_or(0.0)
-        )
-    });
+    let v: Answer<RollbackAnswer> = progress::while_running(client, &task, client.post(&format!("/v1/tasks/{task}/rollback"), &body)).await?;
+    out.print(&v, |v| format!("rolled {} back to {} (step {}) in {:.0} ms", v.task, v.rollback_note.to, v.step, v.duration_ms));
     Ok(0)
 }
 
@@ -141,33 +127,30 @@ pub(crate) async fn fork(client: &Client, a: ForkCli, out: Out) -> Result<u8> {
     let json_out = out.json;
     let body = api::snapshots::ForkRequest { from: a.from, count: Some(a.count) };
     let task = a.task;
-    let v = progress::while_running(client, &task, client.post(&format!("/v1/tasks/{task}/fork"), &body)).await?;
+    let children: Vec<TaskView> = progress::while_running(client, &task, client.post(&format!("/v1/tasks/{task}/fork"), &body)).await?;
     if json_out {
-        let ids: Vec<&Value> = v.as_array().map(|a| a.iter().map(|t| &t["id"]).collect()).unwrap_or_default();
+        let ids: Vec<_> = children.iter().map(|t| &t.task.id).collect();
         println!("{}", json!({ "tasks": ids }));
     } else {
-        for t in v.as_array().into_iter().flatten() {
-            println!("{}", t["id"].as_str().unwrap_or_default());
+        for t in &children {
+            println!("{}", t.task.id);
         }
     }
     Ok(0)
 }
 
 pub(crate) async fn gc(client: &Client, a: GcCli, out: Out) -> Result<u8> {
-    let print = |v: &Value, human: &dyn Fn(&Value) -> String| out.print(v, human);
-    let v = client.post("/v1/gc", &api::snapshots::GcRequest { dry_run: a.dry_run, grace: a.grace }).await?;
-    print(&v, &output::gc_summary);
+    let v: Answer<GcAnswer> = client.post("/v1/gc", &api::snapshots::GcRequest { dry_run: a.dry_run, grace: a.grace }).await?;
+    out.print(&v, output::gc_summary);
     Ok(0)
 }
 
 pub(crate) async fn check(client: &Client, read_data: bool, out: Out) -> Result<u8> {
-    let print = |v: &Value, human: &dyn Fn(&Value) -> String| out.print(v, human);
-    let json_out = out.json;
-    let v = client.post("/v1/check", &api::snapshots::CheckRequest { read_data }).await?;
-    print(&v, &output::check_summary);
-    let problems = v["problems"].as_array().map(Vec::len).unwrap_or(0);
+    let v: Answer<CheckReport> = client.post("/v1/check", &api::snapshots::CheckRequest { read_data }).await?;
+    out.print(&v, output::check_summary);
+    let problems = v.body.problems.len();
     if problems > 0 {
-        if !json_out {
+        if !out.json {
             eprintln!("cairn: check found {problems} problem(s)");
         }
         return Ok(1);

@@ -2,10 +2,12 @@
 
 use anyhow::{anyhow, Result};
 use cairn_api as api;
+use api::egress::EgressView;
+use api::tasks::TaskView;
 use clap::{Args, Subcommand};
-use serde_json::{json, Value};
+use serde_json::json;
 
-use crate::client::Client;
+use crate::client::{Answer, Client};
 use crate::output;
 use super::Out;
 
@@ -124,44 +126,40 @@ pub(crate) async fn create(client: &Client, a: CreateArgs, out: Out) -> Result<u
         allow: a.allow,
         deny: a.deny,
     };
-    let task = client.post("/v1/tasks", &body).await?;
+    let view: TaskView = client.post("/v1/tasks", &body).await?;
     if json_out {
-        println!("{}", json!({ "id": task["id"] }));
+        println!("{}", json!({ "id": view.task.id }));
     } else {
-        println!("{}", task["id"].as_str().unwrap_or_default());
+        println!("{}", view.task.id);
     }
     Ok(0)
 }
 
 pub(crate) async fn update(client: &Client, a: UpdateArgs, out: Out) -> Result<u8> {
-    let print = |v: &Value, human: &dyn Fn(&Value) -> String| out.print(v, human);
     if a.allow.is_empty() && a.deny.is_empty() && !a.clear_egress {
         return Err(anyhow!("nothing to update: give --allow, --deny or --clear-egress"));
     }
     let body = api::egress::PolicyUpdate { allow: a.allow, deny: a.deny, clear: a.clear_egress };
-    let v = client.post(&format!("/v1/tasks/{}/egress", a.task), &body).await?;
-    print(&v, &|v| format!("{}: {}", v["task"].as_str().unwrap_or_default(), output::policy_line(v)));
+    let v: Answer<EgressView> = client.post(&format!("/v1/tasks/{}/egress", a.task), &body).await?;
+    out.print(&v, |v| format!("{}: {}", v.task, output::policy_line(&v.allow, &v.deny)));
     Ok(0)
 }
 
 pub(crate) async fn complete(client: &Client, task: String, out: Out) -> Result<u8> {
-    let print = |v: &Value, human: &dyn Fn(&Value) -> String| out.print(v, human);
-    let v = client.post(&format!("/v1/tasks/{task}/complete"), &json!({})).await?;
-    print(&v, &|v| format!("{} completed; its sandbox and scratch space are gone", v["id"].as_str().unwrap_or_default()));
+    let v: Answer<TaskView> = client.post_empty(&format!("/v1/tasks/{task}/complete")).await?;
+    out.print(&v, |v| format!("{} completed; its sandbox and scratch space are gone", v.task.id));
     Ok(0)
 }
 
 pub(crate) async fn list(client: &Client, out: Out) -> Result<u8> {
-    let print = |v: &Value, human: &dyn Fn(&Value) -> String| out.print(v, human);
-    let v: Value = client.get("/v1/tasks").await?;
-    print(&v, &output::task_table);
+    let v: Answer<Vec<TaskView>> = client.get("/v1/tasks").await?;
+    out.print(&v, |v| output::task_table(v));
     Ok(0)
 }
 
 pub(crate) async fn show(client: &Client, task: String, out: Out) -> Result<u8> {
-    let print = |v: &Value, human: &dyn Fn(&Value) -> String| out.print(v, human);
-    let v: Value = client.get(&format!("/v1/tasks/{task}")).await?;
-    print(&v, &output::task_detail);
+    let v: Answer<TaskView> = client.get(&format!("/v1/tasks/{task}")).await?;
+    out.print(&v, output::task_detail);
     Ok(0)
 }
 
@@ -172,8 +170,7 @@ pub(crate) async fn watch(client: &Client, task: String, out: Out) -> Result<u8>
 }
 
 pub(crate) async fn destroy(client: &Client, task: String, out: Out) -> Result<u8> {
-    let print = |v: &Value, human: &dyn Fn(&Value) -> String| out.print(v, human);
-    let v = client.delete(&format!("/v1/tasks/{task}")).await?;
-    print(&v, &|v| format!("destroyed {}", v["id"].as_str().unwrap_or_default()));
+    let v: Answer<TaskView> = client.delete(&format!("/v1/tasks/{task}")).await?;
+    out.print(&v, |v| format!("destroyed {}", v.task.id));
     Ok(0)
 }

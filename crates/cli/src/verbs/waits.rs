@@ -1,11 +1,14 @@
 //! `cairn wait`, `approve`, `event`, `suspend` and `resume`.
 
-use anyhow::{anyhow, Context, Result};
+use anyhow::{anyhow, Result};
 use cairn_api as api;
+use api::tasks::TaskView;
+use api::waits::{Delivered, WaitView};
+use cairn_core::TaskState;
 use clap::Args;
-use serde_json::{json, Value};
+use serde_json::Value;
 
-use crate::client::Client;
+use crate::client::{Answer, Client};
 use crate::output;
 use super::Out;
 
@@ -28,43 +31,40 @@ pub(crate) struct WaitCli {
 }
 
 pub(crate) async fn wait(client: &Client, a: WaitCli, out: Out) -> Result<u8> {
-    let print = |v: &Value, human: &dyn Fn(&Value) -> String| out.print(v, human);
-    let json_out = out.json;
     let body = api::waits::WaitRequest { approval: a.approval, webhook: a.webhook, timer: a.timer };
     let task = a.task;
-    let v = client.post(&format!("/v1/tasks/{task}/waits"), &body).await?;
+    let v: Answer<WaitView> = client.post(&format!("/v1/tasks/{task}/waits"), &body).await?;
     if !a.block {
-        print(&v, &output::wait_summary);
+        out.print(&v, output::wait_summary);
         return Ok(0);
     }
-    if !json_out {
-        eprintln!("{}", output::wait_summary(&v));
+    if !out.json {
+        eprintln!("{}", output::wait_summary(&v.body));
     }
-    let id = v["id"].as_str().unwrap_or_default().to_owned();
+    let id = v.body.id;
     let done = loop {
-        let w: Value = client.get(&format!("/v1/waits/{id}?block_ms=30000")).await?;
-        if w["state"] == "satisfied" && w["task_state"] != "waking" && w["task_state"] != "suspending" {
+        let w: WaitView = client.get(&format!("/v1/waits/{id}?block_ms=30000")).await?;
+        if w.state == "satisfied" && !matches!(w.task_state, TaskState::Waking | TaskState::Suspending) {
             break w;
         }
     };
-    print(&done["event"], &|e| serde_json::to_string_pretty(e).unwrap_or_default());
+    // The event as JSON in both modes; through a JSON value, so that its
+    // fields print sorted, as those of every answer do.
+    let event = serde_json::to_value(&done.event)?;
+    println!("{}", serde_json::to_string_pretty(&event).unwrap_or_default());
     Ok(0)
 }
 
 pub(crate) async fn approve(client: &Client, task: String, reject: bool, comment: Option<String>, out: Out) -> Result<u8> {
-    let print = |v: &Value, human: &dyn Fn(&Value) -> String| out.print(v, human);
-    let v = client.post(&format!("/v1/tasks/{task}/approve"), &api::waits::ApproveRequest { approve: !reject, comment }).await?;
-    let d: api::waits::Delivered = serde_json::from_value(v.clone()).context("the daemon's answer to an approval")?;
-    print(&v, &|_| format!("{} {task}", if reject { "rejected" } else { "approved" }) + if d.wakes { "; it wakes" } else { "" });
+    let v: Answer<Delivered> = client.post(&format!("/v1/tasks/{task}/approve"), &api::waits::ApproveRequest { approve: !reject, comment }).await?;
+    out.print(&v, |d| format!("{} {task}", if reject { "rejected" } else { "approved" }) + if d.wakes { "; it wakes" } else { "" });
     Ok(0)
 }
 
 pub(crate) async fn event(client: &Client, task: String, name: String, data: String, out: Out) -> Result<u8> {
-    let print = |v: &Value, human: &dyn Fn(&Value) -> String| out.print(v, human);
     let data: Value = serde_json::from_str(&data).map_err(|e| anyhow!("--data is not JSON: {e}"))?;
-    let v = client.post(&format!("/v1/tasks/{task}/inbox"), &api::waits::EventRequest { name, data }).await?;
-    let d: api::waits::Delivered = serde_json::from_value(v.clone()).context("the daemon's answer to an event")?;
-    print(&v, &|_| {
+    let v: Answer<Delivered> = client.post(&format!("/v1/tasks/{task}/inbox"), &api::waits::EventRequest { name, data }).await?;
+    out.print(&v, |d| {
         let what = match &d.satisfied {
             Some(w) => format!("satisfied wait {w}"),
             None => "kept in the inbox for a later wait".to_owned(),
@@ -75,15 +75,13 @@ pub(crate) async fn event(client: &Client, task: String, name: String, data: Str
 }
 
 pub(crate) async fn suspend(client: &Client, task: String, out: Out) -> Result<u8> {
-    let print = |v: &Value, human: &dyn Fn(&Value) -> String| out.print(v, human);
-    let v = client.post(&format!("/v1/tasks/{task}/suspend"), &json!({})).await?;
-    print(&v, &|v| format!("{} is {}", v["id"].as_str().unwrap_or_default(), v["state"].as_str().unwrap_or_default()));
+    let v: Answer<TaskView> = client.post_empty(&format!("/v1/tasks/{task}/suspend")).await?;
+    out.print(&v, |v| format!("{} is {}", v.task.id, v.task.state));
     Ok(0)
 }
 
 pub(crate) async fn resume(client: &Client, task: String, out: Out) -> Result<u8> {
-    let print = |v: &Value, human: &dyn Fn(&Value) -> String| out.print(v, human);
-    let v = client.post(&format!("/v1/tasks/{task}/resume"), &json!({})).await?;
-    print(&v, &|v| format!("{} is {}", v["id"].as_str().unwrap_or_default(), v["state"].as_str().unwrap_or_default()));
+    let v: Answer<TaskView> = client.post_empty(&format!("/v1/tasks/{task}/resume")).await?;
+    out.print(&v, |v| format!("{} is {}", v.task.id, v.task.state));
     Ok(0)
 }

@@ -22,8 +22,8 @@ use cairn_store::now_ms;
 use serde_json::{json, Value};
 use cairn_ledger::sha256_hex;
 
-use crate::tasks::{Live, TaskView, Runtime};
-use crate::snapshots::blob_error;
+use crate::runtime::{Live, TaskView, Runtime};
+use crate::snapshot::blob_error;
 use crate::Error;
 
 /// Largest single deliverable: it is held in memory while it is hashed

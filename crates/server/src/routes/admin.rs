@@ -3,7 +3,7 @@
 use axum::http::HeaderMap;
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use cairn_api::snapshots::{CheckRequest, GcRequest};
+use cairn_api::snapshots::{CheckRequest, GcAnswer, GcRequest};
 use cairn_runtime::Health;
 use serde_json::Value;
 
@@ -18,7 +18,7 @@ async fn health(rt: Rt) -> Json<Health> {
     Json(rt.health())
 }
 
-async fn gc(rt: Rt, headers: HeaderMap, b: axum::body::Bytes) -> Result<Json<Value>, ApiError> {
+async fn gc(rt: Rt, headers: HeaderMap, b: axum::body::Bytes) -> Result<Json<GcAnswer>, ApiError> {
     let req: GcRequest = body("gc", &b)?;
     Ok(Json(rt.gc(req, &actor(&headers)).await?))
 }

@@ -11,7 +11,6 @@ use axum::{Json, Router};
 use cairn_sandbox::files::LinkPolicy;
 use futures_util::TryStreamExt;
 use serde::Deserialize;
-use serde_json::Value;
 
 use super::{actor, Rt};
 use crate::ApiError;
@@ -41,7 +40,7 @@ async fn download(rt: Rt, Path(id): Path<String>, headers: HeaderMap, Query(q): 
         .map_err(|e| ApiError::new(cairn_api::ErrorCode::Internal, e.to_string()))
 }
 
-async fn upload(rt: Rt, Path(id): Path<String>, headers: HeaderMap, Query(q): Query<FileQuery>, body: Body) -> Result<Json<Value>, ApiError> {
+async fn upload(rt: Rt, Path(id): Path<String>, headers: HeaderMap, Query(q): Query<FileQuery>, body: Body) -> Result<Json<cairn_api::files::CopiedIn>, ApiError> {
     let name = q.name.ok_or_else(|| ApiError::bad_request("missing name= (the top-level entry of the tar)"))?;
     let stream = body.into_data_stream().map_err(std::io::Error::other);
     Ok(Json(cairn_runtime::files::upload(rt.0.clone(), &id, q.path, name, stream, actor(&headers)).await?))

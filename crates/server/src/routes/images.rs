@@ -5,8 +5,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get};
 use axum::{Json, Router};
-use cairn_api::images::ImportRequest;
-use serde_json::{json, Value};
+use cairn_api::images::{ImportRequest, Removed};
 
 use super::Rt;
 use crate::ApiError;
@@ -25,7 +24,7 @@ async fn import(rt: Rt, b: axum::body::Bytes) -> Result<Response, ApiError> {
     Ok((StatusCode::CREATED, Json(image)).into_response())
 }
 
-async fn remove(rt: Rt, Path(name): Path<String>) -> Result<Json<Value>, ApiError> {
+async fn remove(rt: Rt, Path(name): Path<String>) -> Result<Json<Removed>, ApiError> {
     rt.remove_image(&name).await?;
-    Ok(Json(json!({ "removed": name })))
+    Ok(Json(Removed { removed: name }))
 }

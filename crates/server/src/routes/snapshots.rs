@@ -5,10 +5,9 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use cairn_api::snapshots::{ForkRequest, OpProgress, RollbackRequest, SnapshotRequest};
+use cairn_api::snapshots::{ForkRequest, OpProgress, RollbackAnswer, RollbackRequest, SnapshotRequest};
 use cairn_core::Snapshot;
 use serde::Deserialize;
-use serde_json::Value;
 
 use super::{actor, body, Rt};
 use crate::ApiError;
@@ -42,7 +41,7 @@ async fn diff(rt: Rt, Path(id): Path<String>, Query(q): Query<DiffQuery>) -> Res
     Ok(Json(rt.diff(&id, &q.a, &q.b).await?))
 }
 
-async fn rollback(rt: Rt, Path(id): Path<String>, headers: HeaderMap, b: axum::body::Bytes) -> Result<Json<Value>, ApiError> {
+async fn rollback(rt: Rt, Path(id): Path<String>, headers: HeaderMap, b: axum::body::Bytes) -> Result<Json<RollbackAnswer>, ApiError> {
     let req: RollbackRequest = body("rollback", &b)?;
     Ok(Json(rt.rollback(&id, req, &actor(&headers)).await?))
 }

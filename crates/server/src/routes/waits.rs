@@ -6,10 +6,10 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use cairn_api::tasks::TaskView;
 use cairn_api::waits::{ApproveRequest, Delivered, EventRequest, WaitRequest};
 use cairn_core::InboxEvent;
 use serde::Deserialize;
-use serde_json::Value;
 
 use super::{actor, body, Rt};
 use crate::ApiError;
@@ -64,6 +64,6 @@ async fn suspend(rt: Rt, Path(id): Path<String>, headers: HeaderMap) -> Result<R
     Ok(Json(rt.suspend(&id, &actor(&headers)).await?).into_response())
 }
 
-async fn resume(rt: Rt, Path(id): Path<String>, headers: HeaderMap) -> Result<Json<Value>, ApiError> {
-    Ok(Json(serde_json::json!(rt.resume(&id, &actor(&headers)).await?)))
+async fn resume(rt: Rt, Path(id): Path<String>, headers: HeaderMap) -> Result<Json<TaskView>, ApiError> {
+    Ok(Json(rt.resume(&id, &actor(&headers)).await?))
 }

@@ -3,208 +3,24 @@
 //!
 //! Each step is written to the store before the work it names and again
 //! when it ends. Blocking sandbox work runs on the blocking pool, and
-//! lifecycle changes of one task are serialised by a per-task lock.
+//! lifecycle changes of one task are serialised by its cell's lock.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cairn_core::{
-    check_name, check_workdir, Bytes, EnvVar, EventKind, Limits, NewEvent, SandboxState, Task, TaskConfig, TaskId,
-    TaskState, Transition,
-};
-use cairn_sandbox::image::{Image, ImageStore};
-use cairn_sandbox::{IdRange, InitProcess, NativeDriver, SandboxDriver};
-use cairn_store::{now_ms, SharedStore, SqliteStore};
+use cairn_api::tasks::CreateRequest;
+use cairn_core::{EnvVar, EventKind, NewEvent, SandboxState, Task, TaskConfig, TaskId, TaskState, Transition, check_name, check_workdir};
+use cairn_sandbox::InitProcess;
+use cairn_sandbox::image::Image;
+use cairn_store::now_ms;
 use serde_json::json;
 
-use crate::config::Config;
-use crate::home::Home;
-use crate::{reaper, Error, OpenError};
-
-/// A live sandbox as the daemon knows it.
-#[derive(Clone, Copy, Debug)]
-pub struct Live {
-    pub init: InitProcess,
-    pub ids: IdRange,
-}
-
-pub use cairn_api::tasks::{CreateRequest, LimitsView, TaskView};
-
-/// A duration a user typed that must be positive, in milliseconds.
-pub(crate) fn parse_positive_ms(what: &str, s: &str) -> Result<u64, Error> {
-    let d = cairn_core::parse_duration(s).map_err(|e| Error::invalid(format!("{what}: {e}")))?;
-    if d.is_zero() {
-        return Err(Error::invalid(format!("{what} must be longer than zero, not {s:?}")));
-    }
-    Ok(d.as_millis() as u64)
-}
-
-/// Limits as a user reads them.
-pub fn limits_view(l: &Limits) -> LimitsView {
-    LimitsView { memory: Bytes(l.memory_bytes).to_string(), cpus: l.cpus_display(), pids: l.pids, disk: Bytes(l.disk_bytes).to_string() }
-}
-
-#[derive(Debug)]
-pub struct Runtime {
-    pub store: SharedStore,
-    pub images: ImageStore,
-    pub driver: Arc<dyn SandboxDriver>,
-    pub snaps: crate::snapshots::SnapshotState,
-    /// Signs approval links.
-    pub link_key: crate::gateway::approval::LinkKey,
-    /// The node's ledger signing keys (`$CAIRN_HOME/keys/`).
-    pub keys: std::sync::Mutex<cairn_ledger::NodeKeys>,
-    /// The daemon's base URL (for webhook and approval links), once bound.
-    pub base_url: std::sync::OnceLock<String>,
-    /// What is kept in memory per task (lock, live sandbox, busy count,
-    /// progress, baseline, egress proxy).
-    pub(crate) cells: Arc<crate::cell::Cells>,
-    defaults: Limits,
-    retention: cairn_core::Retention,
-    idle_suspend_default: Option<Duration>,
-    pub egress: crate::egress::Egress,
-    /// Wakes of `waking` tasks, deduplicated, a bounded number at a time.
-    pub(crate) wakes: Arc<crate::wakes::WakeScheduler>,
-    /// Wakes the timer loop when a timer wait is added.
-    pub(crate) timer_added: tokio::sync::Notify,
-    default_egress: cairn_core::EgressRules,
-}
+use crate::{Error, reaper};
+use crate::runtime::{Live, Runtime, TaskView, parse_positive_ms};
 
 impl Runtime {
-    /// Opens the runtime of `home` on the native driver (`helper` is the
-    /// executable run as the sandbox helper). `own` is the daemon's API
-    /// address, which sandboxes must never reach.
-    pub async fn open(home: &Home, config: &Config, helper: PathBuf, own: std::net::SocketAddr) -> Result<Runtime, OpenError> {
-        let images = ImageStore::new(home.images());
-        let root = home.root().to_owned();
-        let (defaults, pool) = (config.defaults, config.disk_pool);
-        let driver = tokio::task::spawn_blocking(move || -> Result<NativeDriver, cairn_sandbox::Error> {
-            images.cleanup()?;
-            images.ensure_host()?;
-            NativeDriver::new(&root, helper, defaults, pool)
-        })
-        .await
-        .map_err(|e| OpenError::Sandbox(cairn_sandbox::Error::Helper(e.to_string())))??;
-        Self::with_driver(home, config, Arc::new(driver), own).await
-    }
-
-    /// Opens the runtime of `home` over any sandbox driver (the fake one in
-    /// the runtime's own tests). Images other than the ones in `home` are
-    /// the caller's to import.
-    pub async fn with_driver(home: &Home, config: &Config, driver: Arc<dyn SandboxDriver>, own: std::net::SocketAddr) -> Result<Runtime, OpenError> {
-        let store: SharedStore = Arc::new(SqliteStore::open(&home.db()).await?);
-        let images = ImageStore::new(home.images());
-        let blobs = home.blobs();
-        let repo = tokio::task::spawn_blocking(move || -> Result<_, cairn_blob::Error> {
-            let backend = cairn_blob::ObjectStoreBackend::local(&blobs)?;
-            cairn_blob::Repository::open(Arc::new(backend))
-        })
-        .await
-        .map_err(|e| OpenError::Sandbox(cairn_sandbox::Error::Helper(e.to_string())))??;
-        let risk = cairn_core::RiskPolicy::new(config.risky_patterns.iter().map(String::as_str))
-            .map_err(|e| OpenError::Config(e.to_string()))?;
-        let link_key = crate::gateway::approval::LinkKey::load_or_create(&home.root().join("approval.key"))
-            .map_err(|e| OpenError::Config(e.to_string()))?;
-        let keys = cairn_ledger::NodeKeys::load_or_create(&home.root().join("keys"))?;
-        // Subscribed before anything writes: waiters see every change.
-        let cells = Arc::new(crate::cell::Cells::default());
-        cells.follow(store.changes());
-        Ok(Runtime {
-            store,
-            images,
-            driver,
-            snaps: crate::snapshots::SnapshotState::new(repo, risk, config.gc_grace),
-            link_key,
-            keys: std::sync::Mutex::new(keys),
-            base_url: std::sync::OnceLock::new(),
-            cells,
-            wakes: Arc::new(crate::wakes::WakeScheduler::new(crate::wakes::MAX_CONCURRENT_WAKES)),
-            defaults: config.defaults,
-            retention: config.retention.clone(),
-            idle_suspend_default: config.idle_suspend,
-            egress: crate::egress::Egress::new(&config.egress, own),
-            timer_added: tokio::sync::Notify::new(),
-            default_egress: config.egress.default_rules.clone(),
-        })
-    }
-
-    pub fn base_url(&self) -> String {
-        self.base_url.get().cloned().unwrap_or_default()
-    }
-
-    /// True while a command of the task runs.
-    pub(crate) fn busy(&self, id: &TaskId) -> bool {
-        self.cells.get(id).is_some_and(|c| c.busy())
-    }
-
-    /// Counts a running command until the guard drops.
-    pub(crate) fn mark_busy(&self, id: &TaskId) -> BusyGuard {
-        let cell = self.cells.of(id);
-        cell.add_busy(1);
-        BusyGuard { cell }
-    }
-
-    /// The task's cell; its `lock()` serialises the task's lifecycle steps.
-    pub(crate) fn lock_of(&self, id: &TaskId) -> Arc<crate::cell::TaskCell> {
-        self.cells.of(id)
-    }
-
-    pub fn live(&self, id: &TaskId) -> Option<Live> {
-        self.cells.get(id).and_then(|c| c.live())
-    }
-
-    /// Records the task's live sandbox; with `None`, also stops its proxy.
-    /// (A new sandbox gets its proxy from [`Runtime::serve_egress`].)
-    pub(crate) fn set_live(&self, id: &TaskId, live: Option<Live>) {
-        let cell = match live {
-            Some(_) => self.cells.of(id),
-            None => match self.cells.get(id) {
-                Some(c) => c,
-                None => return,
-            },
-        };
-        if let Some(proxy) = cell.set_live(live) {
-            tokio::spawn(proxy.stop());
-        }
-    }
-
-    /// Serves the egress proxy of the task's live sandbox (once per sandbox).
-    pub(crate) async fn serve_egress(&self, task: &Task, live: Live) {
-        let cell = self.cells.of(&task.id);
-        if cell.with_proxy(|p| p.init == live.init) == Some(true) {
-            return;
-        }
-        if let Some(proxy) = self.egress.start_proxy(&self.store, &self.driver, &task.id, &task.config.egress, live.init).await {
-            // The proxy of a sandbox this one replaced (a rollback) stops here.
-            if let Some(old) = cell.set_proxy(proxy) {
-                tokio::spawn(old.stop());
-            }
-        }
-    }
-
-    pub fn view(&self, task: Task) -> TaskView {
-        let live = self.live(&task.id);
-        TaskView {
-            limits: limits_view(&task.config.limits),
-            sandbox_pid: live.map(|l| l.init.pid),
-            sandbox_uid_base: live.map(|l| l.ids.host_base),
-            task,
-        }
-    }
-
-    pub async fn find(&self, id_or_name: &str) -> Result<Task, Error> {
-        Ok(self.store.find_task(id_or_name).await?)
-    }
-
-    pub(crate) async fn image(&self, name: &str) -> Result<Image, Error> {
-        let images = self.images.clone();
-        let name = name.to_owned();
-        Ok(tokio::task::spawn_blocking(move || images.get(&name)).await??)
-    }
-
     /// Validates the request completely before anything is written.
-    fn config_from(&self, req: &CreateRequest) -> Result<TaskConfig, Error> {
+    pub(crate) fn config_from(&self, req: &CreateRequest) -> Result<TaskConfig, Error> {
         let mut limits = self.defaults;
         if let Some(m) = &req.memory {
             limits.set_memory(m)?;
@@ -346,8 +162,6 @@ impl Runtime {
         }
     }
 
-
-
     /// The live sandbox of a task that can run commands, starting it if the
     /// task was created but never started (e.g. the daemon stopped midway).
     pub async fn running(&self, id_or_name: &str, actor: &str) -> Result<(Task, Live), Error> {
@@ -464,7 +278,7 @@ impl Runtime {
         }
     }
 
-    async fn reconcile_inner(&self) -> Result<(), Error> {
+    pub(crate) async fn reconcile_inner(&self) -> Result<(), Error> {
         let tasks = self.store.list_tasks().await?;
         let mut keep = std::collections::HashSet::new();
         let mut lost = std::collections::HashSet::new();
@@ -534,7 +348,7 @@ impl Runtime {
         Ok(())
     }
 
-    async fn mark_lost(&self, task: &Task, init: Option<InitProcess>, why: &str) -> Result<(), Error> {
+    pub(crate) async fn mark_lost(&self, task: &Task, init: Option<InitProcess>, why: &str) -> Result<(), Error> {
         tracing::warn!(task = %task.id, "{why}");
         let driver = self.driver.clone();
         let id = task.id.to_string();
@@ -566,7 +380,7 @@ impl Runtime {
         Ok(())
     }
 
-    fn wake_pool_refill(&self) {
+    pub(crate) fn wake_pool_refill(&self) {
         let driver = self.driver.clone();
         tokio::task::spawn_blocking(move || {
             if let Err(e) = driver.refill_disk_pool() {
@@ -607,46 +421,5 @@ impl Runtime {
                 }
             }
         });
-    }
-}
-
-/// Marks a task busy while a command runs; the end of it counts as activity.
-#[derive(Debug)]
-pub(crate) struct BusyGuard {
-    cell: Arc<crate::cell::TaskCell>,
-}
-
-impl Drop for BusyGuard {
-    fn drop(&mut self) {
-        self.cell.add_busy(-1);
-    }
-}
-
-impl Runtime {
-    /// Brings the runtime up once the API's base URL is known: reconciles
-    /// every task with what is left on the host, then starts the background
-    /// work (helpers ahead, recovery and wakes, timers, idle suspends).
-    pub async fn bring_up(self: &Arc<Self>, base_url: String) {
-        reaper::become_subreaper();
-        self.reconcile().await;
-        self.clone().spawn_background();
-        let _ = self.base_url.set(base_url);
-        self.spawn_wakes();
-        // Wake, recover, fire timers: after the URL is known (links).
-        self.recover_all().await;
-        self.clone().spawn_timers();
-        self.clone().spawn_idle_suspender();
-    }
-
-    /// Stops the proxies and the helpers started ahead. Sandboxes keep
-    /// running: they belong to their tasks, not to this process.
-    pub async fn shutdown(&self) {
-        for (_, cell) in self.cells.all() {
-            if let Some(proxy) = cell.take_proxy() {
-                proxy.stop().await;
-            }
-        }
-        let driver = self.driver.clone();
-        let _ = tokio::task::spawn_blocking(move || driver.discard_prestarted()).await;
     }
 }

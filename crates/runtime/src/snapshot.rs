@@ -1,4 +1,6 @@
-//! Snapshots, rollback in place, forks, retention, `check` and `gc`.
+//! Snapshots: capture a task's writable layer into the blob store, and what
+//! rollback, fork, suspend and wake share (manifests, baselines, restores,
+//! retention, progress).
 //!
 //! A snapshot is written in this order, so a crash at any point leaves no
 //! visible half-snapshot: chunks and packs, the index, the manifest (all in
@@ -6,35 +8,29 @@
 //! its event in one transaction. Everything before the row is invisible
 //! garbage until `gc` removes it.
 //!
-//! `gc` and snapshot writers are serialised by a read/write lock: a writer may
-//! reuse any chunk it finds in the index, so no sweep may run while it does.
-//! The grace period additionally protects objects of other daemons sharing
-//! the same store.
+//! `gc` and snapshot writers are serialised by the blob store's gc lock: a
+//! writer may reuse any chunk it finds in the index, so no sweep may run
+//! while it does. The grace period additionally protects objects of other
+//! daemons sharing the same store.
 
-use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cairn_blob::{ObjectId, Repository};
-use cairn_core::{
-    parse_duration, EventKind, NewEvent, RiskPolicy, RollbackNote, Snapshot, SnapshotId, SnapshotKind, Task, TaskId,
-    TaskState,
-};
+use cairn_core::{EventKind, NewEvent, RiskPolicy, Snapshot, SnapshotId, SnapshotKind, Task, TaskId};
 use cairn_sandbox::SandboxDriver;
 use cairn_snapshot::{IdShift, LayerSpec, Manifest};
 use cairn_store::now_ms;
 use serde_json::json;
 
-use crate::materialise::{DiskSource, OnRestoreFailure};
-use crate::tasks::{Live, Runtime};
-use crate::{reaper, Error};
+use crate::{Error, reaper};
+use crate::runtime::{Live, Runtime};
 
 /// Longest note or rollback reason accepted.
-const MAX_NOTE: usize = 4096;
+pub(crate) const MAX_NOTE: usize = 4096;
+
 /// Longest memory summary accepted.
-const MAX_MEMORY: usize = 1 << 20;
-/// Most forks made by one request.
-const MAX_FORKS: u32 = 32;
+pub(crate) const MAX_MEMORY: usize = 1 << 20;
 
 pub use cairn_api::snapshots::{ForkRequest, GcRequest, OpProgress, RollbackRequest, SnapshotRequest};
 
@@ -53,7 +49,7 @@ impl SnapshotState {
 }
 
 /// Freezes a task's sandbox for a consistent capture.
-struct SandboxFreezer {
+pub(crate) struct SandboxFreezer {
     driver: Arc<dyn SandboxDriver>,
     task: String,
 }
@@ -68,7 +64,7 @@ impl cairn_snapshot::Freezer for SandboxFreezer {
 }
 
 /// Reports progress into the task's cell until dropped.
-struct ProgressSink {
+pub(crate) struct ProgressSink {
     cell: Arc<crate::cell::TaskCell>,
     op: &'static str,
     began: Instant,
@@ -102,30 +98,42 @@ pub(crate) fn blob_error(e: cairn_blob::Error) -> Error {
     }
 }
 
-fn snapshot_error(what: &str, e: cairn_snapshot::Error) -> Error {
+pub(crate) fn snapshot_error(what: &str, e: cairn_snapshot::Error) -> Error {
     match e {
         cairn_snapshot::Error::Blob(cairn_blob::Error::NoSpace(_)) => Error::NoSpace(format!("{what}: {e}")),
         _ => Error::internal_from(e).context(what),
     }
 }
 
-fn manifest_id(hex: &str) -> Result<ObjectId, Error> {
+pub(crate) fn manifest_id(hex: &str) -> Result<ObjectId, Error> {
     hex.parse().map_err(|e: String| Error::internal(format!("store holds a malformed manifest id: {e}")))
 }
 
-fn check_text(what: &str, s: &str, max: usize) -> Result<(), Error> {
+pub(crate) fn check_text(what: &str, s: &str, max: usize) -> Result<(), Error> {
     if s.len() > max {
         return Err(Error::invalid(format!("{what} is {} bytes; the limit is {max}", s.len())));
     }
     Ok(())
 }
 
+/// True when `path` (inside the sandbox) is a directory of the image.
+pub(crate) fn in_image_as_dir(layers: &[cairn_sandbox::Layer], path: &str) -> bool {
+    let p = std::path::Path::new(path);
+    let Some(layer) = layers.iter().filter(|l| p.starts_with(&l.at)).max_by_key(|l| l.at.as_os_str().len()) else {
+        return false;
+    };
+    let Ok(rel) = p.strip_prefix(&layer.at) else { return false };
+    // Beneath the image directory, following no symlink of the image.
+    let Ok(root) = cairn_fsat::open_dir(&layer.lower) else { return false };
+    rel.as_os_str().is_empty() || cairn_fsat::open_beneath(&root, rel, cairn_fsat::OFlags::PATH | cairn_fsat::OFlags::DIRECTORY, 0).is_ok()
+}
+
 impl Runtime {
-    fn layer_specs(image: &cairn_sandbox::image::Image) -> Vec<LayerSpec> {
+    pub(crate) fn layer_specs(image: &cairn_sandbox::image::Image) -> Vec<LayerSpec> {
         image.layers().iter().map(|l| LayerSpec { name: l.disk_name(), at: l.at.clone() }).collect()
     }
 
-    fn progress_sink(&self, task: &TaskId, op: &'static str) -> ProgressSink {
+    pub(crate) fn progress_sink(&self, task: &TaskId, op: &'static str) -> ProgressSink {
         ProgressSink { cell: self.cells.of(task), op, began: Instant::now() }
     }
 
@@ -161,7 +169,7 @@ impl Runtime {
         }
     }
 
-    fn cache_baseline(&self, task: &TaskId, hex: String, m: Arc<Manifest>) {
+    pub(crate) fn cache_baseline(&self, task: &TaskId, hex: String, m: Arc<Manifest>) {
         self.cells.of(task).set_baseline(Some((hex, m)));
     }
 
@@ -317,7 +325,7 @@ impl Runtime {
     }
 
     /// A snapshot of `task` named by the user.
-    async fn snapshot_of(&self, task: &Task, id: &str) -> Result<Snapshot, Error> {
+    pub(crate) async fn snapshot_of(&self, task: &Task, id: &str) -> Result<Snapshot, Error> {
         let snap = self.store.find_snapshot(id).await.map_err(|e| match e {
             cairn_store::Error::UnknownSnapshot(_) => Error::not_found(e.to_string()),
             other => other.into(),
@@ -346,99 +354,10 @@ impl Runtime {
         Ok(d)
     }
 
-    /// Rolls a running task back to one of its snapshots, in place: same
-    /// task id, a fresh sandbox on the restored writable layer.
-    pub async fn rollback(&self, id_or_name: &str, req: RollbackRequest, actor: &str) -> Result<serde_json::Value, Error> {
-        let reason = req.reason.trim().to_owned();
-        if reason.is_empty() {
-            return Err(Error::invalid("a rollback needs --reason: the agent is told why its last attempt failed"));
-        }
-        check_text("the reason", &reason, MAX_NOTE)?;
-        let task = self.find(id_or_name).await?;
-        let lock = self.lock_of(&task.id);
-        let _guard = lock.lock().await;
-        let task = self.find(task.id.as_str()).await?;
-        if task.state != TaskState::Running {
-            return Err(Error::conflict(format!("task {} is {}; only a running task can roll back", task.id, task.state)));
-        }
-        let snaps = self.store.snapshots(&task.id).await?;
-        let target = match (req.to.as_deref(), req.last_healthy) {
-            (Some(to), false) => self.snapshot_of(&task, to).await?,
-            (None, true) => snaps
-                .iter()
-                .rev()
-                .find(|s| s.healthy)
-                .cloned()
-                .ok_or_else(|| Error::conflict(format!("task {} has no healthy snapshot to roll back to", task.id)))?,
-            _ => return Err(Error::invalid("give exactly one of --to SNAPSHOT and --last-healthy")),
-        };
-        // No gc may sweep the target's data or the new baseline meanwhile.
-        let _no_gc = self.snaps.repo.gc_lock().read().await;
-        // Read the target and check that all its data is there before
-        // touching anything: a damaged snapshot is refused while the sandbox
-        // still runs.
-        let manifest = self.load_manifest(&target.manifest).await?;
-        self.precheck(&target, &manifest).await?;
-        let from = snaps.last().map(|s| s.id.clone());
-        let begun = Instant::now();
-        self.log(&task.id, EventKind::Rollback, actor, json!({ "phase": "begin", "to": target.id, "reason": reason }), Some(0), None)
-            .await;
-
-        let image = self.image(&task.config.image).await?;
-        let baseline = self.baseline_manifest(&task.id).await;
-        self.stop_sandbox_keep_disk(&task).await?;
-        fail::fail_point!("rollback.sandbox_stopped");
-        let slot = self.claim_slot(&task.id).await?;
-        let why = format!("rollback to {} failed", target.id);
-        let source = DiskSource::Snapshot { manifest: &manifest, base: baseline };
-        let mut recorded = None;
-        // The disk is the target's once restored: that is recorded first,
-        // then the sandbox starts on it.
-        let made = self
-            .materialise(&task, &image, slot, source, OnRestoreFailure::MarkLost { why: why.clone() }, None, actor, async |restored| {
-                let restored = restored.ok_or_else(|| Error::internal("rollback restored nothing"))?;
-                let stats = &restored.stats;
-                fail::fail_point!("rollback.disk_restored");
-                let note = RollbackNote { from: from.clone(), to: target.id.clone(), from_step: task.step, reason: reason.clone(), time_ms: now_ms() };
-                recorded = Some((note.clone(), begun.elapsed().as_secs_f64() * 1000.0));
-                let event = NewEvent {
-                    task: task.id.clone(),
-                    kind: EventKind::Rollback,
-                    actor: actor.to_owned(),
-                    args: json!({
-                        "phase": "end", "from": from, "to": target.id, "reason": reason, "from_step": task.step, "step": target.step,
-                        "files_written": stats.files_written, "files_kept": stats.files_kept, "bytes_written": stats.bytes_written,
-                    }),
-                    exit_code: Some(0),
-                    duration_ms: Some(begun.elapsed().as_millis() as u64),
-                };
-                self.store.record_rollback(&task.id, &target, &note, &restored.baseline, &event).await?;
-                fail::fail_point!("rollback.recorded");
-                Ok(())
-            })
-            .await;
-        let made = match made {
-            Ok(m) => m,
-            Err(e) if recorded.is_none() => {
-                let why = format!("{why}: {e}");
-                self.log(&task.id, EventKind::Rollback, actor, json!({ "phase": "end", "to": target.id, "error": why }), Some(1), None)
-                    .await;
-                return Err(Error::internal(why));
-            }
-            Err(e) => return Err(e),
-        };
-        let (note, duration_ms) = recorded.ok_or_else(|| Error::internal("rollback recorded nothing"))?;
-        let stats = made.restore.map(|r| r.stats);
-        // Services run from the restored layer, as they did at the snapshot.
-        let task = Task { config: target.config.clone(), ..task };
-        self.start_services(&task, actor).await?;
-        Ok(json!({ "task": task.id, "rollback_note": note, "step": target.step, "duration_ms": duration_ms, "restore": stats }))
-    }
-
     /// Refuses a snapshot whose chunks are not all indexed in packs that
     /// exist with the right size (reading them all would take as long as the
     /// restore itself; a damaged byte is still caught by the restore).
-    async fn precheck(&self, snap: &Snapshot, manifest: &Manifest) -> Result<(), Error> {
+    pub(crate) async fn precheck(&self, snap: &Snapshot, manifest: &Manifest) -> Result<(), Error> {
         let id = manifest_id(&snap.manifest)?;
         let chunks: Vec<(ObjectId, ObjectId)> = cairn_snapshot::referenced_chunks(manifest).into_iter().map(|c| (c, id)).collect();
         let repo = self.snaps.repo.clone();
@@ -502,195 +421,6 @@ impl Runtime {
         Ok(id.to_hex())
     }
 
-    /// Creates `count` tasks starting from a snapshot of another, sharing its
-    /// stored data; each gets a `branch` snapshot as its first.
-    pub async fn fork(&self, id_or_name: &str, req: ForkRequest, actor: &str) -> Result<Vec<crate::tasks::TaskView>, Error> {
-        let count = req.count.unwrap_or(1);
-        if count == 0 || count > MAX_FORKS {
-            return Err(Error::invalid(format!("--count must be 1 to {MAX_FORKS}, not {count}")));
-        }
-        let src = self.find(id_or_name).await?;
-        if src.state == TaskState::Destroyed {
-            return Err(Error::conflict(format!("task {} is destroyed; its snapshots are gone", src.id)));
-        }
-        let snap = match req.from.as_deref() {
-            Some(from) => self.snapshot_of(&src, from).await?,
-            None => self.store.snapshots(&src.id).await?.pop().ok_or_else(|| {
-                Error::conflict(format!("task {} has no snapshot to fork from; take one with `cairn snapshot {}`", src.id, src.id))
-            })?,
-        };
-        let _no_gc = self.snaps.repo.gc_lock().read().await;
-        let manifest = self.load_manifest(&snap.manifest).await?;
-        self.precheck(&snap, &manifest).await?;
-        let image = self.image(&snap.config.image).await?;
-        let mut children = Vec::new();
-        for _ in 0..count {
-            let child = self.fork_one(&src, &snap, &manifest, &image, actor).await?;
-            children.push(child);
-        }
-        self.log(
-            &src.id,
-            EventKind::Fork,
-            actor,
-            json!({ "snapshot": snap.id, "children": children.iter().map(|c| c.task.id.clone()).collect::<Vec<_>>() }),
-            Some(0),
-            None,
-        )
-        .await;
-        Ok(children)
-    }
-
-    async fn fork_one(
-        &self,
-        src: &Task,
-        snap: &Snapshot,
-        manifest: &Manifest,
-        image: &cairn_sandbox::image::Image,
-        actor: &str,
-    ) -> Result<crate::tasks::TaskView, Error> {
-        let begun = Instant::now();
-        let ahead = self.driver.take_prestarted();
-        let id = ahead.as_ref().and_then(|p| p.task.parse().ok()).unwrap_or_else(TaskId::random);
-        let mut task = Task::new(id, None, snap.config.clone(), now_ms());
-        task.step = snap.step;
-        task.memory = snap.memory.clone();
-        task.webhook_secret = Some(crate::gateway::webhook::new_secret());
-        // Running without a sandbox until its disk is restored: nothing starts
-        // it on an empty disk, and a daemon that dies meanwhile recovers it
-        // from its branch snapshot.
-        task.state = TaskState::Running;
-        task.sandbox = cairn_core::SandboxState::Lost;
-        task.sandbox_note = Some(format!("being restored from snapshot {} (fork)", snap.id));
-        let created = NewEvent {
-            task: task.id.clone(),
-            kind: EventKind::Create,
-            actor: actor.to_owned(),
-            args: json!({ "fork_of": src.id, "snapshot": snap.id }),
-            exit_code: Some(0),
-            duration_ms: None,
-        };
-        let lock = self.lock_of(&task.id);
-        let _guard = lock.lock().await;
-        let branch = Snapshot {
-            id: SnapshotId::random(),
-            task: task.id.clone(),
-            parent: Some(snap.id.clone()),
-            kind: SnapshotKind::Branch,
-            note: format!("fork of {} at {}", src.id, snap.id),
-            healthy: true,
-            step: snap.step,
-            memory: snap.memory.clone(),
-            config: snap.config.clone(),
-            manifest: snap.manifest.clone(),
-            files: snap.files,
-            bytes: snap.bytes,
-            added_bytes: 0,
-            freeze_ms: 0.0,
-            duration_ms: begun.elapsed().as_secs_f64() * 1000.0,
-            created_ms: now_ms(),
-        };
-        let snapshotted = NewEvent {
-            task: task.id.clone(),
-            kind: EventKind::Snapshot,
-            actor: actor.to_owned(),
-            args: json!({ "snapshot": branch.id, "kind": "branch", "parent": snap.id }),
-            exit_code: Some(0),
-            duration_ms: None,
-        };
-        // The task with its branch snapshot, in one step; the disk is made
-        // from the branch next.
-        self.store.insert_fork(&task, &created, &branch, &snapshotted).await?;
-        fail::fail_point!("fork.recorded");
-        let slot = self.claim_slot(&task.id).await?;
-        let source = DiskSource::Snapshot { manifest, base: None };
-        self.materialise(&task, image, slot, source, OnRestoreFailure::FailNewTask, ahead, actor, async |_| {
-            fail::fail_point!("fork.disk_restored");
-            Ok(())
-        })
-        .await?;
-        self.start_services(&task, actor).await?;
-        Ok(self.view(self.find(task.id.as_str()).await?))
-    }
-
-    /// Distinct manifests that snapshots and baselines reference, each with
-    /// who references it.
-    async fn live_manifests(&self, skip: &HashSet<SnapshotId>) -> Result<HashMap<String, String>, Error> {
-        let mut live = HashMap::new();
-        for s in self.store.all_snapshots().await? {
-            if !skip.contains(&s.id) {
-                live.entry(s.manifest.clone()).or_insert_with(|| format!("snapshot {} of task {}", s.id, s.task));
-            }
-        }
-        for b in self.store.baselines().await? {
-            live.entry(b).or_insert_with(|| "a task's baseline".to_owned());
-        }
-        Ok(live)
-    }
-
-    /// Applies every task's retention policy, then removes objects no
-    /// snapshot or baseline references.
-    pub async fn gc(&self, req: GcRequest, actor: &str) -> Result<serde_json::Value, Error> {
-        let grace = match req.grace.as_deref() {
-            Some(g) => parse_duration(g)?,
-            None => self.snaps.gc_grace,
-        };
-        let _exclusive = self.snaps.repo.gc_lock().write().await;
-        let mut expired = Vec::new();
-        for t in self.store.list_tasks().await? {
-            expired.extend(self.apply_retention(&t.id, req.dry_run).await?);
-        }
-        let skip: HashSet<SnapshotId> = expired.iter().map(|s| s.id.clone()).collect();
-        let live = self.live_manifests(&skip).await?;
-        let mut live_manifests = HashSet::new();
-        let mut live_chunks = HashSet::new();
-        for (hex, who) in &live {
-            let m = self.load_manifest(hex).await.map_err(|e| {
-                Error::internal(format!("gc stopped, nothing deleted: manifest of {who} is unreadable ({e}); run `cairn check`"))
-            })?;
-            live_manifests.insert(manifest_id(hex)?);
-            live_chunks.extend(cairn_snapshot::referenced_chunks(&m));
-        }
-        let repo = self.snaps.repo.clone();
-        let dry = req.dry_run;
-        let report = tokio::task::spawn_blocking(move || repo.gc(&live_manifests, &live_chunks, grace, dry)).await?.map_err(blob_error)?;
-        let orphans = self.gc_deliverables(grace, dry).await?;
-        tracing::info!(actor, dry_run = dry, freed = report.bytes_freed, orphan_deliverables = orphans.len(), "gc");
-        Ok(json!({
-            "dry_run": dry,
-            "grace_ms": grace.as_millis() as u64,
-            "expired_snapshots": expired.iter().map(|s| json!({"id": s.id, "task": s.task, "kind": s.kind})).collect::<Vec<_>>(),
-            "report": report,
-            "orphan_deliverables": orphans,
-        }))
-    }
-
-    /// Verifies that everything the snapshots reference is stored, and with
-    /// `read_data` that every byte hashes to its id.
-    pub async fn check(&self, read_data: bool) -> Result<cairn_blob::CheckReport, Error> {
-        let _no_gc = self.snaps.repo.gc_lock().read().await;
-        let live = self.live_manifests(&HashSet::new()).await?;
-        let mut problems = Vec::new();
-        let mut manifests = Vec::new();
-        let mut chunks = Vec::new();
-        for (hex, who) in &live {
-            let id = manifest_id(hex)?;
-            // A manifest that cannot be read is reported here, once; the
-            // store checks the ones that load, and every chunk they name.
-            match self.load_manifest(hex).await {
-                Ok(m) => {
-                    manifests.push(id);
-                    chunks.extend(cairn_snapshot::referenced_chunks(&m).into_iter().map(|c| (c, id)));
-                }
-                Err(e) => problems.push(format!("manifest {hex} ({who}): {}", e)),
-            }
-        }
-        let repo = self.snaps.repo.clone();
-        let mut report = tokio::task::spawn_blocking(move || repo.check(&manifests, &chunks, read_data)).await?.map_err(blob_error)?;
-        problems.append(&mut report.problems);
-        report.problems = problems;
-        Ok(report)
-    }
-
     /// Forgets a destroyed task's snapshots (their data goes at the next
     /// `gc`).
     pub(crate) async fn drop_snapshots(&self, task: &TaskId) -> Result<(), Error> {
@@ -712,16 +442,4 @@ impl Runtime {
         self.forget_baseline(task);
         Ok(())
     }
-}
-
-/// True when `path` (inside the sandbox) is a directory of the image.
-fn in_image_as_dir(layers: &[cairn_sandbox::Layer], path: &str) -> bool {
-    let p = std::path::Path::new(path);
-    let Some(layer) = layers.iter().filter(|l| p.starts_with(&l.at)).max_by_key(|l| l.at.as_os_str().len()) else {
-        return false;
-    };
-    let Ok(rel) = p.strip_prefix(&layer.at) else { return false };
-    // Beneath the image directory, following no symlink of the image.
-    let Ok(root) = cairn_fsat::open_dir(&layer.lower) else { return false };
-    rel.as_os_str().is_empty() || cairn_fsat::open_beneath(&root, rel, cairn_fsat::OFlags::PATH | cairn_fsat::OFlags::DIRECTORY, 0).is_ok()
 }

@@ -1,0 +1,138 @@
+//! The CLI reads every answer through the wire model (`cairn_api`), but the
+//! daemon still serialises a few answers from its own crates' types (the
+//! ledger's report, images, the blob store's check, snapshot diffs, the
+//! proxy's decision log). Each test here serialises such a type as the
+//! daemon does and checks that the wire model reads it back whole: no
+//! field missing, renamed or typed differently.
+
+use cairn_api as api;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+/// `sent` reads as `Wire` and writes back to the same JSON.
+fn reads_back_whole<Wire: Serialize + DeserializeOwned>(sent: &impl Serialize) {
+    let json = serde_json::to_value(sent).unwrap();
+    let read: Wire = serde_json::from_value(json.clone()).unwrap_or_else(|e| panic!("{} does not read {json}: {e}", std::any::type_name::<Wire>()));
+    assert_eq!(serde_json::to_value(&read).unwrap(), json, "{} loses or changes a field", std::any::type_name::<Wire>());
+}
+
+#[test]
+fn the_ledger_report_and_keys() {
+    use cairn_ledger::{Envelope, EnvelopeSignature, KeyInfo, ProblemKind};
+    use cairn_runtime::ledger::{CheckpointView, LedgerView};
+    let envelope = Envelope {
+        payload: "e30=".into(),
+        payload_type: cairn_ledger::CHECKPOINT_PAYLOAD_TYPE.into(),
+        signatures: vec![EnvelopeSignature { keyid: "k1".into(), sig: "c2ln".into() }],
+    };
+    let checkpoint = CheckpointView { task: "t1".into(), seq: 3, head: "ab".repeat(32), time_ms: 9, key_id: "k1".into(), envelope };
+    reads_back_whole::<api::ledger::CheckpointView>(&checkpoint);
+    let kinds = [ProblemKind::Changed, ProblemKind::Removed, ProblemKind::Reordered, ProblemKind::Rewritten, ProblemKind::BadCheckpoint];
+    for kind in kinds.into_iter().map(Some).chain([None]) {
+        let report = LedgerView {
+            task: "t1".into(),
+            entries: 3,
+            head_seq: Some(3),
+            head: Some("ab".repeat(32)),
+            ok: kind.is_none(),
+            problem: kind.map(|k| format!("entry 2 was {}", k.as_str())),
+            problem_seq: kind.map(|_| 2),
+            problem_kind: kind,
+            checkpoint: Some(checkpoint.clone()),
+            checkpoints: 1,
+            hashes: vec![(1, "cd".repeat(32)), (2, "ef".repeat(32))],
+        };
+        reads_back_whole::<api::ledger::LedgerView>(&report);
+    }
+    let empty = LedgerView {
+        task: "t2".into(),
+        entries: 0,
+        head_seq: None,
+        head: None,
+        ok: true,
+        problem: None,
+        problem_seq: None,
+        problem_kind: None,
+        checkpoint: None,
+        checkpoints: 0,
+        hashes: Vec::new(),
+    };
+    reads_back_whole::<api::ledger::LedgerView>(&empty);
+    let key = KeyInfo { key_id: "k1".into(), public_key: "ef".repeat(32), created_ms: 1, current: true };
+    reads_back_whole::<Vec<api::ledger::KeyInfo>>(&vec![key]);
+}
+
+#[test]
+fn images() {
+    use cairn_sandbox::image::{Dropped, Image, ImageKind, Projection};
+    for kind in [ImageKind::Host, ImageKind::Rootfs] {
+        let image = Image {
+            name: "alpine".into(),
+            kind,
+            rootfs: "/var/lib/cairn/images/alpine/rootfs".into(),
+            projections: vec![Projection { host_path: "/usr".into(), at: "/usr".into() }],
+            size_bytes: 1 << 23,
+            files: 500,
+            created_ms: 2,
+            source: "/tmp/alpine.tar".into(),
+            dropped: Dropped { devices: 1, fifos_sockets: 2, setid: 3 },
+        };
+        reads_back_whole::<api::images::Image>(&image);
+    }
+}
+
+#[test]
+fn the_blob_stores_check_and_a_snapshot_diff() {
+    let check = cairn_blob::CheckReport {
+        packs: 2,
+        chunks: 40,
+        manifests: 3,
+        bytes_read: 1 << 20,
+        chunks_verified: 40,
+        problems: vec!["manifest 12ab: missing".into()],
+    };
+    reads_back_whole::<api::snapshots::CheckReport>(&check);
+    let diff = cairn_snapshot::Diff { added: vec!["/workspace/a".into()], changed: vec!["/etc/b".into()], deleted: vec!["/c".into()] };
+    reads_back_whole::<api::snapshots::Diff>(&diff);
+}
+
+/// The reports gc and rollback answer are built as the wire model's
+/// types; these are the blob store's and the restore's own, which those
+/// answers copy field by field.
+#[test]
+fn what_gc_and_rollback_copy() {
+    let gc = cairn_blob::GcReport {
+        packs_deleted: 1,
+        manifests_deleted: 2,
+        index_files_rewritten: 3,
+        bytes_freed: 4,
+        kept_young: 5,
+        packs_partly_live: 6,
+        dry_run: true,
+    };
+    reads_back_whole::<api::snapshots::GcReport>(&gc);
+    let restore = cairn_snapshot::RestoreStats { files_written: 1, bytes_written: 2, files_kept: 3, entries_removed: 4, duration_ms: 5.5 };
+    reads_back_whole::<api::snapshots::RestoreStats>(&restore);
+}
+
+#[test]
+fn egress_decisions() {
+    use cairn_egress::{Attempt, AttemptKind};
+    for (kind, open, address) in [(AttemptKind::Connect, true, Some("93.184.215.14:443".parse().unwrap())), (AttemptKind::Http, false, None)] {
+        let attempt = Attempt {
+            kind,
+            host: "docs.example.com".into(),
+            port: 443,
+            address,
+            allowed: open,
+            rule: open.then(|| "docs.example.com".to_owned()),
+            reason: "why".into(),
+            status: open.then_some(200),
+            bytes_up: 1,
+            bytes_down: 2,
+            duration_ms: 3,
+            open,
+        };
+        reads_back_whole::<api::egress::Attempt>(&attempt);
+    }
+}
