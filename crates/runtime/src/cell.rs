@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use cairn_api::snapshots::OpProgress;
 use cairn_core::TaskId;
 use cairn_snapshot::Manifest;
-use tokio::sync::{broadcast, watch};
+use tokio::sync::watch;
 
 use crate::egress::Proxy;
 use crate::runtime::Live;
@@ -152,64 +152,43 @@ impl Cells {
         self.map().iter().map(|(id, c)| (id.clone(), c.clone())).collect()
     }
 
-    /// Ticks the cell of each task the store reports changed (a task with
-    /// no cell has no waiter), until the store goes away. A listener that
-    /// fell behind ticks every cell: a waiter rechecks what it waits for.
-    pub(crate) fn follow(self: &Arc<Self>, mut changes: broadcast::Receiver<TaskId>) {
+    /// Ticks the cell of each task the store reports changed, on the
+    /// writer's own task (a task with no cell has no waiter; one without a
+    /// subscriber costs a lock and a counter).
+    pub(crate) fn follow(self: &Arc<Self>, store: &dyn cairn_store::Store) {
         let cells = Arc::downgrade(self);
-        tokio::spawn(async move {
-            loop {
-                let changed = changes.recv().await;
-                let Some(cells) = cells.upgrade() else { return };
-                match changed {
-                    Ok(task) => {
-                        if let Some(c) = cells.get(&task) {
-                            c.tick();
-                        }
-                    }
-                    Err(broadcast::error::RecvError::Lagged(_)) => cells.all().iter().for_each(|(_, c)| c.tick()),
-                    Err(broadcast::error::RecvError::Closed) => return,
-                }
+        store.on_change(Arc::new(move |task: &TaskId| {
+            if let Some(c) = cells.upgrade().and_then(|cells| cells.get(task)) {
+                c.tick();
             }
-        });
+        }));
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use cairn_core::{Task, TaskState, Transition};
     use std::time::Duration;
 
     #[tokio::test]
     async fn a_change_ticks_only_the_cell_of_its_task() {
-        let (tx, rx) = broadcast::channel(4);
+        let dir = tempfile::tempdir().unwrap();
+        let store: cairn_store::SharedStore = Arc::new(cairn_store::SqliteStore::open(&dir.path().join("t.db")).await.unwrap());
         let cells = Arc::new(Cells::default());
-        cells.follow(rx);
-        let (a, b) = (TaskId::random(), TaskId::random());
-        let (mut seen_a, mut seen_b) = (cells.of(&a).subscribe(), cells.of(&b).subscribe());
-        tx.send(a.clone()).unwrap();
+        cells.follow(store.as_ref());
+        let (a, b) = (Task::new(TaskId::random(), None, Default::default(), 0), Task::new(TaskId::random(), None, Default::default(), 0));
+        let (mut seen_a, seen_b) = (cells.of(&a.id).subscribe(), cells.of(&b.id).subscribe());
+        store.insert_task(&a).await.unwrap();
+        store.transition(&a.id, TaskState::Created, Transition::Start).await.unwrap();
         tokio::time::timeout(Duration::from_secs(5), seen_a.changed()).await.unwrap().unwrap();
         assert!(!seen_b.has_changed().unwrap(), "b did not change");
         // A change of a task without a cell makes none.
-        tx.send(TaskId::random()).unwrap();
-        tx.send(b.clone()).unwrap();
-        tokio::time::timeout(Duration::from_secs(5), seen_b.changed()).await.unwrap().unwrap();
-        assert_eq!(cells.all().len(), 2);
-    }
-
-    #[tokio::test]
-    async fn a_lagging_listener_ticks_every_cell() {
-        let (tx, rx) = broadcast::channel(1);
-        let cells = Arc::new(Cells::default());
-        let (a, b) = (TaskId::random(), TaskId::random());
-        let (mut seen_a, mut seen_b) = (cells.of(&a).subscribe(), cells.of(&b).subscribe());
-        // Three sends into a backlog of one, before the listener runs.
-        for _ in 0..3 {
-            tx.send(TaskId::random()).unwrap();
-        }
-        cells.follow(rx);
-        tokio::time::timeout(Duration::from_secs(5), seen_a.changed()).await.unwrap().unwrap();
-        tokio::time::timeout(Duration::from_secs(5), seen_b.changed()).await.unwrap().unwrap();
+        let c = Task::new(TaskId::random(), None, Default::default(), 0);
+        store.insert_task(&c).await.unwrap();
+        store.transition(&c.id, TaskState::Created, Transition::Start).await.unwrap();
+        assert!(cells.get(&c.id).is_none());
+        assert!(!seen_b.has_changed().unwrap());
     }
 
     #[test]

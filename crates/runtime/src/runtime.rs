@@ -115,7 +115,7 @@ impl Runtime {
         let keys = cairn_ledger::NodeKeys::load_or_create(&home.root().join("keys"))?;
         // Subscribed before anything writes: waiters see every change.
         let cells = Arc::new(crate::cell::Cells::default());
-        cells.follow(store.changes());
+        cells.follow(store.as_ref());
         Ok(Runtime {
             store,
             images,

@@ -8,7 +8,7 @@
 //! file format from before the ledger) is tested next to that backend.
 
 use std::collections::BTreeSet;
-use std::time::Duration;
+use std::sync::Arc;
 
 use cairn_core::{
     EventKind, EventSource, InboxEvent, InboxId, Limits, NewEvent, RollbackNote, SandboxState, Snapshot, SnapshotId,
@@ -211,39 +211,37 @@ pub(crate) async fn waiters_see_each_committed_change_and_nothing_else(db: &impl
     let store = db.open().await;
     let t = task(None);
     store.insert_task(&t).await.unwrap();
-    use tokio::sync::broadcast::error::TryRecvError;
-    let mut changes = store.changes();
-    assert_eq!(changes.try_recv(), Err(TryRecvError::Empty), "a new receiver starts with nothing to see");
+    let told = Arc::new(std::sync::Mutex::new(Vec::<TaskId>::new()));
+    let sink = told.clone();
+    store.on_change(Arc::new(move |id: &TaskId| sink.lock().unwrap().push(id.clone())));
+    // What was told since the last call.
+    let take = || std::mem::take(&mut *told.lock().unwrap());
     // Control: a read changes nothing.
     store.find_task(t.id.as_str()).await.unwrap();
-    assert_eq!(changes.try_recv(), Err(TryRecvError::Empty));
-    // A state change (one statement) and an event (a transaction) each name
-    // the task, to a waiter that is already waiting too.
-    let waiter = tokio::spawn(async move { changes.recv().await.map(|id| (id, changes)) });
+    assert_eq!(take(), vec![]);
+    // A state change (one statement) and an event (a transaction) each name the task.
     store.transition(&t.id, TaskState::Created, Transition::Start).await.unwrap();
-    let (id, mut changes) = tokio::time::timeout(Duration::from_secs(5), waiter).await.unwrap().unwrap().unwrap();
-    assert_eq!(id, t.id);
-    assert_eq!(changes.try_recv(), Err(TryRecvError::Empty));
+    assert_eq!(take(), vec![t.id.clone()], "a state change is a change");
     store.append_event(&event(&t.id, EventKind::Exec)).await.unwrap();
-    assert_eq!(changes.try_recv(), Ok(t.id.clone()), "an appended event is a change");
+    assert_eq!(take(), vec![t.id.clone()], "an appended event is a change");
     // So is a delivered event, but not its retry.
     store.deliver(&incoming(&t.id, EventSource::Webhook, "x", Some("d1"))).await.unwrap();
-    assert_eq!(changes.try_recv(), Ok(t.id.clone()), "a delivery is a change");
+    assert_eq!(take(), vec![t.id.clone()], "a delivery is a change");
     assert!(store.deliver(&incoming(&t.id, EventSource::Webhook, "x", Some("d1"))).await.unwrap().duplicate);
-    assert_eq!(changes.try_recv(), Err(TryRecvError::Empty), "a duplicate delivery changed nothing");
+    assert_eq!(take(), vec![], "a duplicate delivery changed nothing");
     // A failed write is not.
     assert!(store.transition(&TaskId::random(), TaskState::Running, Transition::Suspend).await.is_err());
     assert!(store.transition(&t.id, TaskState::Created, Transition::Start).await.is_err());
-    assert_eq!(changes.try_recv(), Err(TryRecvError::Empty), "a write that changed nothing wakes nobody");
+    assert_eq!(take(), vec![], "a write that changed nothing tells nobody");
     // Another task's change names that task, not this one.
     let other = task(None);
     store.insert_task(&other).await.unwrap();
     store.append_event(&event(&other.id, EventKind::Exec)).await.unwrap();
-    let mut seen = Vec::new();
-    while let Ok(id) = changes.try_recv() {
-        seen.push(id);
-    }
+    let seen = take();
     assert!(!seen.is_empty() && seen.iter().all(|id| *id == other.id), "{seen:?}");
+    // A batch of one task's events is one change of that task.
+    store.append_events(&[event(&other.id, EventKind::Exec), event(&other.id, EventKind::Exec)]).await.unwrap();
+    assert_eq!(take(), vec![other.id.clone()], "told once");
 }
 
 pub(crate) async fn tasks_and_events_survive_reopen(db: &impl TestDatabase) {

@@ -27,6 +27,6 @@ mod conformance;
 pub use error::{Error, Result};
 pub use sqlite::SqliteStore;
 pub use store::{
-    now_ms, CheckpointStore, Delivered, EventStore, SandboxRow, SandboxStore, SharedStore, SnapshotStore, Store,
+    now_ms, ChangeListener, CheckpointStore, Delivered, EventStore, SandboxRow, SandboxStore, SharedStore, SnapshotStore, Store,
     TaskStore, WaitStore,
 };

@@ -29,6 +29,9 @@ use crate::{Error, Result};
 
 /// The store as the runtime holds it: shared by every request and
 /// background loop, whichever backend it is.
+/// What [`Store::on_change`] calls.
+pub type ChangeListener = Arc<dyn Fn(&TaskId) + Send + Sync>;
+
 pub type SharedStore = Arc<dyn Store>;
 
 /// Milliseconds since the Unix epoch.
@@ -66,12 +69,14 @@ pub trait Store: TaskStore + EventStore + SandboxStore + SnapshotStore + WaitSto
     /// directory.
     fn path(&self) -> &Path;
 
-    /// The id of each task whose state, events or waits changed, after the
-    /// change is committed through this store, so that waiters are woken by
-    /// the change instead of polling. A write that failed or changed nothing
-    /// sends nothing. A listener that falls behind gets `Lagged` and must
-    /// assume every task changed.
-    fn changes(&self) -> tokio::sync::broadcast::Receiver<TaskId>;
+    /// Calls `listener` with the id of each task whose state, events or
+    /// waits changed, right after the change is committed through this
+    /// store, so that waiters are woken by the change instead of polling. A
+    /// write that failed or changed nothing calls nothing; a transaction
+    /// names each task it changed once. The listener runs on the writer's
+    /// task: it must be quick and must not block (it ticks a channel). One
+    /// listener; a later call replaces it.
+    fn on_change(&self, listener: ChangeListener);
 
     /// Closes the database once the calls in flight are done.
     async fn close(&self);

@@ -22,22 +22,28 @@ use async_trait::async_trait;
 use cairn_core::{Event, EventKind, NewEvent, SandboxState, Task, TaskConfig, TaskId, TaskState, Transition};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow, SqliteSynchronous};
 use sqlx::{Row, SqlitePool};
-use tokio::sync::broadcast;
 
-use crate::{now_ms, Error, EventStore, Result, SandboxRow, SandboxStore, Store, TaskStore};
+use crate::{now_ms, ChangeListener, Error, EventStore, Result, SandboxRow, SandboxStore, Store, TaskStore};
 
 /// Handle on the SQLite task database; clones share the connection pool.
+/// The change listener, shared by every clone of the store.
+#[derive(Clone, Default)]
+struct Listener(std::sync::Arc<std::sync::RwLock<Option<ChangeListener>>>);
+
+impl std::fmt::Debug for Listener {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Listener")
+    }
+}
+
 #[derive(Clone, Debug)]
 pub struct SqliteStore {
     pub(crate) pool: SqlitePool,
     path: PathBuf,
     /// Bumped after every committed change to a task's state, events or
     /// waits, so that waiters are woken by the change instead of polling.
-    changes: broadcast::Sender<TaskId>,
+    listener: Listener,
 }
-
-/// Changes a slow listener may fall behind by before it is told it lagged.
-const CHANGES_BACKLOG: usize = 1024;
 
 impl SqliteStore {
     /// Opens (creating if needed) the database at `path` and applies
@@ -57,19 +63,26 @@ impl SqliteStore {
             .map_err(|e| Error::Open(path.to_owned(), e))?;
         sqlx::migrate!("./migrations").run(&pool).await.map_err(|e| Error::Migrate(path.to_owned(), e))?;
         ledger::backfill(&pool).await?;
-        Ok(SqliteStore { pool, path: path.to_owned(), changes: broadcast::channel(CHANGES_BACKLOG).0 })
+        Ok(SqliteStore { pool, path: path.to_owned(), listener: Listener::default() })
     }
 
-    /// Tells waiters that `task` changed. Nobody listening is fine.
+    /// Tells the listener, if any, that `task` changed.
     pub(crate) fn notify_change(&self, task: &TaskId) {
-        let _ = self.changes.send(task.clone());
+        if let Some(listener) = self.listener.0.read().unwrap_or_else(|e| e.into_inner()).as_ref() {
+            listener(task);
+        }
     }
 
-    /// Commits `tx`, then tells waiters which tasks it changed.
+    /// Commits `tx`, then tells waiters which tasks it changed (each once:
+    /// a batch of a proxy's decisions is one change of its task).
     pub(crate) async fn commit<'a>(&self, tx: sqlx::Transaction<'_, sqlx::Sqlite>, tasks: impl IntoIterator<Item = &'a TaskId>) -> sqlx::Result<()> {
         tx.commit().await?;
+        let mut told: Vec<&TaskId> = Vec::new();
         for t in tasks {
-            self.notify_change(t);
+            if !told.contains(&t) {
+                self.notify_change(t);
+                told.push(t);
+            }
         }
         Ok(())
     }
@@ -95,8 +108,8 @@ impl Store for SqliteStore {
         &self.path
     }
 
-    fn changes(&self) -> broadcast::Receiver<TaskId> {
-        self.changes.subscribe()
+    fn on_change(&self, listener: ChangeListener) {
+        *self.listener.0.write().unwrap_or_else(|e| e.into_inner()) = Some(listener);
     }
 
     async fn close(&self) {
