@@ -92,3 +92,71 @@ mod tests {
         assert_eq!(resize, ClientFrame::Resize { rows: 24, cols: 80 });
     }
 }
+
+/// Body of `POST /v1/tasks/{id}/exec`: a command run to its end over plain
+/// HTTP (no WebSocket), answered with a [`RunAnswer`]; with
+/// `Accept: text/event-stream`, its output as server-sent events as it
+/// comes (`stdout` and `stderr` events of [`RunOutput`], then one `exit`
+/// event of a [`RunAnswer`] without the output).
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunRequest {
+    /// The program and its arguments.
+    pub cmd: Vec<String>,
+    /// Variables added to the task's environment.
+    #[serde(default)]
+    pub env: std::collections::BTreeMap<String, String>,
+    /// The working directory (default: the task's).
+    pub cwd: Option<String>,
+    /// Seconds before the command is killed (exit code 124).
+    pub timeout: Option<f64>,
+    /// What the command reads on stdin (else it reads nothing).
+    pub stdin: Option<String>,
+}
+
+/// The answer to a [`RunRequest`]: how the command ended and what it
+/// wrote, each stream capped at [`RUN_OUTPUT_CAP`] bytes.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+pub struct RunAnswer {
+    pub exit_code: i32,
+    /// Its output as text (invalid UTF-8 replaced).
+    pub stdout: String,
+    pub stderr: String,
+    /// The signal that killed it, if one did.
+    pub signal: Option<i32>,
+    pub oom_killed: bool,
+    pub timed_out: bool,
+    pub duration_ms: u64,
+    /// True when stdout or stderr was longer than the cap and was cut.
+    pub truncated: bool,
+}
+
+/// Most bytes of each stream kept in a [`RunAnswer`].
+pub const RUN_OUTPUT_CAP: usize = 1 << 20;
+
+/// One `stdout` or `stderr` server-sent event of a streamed run.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
+pub struct RunOutput {
+    /// The bytes as text (invalid UTF-8 replaced; a character split across
+    /// two reads may show as replacement characters).
+    pub data: String,
+}
+
+#[cfg(test)]
+mod run_tests {
+    use super::*;
+
+    #[test]
+    fn a_run_request_takes_only_its_fields_and_an_answer_round_trips() {
+        let req: RunRequest = serde_json::from_str(r#"{"cmd": ["ls", "-l"], "env": {"A": "1"}, "timeout": 2.5}"#).unwrap();
+        assert_eq!(req.cmd, ["ls", "-l"]);
+        assert_eq!(req.env.get("A").map(String::as_str), Some("1"));
+        assert!(serde_json::from_str::<RunRequest>(r#"{"cmd": ["ls"], "argv": []}"#).is_err(), "unknown fields are refused");
+        let a = RunAnswer { exit_code: 3, stdout: "x".into(), truncated: true, ..Default::default() };
+        let text = serde_json::to_string(&a).unwrap();
+        for key in ["exit_code", "stdout", "stderr", "signal", "oom_killed", "duration_ms", "truncated"] {
+            assert!(text.contains(&format!("\"{key}\"")), "{key} in {text}");
+        }
+        assert_eq!(serde_json::from_str::<RunAnswer>(&text).unwrap(), a);
+    }
+}

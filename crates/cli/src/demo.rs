@@ -123,6 +123,13 @@ async fn steps(d: &mut Demo, home: &Path, daemon_port: u16) -> Result<()> {
         &format!("task {} (memory {}, cpus {}, pids {}, disk {})", d.task, l.memory, l.cpus, l.pids, l.disk),
     );
     d.show("run a command (warm exec)", "echo \"$GREETING from $(hostname), in $(pwd)\"", |r| r.code() == 0).await?;
+    let t = Instant::now();
+    let run = api::exec::RunRequest { cmd: vec!["sh".into(), "-c".into(), "read name; echo \"hello, $name\"".into()], stdin: Some("http\n".into()), ..Default::default() };
+    let ran: api::exec::RunAnswer = d.client.post(&format!("/v1/tasks/{}/exec", d.task), &run).await?;
+    if ran.exit_code != 0 || ran.stdout != "hello, http\n" {
+        bail!("exec over plain HTTP answered {ran:?}");
+    }
+    d.say("the same over plain HTTP (POST .../exec, no WebSocket)", t.elapsed(), &format!("exit {}, stdout {:?}", ran.exit_code, ran.stdout));
 
     let uid = d.show("root inside is an unprivileged uid range outside", "id; cat /proc/self/uid_map", |r| text(r).contains("uid=0(root)")).await?;
     let base: u64 = text(&uid).lines().last().and_then(|l| l.split_whitespace().nth(1)).and_then(|s| s.parse().ok()).unwrap_or(0);

@@ -657,6 +657,85 @@ fn cp_never_reaches_the_host_through_a_swapped_link_to_root() {
     cp_race(Variant::HostRoot);
 }
 
+// --- single files over HTTP ---------------------------------------------
+
+impl Race {
+    /// `GET` or `PUT /v1/tasks/{id}/file?path=P` with curl, as an outcome.
+    fn http_file(&self, method: &str, path: &str, data: Option<&[u8]>) -> Outcome {
+        let token = std::fs::read_to_string(self.d.home().join("token")).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let body = dir.path().join("body");
+        let query: String = path
+            .bytes()
+            .map(|b| if b.is_ascii_alphanumeric() || b"/-_.~".contains(&b) { (b as char).to_string() } else { format!("%{b:02X}") })
+            .collect();
+        let mut cmd = Command::new("curl");
+        cmd.args(["-s", "-o", body.to_str().unwrap(), "-w", "%{http_code}", "-X", method])
+            .args(["-H", &format!("authorization: Bearer {}", token.trim())]);
+        if let Some(data) = data {
+            let input = dir.path().join("input");
+            std::fs::write(&input, data).unwrap();
+            cmd.args(["--data-binary", &format!("@{}", input.display())]);
+        }
+        cmd.arg(format!("{}/v1/tasks/{}/file?path={query}", self.d.url, self.id));
+        let out = common::output_within(&mut cmd, common::CALL_DEADLINE);
+        let code: u16 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap_or(0);
+        let answer = std::fs::read(&body).unwrap_or_default();
+        self.no_marker(&answer, &format!("{method} file {path}"));
+        let ok = (200..300).contains(&code);
+        Outcome { ok, stdout: if ok { answer.clone() } else { Vec::new() }, stderr: if ok { Vec::new() } else { answer } }
+    }
+}
+
+/// The single-file route reads and writes through the same resolution as
+/// `cp`: neither may reach the host through the swapped link.
+fn file_race(variant: Variant) {
+    let r = Race::new(variant);
+    let secret = format!("{}/secret.txt", r.sub());
+    // Positive controls, before the racer runs.
+    let o = r.http_file("GET", &secret, None);
+    assert!(o.ok && o.stdout == BENIGN.as_bytes(), "control: read {}", o.error_line());
+    let o = r.http_file("PUT", &format!("{}/written-control.txt", r.sub()), Some(b"written\n"));
+    assert!(o.ok, "control: write {}", o.error_line());
+
+    r.start_racer(&r.id);
+    let mut t = Tally::default();
+    for n in 1..=ROUNDS {
+        let o = r.http_file("GET", &secret, None);
+        t.record(&o);
+        t.benign += usize::from(o.ok && o.stdout == BENIGN.as_bytes());
+        r.marker.assert_untouched(&format!("read #{n}"));
+    }
+    t.finish(&format!("{variant:?} GET file {secret}"), ROUNDS);
+    let mut t = Tally::default();
+    for n in 1..=ROUNDS {
+        // A new name each time: a write through the link would add an
+        // entry to the marker directory.
+        let o = r.http_file("PUT", &format!("{}/written-{n}.txt", r.sub()), Some(format!("written {n}\n").as_bytes()));
+        t.record(&o);
+        t.benign += usize::from(o.ok);
+        r.marker.assert_untouched(&format!("write #{n}"));
+    }
+    t.finish(&format!("{variant:?} PUT file in {}", r.sub()), ROUNDS);
+    r.racer_still_running(&r.id);
+    r.stop_racer(&r.id);
+    let found = r.must(&r.id, "grep -rh '^written [0-9]' /workspace /var/tmp 2>/dev/null | sort -u");
+    assert!(found.lines().count() > 0, "no racing write landed in the sandbox");
+    r.no_marker_in_home();
+    r.d.ok(&["destroy", &r.id]);
+    r.marker.assert_untouched("destroy");
+}
+
+#[test]
+fn single_files_never_reach_the_host_through_a_swapped_link_to_the_marker_dir() {
+    file_race(Variant::MarkerDir);
+}
+
+#[test]
+fn single_files_never_reach_the_host_through_a_swapped_link_to_root() {
+    file_race(Variant::HostRoot);
+}
+
 // --- snapshot, rollback, fork -------------------------------------------
 
 fn snapshot_id(o: &Outcome) -> String {

@@ -148,3 +148,90 @@ where
         }
     }
 }
+
+/// Most bytes [`read_one`] returns and [`write_one`] takes: larger files
+/// go through a tar ([`download`], [`upload`]).
+pub const MAX_FILE: u64 = 64 << 20;
+
+/// One regular file of the sandbox, whole (a final symlink is refused, not
+/// followed; so is anything but a regular file, or one over [`MAX_FILE`]).
+pub async fn read_one(tasks: Arc<Runtime>, id: &str, path: String, actor: String) -> Result<Vec<u8>, Error> {
+    let begun = Instant::now();
+    let (task, live) = tasks.running(id, &actor).await?;
+    let (driver, tid, p) = (tasks.driver.clone(), task.id.to_string(), path.clone());
+    let result = tokio::task::spawn_blocking(move || -> Result<Vec<u8>, cairn_sandbox::Error> {
+        let root = SandboxRoot::new(driver.open_root(&tid, live.init)?);
+        let l = root.locate(&p)?;
+        // Named for the message only: a swap after this check is still
+        // refused by the read itself (no symlink followed, fstat'd type).
+        let refuse = |why: &str| cairn_sandbox::Error::Io(format!("sandbox path {p}"), std::io::Error::other(why.to_owned()));
+        match files::kind_at(&l.dir, &l.name)? {
+            Kind::Missing => return Err(cairn_sandbox::Error::Io(format!("sandbox path {p}"), std::io::Error::from(std::io::ErrorKind::NotFound))),
+            Kind::Symlink => return Err(refuse("is a symlink, which is not followed; read the file it points to")),
+            Kind::Dir => return Err(refuse("is a directory; copy it with cairn cp")),
+            Kind::Other => return Err(refuse("is not a regular file")),
+            Kind::File => {}
+        }
+        // One byte over the limit tells a file at the limit from a larger one.
+        let data = files::read_file(&l.dir, &l.name, MAX_FILE + 1)?;
+        if data.len() as u64 > MAX_FILE {
+            return Err(cairn_sandbox::Error::Io(format!("sandbox path {p}"), std::io::Error::other(format!("larger than {MAX_FILE} bytes; copy it with cairn cp"))));
+        }
+        Ok(data)
+    })
+    .await?;
+    let args = match &result {
+        Ok(d) => json!({ "direction": "out", "path": path, "bytes": d.len(), "single_file": true }),
+        Err(e) => json!({ "direction": "out", "path": path, "error": e.to_string(), "single_file": true }),
+    };
+    record(&tasks, &task.id, &actor, args, result.is_ok(), begun).await;
+    result.map_err(file_error)
+}
+
+/// Writes `data` as the regular file at sandbox path `path` (made, or
+/// replaced when it is a regular file), owned by the sandbox's root; its
+/// directory must exist. Written through the same descriptor-relative
+/// unpacking as `cp` in.
+pub async fn write_one(tasks: Arc<Runtime>, id: &str, path: String, data: bytes::Bytes, actor: String) -> Result<(), Error> {
+    let begun = Instant::now();
+    if data.len() as u64 > MAX_FILE {
+        return Err(Error::TooLarge(format!("the file is {} bytes; the limit is {MAX_FILE} (copy larger ones with cairn cp)", data.len())));
+    }
+    let (task, live) = tasks.running(id, &actor).await?;
+    let name = match path.rsplit('/').next() {
+        Some(n) if !n.is_empty() && n != "." && n != ".." => n.to_owned(),
+        _ => return Err(Error::invalid(format!("path {path:?} does not name a file"))),
+    };
+    let (driver, tid, p) = (tasks.driver.clone(), task.id.to_string(), path.clone());
+    let owner = Owner { uid: live.ids.host_id(0), gid: live.ids.host_id(0) };
+    let len = data.len();
+    let result = tokio::task::spawn_blocking(move || -> Result<(), cairn_sandbox::Error> {
+        let mut header = tar::Header::new_gnu();
+        header.set_entry_type(tar::EntryType::Regular);
+        header.set_mode(0o644);
+        header.set_size(data.len() as u64);
+        header.set_mtime(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0));
+        let mut tar = tar::Builder::new(Vec::with_capacity(data.len() + 1024));
+        tar.append_data(&mut header, &name, &data[..]).map_err(|e| cairn_sandbox::Error::Io("tar of one file".into(), e))?;
+        let tar = tar.into_inner().map_err(|e| cairn_sandbox::Error::Io("tar of one file".into(), e))?;
+        let root = SandboxRoot::new(driver.open_root(&tid, live.init)?);
+        // A path that is a directory would receive the file inside it:
+        // refused, the caller named a file.
+        let l = root.locate(&p)?;
+        let refuse = |why: &str| cairn_sandbox::Error::Io(format!("sandbox path {p}"), std::io::Error::other(why.to_owned()));
+        match files::kind_at(&l.dir, &l.name)? {
+            Kind::Dir => return Err(refuse("is a directory; name a file")),
+            Kind::Symlink => return Err(refuse("is a symlink, which is not followed; write the file it points to")),
+            Kind::Other => return Err(refuse("is not a regular file")),
+            Kind::File | Kind::Missing => {}
+        }
+        files::copy_in(&root, &p, OsStr::new(&name), &tar[..], owner).map(drop)
+    })
+    .await?;
+    let args = match &result {
+        Ok(()) => json!({ "direction": "in", "path": path, "bytes": len, "single_file": true }),
+        Err(e) => json!({ "direction": "in", "path": path, "error": e.to_string(), "single_file": true }),
+    };
+    record(&tasks, &task.id, &actor, args, result.is_ok(), begun).await;
+    result.map_err(file_error)
+}

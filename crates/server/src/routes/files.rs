@@ -1,6 +1,10 @@
-//! `cairn cp`: `GET /v1/tasks/{id}/files?path=P` answers a tar whose top
-//! entry is P's last component; `PUT ...?path=P&name=N` unpacks a tar whose
-//! top entry is N.
+//! Files of a sandbox:
+//! - `cairn cp`: `GET /v1/tasks/{id}/files?path=P` answers a tar whose top
+//!   entry is P's last component; `PUT ...?path=P&name=N` unpacks a tar
+//!   whose top entry is N.
+//! - One file as raw bytes: `GET /v1/tasks/{id}/file?path=P` answers its
+//!   content, `PUT` with the content as the body writes it (at most
+//!   `cairn_runtime::files::MAX_FILE` bytes either way).
 
 use axum::body::Body;
 use axum::extract::{Path, Query};
@@ -16,7 +20,10 @@ use super::{actor, Rt};
 use crate::ApiError;
 
 pub(super) fn routes() -> Router<std::sync::Arc<cairn_runtime::Runtime>> {
-    Router::new().route("/v1/tasks/{id}/files", get(download).put(upload))
+    Router::new().route("/v1/tasks/{id}/files", get(download).put(upload)).route(
+        "/v1/tasks/{id}/file",
+        get(read_one).put(write_one).layer(axum::extract::DefaultBodyLimit::max(cairn_runtime::files::MAX_FILE as usize)),
+    )
 }
 
 #[derive(Deserialize)]
@@ -44,4 +51,24 @@ async fn upload(rt: Rt, Path(id): Path<String>, headers: HeaderMap, Query(q): Qu
     let name = q.name.ok_or_else(|| ApiError::bad_request("missing name= (the top-level entry of the tar)"))?;
     let stream = body.into_data_stream().map_err(std::io::Error::other);
     Ok(Json(cairn_runtime::files::upload(rt.0.clone(), &id, q.path, name, stream, actor(&headers)).await?))
+}
+
+#[derive(Deserialize)]
+struct OneFile {
+    path: String,
+}
+
+async fn read_one(rt: Rt, Path(id): Path<String>, headers: HeaderMap, Query(q): Query<OneFile>) -> Result<Response, ApiError> {
+    let data = cairn_runtime::files::read_one(rt.0.clone(), &id, q.path, actor(&headers)).await?;
+    Response::builder()
+        .status(StatusCode::OK)
+        .header(header::CONTENT_TYPE, "application/octet-stream")
+        .body(Body::from(data))
+        .map_err(|e| ApiError::new(cairn_api::ErrorCode::Internal, e.to_string()))
+}
+
+async fn write_one(rt: Rt, Path(id): Path<String>, headers: HeaderMap, Query(q): Query<OneFile>, body: axum::body::Bytes) -> Result<Json<serde_json::Value>, ApiError> {
+    let bytes = body.len();
+    cairn_runtime::files::write_one(rt.0.clone(), &id, q.path.clone(), body, actor(&headers)).await?;
+    Ok(Json(serde_json::json!({ "path": q.path, "bytes": bytes })))
 }
