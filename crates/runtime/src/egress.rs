@@ -124,7 +124,16 @@ impl Egress {
 
     /// Starts serving the proxy port of a sandbox that just started (or
     /// survived a daemon restart). Its init hands over the listening socket.
-    pub(crate) async fn start_proxy(&self, store: &SharedStore, driver: &Arc<dyn SandboxDriver>, task: &TaskId, rules: &EgressRules, init: InitProcess) -> Option<Proxy> {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn start_proxy(
+        &self,
+        store: &SharedStore,
+        metrics: &Arc<crate::metrics::Metrics>,
+        driver: &Arc<dyn SandboxDriver>,
+        task: &TaskId,
+        rules: &EgressRules,
+        init: InitProcess,
+    ) -> Option<Proxy> {
         let (d, id) = (driver.clone(), task.to_string());
         let listener = match tokio::task::spawn_blocking(move || d.proxy_listener(&id)).await {
             Ok(Ok(l)) => l,
@@ -147,7 +156,7 @@ impl Egress {
                 return None;
             }
         };
-        tokio::spawn(write_decisions(store.clone(), task.clone(), log_rx));
+        tokio::spawn(write_decisions(store.clone(), metrics.clone(), task.clone(), log_rx));
         Some(Proxy { init, policy, proxy })
     }
 }
@@ -195,9 +204,12 @@ impl crate::runtime::Runtime {
 }
 
 /// Drains one proxy's attempts into the task's event log, in batches.
-async fn write_decisions(store: SharedStore, task: TaskId, mut rx: mpsc::UnboundedReceiver<Attempt>) {
+async fn write_decisions(store: SharedStore, metrics: Arc<crate::metrics::Metrics>, task: TaskId, mut rx: mpsc::UnboundedReceiver<Attempt>) {
     let mut batch = Vec::new();
     while rx.recv_many(&mut batch, LOG_BATCH).await > 0 {
+        for a in &batch {
+            metrics.egress_decision(a.allowed);
+        }
         let events: Vec<NewEvent> = batch.drain(..).map(|a| decision_event(&task, &a)).collect();
         if let Err(e) = store.append_events(&events).await {
             tracing::error!(task = %task, "cannot write {} egress decisions: {e}", events.len());

@@ -160,6 +160,7 @@ async fn run<C: ExecChannel>(tasks: &Arc<Runtime>, id: &str, actor: &str, start:
         }
     };
     let outcome = ExecExit { duration_ms: begun.elapsed().as_millis() as u64, ..outcome };
+    tasks.metrics.exec_seconds.observe(begun.elapsed().as_secs_f64());
     let t_done = t0.elapsed();
     args["signal"] = json!(outcome.signal);
     args["oom_killed"] = json!(outcome.oom_killed);

@@ -78,6 +78,16 @@ impl Runtime {
 
     /// A webhook for `task`'s event `name`, signed with the task's secret.
     pub async fn webhook(self: &Arc<Self>, task: &str, name: &str, headers: &webhook::WebhookHeaders, body: &[u8]) -> Result<Delivered, Error> {
+        let result = self.take_webhook(task, name, headers, body).await;
+        self.metrics.webhook(match &result {
+            Ok(d) if d.duplicate => "duplicate",
+            Ok(_) => "accepted",
+            Err(_) => "refused",
+        });
+        result
+    }
+
+    async fn take_webhook(self: &Arc<Self>, task: &str, name: &str, headers: &webhook::WebhookHeaders, body: &[u8]) -> Result<Delivered, Error> {
         if !cairn_core::TaskId::looks_like(task) {
             return Err(Error::not_found(format!("unknown task {task:?}")));
         }

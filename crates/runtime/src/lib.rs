@@ -25,6 +25,7 @@
 //!   hash-chained event log and the node's signing keys.
 //! - [`gateway`]: webhook signatures and signed approval links.
 //! - `queries.rs`: reads for the front end, one per request.
+//! - [`metrics`]: Prometheus metrics, counted as the runtime works.
 
 mod cell;
 pub mod config;
@@ -43,6 +44,7 @@ pub mod intake;
 pub mod ledger;
 pub mod lifecycle;
 mod materialise;
+pub mod metrics;
 mod queries;
 mod reaper;
 pub mod rollback;

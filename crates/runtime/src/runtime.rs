@@ -60,6 +60,8 @@ pub struct Runtime {
     pub egress: crate::egress::Egress,
     /// Wakes of `waking` tasks, deduplicated, a bounded number at a time.
     pub(crate) wakes: Arc<crate::wakes::WakeScheduler>,
+    /// What `/metrics` reports.
+    pub(crate) metrics: Arc<crate::metrics::Metrics>,
     /// Wakes the timer loop when a timer wait is added.
     pub(crate) timer_added: tokio::sync::Notify,
     pub(crate) default_egress: cairn_core::EgressRules,
@@ -126,6 +128,7 @@ impl Runtime {
             base_url: std::sync::OnceLock::new(),
             cells,
             wakes: Arc::new(crate::wakes::WakeScheduler::new(crate::wakes::MAX_CONCURRENT_WAKES)),
+            metrics: Arc::default(),
             defaults: config.defaults,
             retention: config.retention.clone(),
             idle_suspend_default: config.idle_suspend,
@@ -181,7 +184,7 @@ impl Runtime {
         if cell.with_proxy(|p| p.init == live.init) == Some(true) {
             return;
         }
-        if let Some(proxy) = self.egress.start_proxy(&self.store, &self.driver, &task.id, &task.config.egress, live.init).await {
+        if let Some(proxy) = self.egress.start_proxy(&self.store, &self.metrics, &self.driver, &task.id, &task.config.egress, live.init).await {
             // The proxy of a sandbox this one replaced (a rollback) stops here.
             if let Some(old) = cell.set_proxy(proxy) {
                 tokio::spawn(old.stop());

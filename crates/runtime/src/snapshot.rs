@@ -277,6 +277,8 @@ impl Runtime {
         };
         self.store.insert_snapshot(&snap, &snap.manifest, memory.as_deref(), &event).await?;
         fail::fail_point!("snapshot.recorded");
+        self.metrics.snapshot_seconds.observe(duration_ms / 1000.0);
+        self.metrics.snapshot_bytes_added.inc_by(stats.stored_bytes);
         self.cache_baseline(&task.id, snap.manifest.clone(), Arc::new(manifest));
         tracing::debug!(task = %task.id, snapshot = %snap.id, freeze_ms = stats.freeze_ms, files_read = stats.files_read, "snapshot taken");
         if let Err(e) = self.apply_retention(&task.id, false).await {

@@ -71,6 +71,7 @@ impl Runtime {
         };
         let state = self.store.finish_suspend(&task.id, waiting_for, &end).await?;
         fail::fail_point!("suspend.recorded");
+        self.metrics.suspend_seconds.observe(begun.elapsed().as_secs_f64());
         if state == TaskState::Waking {
             self.schedule_wake(task.id.clone(), "an event that came while suspending".into(), None);
         }

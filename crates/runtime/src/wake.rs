@@ -116,6 +116,7 @@ impl Runtime {
         };
         self.store.finish_wake(&task.id, &ev).await?;
         fail::fail_point!("wake.recorded");
+        self.metrics.wake_seconds.observe(begun.elapsed().as_secs_f64());
         Ok(())
     }
 

@@ -1,4 +1,5 @@
-//! The daemon itself: health, the blob store's gc and check.
+//! The daemon itself: health, Prometheus metrics, the blob store's gc and
+//! check.
 
 use axum::http::HeaderMap;
 use axum::routing::{get, post};
@@ -11,7 +12,11 @@ use super::{actor, body, Rt};
 use crate::ApiError;
 
 pub(super) fn routes() -> Router<std::sync::Arc<cairn_runtime::Runtime>> {
-    Router::new().route("/v1/health", get(health)).route("/v1/gc", post(gc)).route("/v1/check", post(check))
+    Router::new()
+        .route("/v1/health", get(health))
+        .route("/metrics", get(metrics))
+        .route("/v1/gc", post(gc))
+        .route("/v1/check", post(check))
 }
 
 async fn health(rt: Rt) -> Json<Health> {
@@ -26,4 +31,11 @@ async fn gc(rt: Rt, headers: HeaderMap, b: axum::body::Bytes) -> Result<Json<GcA
 async fn check(rt: Rt, b: axum::body::Bytes) -> Result<Json<Value>, ApiError> {
     let req: CheckRequest = body("check", &b)?;
     Ok(Json(serde_json::json!(rt.check(req.read_data).await?)))
+}
+
+/// OpenMetrics text for Prometheus (bearer token required, as for the API).
+async fn metrics(rt: Rt) -> Result<axum::response::Response, ApiError> {
+    use axum::response::IntoResponse;
+    let text = rt.metrics_text().await?;
+    Ok(([(axum::http::header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], text).into_response())
 }

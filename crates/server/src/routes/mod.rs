@@ -5,6 +5,7 @@
 //! | method | path | what |
 //! |---|---|---|
 //! | GET | /v1/health | daemon version and home |
+//! | GET | /metrics | Prometheus metrics (OpenMetrics text) |
 //! | GET, POST | /v1/tasks | list, create |
 //! | GET, DELETE | /v1/tasks/{id} | show, destroy |
 //! | GET | /v1/tasks/{id}/events | the event log |
