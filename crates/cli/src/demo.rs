@@ -201,8 +201,34 @@ async fn steps(d: &mut Demo, home: &Path, daemon_port: u16) -> Result<()> {
     let events: Vec<Event> = d.client.get(&format!("/v1/tasks/{}/events", d.task)).await?;
     let kinds: Vec<&str> = events.iter().map(|e| e.kind.as_str()).collect();
     d.say("the durable event log", t.elapsed(), &format!("{} entries: {}", kinds.len(), kinds.join(", ")));
+    raw_file_and_metrics(d).await?;
 
     deliver(d, home).await
+}
+
+/// One file as raw bytes over HTTP, then what `/metrics` counted so far.
+async fn raw_file_and_metrics(d: &mut Demo) -> Result<()> {
+    let t = Instant::now();
+    let path = format!("/v1/tasks/{}/file?path={}", d.task, crate::client::query_escape("/workspace/raw.txt"));
+    let put = d.client.request(reqwest::Method::PUT, &path).body("written as raw bytes\n");
+    let _: serde_json::Value = d.client.send(put).await?;
+    let got = d.client.request(reqwest::Method::GET, &path).send().await.map_err(|e| d.client.connect_error(e))?;
+    let got = got.error_for_status().map_err(|e| anyhow::anyhow!("reading the file back: {e}"))?.text().await?;
+    if got != "written as raw bytes\n" {
+        bail!("the file read back as {got:?}");
+    }
+    d.say("one file in and out as raw bytes (PUT/GET .../file)", t.elapsed(), got.trim());
+
+    let t = Instant::now();
+    let resp = d.client.request(reqwest::Method::GET, "/metrics").send().await.map_err(|e| d.client.connect_error(e))?;
+    let text = resp.error_for_status().map_err(|e| anyhow::anyhow!("/metrics: {e}"))?.text().await?;
+    let wanted = ["cairn_tasks{state=\"running\"}", "cairn_live_sandboxes", "cairn_exec_duration_seconds_count", "cairn_wake_duration_seconds_count", "cairn_snapshot_added_bytes_total"];
+    let lines: Vec<&str> = text.lines().filter(|l| wanted.iter().any(|w| l.split(' ').next() == Some(*w))).collect();
+    if lines.len() != wanted.len() {
+        bail!("/metrics lacks some of {wanted:?}: {text}");
+    }
+    d.say("Prometheus metrics (GET /metrics)", t.elapsed(), &lines.join("\n"));
+    Ok(())
 }
 
 /// A patch, an archive and a report with a signed record; verify it; the
