@@ -122,27 +122,8 @@ fn bad_runs_are_refused_with_one_line_naming_what_was_wrong() {
     assert_eq!(run(&d, &t, json!({"cmd": ["true"]}))["exit_code"], 0);
 }
 
-/// `curl` on the single-file route: (status, body bytes).
 fn file(d: &Daemon, task: &str, method: &str, path: &str, data: Option<&[u8]>) -> (u16, Vec<u8>) {
-    let token = std::fs::read_to_string(d.home().join("token")).unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let body = dir.path().join("body");
-    let query: String = path
-        .bytes()
-        .map(|b| if b.is_ascii_alphanumeric() || b"/-_.~".contains(&b) { (b as char).to_string() } else { format!("%{b:02X}") })
-        .collect();
-    let mut cmd = Command::new("curl");
-    cmd.args(["-s", "-o", body.to_str().unwrap(), "-w", "%{http_code}", "-X", method])
-        .args(["-H", &format!("authorization: Bearer {}", token.trim())]);
-    if let Some(data) = data {
-        let input = dir.path().join("input");
-        std::fs::write(&input, data).unwrap();
-        cmd.args(["-H", "content-type: application/octet-stream", "--data-binary", &format!("@{}", input.display())]);
-    }
-    cmd.arg(format!("{}/v1/tasks/{task}/file?path={query}", d.url));
-    let out = common::output_within(&mut cmd, Duration::from_secs(60));
-    let code = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
-    (code, std::fs::read(&body).unwrap_or_default())
+    d.http_file(task, method, path, data)
 }
 
 #[test]

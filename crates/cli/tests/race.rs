@@ -660,27 +660,9 @@ fn cp_never_reaches_the_host_through_a_swapped_link_to_root() {
 // --- single files over HTTP ---------------------------------------------
 
 impl Race {
-    /// `GET` or `PUT /v1/tasks/{id}/file?path=P` with curl, as an outcome.
+    /// `GET` or `PUT /v1/tasks/{id}/file?path=P`, as an outcome.
     fn http_file(&self, method: &str, path: &str, data: Option<&[u8]>) -> Outcome {
-        let token = std::fs::read_to_string(self.d.home().join("token")).unwrap();
-        let dir = tempfile::tempdir().unwrap();
-        let body = dir.path().join("body");
-        let query: String = path
-            .bytes()
-            .map(|b| if b.is_ascii_alphanumeric() || b"/-_.~".contains(&b) { (b as char).to_string() } else { format!("%{b:02X}") })
-            .collect();
-        let mut cmd = Command::new("curl");
-        cmd.args(["-s", "-o", body.to_str().unwrap(), "-w", "%{http_code}", "-X", method])
-            .args(["-H", &format!("authorization: Bearer {}", token.trim())]);
-        if let Some(data) = data {
-            let input = dir.path().join("input");
-            std::fs::write(&input, data).unwrap();
-            cmd.args(["--data-binary", &format!("@{}", input.display())]);
-        }
-        cmd.arg(format!("{}/v1/tasks/{}/file?path={query}", self.d.url, self.id));
-        let out = common::output_within(&mut cmd, common::CALL_DEADLINE);
-        let code: u16 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap_or(0);
-        let answer = std::fs::read(&body).unwrap_or_default();
+        let (code, answer) = self.d.http_file(&self.id, method, path, data);
         self.no_marker(&answer, &format!("{method} file {path}"));
         let ok = (200..300).contains(&code);
         Outcome { ok, stdout: if ok { answer.clone() } else { Vec::new() }, stderr: if ok { Vec::new() } else { answer } }

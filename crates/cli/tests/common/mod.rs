@@ -399,3 +399,29 @@ pub fn cgroup_file(id: &str, controller: &str, file: &str) -> std::path::PathBuf
     let dir = g.controller_dir(controller).unwrap_or_else(|| panic!("the {controller} controller is not available here: {:?}", g.paths()));
     dir.join(file)
 }
+
+impl Daemon {
+    /// `GET` or `PUT /v1/tasks/{task}/file?path=P` with curl and the
+    /// daemon's token: (status, body bytes).
+    pub fn http_file(&self, task: &str, method: &str, path: &str, data: Option<&[u8]>) -> (u16, Vec<u8>) {
+        let token = std::fs::read_to_string(self.home().join("token")).expect("the daemon's token");
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let body = dir.path().join("body");
+        let query: String = path
+            .bytes()
+            .map(|b| if b.is_ascii_alphanumeric() || b"/-_.~".contains(&b) { (b as char).to_string() } else { format!("%{b:02X}") })
+            .collect();
+        let mut cmd = Command::new("curl");
+        cmd.args(["-s", "-o", &body.display().to_string(), "-w", "%{http_code}", "-X", method])
+            .args(["-H", &format!("authorization: Bearer {}", token.trim())]);
+        if let Some(data) = data {
+            let input = dir.path().join("input");
+            std::fs::write(&input, data).expect("write the request body");
+            cmd.args(["-H", "content-type: application/octet-stream", "--data-binary", &format!("@{}", input.display())]);
+        }
+        cmd.arg(format!("{}/v1/tasks/{task}/file?path={query}", self.url));
+        let out = output_within(&mut cmd, CALL_DEADLINE);
+        let code = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap_or(0);
+        (code, std::fs::read(&body).unwrap_or_default())
+    }
+}
