@@ -18,46 +18,22 @@ fn reads_back_whole<Wire: Serialize + DeserializeOwned>(sent: &impl Serialize) {
 
 #[test]
 fn the_ledger_report_and_keys() {
-    use cairn_ledger::{Envelope, EnvelopeSignature, KeyInfo, ProblemKind};
-    use cairn_runtime::ledger::{CheckpointView, LedgerView};
+    use cairn_ledger::{Envelope, EnvelopeSignature, KeyInfo, ProblemKind, SignedCheckpoint};
+    // The runtime builds the wire types itself; what it converts must keep
+    // the envelope readable by the ledger crate and each problem's name.
     let envelope = Envelope {
         payload: "e30=".into(),
         payload_type: cairn_ledger::CHECKPOINT_PAYLOAD_TYPE.into(),
         signatures: vec![EnvelopeSignature { keyid: "k1".into(), sig: "c2ln".into() }],
     };
-    let checkpoint = CheckpointView { task: "t1".into(), seq: 3, head: "ab".repeat(32), time_ms: 9, key_id: "k1".into(), envelope };
-    reads_back_whole::<api::ledger::CheckpointView>(&checkpoint);
-    let kinds = [ProblemKind::Changed, ProblemKind::Removed, ProblemKind::Reordered, ProblemKind::Rewritten, ProblemKind::BadCheckpoint];
-    for kind in kinds.into_iter().map(Some).chain([None]) {
-        let report = LedgerView {
-            task: "t1".into(),
-            entries: 3,
-            head_seq: Some(3),
-            head: Some("ab".repeat(32)),
-            ok: kind.is_none(),
-            problem: kind.map(|k| format!("entry 2 was {}", k.as_str())),
-            problem_seq: kind.map(|_| 2),
-            problem_kind: kind,
-            checkpoint: Some(checkpoint.clone()),
-            checkpoints: 1,
-            hashes: vec![(1, "cd".repeat(32)), (2, "ef".repeat(32))],
-        };
-        reads_back_whole::<api::ledger::LedgerView>(&report);
+    let checkpoint = cairn_ledger::Checkpoint { task: "t1".into(), seq: 3, head: "ab".repeat(32), time_ms: 9, key_id: "k1".into() };
+    let view = cairn_runtime::ledger::checkpoint_view(&SignedCheckpoint { checkpoint, envelope: envelope.clone() });
+    assert_eq!(serde_json::from_value::<Envelope>(view.envelope.clone()).unwrap(), envelope);
+    reads_back_whole::<api::ledger::CheckpointView>(&view);
+    for kind in [ProblemKind::Changed, ProblemKind::Removed, ProblemKind::Reordered, ProblemKind::Rewritten, ProblemKind::BadCheckpoint] {
+        let wire = cairn_runtime::ledger::problem_kind(kind);
+        assert_eq!(serde_json::to_value(wire).unwrap(), serde_json::json!(kind.as_str()), "{kind:?}");
     }
-    let empty = LedgerView {
-        task: "t2".into(),
-        entries: 0,
-        head_seq: None,
-        head: None,
-        ok: true,
-        problem: None,
-        problem_seq: None,
-        problem_kind: None,
-        checkpoint: None,
-        checkpoints: 0,
-        hashes: Vec::new(),
-    };
-    reads_back_whole::<api::ledger::LedgerView>(&empty);
     let key = KeyInfo { key_id: "k1".into(), public_key: "ef".repeat(32), created_ms: 1, current: true };
     reads_back_whole::<Vec<api::ledger::KeyInfo>>(&vec![key]);
 }

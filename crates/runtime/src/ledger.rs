@@ -9,51 +9,35 @@
 use cairn_core::TaskId;
 use cairn_ledger::{check_against_checkpoint, verify_chain, Checkpoint, ChainProblem, Envelope, KeyInfo, NodeKeys, ProblemKind, SignedCheckpoint, VerifyingKey};
 use cairn_store::now_ms;
-use serde::{Deserialize, Serialize};
 
 use crate::runtime::Runtime;
 use crate::Error;
 
-/// A signed checkpoint as the API returns it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct CheckpointView {
-    pub task: String,
-    pub seq: u64,
-    pub head: String,
-    pub time_ms: i64,
-    pub key_id: String,
-    /// The DSSE envelope whose payload is the checkpoint.
-    pub envelope: Envelope,
-}
+pub use cairn_api::ledger::{CheckpointView, LedgerView};
 
-impl From<&SignedCheckpoint> for CheckpointView {
-    fn from(c: &SignedCheckpoint) -> Self {
-        let cp = &c.checkpoint;
-        CheckpointView { task: cp.task.clone(), seq: cp.seq, head: cp.head.clone(), time_ms: cp.time_ms, key_id: cp.key_id.clone(), envelope: c.envelope.clone() }
+/// A signed checkpoint as the API returns it (the envelope as stored).
+pub fn checkpoint_view(c: &SignedCheckpoint) -> CheckpointView {
+    let cp = &c.checkpoint;
+    CheckpointView {
+        task: cp.task.clone(),
+        seq: cp.seq,
+        head: cp.head.clone(),
+        time_ms: cp.time_ms,
+        key_id: cp.key_id.clone(),
+        envelope: serde_json::to_value(&c.envelope).unwrap_or_default(),
     }
 }
 
-/// The result of walking a task's ledger.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct LedgerView {
-    pub task: String,
-    pub entries: usize,
-    pub head_seq: Option<u64>,
-    pub head: Option<String>,
-    /// The chain and every checkpoint verify.
-    pub ok: bool,
-    /// One line naming the first changed, removed or reordered entry.
-    pub problem: Option<String>,
-    /// The entry the problem names, and what happened to it (`changed`,
-    /// `removed`, `reordered`, `rewritten`, `bad_checkpoint`).
-    pub problem_seq: Option<u64>,
-    pub problem_kind: Option<ProblemKind>,
-    /// The newest checkpoint.
-    pub checkpoint: Option<CheckpointView>,
-    /// How many checkpoints the log was checked against.
-    pub checkpoints: usize,
-    /// Every entry's seq and hash, in order.
-    pub hashes: Vec<(u64, String)>,
+/// The wire name of what happened to a ledger's first bad entry.
+pub fn problem_kind(k: ProblemKind) -> cairn_api::ledger::ProblemKind {
+    use cairn_api::ledger::ProblemKind as Wire;
+    match k {
+        ProblemKind::Changed => Wire::Changed,
+        ProblemKind::Removed => Wire::Removed,
+        ProblemKind::Reordered => Wire::Reordered,
+        ProblemKind::Rewritten => Wire::Rewritten,
+        ProblemKind::BadCheckpoint => Wire::BadCheckpoint,
+    }
 }
 
 impl Runtime {
@@ -82,15 +66,15 @@ impl Runtime {
         }
         Ok(LedgerView {
             task: task.id.to_string(),
-            entries: report.entries,
+            entries: report.entries as u64,
             head_seq: report.head.as_ref().map(|h| h.0),
             head: report.head.as_ref().map(|h| h.1.clone()),
             ok: problem.is_none(),
             problem_seq: problem.as_ref().map(|p| p.seq),
-            problem_kind: problem.as_ref().map(|p| p.what),
+            problem_kind: problem.as_ref().map(|p| problem_kind(p.what)),
             problem: problem.map(|p| p.message),
-            checkpoint: checkpoints.last().map(CheckpointView::from),
-            checkpoints: checkpoints.len(),
+            checkpoint: checkpoints.last().map(checkpoint_view),
+            checkpoints: checkpoints.len() as u64,
             hashes: report.hashes,
         })
     }
@@ -108,7 +92,7 @@ impl Runtime {
         let signed = SignedCheckpoint::sign(&self.node_keys(), Checkpoint { task: report.task.clone(), seq, head, time_ms: now_ms(), key_id: String::new() });
         self.store.insert_checkpoint(&signed, actor).await?;
         tracing::info!(task = %report.task, seq, key = %signed.checkpoint.key_id, %actor, "checkpoint signed");
-        Ok(CheckpointView::from(&signed))
+        Ok(checkpoint_view(&signed))
     }
 
     /// Signs `payload` as a DSSE envelope with the node's current key.
