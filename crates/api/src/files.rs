@@ -13,6 +13,46 @@ pub struct CopiedIn {
     pub path: String,
 }
 
+/// What an entry of a listing is (a symlink is listed, not followed).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EntryKind {
+    File,
+    Dir,
+    Symlink,
+    /// A device, fifo or socket.
+    Other,
+}
+
+/// One entry of `GET /v1/tasks/{id}/dir?path=P`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DirEntry {
+    /// The entry's name (not valid UTF-8 is replaced lossily).
+    pub name: String,
+    pub kind: EntryKind,
+    /// Bytes, as `lstat` reports them.
+    pub size: u64,
+    /// Permission bits, e.g. `0o644` as 420.
+    pub mode: u32,
+    pub mtime_ms: i64,
+    /// A symlink's target, as written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
+}
+
+/// The answer of `GET /v1/tasks/{id}/dir?path=P`: a directory's entries,
+/// sorted by name.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DirListing {
+    /// The directory as resolved in the sandbox (symlinks followed inside
+    /// it).
+    pub path: String,
+    pub entries: Vec<DirEntry>,
+    /// True when the directory holds more than the listing's limit of
+    /// entries, and the rest were left out.
+    pub truncated: bool,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -20,5 +60,15 @@ mod tests {
     #[test]
     fn a_copy_in_keeps_the_daemons_field_names() {
         crate::assert_wire_shape(&CopiedIn { entries: 3, path: "/workspace/src".into() }, &["entries", "path"]);
+    }
+
+    #[test]
+    fn a_listing_names_kinds_in_snake_case_and_leaves_out_absent_targets() {
+        let entry = DirEntry { name: "a".into(), kind: EntryKind::Symlink, size: 1, mode: 0o777, mtime_ms: 5, target: Some("b".into()) };
+        let v = serde_json::to_value(&entry).unwrap();
+        assert_eq!(v["kind"], "symlink");
+        let file = DirEntry { kind: EntryKind::File, target: None, ..entry };
+        assert!(serde_json::to_value(&file).unwrap().get("target").is_none());
+        crate::assert_wire_shape(&DirListing { path: "/w".into(), entries: vec![file], truncated: false }, &["entries", "path", "truncated"]);
     }
 }

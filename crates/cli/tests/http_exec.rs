@@ -165,3 +165,45 @@ fn single_files_go_in_and_out_as_raw_bytes_and_links_out_are_refused() {
         assert!(!err["error"]["message"].as_str().unwrap().contains('\n'), "{text}");
     }
 }
+
+#[test]
+fn a_directory_lists_its_entries_without_following_links_out() {
+    common::require_root();
+    let d = Daemon::start();
+    let t = d.create(&[]);
+    d.sh(&t, "mkdir -p /workspace/l/sub && printf abc > /workspace/l/a.txt && chmod 640 /workspace/l/a.txt && ln -s /etc /workspace/l/out && ln -s /workspace/l /workspace/via");
+    let (code, body) = d.http_dir(&t, "/workspace/l");
+    assert_eq!(code, 200, "{}", String::from_utf8_lossy(&body));
+    let v: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(v["path"], "/workspace/l");
+    assert_eq!(v["truncated"], false);
+    let names: Vec<&str> = v["entries"].as_array().unwrap().iter().map(|e| e["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["a.txt", "out", "sub"], "sorted by name");
+    let a = &v["entries"][0];
+    assert_eq!((a["kind"].as_str(), a["size"].as_u64(), a["mode"].as_u64()), (Some("file"), Some(3), Some(0o640)));
+    let link = &v["entries"][1];
+    assert_eq!((link["kind"].as_str(), link["target"].as_str()), (Some("symlink"), Some("/etc")), "a link is listed, not followed");
+    assert_eq!(v["entries"][2]["kind"], "dir");
+
+    // A link on the way is followed inside the sandbox: /workspace/via is
+    // /workspace/l, never the host's directory of the same name.
+    let (code, body) = d.http_dir(&t, "/workspace/via");
+    assert_eq!(code, 200, "{}", String::from_utf8_lossy(&body));
+    assert_eq!(serde_json::from_slice::<Value>(&body).unwrap()["path"], "/workspace/l");
+    // /workspace/l/out is the sandbox's /etc (its own hostname file), not the host's.
+    let (code, body) = d.http_dir(&t, "/workspace/l/out");
+    assert_eq!(code, 200);
+    let sandbox_etc: Vec<String> = serde_json::from_slice::<Value>(&body).unwrap()["entries"].as_array().unwrap().iter().map(|e| e["name"].as_str().unwrap().to_owned()).collect();
+    let listed_in_sandbox = d.sh(&t, "ls -A /etc | LC_ALL=C sort").1;
+    assert_eq!(sandbox_etc.join("\n") + "\n", listed_in_sandbox);
+
+    // Bad input: one line naming what was wrong.
+    for (path, status) in [("/workspace/missing", 404), ("/workspace/l/a.txt", 400), ("../../etc", 400)] {
+        let (code, text) = d.http_dir(&t, path);
+        let text = String::from_utf8_lossy(&text).into_owned();
+        assert_eq!(code, status, "{path}: {text}");
+        let err: Value = serde_json::from_str(&text).unwrap();
+        let message = err["error"]["message"].as_str().unwrap();
+        assert!(!message.contains('\n') && (message.contains("sandbox path") || message.contains(path)), "{path}: {message}");
+    }
+}

@@ -718,6 +718,53 @@ fn single_files_never_reach_the_host_through_a_swapped_link_to_root() {
     file_race(Variant::HostRoot);
 }
 
+/// A directory listing resolves through the same walk: while `d` swaps
+/// with the link, it lists the sandbox's directory or fails, never the
+/// host's marker directory (whose `secret.txt` has the marker's size).
+fn dir_race(variant: Variant) {
+    let r = Race::new(variant);
+    let sub = r.sub();
+    let benign_listing = |body: &[u8]| -> bool {
+        let v: serde_json::Value = serde_json::from_slice(body).unwrap();
+        let entries = v["entries"].as_array().unwrap();
+        for e in entries {
+            let host_sized = e["name"] == "secret.txt" && e["size"].as_u64() == Some(r.marker.secret.len() as u64);
+            assert!(!host_sized, "HOST DIRECTORY LISTED: {variant:?} GET dir {sub}: {v}");
+        }
+        entries.iter().any(|e| e["name"] == "secret.txt" && e["size"].as_u64() == Some(BENIGN.len() as u64))
+    };
+    // Positive control, before the racer runs.
+    let (code, body) = r.d.http_dir(&r.id, &sub);
+    assert!(code == 200 && benign_listing(&body), "control: list {sub}: {code} {}", String::from_utf8_lossy(&body));
+
+    r.start_racer(&r.id);
+    let mut t = Tally::default();
+    for n in 1..=ROUNDS {
+        let (code, body) = r.d.http_dir(&r.id, &sub);
+        r.no_marker(&body, &format!("list #{n}"));
+        let ok = (200..300).contains(&code);
+        let o = Outcome { ok, stdout: Vec::new(), stderr: if ok { Vec::new() } else { body.clone() } };
+        t.record(&o);
+        t.benign += usize::from(ok && benign_listing(&body));
+        r.marker.assert_untouched(&format!("list #{n}"));
+    }
+    t.finish(&format!("{variant:?} GET dir {sub}"), ROUNDS);
+    r.racer_still_running(&r.id);
+    r.stop_racer(&r.id);
+    r.d.ok(&["destroy", &r.id]);
+    r.marker.assert_untouched("destroy");
+}
+
+#[test]
+fn listings_never_reach_the_host_through_a_swapped_link_to_the_marker_dir() {
+    dir_race(Variant::MarkerDir);
+}
+
+#[test]
+fn listings_never_reach_the_host_through_a_swapped_link_to_root() {
+    dir_race(Variant::HostRoot);
+}
+
 // --- snapshot, rollback, fork -------------------------------------------
 
 fn snapshot_id(o: &Outcome) -> String {

@@ -149,6 +149,48 @@ where
     }
 }
 
+/// Most entries [`list_dir`] answers; a larger directory is listed in part,
+/// flagged `truncated`.
+pub const MAX_LISTING: usize = 10_000;
+
+/// The entries of the sandbox directory `path`, resolved inside the sandbox
+/// (symlinks on the way followed there, never out of it).
+pub async fn list_dir(tasks: Arc<Runtime>, id: &str, path: String, actor: String) -> Result<cairn_api::files::DirListing, Error> {
+    use cairn_api::files::{DirEntry, DirListing, EntryKind};
+    let (task, live) = tasks.running(id, &actor).await?;
+    let (driver, tid) = (tasks.driver.clone(), task.id.to_string());
+    let listed = tokio::task::spawn_blocking(move || -> Result<_, cairn_sandbox::Error> {
+        let root = SandboxRoot::new(driver.open_root(&tid, live.init)?);
+        let (dir, resolved) = root.resolve(&path)?;
+        let (entries, truncated) = files::list_dir(&dir, MAX_LISTING).map_err(|e| match e {
+            cairn_sandbox::Error::Io(_, io) => cairn_sandbox::Error::Io(format!("sandbox path {path}"), io),
+            e => e,
+        })?;
+        Ok((resolved, entries, truncated))
+    })
+    .await?
+    .map_err(file_error)?;
+    let (resolved, entries, truncated) = listed;
+    let lossy = |s: &OsStr| s.to_string_lossy().into_owned();
+    let entries = entries
+        .into_iter()
+        .map(|e| DirEntry {
+            name: lossy(&e.name),
+            kind: match e.kind {
+                Kind::File => EntryKind::File,
+                Kind::Dir => EntryKind::Dir,
+                Kind::Symlink => EntryKind::Symlink,
+                Kind::Other | Kind::Missing => EntryKind::Other,
+            },
+            size: e.size,
+            mode: e.mode,
+            mtime_ms: e.mtime_ms,
+            target: e.link_target.as_deref().map(lossy),
+        })
+        .collect();
+    Ok(DirListing { path: resolved.to_string_lossy().into_owned(), entries, truncated })
+}
+
 /// Most bytes [`read_one`] returns and [`write_one`] takes: larger files
 /// go through a tar ([`download`], [`upload`]).
 pub const MAX_FILE: u64 = 64 << 20;

@@ -262,6 +262,57 @@ pub fn kind_at(dir: &OwnedFd, name: &OsStr) -> Result<Kind> {
     }
 }
 
+/// One entry of a directory listing, as `lstat` saw it: a symlink is listed
+/// with its target, never followed.
+#[derive(Debug)]
+pub struct Listed {
+    pub name: OsString,
+    pub kind: Kind,
+    pub size: u64,
+    /// Permission bits (`0o7777`).
+    pub mode: u32,
+    pub mtime_ms: i64,
+    pub link_target: Option<OsString>,
+}
+
+/// The entries of the directory `dir` (a descriptor, `O_PATH` or not, that
+/// the caller resolved beneath the sandbox root), sorted by name: at most
+/// `limit`, and whether some were left out. An entry that vanishes while it
+/// is read is skipped.
+pub fn list_dir(dir: &OwnedFd, limit: usize) -> Result<(Vec<Listed>, bool)> {
+    // Reopened for reading: `.` of the descriptor itself, nothing to follow.
+    let dir = fsat::open_beneath(dir, ".", OFlags::RDONLY | OFlags::DIRECTORY, 0).map_err(|e| Error::Io("open the directory".into(), e))?;
+    let names = fsat::read_dir(&dir).map_err(|e| Error::Io("read the directory".into(), e))?;
+    let truncated = names.len() > limit;
+    let mut out = Vec::with_capacity(names.len().min(limit));
+    for name in names.into_iter().take(limit) {
+        let st = match fsat::lstat_at(&dir, &name) {
+            Ok(st) => st,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(Error::Io(format!("stat {}", name.to_string_lossy()), e)),
+        };
+        let kind = match fsat::kind(&st) {
+            fsat::Kind::File => Kind::File,
+            fsat::Kind::Dir => Kind::Dir,
+            fsat::Kind::Symlink => Kind::Symlink,
+            _ => Kind::Other,
+        };
+        let link_target = match kind {
+            Kind::Symlink => fsat::readlink_at(&dir, &name).ok().map(OsString::from_vec),
+            _ => None,
+        };
+        out.push(Listed {
+            name: OsString::from_vec(name.into_bytes()),
+            kind,
+            size: st.st_size as u64,
+            mode: st.st_mode as u32 & 0o7777,
+            mtime_ms: st.st_mtime as i64 * 1000 + st.st_mtime_nsec as i64 / 1_000_000,
+            link_target,
+        });
+    }
+    Ok((out, truncated))
+}
+
 /// Reads the regular file `name` in `dir` (a final symlink is refused, not
 /// followed), at most `limit` bytes.
 pub fn read_file(dir: &OwnedFd, name: &OsStr, limit: u64) -> Result<Vec<u8>> {

@@ -404,6 +404,17 @@ impl Daemon {
     /// `GET` or `PUT /v1/tasks/{task}/file?path=P` with curl and the
     /// daemon's token: (status, body bytes).
     pub fn http_file(&self, task: &str, method: &str, path: &str, data: Option<&[u8]>) -> (u16, Vec<u8>) {
+        self.http_path(task, method, "file", path, data)
+    }
+
+    /// `GET /v1/tasks/{task}/dir?path=P`: (status, body bytes).
+    pub fn http_dir(&self, task: &str, path: &str) -> (u16, Vec<u8>) {
+        self.http_path(task, "GET", "dir", path, None)
+    }
+
+    /// `METHOD /v1/tasks/{task}/{route}?path=P` with curl and the daemon's
+    /// token: (status, body bytes).
+    pub fn http_path(&self, task: &str, method: &str, route: &str, path: &str, data: Option<&[u8]>) -> (u16, Vec<u8>) {
         let token = std::fs::read_to_string(self.home().join("token")).expect("the daemon's token");
         let dir = tempfile::tempdir().expect("a temporary directory");
         let body = dir.path().join("body");
@@ -419,7 +430,7 @@ impl Daemon {
             std::fs::write(&input, data).expect("write the request body");
             cmd.args(["-H", "content-type: application/octet-stream", "--data-binary", &format!("@{}", input.display())]);
         }
-        cmd.arg(format!("{}/v1/tasks/{task}/file?path={query}", self.url));
+        cmd.arg(format!("{}/v1/tasks/{task}/{route}?path={query}", self.url));
         let out = output_within(&mut cmd, CALL_DEADLINE);
         let code = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap_or(0);
         (code, std::fs::read(&body).unwrap_or_default())

@@ -5,6 +5,7 @@
 //! - One file as raw bytes: `GET /v1/tasks/{id}/file?path=P` answers its
 //!   content, `PUT` with the content as the body writes it (at most
 //!   `cairn_runtime::files::MAX_FILE` bytes either way).
+//! - A directory's entries: `GET /v1/tasks/{id}/dir?path=P`.
 
 use axum::body::Body;
 use axum::extract::{Path, Query};
@@ -20,10 +21,13 @@ use super::{actor, Rt};
 use crate::ApiError;
 
 pub(super) fn routes() -> Router<std::sync::Arc<cairn_runtime::Runtime>> {
-    Router::new().route("/v1/tasks/{id}/files", get(download).put(upload)).route(
-        "/v1/tasks/{id}/file",
-        get(read_one).put(write_one).layer(axum::extract::DefaultBodyLimit::max(cairn_runtime::files::MAX_FILE as usize)),
-    )
+    Router::new()
+        .route("/v1/tasks/{id}/files", get(download).put(upload))
+        .route(
+            "/v1/tasks/{id}/file",
+            get(read_one).put(write_one).layer(axum::extract::DefaultBodyLimit::max(cairn_runtime::files::MAX_FILE as usize)),
+        )
+        .route("/v1/tasks/{id}/dir", get(list_dir))
 }
 
 #[derive(Deserialize)]
@@ -71,4 +75,8 @@ async fn write_one(rt: Rt, Path(id): Path<String>, headers: HeaderMap, Query(q):
     let bytes = body.len();
     cairn_runtime::files::write_one(rt.0.clone(), &id, q.path.clone(), body, actor(&headers)).await?;
     Ok(Json(serde_json::json!({ "path": q.path, "bytes": bytes })))
+}
+
+async fn list_dir(rt: Rt, Path(id): Path<String>, headers: HeaderMap, Query(q): Query<OneFile>) -> Result<Json<cairn_api::files::DirListing>, ApiError> {
+    Ok(Json(cairn_runtime::files::list_dir(rt.0.clone(), &id, q.path, actor(&headers)).await?))
 }
