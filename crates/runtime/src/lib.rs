@@ -48,6 +48,7 @@ pub mod metrics;
 mod queries;
 mod reaper;
 pub mod rollback;
+pub mod run;
 pub mod runtime;
 mod services;
 mod slots;

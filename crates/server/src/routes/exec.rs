@@ -20,9 +20,10 @@ use axum::Router;
 use axum::response::sse::{Event as Sse, KeepAlive};
 use axum::response::IntoResponse;
 use axum::Json;
-use cairn_api::exec::{ClientFrame, ExecStart, RunAnswer, RunOutput, RunRequest, ServerFrame, RUN_OUTPUT_CAP, STDERR, STDIN, STDOUT};
+use cairn_api::exec::{ClientFrame, ExecStart, RunOutput, RunRequest, ServerFrame, STDERR, STDIN, STDOUT};
 use cairn_core::ExecExit;
 use cairn_runtime::exec::{ExecChannel, ExecInput, ExecOutput};
+use cairn_runtime::run::{self, RunStdin};
 use cairn_runtime::Runtime;
 use futures_util::{SinkExt, StreamExt};
 
@@ -104,94 +105,10 @@ fn text(frame: &ServerFrame) -> String {
     serde_json::to_string(frame).unwrap_or_default()
 }
 
-/// The runtime's start message for a plain HTTP run.
-fn start_of(req: RunRequest) -> Result<(ExecStart, Option<Vec<u8>>), ApiError> {
-    if req.cmd.is_empty() {
-        return Err(ApiError::bad_request("cmd is empty: give the program and its arguments, e.g. [\"ls\", \"-l\"]"));
-    }
-    let timeout_ms = match req.timeout {
-        None => None,
-        Some(t) if t.is_finite() && t > 0.0 && t <= 7.0 * 24.0 * 3600.0 => Some((t * 1000.0).ceil() as u64),
-        Some(t) => return Err(ApiError::bad_request(format!("timeout must be a number of seconds above 0 and at most a week, not {t}"))),
-    };
-    if let Some(k) = req.env.keys().find(|k| k.is_empty() || k.contains('=') || k.contains('\0')) {
-        return Err(ApiError::bad_request(format!("env name {k:?} is not a variable name")));
-    }
-    let start = ExecStart {
-        argv: req.cmd,
-        env: req.env.into_iter().map(|(k, v)| format!("{k}={v}")).collect(),
-        workdir: req.cwd,
-        stdin: req.stdin.is_some(),
-        tty: None,
-        timeout_ms,
-        risky: false,
-    };
-    Ok((start, req.stdin.map(String::into_bytes)))
-}
-
-/// What a run's client gives: its stdin once, then end of input.
-#[derive(Default)]
-struct Stdin(Option<Vec<u8>>, bool);
-
-impl Stdin {
-    async fn next(&mut self) -> ExecInput {
-        if let Some(data) = self.0.take().filter(|d| !d.is_empty()) {
-            return ExecInput::Stdin(data);
-        }
-        if !self.1 {
-            self.1 = true;
-            return ExecInput::Stdin(Vec::new());
-        }
-        std::future::pending().await
-    }
-}
-
-/// A plain HTTP run as the exec channel: output kept up to the cap.
-#[derive(Default)]
-struct Collect {
-    stdin: Stdin,
-    out: [Vec<u8>; 2],
-    truncated: bool,
-    exit: Option<ExecExit>,
-}
-
-impl ExecChannel for Collect {
-    async fn send(&mut self, out: ExecOutput<'_>) -> bool {
-        match out {
-            ExecOutput::Output(channel @ (STDOUT | STDERR), data) => {
-                let buf = &mut self.out[usize::from(channel == STDERR)];
-                let room = RUN_OUTPUT_CAP.saturating_sub(buf.len());
-                self.truncated |= data.len() > room;
-                buf.extend_from_slice(&data[..data.len().min(room)]);
-            }
-            ExecOutput::Frame(ServerFrame::Exit { exit, .. }) => self.exit = Some(exit.clone()),
-            _ => {}
-        }
-        true
-    }
-
-    async fn recv(&mut self) -> ExecInput {
-        self.stdin.next().await
-    }
-}
-
-fn answer(exit: ExecExit, stdout: &[u8], stderr: &[u8], truncated: bool) -> RunAnswer {
-    RunAnswer {
-        exit_code: exit.exit_code,
-        stdout: String::from_utf8_lossy(stdout).into_owned(),
-        stderr: String::from_utf8_lossy(stderr).into_owned(),
-        signal: exit.signal,
-        oom_killed: exit.oom_killed,
-        timed_out: exit.timed_out,
-        duration_ms: exit.duration_ms,
-        truncated,
-    }
-}
-
 /// A streamed run as the exec channel: each piece of output becomes an
 /// event; a client gone (the stream dropped) ends the command.
 struct Stream {
-    stdin: Stdin,
+    stdin: RunStdin,
     events: tokio::sync::mpsc::Sender<Sse>,
     exit: Option<ExecExit>,
 }
@@ -225,24 +142,21 @@ impl ExecChannel for Stream {
 
 async fn run(rt: Rt, Path(id): Path<String>, headers: HeaderMap, b: axum::body::Bytes) -> Result<Response, ApiError> {
     let req: RunRequest = super::body("exec", &b)?;
-    let (start, stdin) = start_of(req)?;
     let actor = actor(&headers);
     let streamed = headers.get("accept").and_then(|v| v.to_str().ok()).is_some_and(|a| a.contains("text/event-stream"));
     if !streamed {
-        let mut chan = Collect { stdin: Stdin(stdin, false), ..Default::default() };
-        rt.exec(&id, &actor, start, &mut chan).await?;
-        let exit = chan.exit.ok_or_else(|| ApiError::new(cairn_api::ErrorCode::Internal, "the command ended without an exit status"))?;
-        return Ok(Json(answer(exit, &chan.out[0], &chan.out[1], chan.truncated)).into_response());
+        return Ok(Json(rt.run(&id, &actor, req).await?).into_response());
     }
+    let (start, stdin) = run::start_of(req)?;
     // Refused before the stream starts when the task cannot run anything,
     // so those errors keep their status.
     rt.check_can_exec(&id).await?;
     let (tx, rx) = tokio::sync::mpsc::channel(64);
     let rt = rt.0.clone();
     tokio::spawn(async move {
-        let mut chan = Stream { stdin: Stdin(stdin, false), events: tx.clone(), exit: None };
+        let mut chan = Stream { stdin, events: tx.clone(), exit: None };
         let last = match rt.exec(&id, &actor, start, &mut chan).await {
-            Ok(()) => chan.exit.map(|exit| Sse::default().event("exit").json_data(answer(exit, &[], &[], false))),
+            Ok(()) => chan.exit.map(|exit| Sse::default().event("exit").json_data(run::answer(exit, &[], &[], false))),
             Err(e) => {
                 let e = ApiError::from(e);
                 Some(Sse::default().event("error").json_data(cairn_api::ErrorBody::new(e.code, e.message)))
