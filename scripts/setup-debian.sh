@@ -35,6 +35,12 @@ if ! python3 -c 'import securesystemslib.dsse, in_toto_attestation.v1.statement'
   python3 -m pip install -q 'securesystemslib[crypto]' in-toto in-toto-attestation 2>/dev/null ||
     python3 -m pip install -q --break-system-packages 'securesystemslib[crypto]' in-toto in-toto-attestation
 fi
+# The Python SDK, from this checkout, with what its tests need (pytest;
+# httpx and cryptography come with it). Reinstalled each run, so the
+# installed copy is this checkout's.
+echo "installing the Python SDK (sdk/python) and pytest"
+python3 -m pip install -q "$(dirname "$0")/../sdk/python[test]" 2>/dev/null ||
+  python3 -m pip install -q --break-system-packages "$(dirname "$0")/../sdk/python[test]"
 if ! command -v cargo >/dev/null; then
   if [[ -x $HOME/.cargo/bin/cargo ]]; then
     export PATH=$HOME/.cargo/bin:$PATH

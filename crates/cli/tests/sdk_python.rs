@@ -1,0 +1,64 @@
+//! The Python SDK (`sdk/python`) against a real daemon: its pytest suite
+//! runs with `CAIRN_URL` and `CAIRN_TOKEN` naming a daemon this test
+//! starts, importing the SDK from this checkout. Needs python3 with
+//! pytest, httpx, cryptography and standardwebhooks
+//! (`scripts/setup-debian.sh` installs them with `pip install
+//! ./sdk/python[test]`); it fails, never skips, when one is missing.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::Daemon;
+
+fn sdk_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../sdk/python").canonicalize().unwrap()
+}
+
+fn require_python_packages() {
+    let probe = Command::new("python3").args(["-c", "import pytest, httpx, cryptography, standardwebhooks"]).stdin(Stdio::null()).output();
+    match probe {
+        Err(e) => panic!("python3 is not installed ({e}): run scripts/setup-debian.sh"),
+        Ok(o) if !o.status.success() => panic!(
+            "a Python package the SDK tests need is missing: python3 -m pip install './sdk/python[test]' standardwebhooks, as scripts/setup-debian.sh does: {}",
+            String::from_utf8_lossy(&o.stderr).lines().last().unwrap_or("")
+        ),
+        Ok(_) => {}
+    }
+}
+
+#[test]
+fn the_python_sdk_suite_passes_against_a_real_daemon() {
+    common::require_root();
+    require_python_packages();
+    let d = Daemon::start();
+    let token = std::fs::read_to_string(d.home().join("token")).unwrap();
+    let sdk = sdk_dir();
+    let mut cmd = Command::new("python3");
+    cmd.args(["-m", "pytest", "-q", "-p", "no:cacheprovider"])
+        .arg(sdk.join("tests"))
+        .current_dir(&sdk)
+        .env("PYTHONPATH", sdk.join("src"))
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .env("CAIRN_URL", &d.url)
+        .env("CAIRN_TOKEN", token.trim())
+        .env_remove("CAIRN_HOME")
+        .stdin(Stdio::null());
+    let out = common::output_within(&mut cmd, Duration::from_secs(600));
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    eprintln!("{text}");
+    assert!(out.status.success(), "the SDK's tests failed:\n{text}");
+    // The suite ran for real: its summary counts passes and no skips.
+    let summary = text.lines().rev().find(|l| l.contains(" passed")).unwrap_or_else(|| panic!("no pytest summary:\n{text}"));
+    assert!(!summary.contains("skipped") && !summary.contains("failed"), "{summary}");
+    let passed: u32 = summary.split_whitespace().find_map(|w| w.parse().ok()).unwrap();
+    assert!(passed >= 15, "only {passed} SDK tests ran: {summary}");
+    // Every task the suite made, it destroyed.
+    let tasks: serde_json::Value = d.json(&["task", "list"]);
+    let live: Vec<&serde_json::Value> = tasks.as_array().unwrap().iter().filter(|t| t["state"] != "destroyed").collect();
+    assert!(live.is_empty(), "the SDK suite left tasks behind: {live:?}");
+}

@@ -1,0 +1,70 @@
+"""Cairn's Python SDK: tasks in sandboxes over durable state.
+
+    import cairn
+    c = cairn.Client()                      # CAIRN_URL/CAIRN_TOKEN, else $CAIRN_HOME
+    task = c.tasks.create(image="host")
+    print(task.exec(["echo", "hi"]).stdout)
+    task.files.write("/workspace/a.txt", b"hello")
+    snap = task.snapshot(kind="milestone", note="hello written")
+
+`cairn.AsyncClient` has the same calls, awaited.
+"""
+
+from ._async import AsyncClient, AsyncFiles, AsyncTask, AsyncTasks
+from ._errors import (
+    CairnError,
+    Conflict,
+    DaemonUnreachable,
+    Forbidden,
+    InternalError,
+    InvalidRequest,
+    NoSpace,
+    NotFound,
+    ProtocolError,
+    TooLarge,
+    Unauthorized,
+    Unavailable,
+    WaitTimeout,
+)
+from ._models import Deliverable, Delivery, DirEntry, EgressPolicy, Event, ExecResult, RollbackNote, Snapshot, TaskInfo, Wait
+from ._sync import Client, Files, Task, Tasks
+from ._verify import VerifyError, verify, verify_or_raise
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AsyncClient",
+    "AsyncFiles",
+    "AsyncTask",
+    "AsyncTasks",
+    "CairnError",
+    "Client",
+    "Conflict",
+    "DaemonUnreachable",
+    "Deliverable",
+    "Delivery",
+    "DirEntry",
+    "EgressPolicy",
+    "Event",
+    "ExecResult",
+    "Files",
+    "Forbidden",
+    "InternalError",
+    "InvalidRequest",
+    "NoSpace",
+    "NotFound",
+    "ProtocolError",
+    "RollbackNote",
+    "Snapshot",
+    "Task",
+    "TaskInfo",
+    "Tasks",
+    "TooLarge",
+    "Unauthorized",
+    "Unavailable",
+    "VerifyError",
+    "Wait",
+    "WaitTimeout",
+    "verify",
+    "verify_or_raise",
+]

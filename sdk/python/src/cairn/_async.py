@@ -1,0 +1,172 @@
+"""The asyncio client: `cairn.AsyncClient`, the same calls as `cairn.Client`, awaited."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Callable, Iterable
+
+from . import _ops as ops
+from ._models import DirEntry, Delivery, EgressPolicy, Event, ExecResult, RollbackNote, Snapshot, TaskInfo, Wait
+from ._transport import AsyncTransport, discover
+
+
+class AsyncClient:
+    """A connection to a Cairn daemon. With no arguments it finds the daemon
+    as the CLI does: `CAIRN_URL` and `CAIRN_TOKEN`, else the `url` and
+    `token` files of `$CAIRN_HOME` (or the default home)."""
+
+    def __init__(self, url: str | None = None, token: str | None = None, *, home: str | os.PathLike[str] | None = None, timeout: float | None = None) -> None:
+        url, token = discover(url, token, home)
+        self._t = AsyncTransport(url, token, timeout)
+        self.url = url
+        self.tasks = AsyncTasks(self)
+
+    async def close(self) -> None:
+        await self._t.close()
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def health(self) -> dict[str, Any]:
+        return await self._t.send(ops.Call("GET", "/v1/health"))
+
+
+class AsyncTasks:
+    def __init__(self, client: AsyncClient) -> None:
+        self._c = client
+
+    async def create(self, image: str | None = None, name: str | None = None, **options: Any) -> AsyncTask:
+        """A new task (its sandbox starts at once). Options: memory, cpus,
+        pids, disk, env (dict), workdir, allow, deny, services, risky,
+        idle_suspend, keep_last, expire_after."""
+        return AsyncTask(self._c, await self._c._t.run(ops.create_task(image, name, **options)))
+
+    async def get(self, id_or_name: str) -> AsyncTask:
+        return AsyncTask(self._c, await self._c._t.run(ops.get_task(id_or_name)))
+
+    async def list(self) -> list[AsyncTask]:
+        return [AsyncTask(self._c, t) for t in await self._c._t.run(ops.list_tasks())]
+
+
+class AsyncFiles:
+    """The files of a task's sandbox, by sandbox path."""
+
+    def __init__(self, task: AsyncTask) -> None:
+        self._task = task
+
+    async def read(self, path: str) -> bytes:
+        return await self._task._run(ops.read_file(self._task.id, path))
+
+    async def write(self, path: str, data: bytes | str) -> None:
+        await self._task._run(ops.write_file(self._task.id, path, data))
+
+    async def list(self, path: str) -> list[DirEntry]:
+        return await self._task._run(ops.list_files(self._task.id, path))
+
+
+class AsyncTask:
+    """One task. `info` is what the daemon said of it last; `refresh()` asks
+    again."""
+
+    def __init__(self, client: AsyncClient, info: TaskInfo) -> None:
+        self._c = client
+        self.id = info.id
+        self.info = info
+        self.files = AsyncFiles(self)
+
+    def __repr__(self) -> str:
+        return f"<Task {self.id} {self.info.state}>"
+
+    async def _run(self, op: ops.Op[Any]) -> Any:
+        return await self._c._t.run(op)
+
+    def _update(self, info: TaskInfo) -> AsyncTask:
+        self.info = info
+        return self
+
+    @property
+    def state(self) -> str:
+        return self.info.state
+
+    async def refresh(self) -> AsyncTask:
+        return self._update(await self._run(ops.get_task(self.id)))
+
+    async def exec(
+        self,
+        cmd: str | list[str],
+        *,
+        env: dict[str, str] | None = None,
+        cwd: str | None = None,
+        timeout: float | None = None,
+        stdin: str | None = None,
+        on_stdout: Callable[[str], None] | None = None,
+        on_stderr: Callable[[str], None] | None = None,
+    ) -> ExecResult:
+        """Runs `cmd` (an argv list, or a string for `sh -c`) to its end. With
+        `on_stdout`/`on_stderr`, output is streamed to them as it comes."""
+        return await self._run(ops.exec_(self.id, cmd, env=env, cwd=cwd, timeout=timeout, stdin=stdin, on_stdout=on_stdout, on_stderr=on_stderr))
+
+    async def snapshot(self, kind: str = "manual", note: str | None = None, *, healthy: bool | None = None) -> Snapshot:
+        """kind: `milestone`, `pre-risk`, `branch` or `manual`."""
+        return await self._run(ops.snapshot(self.id, kind, note, healthy))
+
+    async def snapshots(self) -> list[Snapshot]:
+        return await self._run(ops.snapshots(self.id))
+
+    async def rollback(self, to: str | None = None, *, last_healthy: bool = False, reason: str) -> RollbackNote:
+        """Rolls the task back in place; the note (with `reason`) stays on the
+        task for the agent to read."""
+        return await self._run(ops.rollback(self.id, to, last_healthy, reason))
+
+    async def fork(self, from_: str | None = None, count: int = 1) -> list[AsyncTask]:
+        return [AsyncTask(self._c, t) for t in await self._run(ops.fork(self.id, from_, count))]
+
+    async def wait_for_approval(self, prompt: str, *, timeout: float | None = None, on_wait: Callable[[Wait], None] | None = None) -> Event:
+        """Suspends the task until a person approves or rejects at the wait's
+        `approval_url` (given to `on_wait`); answers the approval event
+        (`event.data["decision"]` is `approve` or `reject`) once the task runs again."""
+        return await self._run(ops.wait_for(self.id, {"approval": prompt}, timeout, on_wait))
+
+    async def wait_for_webhook(self, name: str, *, timeout: float | None = None, on_wait: Callable[[Wait], None] | None = None) -> Event:
+        return await self._run(ops.wait_for(self.id, {"webhook": name}, timeout, on_wait))
+
+    async def wait_for_timer(self, seconds: float, *, timeout: float | None = None, on_wait: Callable[[Wait], None] | None = None) -> Event:
+        return await self._run(ops.wait_for(self.id, {"timer": f"{int(seconds * 1000)}ms"}, timeout, on_wait))
+
+    async def approve(self, approve: bool = True, comment: str | None = None) -> Any:
+        return await self._run(ops.approve(self.id, approve, comment))
+
+    async def send_event(self, name: str, data: Any = None) -> Any:
+        return await self._run(ops.send_event(self.id, name, data))
+
+    async def suspend(self) -> AsyncTask:
+        return self._update(await self._run(ops.state_change(self.id, "suspend")))
+
+    async def resume(self) -> AsyncTask:
+        return self._update(await self._run(ops.state_change(self.id, "resume")))
+
+    async def allow(self, *rules: str) -> EgressPolicy:
+        return await self._run(ops.egress(self.id, allow=rules))
+
+    async def deny(self, *rules: str) -> EgressPolicy:
+        return await self._run(ops.egress(self.id, deny=rules))
+
+    async def deliver(
+        self,
+        files: Iterable[str] = (),
+        *,
+        archive: str | None = None,
+        patch: bool = False,
+        report: str | None = None,
+        complete: bool = False,
+        out: str | os.PathLike[str] | None = None,
+    ) -> Delivery:
+        """Stores the deliverables with a signed record; with `out`, also
+        writes them and `record.json` there (for `cairn.verify`)."""
+        return await self._run(ops.deliver(self.id, files, archive, patch, report, complete, out))
+
+    async def destroy(self) -> AsyncTask:
+        return self._update(await self._run(ops.destroy(self.id)))

@@ -1,0 +1,226 @@
+"""What the daemon answers, as typed objects. Each keeps the whole answer in
+`raw`, so fields this version does not name are still there."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class RollbackNote:
+    """Why the task's work was last undone: an agent reads it to not repeat it."""
+
+    from_: str | None
+    to: str
+    from_step: int | None
+    reason: str
+    time_ms: int | None
+    raw: dict[str, Any] = field(repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, v: dict[str, Any]) -> RollbackNote:
+        return cls(v.get("from"), v.get("to", ""), v.get("from_step"), v.get("reason", ""), v.get("time_ms"), v)
+
+
+@dataclass(frozen=True)
+class TaskInfo:
+    """A task as the daemon describes it (`GET /v1/tasks/{id}`)."""
+
+    id: str
+    name: str | None
+    state: str
+    step: int
+    sandbox: str | None
+    rollback_note: RollbackNote | None
+    recovery_note: Any
+    created_ms: int | None
+    raw: dict[str, Any] = field(repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, v: dict[str, Any]) -> TaskInfo:
+        note = v.get("rollback_note")
+        return cls(
+            v["id"],
+            v.get("name"),
+            v.get("state", ""),
+            v.get("step", 0),
+            v.get("sandbox"),
+            RollbackNote.from_json(note) if note else None,
+            v.get("recovery_note"),
+            v.get("created_ms"),
+            v,
+        )
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    """A command's end: exit code (None when a signal ended it) and output.
+    Output past the daemon's cap is cut, and `truncated` says so."""
+
+    exit_code: int | None
+    stdout: str
+    stderr: str
+    signal: int | None = None
+    oom_killed: bool = False
+    timed_out: bool = False
+    duration_ms: float = 0.0
+    truncated: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0
+
+    @classmethod
+    def from_json(cls, v: dict[str, Any], stdout: str | None = None, stderr: str | None = None) -> ExecResult:
+        return cls(
+            v.get("exit_code"),
+            v.get("stdout", "") if stdout is None else stdout,
+            v.get("stderr", "") if stderr is None else stderr,
+            v.get("signal"),
+            bool(v.get("oom_killed")),
+            bool(v.get("timed_out")),
+            float(v.get("duration_ms") or 0.0),
+            bool(v.get("truncated")),
+        )
+
+
+@dataclass(frozen=True)
+class DirEntry:
+    name: str
+    kind: str
+    """`file`, `dir`, `symlink` or `other`."""
+    size: int
+    mode: int
+    mtime_ms: int
+    target: str | None = None
+
+    @classmethod
+    def from_json(cls, v: dict[str, Any]) -> DirEntry:
+        return cls(v["name"], v["kind"], v.get("size", 0), v.get("mode", 0), v.get("mtime_ms", 0), v.get("target"))
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    id: str
+    task: str
+    kind: str
+    note: str | None
+    healthy: bool | None
+    step: int
+    files: int
+    added_bytes: int
+    raw: dict[str, Any] = field(repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, v: dict[str, Any]) -> Snapshot:
+        return cls(
+            v["id"], v.get("task", ""), v.get("kind", ""), v.get("note"), v.get("healthy"), v.get("step", 0), v.get("files", 0), v.get("added_bytes", 0), v
+        )
+
+
+@dataclass(frozen=True)
+class Event:
+    """An event that reached the task's inbox: an approval, a webhook, a timer
+    or an operator's event. `data` is what it carried."""
+
+    id: str
+    source: str
+    name: str | None
+    data: Any
+    received_ms: int | None
+    wait: str | None
+    raw: dict[str, Any] = field(repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, v: dict[str, Any]) -> Event:
+        return cls(v["id"], v.get("source", ""), v.get("name"), v.get("data"), v.get("received_ms"), v.get("wait"), v)
+
+
+@dataclass(frozen=True)
+class Wait:
+    """A wait of a task: pending until its event arrives, while the task is
+    suspended. `approval_url` is the signed page a person approves at;
+    `webhook_url` where a sender posts."""
+
+    id: str
+    task: str
+    kind: str
+    state: str
+    task_state: str
+    approval_url: str | None
+    webhook_url: str | None
+    event: Event | None
+    raw: dict[str, Any] = field(repr=False, compare=False)
+
+    @property
+    def woken(self) -> bool:
+        """Satisfied, and the task runs again."""
+        return self.state == "satisfied" and self.task_state == "running"
+
+    @classmethod
+    def from_json(cls, v: dict[str, Any]) -> Wait:
+        ev = v.get("event")
+        return cls(
+            v["id"],
+            v.get("task", ""),
+            v.get("kind", ""),
+            v.get("state", ""),
+            v.get("task_state", ""),
+            v.get("approval_url"),
+            v.get("webhook_url"),
+            Event.from_json(ev) if ev else None,
+            v,
+        )
+
+
+@dataclass(frozen=True)
+class Deliverable:
+    name: str
+    kind: str
+    source: str | None
+    sha256: str
+    size: int
+
+    @classmethod
+    def from_json(cls, v: dict[str, Any]) -> Deliverable:
+        return cls(v["name"], v.get("kind", ""), v.get("source"), v["sha256"], v.get("size", 0))
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """What `deliver` stored: the signed record's id, the deliverables, the
+    ledger entry it is anchored to, and where `out=` wrote them."""
+
+    task: str
+    record_id: str
+    deliverables: list[Deliverable]
+    ledger_seq: int
+    ledger_head: str
+    completed: bool
+    record_path: str | None
+    raw: dict[str, Any] = field(repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, v: dict[str, Any], record_path: str | None = None) -> Delivery:
+        return cls(
+            v["task"],
+            v["record_id"],
+            [Deliverable.from_json(d) for d in v.get("deliverables", [])],
+            v.get("ledger_seq", 0),
+            v.get("ledger_head", ""),
+            bool(v.get("completed")),
+            record_path,
+            v,
+        )
+
+
+@dataclass(frozen=True)
+class EgressPolicy:
+    allow: list[str]
+    deny: list[str]
+    raw: dict[str, Any] = field(repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, v: dict[str, Any]) -> EgressPolicy:
+        return cls(list(v.get("allow", [])), list(v.get("deny", [])), v)
