@@ -3,9 +3,10 @@
 use cairn_core::TaskId;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use utoipa::ToSchema;
 
 /// Body of `POST /v1/tasks/{id}/deliveries`.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DeliverRequest {
     #[serde(default)]
@@ -22,7 +23,7 @@ pub struct DeliverRequest {
 }
 
 /// One deliverable as recorded.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct Deliverable {
     /// Its file name in the record and in `--out`.
     pub name: String,
@@ -35,7 +36,7 @@ pub struct Deliverable {
 }
 
 /// The answer of a delivery.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct DeliveryView {
     pub task: TaskId,
     /// SHA-256 of the record's bytes, its key in the blob store.

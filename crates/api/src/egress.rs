@@ -3,10 +3,11 @@
 use cairn_core::TaskId;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use utoipa::ToSchema;
 
 /// Body of `POST /v1/tasks/{id}/egress`: rules to add (each moves out of
 /// the other list if it was there), after clearing both lists if asked.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PolicyUpdate {
     #[serde(default)]
@@ -18,7 +19,7 @@ pub struct PolicyUpdate {
 }
 
 /// `GET /v1/tasks/{id}/egress`: the policy and every decision so far.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct EgressView {
     pub task: TaskId,
     pub allow: Vec<String>,
@@ -29,11 +30,14 @@ pub struct EgressView {
 /// One decision-log entry: when, and the attempt (host, port, address,
 /// allowed, rule, reason, status, bytes, duration), as the proxy
 /// recorded it.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct Decision {
     pub seq: u64,
     pub time_ms: i64,
+    // Kept as a map (see `Decision::attempt`); documented as the typed
+    // attempt.
     #[serde(flatten)]
+    #[schema(value_type = Attempt)]
     pub attempt: serde_json::Map<String, Value>,
 }
 
@@ -47,7 +51,7 @@ impl Decision {
 
 /// One connection attempt through a task's egress proxy, as its decision
 /// log records it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct Attempt {
     pub kind: AttemptKind,
     /// Normalised when it could be, else as sent (truncated); empty when
@@ -77,7 +81,7 @@ pub struct Attempt {
 }
 
 /// What the client asked the proxy for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum AttemptKind {
     /// A `CONNECT` tunnel.

@@ -3,9 +3,10 @@
 //! the message is one line meant for people.
 
 use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 
 /// What kind of failure an error answer reports.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ErrorCode {
     /// The request is malformed or names something invalid (400).
@@ -45,6 +46,21 @@ impl ErrorCode {
         }
     }
 
+    /// The code as it appears on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorCode::Invalid => "invalid",
+            ErrorCode::Unauthorized => "unauthorized",
+            ErrorCode::Forbidden => "forbidden",
+            ErrorCode::NotFound => "not_found",
+            ErrorCode::Conflict => "conflict",
+            ErrorCode::TooLarge => "too_large",
+            ErrorCode::Unavailable => "unavailable",
+            ErrorCode::NoSpace => "no_space",
+            ErrorCode::Internal => "internal",
+        }
+    }
+
     /// The code for an HTTP status (`internal` for any other 5xx,
     /// `invalid` for any other 4xx).
     pub fn for_status(status: u16) -> ErrorCode {
@@ -77,12 +93,12 @@ impl ErrorCode {
 }
 
 /// The body of every error answer.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct ErrorBody {
     pub error: ErrorDetail,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct ErrorDetail {
     pub code: ErrorCode,
     /// One line naming what was wrong.
@@ -103,6 +119,7 @@ mod tests {
     fn codes_and_statuses_map_both_ways_and_serialise_as_snake_case() {
         for code in ErrorCode::ALL {
             assert_eq!(ErrorCode::for_status(code.status()), code, "{code:?}");
+            assert_eq!(serde_json::to_value(code).unwrap_or_default(), code.as_str());
         }
         assert_eq!(ErrorCode::for_status(422), ErrorCode::Invalid);
         assert_eq!(ErrorCode::for_status(502), ErrorCode::Internal);

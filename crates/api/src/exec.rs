@@ -12,6 +12,7 @@
 
 use cairn_core::ExecExit;
 use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 
 /// The channel byte that starts a binary frame.
 pub const STDIN: u8 = 0;
@@ -19,14 +20,14 @@ pub const STDOUT: u8 = 1;
 pub const STDERR: u8 = 2;
 
 /// A terminal size.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct WinSize {
     pub rows: u16,
     pub cols: u16,
 }
 
 /// The first message: what to run.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ExecStart {
     pub argv: Vec<String>,
@@ -45,14 +46,14 @@ pub struct ExecStart {
 }
 
 /// A text frame from the client after the start.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(tag = "type", rename_all = "lowercase")]
 pub enum ClientFrame {
     Resize { rows: u16, cols: u16 },
 }
 
 /// A text frame from the daemon.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(tag = "type", rename_all = "kebab-case")]
 pub enum ServerFrame {
     /// A `pre-risk` snapshot was taken before the command.
@@ -98,7 +99,7 @@ mod tests {
 /// `Accept: text/event-stream`, its output as server-sent events as it
 /// comes (`stdout` and `stderr` events of [`RunOutput`], then one `exit`
 /// event of a [`RunAnswer`] without the output).
-#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RunRequest {
     /// The program and its arguments.
@@ -116,7 +117,7 @@ pub struct RunRequest {
 
 /// The answer to a [`RunRequest`]: how the command ended and what it
 /// wrote, each stream capped at [`RUN_OUTPUT_CAP`] bytes.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize, ToSchema)]
 pub struct RunAnswer {
     pub exit_code: i32,
     /// Its output as text (invalid UTF-8 replaced).
@@ -135,7 +136,7 @@ pub struct RunAnswer {
 pub const RUN_OUTPUT_CAP: usize = 1 << 20;
 
 /// One `stdout` or `stderr` server-sent event of a streamed run.
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize, ToSchema)]
 pub struct RunOutput {
     /// The bytes as text (invalid UTF-8 replaced; a character split across
     /// two reads may show as replacement characters).

@@ -1,10 +1,12 @@
-//! `cairn cp`: copies out are a tar stream; a copy in answers JSON.
+//! `cairn cp`: copies out are a tar stream; a copy in answers JSON. One
+//! file is raw bytes either way; a write answers JSON.
 
 use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 
 /// The answer of `PUT /v1/tasks/{id}/files?path=P&name=N`: the tar was
 /// unpacked.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct CopiedIn {
     /// Entries written (files, directories, links).
     pub entries: u64,
@@ -14,7 +16,7 @@ pub struct CopiedIn {
 }
 
 /// What an entry of a listing is (a symlink is listed, not followed).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum EntryKind {
     File,
@@ -25,7 +27,7 @@ pub enum EntryKind {
 }
 
 /// One entry of `GET /v1/tasks/{id}/dir?path=P`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct DirEntry {
     /// The entry's name (not valid UTF-8 is replaced lossily).
     pub name: String,
@@ -42,7 +44,7 @@ pub struct DirEntry {
 
 /// The answer of `GET /v1/tasks/{id}/dir?path=P`: a directory's entries,
 /// sorted by name.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct DirListing {
     /// The directory as resolved in the sandbox (symlinks followed inside
     /// it).
@@ -53,6 +55,15 @@ pub struct DirListing {
     pub truncated: bool,
 }
 
+/// The answer of `PUT /v1/tasks/{id}/file?path=P`: the file was written.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct Written {
+    /// The path as the request gave it.
+    pub path: String,
+    /// Bytes written.
+    pub bytes: u64,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -60,6 +71,7 @@ mod tests {
     #[test]
     fn a_copy_in_keeps_the_daemons_field_names() {
         crate::assert_wire_shape(&CopiedIn { entries: 3, path: "/workspace/src".into() }, &["entries", "path"]);
+        crate::assert_wire_shape(&Written { path: "/workspace/notes.md".into(), bytes: 12 }, &["path", "bytes"]);
     }
 
     #[test]

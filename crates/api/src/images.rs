@@ -1,10 +1,11 @@
 //! Images.
 
 use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 
 /// Body of `POST /v1/images`: import a directory or archive on the
 /// daemon's host as an image.
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ImportRequest {
     pub name: String,
@@ -13,7 +14,7 @@ pub struct ImportRequest {
 }
 
 /// An image as `GET /v1/images` lists it and an import answers it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct Image {
     pub name: String,
     pub kind: ImageKind,
@@ -34,7 +35,7 @@ pub struct Image {
     pub dropped: Dropped,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum ImageKind {
     /// The built-in image made from the host's own userland.
@@ -53,7 +54,7 @@ impl ImageKind {
 }
 
 /// A host directory shown read-only at a path inside the image.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct Projection {
     pub host_path: String,
     /// Absolute path inside the sandbox.
@@ -61,7 +62,7 @@ pub struct Projection {
 }
 
 /// Counts of what an import dropped.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct Dropped {
     /// Character and block devices: the sandbox gets its `/dev` elsewhere.
     pub devices: u64,
@@ -72,7 +73,7 @@ pub struct Dropped {
 }
 
 /// The answer of `DELETE /v1/images/{name}`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct Removed {
     /// The image's name.
     pub removed: String,

@@ -3,10 +3,11 @@
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use utoipa::ToSchema;
 
 /// `GET /v1/tasks/{id}/ledger`: the chain walked and checked against every
 /// signed checkpoint of the task.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct LedgerView {
     pub task: String,
     pub entries: u64,
@@ -30,7 +31,7 @@ pub struct LedgerView {
 }
 
 /// What happened to the first bad entry of a ledger.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ProblemKind {
     /// Its content (or its stored hash) is not what was written.
@@ -48,7 +49,7 @@ pub enum ProblemKind {
 
 /// A signed checkpoint of a task's chain head: in a [`LedgerView`], and
 /// the answer of `POST /v1/tasks/{id}/checkpoint`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct CheckpointView {
     pub task: String,
     pub seq: u64,
@@ -64,7 +65,7 @@ pub struct CheckpointView {
 
 /// A public key the node signs or signed with: `GET /v1/keys` lists them,
 /// current first; `POST /v1/keys/rotate` answers the new one.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct KeyInfo {
     pub key_id: String,
     /// The raw ed25519 public key, 64 hex characters.

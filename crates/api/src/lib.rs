@@ -2,13 +2,15 @@
 //! deserialises requests and serialises answers) and the CLI (the other
 //! way round): one module per group of routes, the error body with its
 //! stable machine-readable codes, and the exec protocol's frames. Serde
-//! types only: no HTTP, no I/O.
+//! types and their OpenAPI schemas (`utoipa::ToSchema`, which the daemon's
+//! `/v1/openapi.json` is built from) only: no HTTP, no I/O.
 
 pub mod deliver;
 pub mod egress;
 pub mod error;
 pub mod exec;
 pub mod files;
+pub mod health;
 pub mod images;
 pub mod ledger;
 pub mod snapshots;

@@ -2,9 +2,10 @@
 
 use cairn_core::{RollbackNote, SnapshotId, SnapshotKind, TaskId};
 use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 
 /// Body of `POST /v1/tasks/{id}/snapshots`.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SnapshotRequest {
     pub kind: Option<String>,
@@ -16,7 +17,7 @@ pub struct SnapshotRequest {
 
 /// Body of `POST /v1/tasks/{id}/rollback`: exactly one of `to` and
 /// `last_healthy`.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RollbackRequest {
     pub to: Option<String>,
@@ -26,7 +27,7 @@ pub struct RollbackRequest {
 }
 
 /// Body of `POST /v1/tasks/{id}/fork`.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ForkRequest {
     pub from: Option<String>,
@@ -34,7 +35,7 @@ pub struct ForkRequest {
 }
 
 /// Body of `POST /v1/gc`.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct GcRequest {
     #[serde(default)]
@@ -44,7 +45,7 @@ pub struct GcRequest {
 }
 
 /// Body of `POST /v1/check`.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CheckRequest {
     /// Also read and hash every pack, not only list them.
@@ -53,7 +54,7 @@ pub struct CheckRequest {
 }
 
 /// A long operation in progress on a task, for `GET /v1/tasks/{id}/progress`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct OpProgress {
     /// `snapshot`, `restore`, `rollback` or `fork`.
     pub op: String,
@@ -67,7 +68,7 @@ pub struct OpProgress {
 
 /// `GET /v1/tasks/{id}/snapshots/diff?a=A&b=B`: sandbox paths (a layer's
 /// mount point joined with the entry's path), each list sorted.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct Diff {
     pub added: Vec<String>,
     pub changed: Vec<String>,
@@ -75,7 +76,7 @@ pub struct Diff {
 }
 
 /// The answer of a rollback in place.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct RollbackAnswer {
     /// The task, with the same id as before.
     pub task: TaskId,
@@ -90,7 +91,7 @@ pub struct RollbackAnswer {
 }
 
 /// What restoring a snapshot onto a task's disk did.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct RestoreStats {
     pub files_written: u64,
     pub bytes_written: u64,
@@ -104,7 +105,7 @@ pub struct RestoreStats {
 
 /// The answer of `POST /v1/gc`: what retention expired, then what the
 /// mark and sweep freed (with `dry_run`: what they would).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct GcAnswer {
     pub dry_run: bool,
     /// Unreferenced objects younger than this were kept.
@@ -117,7 +118,7 @@ pub struct GcAnswer {
 }
 
 /// A snapshot whose record retention removed.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct ExpiredSnapshot {
     pub id: SnapshotId,
     pub task: TaskId,
@@ -125,7 +126,7 @@ pub struct ExpiredSnapshot {
 }
 
 /// What the blob store's mark and sweep did.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct GcReport {
     pub packs_deleted: u64,
     pub manifests_deleted: u64,
@@ -143,7 +144,7 @@ pub struct GcReport {
 }
 
 /// The answer of `POST /v1/check`.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct CheckReport {
     pub packs: u64,
     pub chunks: u64,

@@ -2,9 +2,10 @@
 
 use cairn_core::Task;
 use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 
 /// Body of `POST /v1/tasks`. Limits are given as a user would type them.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateRequest {
     pub image: Option<String>,
@@ -39,7 +40,7 @@ pub struct CreateRequest {
 }
 
 /// Limits as a user reads them.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct LimitsView {
     pub memory: String,
     pub cpus: String,
@@ -48,7 +49,7 @@ pub struct LimitsView {
 }
 
 /// A task as the API returns it.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct TaskView {
     #[serde(flatten)]
     pub task: Task,

@@ -3,9 +3,10 @@
 use cairn_core::{InboxEvent, TaskId, TaskState, Wait, WaitFor, WaitId};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use utoipa::ToSchema;
 
 /// Body of `POST /v1/tasks/{id}/waits`: exactly one of the three.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct WaitRequest {
     pub approval: Option<String>,
@@ -15,10 +16,11 @@ pub struct WaitRequest {
 }
 
 /// Body of `POST /v1/tasks/{id}/approve`.
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ApproveRequest {
     #[serde(default = "yes")]
+    #[schema(default = true)]
     pub approve: bool,
     pub comment: Option<String>,
 }
@@ -34,7 +36,7 @@ fn yes() -> bool {
 }
 
 /// Body of `POST /v1/tasks/{id}/inbox`: an operator's event.
-#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct EventRequest {
     pub name: String,
@@ -44,7 +46,7 @@ pub struct EventRequest {
 
 /// A wait as the API returns it: the wait's own fields, with the event that
 /// satisfied it in full (not its id).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct WaitView {
     pub id: WaitId,
     pub task: TaskId,
@@ -84,7 +86,7 @@ impl WaitView {
 
 /// What delivering an event did (the answer to an event, an approval or a
 /// webhook).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct Delivered {
     /// The stored event (for a repeated delivery: the first one).
     pub event: InboxEvent,

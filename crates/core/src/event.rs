@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use crate::TaskId;
 
 /// What an event-log entry records.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum EventKind {
     Create,
@@ -93,7 +93,7 @@ pub struct NewEvent {
 }
 
 /// A stored event-log entry.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Event {
     /// Position in the task's log, from 1, without gaps.
     pub seq: u64,

@@ -15,7 +15,7 @@ const RANDOM_LEN: usize = 11;
 /// Short enough to type, valid as a hostname (the sandbox's hostname is its
 /// task id) and as a path component, and random enough (55 bits) that ids never
 /// collide in practice; the store's primary key catches it if one ever does.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(try_from = "String", into = "String")]
 pub struct TaskId(String);
 

@@ -14,7 +14,7 @@ const TIB: u64 = 1024 * GIB;
 ///
 /// `cpus` is kept in thousandths of a CPU so that limits compare exactly and
 /// map directly onto a CFS quota.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Limits {
     pub memory_bytes: u64,
     pub millicpus: u32,

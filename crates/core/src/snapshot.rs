@@ -15,7 +15,7 @@ const RANDOM_LEN: usize = 9;
 /// A snapshot id: `s` and 9 characters of the task-id alphabet, e.g.
 /// `s4k8mzq2ab`. Short to type, never reused (the store's key), and stable:
 /// a snapshot keeps its id for life.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(try_from = "String", into = "String")]
 pub struct SnapshotId(String);
 
@@ -64,7 +64,7 @@ impl fmt::Display for SnapshotId {
 }
 
 /// Why a snapshot was taken.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum SnapshotKind {
     /// A milestone landed (environment ready, tests green).
@@ -109,7 +109,7 @@ impl fmt::Display for SnapshotKind {
 
 /// The durable record of one snapshot. The data (the writable layer) is the
 /// manifest named by `manifest` in the blob store.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Snapshot {
     pub id: SnapshotId,
     pub task: TaskId,
@@ -136,7 +136,7 @@ pub struct Snapshot {
 }
 
 /// What the agent is told after a rollback: from where, to where, and why.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct RollbackNote {
     /// The latest snapshot before the rollback, if there was one.
     pub from: Option<SnapshotId>,
@@ -150,7 +150,7 @@ pub struct RollbackNote {
 /// Which snapshots of a task to keep. Expired snapshots lose their record;
 /// their data goes at the next `cairn gc`. The latest snapshot and the
 /// latest healthy one are always kept, whatever the policy says.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(default)]
 pub struct Retention {
     /// Keep the newest `keep_last` snapshots (0: no such rule).
@@ -160,6 +160,7 @@ pub struct Retention {
     /// Snapshots outside the rules above expire this long after they were
     /// taken (`None`: never).
     #[serde(with = "opt_duration_ms")]
+    #[schema(value_type = Option<u64>, default = default_expire_after_ms)]
     pub expire_after: Option<Duration>,
 }
 
@@ -167,6 +168,12 @@ impl Default for Retention {
     fn default() -> Self {
         Retention { keep_last: 20, keep_milestones: true, expire_after: Some(Duration::from_secs(7 * 24 * 3600)) }
     }
+}
+
+/// The default `expire_after` as the wire has it (milliseconds), for the
+/// schema: its derive would write the `Duration` itself.
+fn default_expire_after_ms() -> Option<u64> {
+    Retention::default().expire_after.map(|d| d.as_millis() as u64)
 }
 
 impl Retention {

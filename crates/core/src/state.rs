@@ -7,7 +7,7 @@ use crate::Error;
 
 /// The durable lifecycle state of a task (see the state diagram in the
 /// design brief). Later stages add suspend, wake and delivery.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum TaskState {
     Created,
@@ -182,7 +182,7 @@ impl FromStr for TaskState {
 }
 
 /// Whether a task's ephemeral compute currently exists.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum SandboxState {
     /// No sandbox: not started yet, or torn down.

@@ -6,7 +6,7 @@ pub const DEFAULT_IMAGE: &str = "host";
 pub const DEFAULT_WORKDIR: &str = "/workspace";
 
 /// One `KEY=VALUE` environment variable.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct EnvVar {
     pub key: String,
     pub value: String,
@@ -66,7 +66,7 @@ pub fn check_image_name(s: &str) -> Result<(), Error> {
 }
 
 /// The environment a task's sandbox is built from.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct TaskConfig {
     pub image: String,
     pub limits: Limits,
@@ -94,7 +94,7 @@ pub struct TaskConfig {
 /// A task's egress allow and deny rules (`HOST[:PORT]`, `*.example.com`),
 /// kept in the normalised form the egress crate checked them in. Empty
 /// allow: the sandbox is offline.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct EgressRules {
     #[serde(default)]
     pub allow: Vec<String>,
@@ -119,7 +119,7 @@ impl Default for TaskConfig {
 }
 
 /// The durable record of a task.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Task {
     pub id: TaskId,
     pub name: Option<String>,
@@ -164,7 +164,7 @@ impl Task {
 }
 
 /// How a command ended.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ExecExit {
     /// The code `cairn exec` exits with: the command's code, 128+signal when it
     /// was killed, or [`ExecExit::TIMEOUT_CODE`] when it ran out of time.

@@ -18,7 +18,7 @@ const RANDOM_LEN: usize = 11;
 macro_rules! prefixed_id {
     ($name:ident, $prefix:literal, $what:literal) => {
         #[doc = concat!("A ", $what, " id: `", $prefix, "` and 11 random characters.")]
-        #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+        #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, utoipa::ToSchema)]
         #[serde(try_from = "String", into = "String")]
         pub struct $name(String);
 
@@ -70,7 +70,7 @@ prefixed_id!(WaitId, 'w', "wait");
 prefixed_id!(InboxId, 'e', "event");
 
 /// What a wait waits for.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(tag = "kind", rename_all = "lowercase")]
 pub enum WaitFor {
     /// A person approves or rejects; `prompt` tells them what.
@@ -93,7 +93,7 @@ impl WaitFor {
 }
 
 /// Where an event came from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum EventSource {
     /// A signed webhook.
@@ -128,7 +128,7 @@ impl FromStr for EventSource {
 }
 
 /// A durable wait.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Wait {
     pub id: WaitId,
     pub task: TaskId,
@@ -141,7 +141,7 @@ pub struct Wait {
 }
 
 /// An event in a task's inbox.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct InboxEvent {
     pub id: InboxId,
     pub task: TaskId,

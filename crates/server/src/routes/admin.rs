@@ -2,38 +2,56 @@
 //! check.
 
 use axum::http::HeaderMap;
-use axum::routing::{get, post};
-use axum::{Json, Router};
-use cairn_api::snapshots::{CheckRequest, GcAnswer, GcRequest};
-use cairn_runtime::Health;
+use axum::Json;
+use cairn_api::health::Health;
+use cairn_api::snapshots::{CheckReport, CheckRequest, GcAnswer, GcRequest};
 use serde_json::Value;
 
+use super::served::Routes;
 use super::{actor, body, Rt};
 use crate::ApiError;
 
-pub(super) fn routes() -> Router<std::sync::Arc<cairn_runtime::Runtime>> {
-    Router::new()
-        .route("/v1/health", get(health))
-        .route("/metrics", get(metrics))
-        .route("/v1/gc", post(gc))
-        .route("/v1/check", post(check))
+pub(super) fn routes() -> Routes {
+    Routes::new().get("/v1/health", health).get("/metrics", metrics).post("/v1/gc", gc).post("/v1/check", check)
 }
 
+#[utoipa::path(get, path = "/v1/health", tag = "daemon", responses((status = 200, description = "The daemon's version and home", body = Health)))]
 async fn health(rt: Rt) -> Json<Health> {
-    Json(rt.health())
+    let h = rt.health();
+    Json(Health { version: h.version.to_owned(), home: h.home.map(|p| p.to_string_lossy().into_owned()) })
 }
 
+#[utoipa::path(
+    post,
+    path = "/v1/gc",
+    tag = "daemon",
+    request_body(content = Option<GcRequest>, description = "An empty body is `{}`"),
+    responses((status = 200, description = "What retention expired, then what the mark and sweep freed (with `dry_run`: would free)", body = GcAnswer))
+)]
 async fn gc(rt: Rt, headers: HeaderMap, b: axum::body::Bytes) -> Result<Json<GcAnswer>, ApiError> {
     let req: GcRequest = body("gc", &b)?;
     Ok(Json(rt.gc(req, &actor(&headers)).await?))
 }
 
+#[utoipa::path(
+    post,
+    path = "/v1/check",
+    tag = "daemon",
+    request_body(content = Option<CheckRequest>, description = "An empty body is `{}`"),
+    responses((status = 200, description = "The blob store verified; `problems` is empty when it is whole", body = CheckReport))
+)]
 async fn check(rt: Rt, b: axum::body::Bytes) -> Result<Json<Value>, ApiError> {
     let req: CheckRequest = body("check", &b)?;
     Ok(Json(serde_json::json!(rt.check(req.read_data).await?)))
 }
 
 /// OpenMetrics text for Prometheus (bearer token required, as for the API).
+#[utoipa::path(
+    get,
+    path = "/metrics",
+    tag = "daemon",
+    responses((status = 200, description = "Prometheus metrics (see docs/api.md)", content_type = "application/openmetrics-text; version=1.0.0; charset=utf-8", body = String))
+)]
 async fn metrics(rt: Rt) -> Result<axum::response::Response, ApiError> {
     use axum::response::IntoResponse;
     let text = rt.metrics_text().await?;

@@ -15,25 +15,38 @@ use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
 use axum::extract::Path;
 use axum::http::HeaderMap;
 use axum::response::Response;
-use axum::routing::get;
-use axum::Router;
 use axum::response::sse::{Event as Sse, KeepAlive};
 use axum::response::IntoResponse;
 use axum::Json;
-use cairn_api::exec::{ClientFrame, ExecStart, RunOutput, RunRequest, ServerFrame, STDERR, STDIN, STDOUT};
+use cairn_api::ErrorBody;
+use cairn_api::exec::{ClientFrame, ExecStart, RunAnswer, RunOutput, RunRequest, ServerFrame, STDERR, STDIN, STDOUT};
 use cairn_core::ExecExit;
 use cairn_runtime::exec::{ExecChannel, ExecInput, ExecOutput};
 use cairn_runtime::run::{self, RunStdin};
 use cairn_runtime::Runtime;
 use futures_util::{SinkExt, StreamExt};
 
+use super::served::Routes;
 use super::{actor, Rt};
 use crate::ApiError;
 
-pub(super) fn routes() -> Router<Arc<Runtime>> {
-    Router::new().route("/v1/tasks/{id}/exec", get(exec).post(run))
+pub(super) fn routes() -> Routes {
+    Routes::new().get("/v1/tasks/{id}/exec", exec).post("/v1/tasks/{id}/exec", run)
 }
 
+#[utoipa::path(
+    get,
+    path = "/v1/tasks/{id}/exec",
+    operation_id = "exec_websocket",
+    tag = "exec",
+    description = "A command over a WebSocket (`Upgrade: websocket`). The first client message is a text frame of an `ExecStart`; then binary frames `[channel, bytes...]` each way (0 stdin, 1 stdout, 2 stderr) and text frames of `ServerFrame` and `ClientFrame` (see docs/api.md). Closing the socket before the exit frame kills the command.",
+    params(("id" = String, Path, description = "The task's id or name")),
+    responses(
+        (status = 101, description = "Switching Protocols: the exec WebSocket"),
+        (status = 404, description = "No such task", body = ErrorBody),
+        (status = 409, description = "The task cannot run anything (destroyed, completed, failed)", body = ErrorBody),
+    )
+)]
 async fn exec(rt: Rt, Path(id): Path<String>, headers: HeaderMap, ws: WebSocketUpgrade) -> Result<Response, ApiError> {
     // Refuse before upgrading when the task cannot run anything.
     rt.check_can_exec(&id).await?;
@@ -140,6 +153,24 @@ impl ExecChannel for Stream {
     }
 }
 
+#[utoipa::path(
+    post,
+    path = "/v1/tasks/{id}/exec",
+    operation_id = "exec_run",
+    tag = "exec",
+    description = "A command run to its end over plain HTTP. With `Accept: text/event-stream` the answer is server-sent events as the command writes: `stdout` and `stderr` events of `RunOutput`, then one `exit` event of a `RunAnswer` (with empty output) or an `error` event of an `ErrorBody`. A streaming client that disconnects kills the command.",
+    params(("id" = String, Path, description = "The task's id or name")),
+    request_body = RunRequest,
+    responses(
+        (status = 200, description = "How the command ended and what it wrote (each stream capped at 1 MiB); or the stream of events", content(
+            (RunAnswer = "application/json"),
+            (RunOutput = "text/event-stream"),
+        )),
+        (status = 400, description = "A malformed request: empty `cmd`, a bad timeout or variable name", body = ErrorBody),
+        (status = 404, description = "No such task", body = ErrorBody),
+        (status = 409, description = "The task cannot run anything", body = ErrorBody),
+    )
+)]
 async fn run(rt: Rt, Path(id): Path<String>, headers: HeaderMap, b: axum::body::Bytes) -> Result<Response, ApiError> {
     let req: RunRequest = super::body("exec", &b)?;
     let actor = actor(&headers);

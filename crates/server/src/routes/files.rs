@@ -11,23 +11,23 @@ use axum::body::Body;
 use axum::extract::{Path, Query};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::Response;
-use axum::routing::get;
-use axum::{Json, Router};
+use axum::Json;
+use cairn_api::files::{CopiedIn, DirListing, Written};
+use cairn_api::ErrorBody;
 use cairn_sandbox::files::LinkPolicy;
 use futures_util::TryStreamExt;
 use serde::Deserialize;
 
+use super::served::Routes;
 use super::{actor, Rt};
 use crate::ApiError;
 
-pub(super) fn routes() -> Router<std::sync::Arc<cairn_runtime::Runtime>> {
-    Router::new()
-        .route("/v1/tasks/{id}/files", get(download).put(upload))
-        .route(
-            "/v1/tasks/{id}/file",
-            get(read_one).put(write_one).layer(axum::extract::DefaultBodyLimit::max(cairn_runtime::files::MAX_FILE as usize)),
-        )
-        .route("/v1/tasks/{id}/dir", get(list_dir))
+pub(super) fn routes() -> Routes {
+    let one_file = Routes::new()
+        .get("/v1/tasks/{id}/file", read_one)
+        .put("/v1/tasks/{id}/file", write_one)
+        .wrap(|r| r.layer(axum::extract::DefaultBodyLimit::max(cairn_runtime::files::MAX_FILE as usize)));
+    Routes::new().get("/v1/tasks/{id}/files", download).put("/v1/tasks/{id}/files", upload).get("/v1/tasks/{id}/dir", list_dir).merge(one_file)
 }
 
 #[derive(Deserialize)]
@@ -38,6 +38,42 @@ struct FileQuery {
     links: Option<String>,
 }
 
+/// The query of a copy out, as documented ([`FileQuery`] parses both ways).
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[allow(dead_code)]
+struct TarOutQuery {
+    /// The sandbox path to copy out.
+    path: String,
+    /// Symlinks that are absolute or leave the tree: `refuse` (400, the
+    /// default), `keep` (copied as links) or `follow` (their targets,
+    /// resolved inside the sandbox).
+    links: Option<String>,
+}
+
+/// The query of a copy in, as documented.
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[allow(dead_code)]
+struct TarInQuery {
+    /// The sandbox directory to unpack into.
+    path: String,
+    /// The tar's top-level entry.
+    name: String,
+}
+
+#[utoipa::path(
+    get,
+    path = "/v1/tasks/{id}/files",
+    operation_id = "copy_out",
+    tag = "files",
+    params(("id" = String, Path, description = "The task's id or name"), TarOutQuery),
+    responses(
+        (status = 200, description = "A tar whose top entry is the last component of `path`", content_type = "application/x-tar"),
+        (status = 400, description = "A bad path, or a symlink that is absolute or leaves the tree (unless `links` says otherwise)", body = ErrorBody),
+        (status = 404, description = "No such task or path", body = ErrorBody),
+    )
+)]
 async fn download(rt: Rt, Path(id): Path<String>, headers: HeaderMap, Query(q): Query<FileQuery>) -> Result<Response, ApiError> {
     let links = match q.links.as_deref() {
         None => LinkPolicy::Refuse,
@@ -51,17 +87,45 @@ async fn download(rt: Rt, Path(id): Path<String>, headers: HeaderMap, Query(q): 
         .map_err(|e| ApiError::new(cairn_api::ErrorCode::Internal, e.to_string()))
 }
 
-async fn upload(rt: Rt, Path(id): Path<String>, headers: HeaderMap, Query(q): Query<FileQuery>, body: Body) -> Result<Json<cairn_api::files::CopiedIn>, ApiError> {
+#[utoipa::path(
+    put,
+    path = "/v1/tasks/{id}/files",
+    operation_id = "copy_in",
+    tag = "files",
+    params(("id" = String, Path, description = "The task's id or name"), TarInQuery),
+    request_body(description = "A tar whose top entry is `name`", content_type = "application/x-tar"),
+    responses(
+        (status = 200, description = "The tar was unpacked", body = CopiedIn),
+        (status = 400, description = "A bad path or tar, or no `name`", body = ErrorBody),
+        (status = 404, description = "No such task", body = ErrorBody),
+    )
+)]
+async fn upload(rt: Rt, Path(id): Path<String>, headers: HeaderMap, Query(q): Query<FileQuery>, body: Body) -> Result<Json<CopiedIn>, ApiError> {
     let name = q.name.ok_or_else(|| ApiError::bad_request("missing name= (the top-level entry of the tar)"))?;
     let stream = body.into_data_stream().map_err(std::io::Error::other);
     Ok(Json(cairn_runtime::files::upload(rt.0.clone(), &id, q.path, name, stream, actor(&headers)).await?))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 struct OneFile {
+    /// The file's path in the sandbox.
     path: String,
 }
 
+#[utoipa::path(
+    get,
+    path = "/v1/tasks/{id}/file",
+    operation_id = "read_file",
+    tag = "files",
+    params(("id" = String, Path, description = "The task's id or name"), OneFile),
+    responses(
+        (status = 200, description = "The file's bytes", content_type = "application/octet-stream"),
+        (status = 400, description = "The path is a symlink, a directory or a special file", body = ErrorBody),
+        (status = 404, description = "No such task or file", body = ErrorBody),
+        (status = 413, description = "The file is over 64 MiB", body = ErrorBody),
+    )
+)]
 async fn read_one(rt: Rt, Path(id): Path<String>, headers: HeaderMap, Query(q): Query<OneFile>) -> Result<Response, ApiError> {
     let data = cairn_runtime::files::read_one(rt.0.clone(), &id, q.path, actor(&headers)).await?;
     Response::builder()
@@ -71,12 +135,40 @@ async fn read_one(rt: Rt, Path(id): Path<String>, headers: HeaderMap, Query(q): 
         .map_err(|e| ApiError::new(cairn_api::ErrorCode::Internal, e.to_string()))
 }
 
-async fn write_one(rt: Rt, Path(id): Path<String>, headers: HeaderMap, Query(q): Query<OneFile>, body: axum::body::Bytes) -> Result<Json<serde_json::Value>, ApiError> {
-    let bytes = body.len();
+#[utoipa::path(
+    put,
+    path = "/v1/tasks/{id}/file",
+    operation_id = "write_file",
+    tag = "files",
+    params(("id" = String, Path, description = "The task's id or name"), OneFile),
+    request_body(description = "The file's bytes (at most 64 MiB)", content_type = "application/octet-stream"),
+    responses(
+        (status = 200, description = "The file was written (made, or a regular file replaced)", body = Written),
+        (status = 400, description = "The path is a symlink, a directory or a special file", body = ErrorBody),
+        (status = 404, description = "No such task, or the file's directory does not exist", body = ErrorBody),
+        (status = 413, description = "The body is over 64 MiB", body = ErrorBody),
+    )
+)]
+async fn write_one(rt: Rt, Path(id): Path<String>, headers: HeaderMap, Query(q): Query<OneFile>, body: axum::body::Bytes) -> Result<Json<Written>, ApiError> {
+    let bytes = body.len() as u64;
     cairn_runtime::files::write_one(rt.0.clone(), &id, q.path.clone(), body, actor(&headers)).await?;
-    Ok(Json(serde_json::json!({ "path": q.path, "bytes": bytes })))
+    Ok(Json(Written { path: q.path, bytes }))
 }
 
-async fn list_dir(rt: Rt, Path(id): Path<String>, headers: HeaderMap, Query(q): Query<OneFile>) -> Result<Json<cairn_api::files::DirListing>, ApiError> {
+#[utoipa::path(
+    get,
+    path = "/v1/tasks/{id}/dir",
+    operation_id = "list_dir",
+    tag = "files",
+    description = "A directory's entries, sorted by name, at most 10,000 (then `truncated`). The path is resolved inside the sandbox; a symlink entry is listed with its target, not followed.",
+    params(("id" = String, Path, description = "The task's id or name"), OneFile),
+    responses(
+        (status = 200, description = "The directory's entries", body = DirListing),
+        (status = 400, description = "The path is not a directory, or leaves the sandbox", body = ErrorBody),
+        (status = 404, description = "No such task or directory", body = ErrorBody),
+        (status = 409, description = "The task has no running sandbox", body = ErrorBody),
+    )
+)]
+async fn list_dir(rt: Rt, Path(id): Path<String>, headers: HeaderMap, Query(q): Query<OneFile>) -> Result<Json<DirListing>, ApiError> {
     Ok(Json(cairn_runtime::files::list_dir(rt.0.clone(), &id, q.path, actor(&headers)).await?))
 }

@@ -4,33 +4,57 @@
 use axum::extract::{Path, Query};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
-use axum::{Json, Router};
+use axum::Json;
 use cairn_api::waits::{ApproveRequest, Delivered};
+use cairn_api::ErrorBody;
 use cairn_runtime::gateway::webhook::{WebhookHeaders, MAX_BODY};
 use serde::Deserialize;
 
 use super::waits::delivered;
+use super::served::Routes;
 use super::Rt;
 use crate::gateway::page;
 use crate::ApiError;
 
-pub(super) fn routes() -> Router<std::sync::Arc<cairn_runtime::Runtime>> {
-    Router::new()
-        .route("/v1/hooks/{task}/{name}", post(hook))
-        .route("/approve/{wait}", get(approval_page).post(approval_form))
-        .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY))
+pub(super) fn routes() -> Routes {
+    Routes::new()
+        .post("/v1/hooks/{task}/{name}", hook)
+        .get("/approve/{wait}", approval_page)
+        .post("/approve/{wait}", approval_form)
+        .wrap(|r| r.layer(axum::extract::DefaultBodyLimit::max(MAX_BODY)))
 }
 
 /// A webhook: the signature (with the task's secret) is the authentication.
+#[utoipa::path(
+    post,
+    path = "/v1/hooks/{task}/{name}",
+    operation_id = "webhook",
+    tag = "gateway",
+    description = "A webhook, signed per Standard Webhooks (`webhook-id`, `webhook-timestamp` and `webhook-signature` headers) with the task's `webhook_secret`; no bearer token.",
+    security(("webhook_signature" = [])),
+    params(
+        ("task" = String, Path, description = "The task's id"),
+        ("name" = String, Path, description = "The event's name"),
+    ),
+    request_body(content = serde_json::Value, description = "The event's data (at most 256 KiB)", content_type = "application/json"),
+    responses(
+        (status = 200, description = "The event was stored (or was a duplicate); what it satisfied", body = Delivered),
+        (status = 401, description = "The signature does not verify", body = ErrorBody),
+        (status = 404, description = "No such task", body = ErrorBody),
+        (status = 413, description = "The body is over 256 KiB", body = ErrorBody),
+    )
+)]
 async fn hook(rt: Rt, Path((task, name)): Path<(String, String)>, headers: HeaderMap, b: axum::body::Bytes) -> Result<Json<Delivered>, ApiError> {
     let signed = WebhookHeaders::from_lookup(|n| headers.get(n).map(|v| v.as_bytes()));
     Ok(Json(delivered(&rt.webhook(&task, &name, &signed, &b).await?)))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 struct LinkQuery {
+    /// When the link expires, in Unix milliseconds.
     exp: i64,
+    /// The link's signature.
     sig: String,
 }
 
@@ -50,6 +74,18 @@ fn error_page(e: cairn_runtime::Error) -> Response {
     html(e.status(), page::render_error(title, &e.message))
 }
 
+#[utoipa::path(
+    get,
+    path = "/approve/{wait}",
+    tag = "gateway",
+    description = "The approval page a signed link opens; no bearer token.",
+    security(("approval_link" = [])),
+    params(("wait" = String, Path, description = "The wait's id"), LinkQuery),
+    responses(
+        (status = 200, description = "The page with the prompt and the approve and reject buttons", content_type = "text/html; charset=utf-8", body = String),
+        (status = "default", description = "An HTML page naming what failed: 403 for a link that is expired or does not verify, 404 for an unknown wait, 409 when it was already decided", content_type = "text/html; charset=utf-8", body = String),
+    )
+)]
 async fn approval_page(rt: Rt, Path(wait): Path<String>, Query(q): Query<LinkQuery>) -> Response {
     match rt.linked_wait(&wait, q.exp, &q.sig).await {
         Ok(l) => html(StatusCode::OK, page::render_pending(l.wait.task.as_str(), l.wait.id.as_str(), &l.prompt, q.exp, &q.sig)),
@@ -57,14 +93,29 @@ async fn approval_page(rt: Rt, Path(wait): Path<String>, Query(q): Query<LinkQue
     }
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 struct ApprovalForm {
     exp: i64,
     sig: String,
+    /// `approve` or `reject`.
     decision: String,
     comment: Option<String>,
 }
 
+#[utoipa::path(
+    post,
+    path = "/approve/{wait}",
+    tag = "gateway",
+    description = "The approval page's form; the link's `exp` and `sig` come in the form; no bearer token.",
+    security(("approval_link" = [])),
+    params(("wait" = String, Path, description = "The wait's id")),
+    request_body(content = ApprovalForm, content_type = "application/x-www-form-urlencoded"),
+    responses(
+        (status = 200, description = "The decision was delivered", content_type = "text/html; charset=utf-8", body = String),
+        (status = 400, description = "An unknown decision", content_type = "text/html; charset=utf-8", body = String),
+        (status = "default", description = "An HTML page naming what failed: 403 for a link that is expired or does not verify, 404 for an unknown wait, 409 when it was already decided", content_type = "text/html; charset=utf-8", body = String),
+    )
+)]
 async fn approval_form(rt: Rt, Path(wait): Path<String>, form: axum::Form<ApprovalForm>) -> Response {
     let w = match rt.linked_wait(&wait, form.exp, &form.sig).await {
         Ok(l) => l.wait,

@@ -3,27 +3,59 @@
 use axum::extract::Path;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{delete, get};
-use axum::{Json, Router};
-use cairn_api::images::{ImportRequest, Removed};
+use axum::Json;
+use cairn_api::images::{Image, ImportRequest, Removed};
+use cairn_api::ErrorBody;
 
+use super::served::Routes;
 use super::Rt;
 use crate::ApiError;
 
-pub(super) fn routes() -> Router<std::sync::Arc<cairn_runtime::Runtime>> {
-    Router::new().route("/v1/images", get(list).post(import)).route("/v1/images/{name}", delete(remove))
+pub(super) fn routes() -> Routes {
+    Routes::new().get("/v1/images", list).post("/v1/images", import).delete("/v1/images/{name}", remove)
 }
 
+#[utoipa::path(
+    get,
+    path = "/v1/images",
+    operation_id = "list_images",
+    tag = "images",
+    responses((status = 200, description = "Every image", body = [Image]))
+)]
 async fn list(rt: Rt) -> Result<Response, ApiError> {
     Ok(Json(rt.list_images().await?).into_response())
 }
 
+#[utoipa::path(
+    post,
+    path = "/v1/images",
+    operation_id = "import_image",
+    tag = "images",
+    request_body = ImportRequest,
+    responses(
+        (status = 201, description = "The image, imported", body = Image),
+        (status = 400, description = "A malformed body, a bad name or path", body = ErrorBody),
+        (status = 409, description = "The name is taken", body = ErrorBody),
+    )
+)]
 async fn import(rt: Rt, b: axum::body::Bytes) -> Result<Response, ApiError> {
     let req: ImportRequest = serde_json::from_slice(&b).map_err(|e| ApiError::bad_request(format!("malformed image request: {e}")))?;
     let image = rt.import_image(req).await?;
     Ok((StatusCode::CREATED, Json(image)).into_response())
 }
 
+#[utoipa::path(
+    delete,
+    path = "/v1/images/{name}",
+    operation_id = "remove_image",
+    tag = "images",
+    params(("name" = String, Path, description = "The image's name")),
+    responses(
+        (status = 200, description = "The image was removed", body = Removed),
+        (status = 404, description = "No such image", body = ErrorBody),
+        (status = 409, description = "A task uses it", body = ErrorBody),
+    )
+)]
 async fn remove(rt: Rt, Path(name): Path<String>) -> Result<Json<Removed>, ApiError> {
     rt.remove_image(&name).await?;
     Ok(Json(Removed { removed: name }))

@@ -2,6 +2,12 @@
 //! group of routes. Each handler parses its request, calls one
 //! [`Runtime`] method and maps the result (errors through [`ApiError`]).
 //!
+//! Each handler carries its `#[utoipa::path]` (route, parameters, bodies,
+//! answers), and [`openapi`] builds the OpenAPI document from them. Routes
+//! are added through `served::Routes`, which records each (path, method)
+//! it serves; a test holds that set against the document's, both ways, so
+//! a route added without its documentation (or the reverse) fails it.
+//!
 //! | method | path | what |
 //! |---|---|---|
 //! | GET | /v1/health | daemon version and home |
@@ -10,8 +16,9 @@
 //! | GET, DELETE | /v1/tasks/{id} | show, destroy |
 //! | GET | /v1/tasks/{id}/events | the event log |
 //! | GET | /v1/tasks/{id}/watch?after=SEQ | the event log as server-sent events, live |
-//! | GET (WebSocket) | /v1/tasks/{id}/exec | run a command ([`exec`]) |
+//! | GET (WebSocket), POST | /v1/tasks/{id}/exec | run a command ([`exec`]) |
 //! | GET, PUT | /v1/tasks/{id}/files | tar out of / into the sandbox |
+//! | GET, PUT | /v1/tasks/{id}/file?path=P | one file as raw bytes |
 //! | GET, POST | /v1/tasks/{id}/snapshots | list, take |
 //! | GET | /v1/tasks/{id}/snapshots/diff?a=S&b=S | added, changed, deleted paths |
 //! | POST | /v1/tasks/{id}/rollback | roll back in place |
@@ -34,10 +41,12 @@
 //! | GET, POST | /v1/images | list, import `{name, path}` |
 //! | DELETE | /v1/images/{name} | remove |
 //!
-//! Without the bearer token (their own checks), in [`gateway`]:
+//! Without the bearer token (their own checks), in [`gateway`], and the
+//! document:
 //!
 //! | method | path | what |
 //! |---|---|---|
+//! | GET | /v1/openapi.json | the OpenAPI 3.1 document ([`openapi`]) |
 //! | POST | /v1/hooks/{task}/{name} | a webhook, signed per Standard Webhooks with the task's secret |
 //! | GET, POST | /approve/{wait}?exp=&sig= | the approval page and its form (a signed link) |
 //!
@@ -51,6 +60,8 @@ pub mod exec;
 mod files;
 mod gateway;
 mod images;
+pub mod openapi;
+mod served;
 mod snapshots;
 mod tasks;
 mod waits;
@@ -67,13 +78,22 @@ use cairn_runtime::Runtime;
 use subtle::ConstantTimeEq;
 
 use crate::ApiError;
+use served::Routes;
 
 /// What every handler gets: the runtime.
 pub(crate) type Rt = State<Arc<Runtime>>;
 
 pub fn router(rt: Arc<Runtime>, token: String) -> Router {
-    let token = Arc::new(token);
-    let private = Router::new()
+    routes(Arc::new(token))
+        .into_router()
+        .fallback(|| async { ApiError::not_found("no such API endpoint") })
+        .with_state(rt)
+}
+
+/// Every route: the gateway's and the document without the bearer token,
+/// the rest behind it.
+fn routes(token: Arc<String>) -> Routes {
+    let private = Routes::new()
         .merge(admin::routes())
         .merge(tasks::routes())
         .merge(exec::routes())
@@ -83,11 +103,8 @@ pub fn router(rt: Arc<Runtime>, token: String) -> Router {
         .merge(egress::routes())
         .merge(deliver::routes())
         .merge(images::routes())
-        .layer(middleware::from_fn(move |req, next| auth(token.clone(), req, next)));
-    gateway::routes()
-        .merge(private)
-        .fallback(|| async { ApiError::not_found("no such API endpoint") })
-        .with_state(rt)
+        .wrap(|r| r.layer(middleware::from_fn(move |req, next| auth(token.clone(), req, next))));
+    gateway::routes().merge(openapi::routes()).merge(private)
 }
 
 async fn auth(token: Arc<String>, req: Request, next: Next) -> Response {
