@@ -202,8 +202,53 @@ async fn steps(d: &mut Demo, home: &Path, daemon_port: u16) -> Result<()> {
     let kinds: Vec<&str> = events.iter().map(|e| e.kind.as_str()).collect();
     d.say("the durable event log", t.elapsed(), &format!("{} entries: {}", kinds.len(), kinds.join(", ")));
     raw_file_and_metrics(d).await?;
+    python_sdk(d).await?;
 
     deliver(d, home).await
+}
+
+/// What an agent written in Python does through the SDK (`sdk/python`):
+/// its own task, a command, a file, a milestone, a rollback with a reason.
+const SDK_AGENT: &str = r#"
+import cairn
+with cairn.Client() as c:
+    t = c.tasks.create(name="from-python")
+    try:
+        r = t.exec(["python3", "-c", "print(6 * 7)"])
+        t.files.write("/workspace/plan.txt", "step 1: works\n")
+        good = t.snapshot(kind="milestone", note="plan written", healthy=True)
+        t.files.write("/workspace/plan.txt", "step 2: broke it\n")
+        note = t.rollback(last_healthy=True, reason="step 2 broke the plan")
+        back = t.files.read("/workspace/plan.txt").decode().strip()
+        print(f"task {t.id}: exec printed {r.stdout.strip()}, milestone {good.id}")
+        print(f"rolled back to {note.to} because {note.reason!r}; plan.txt is {back!r} again")
+    finally:
+        t.destroy()
+"#;
+
+/// The SDK step: runs [`SDK_AGENT`] with python3 against this daemon. The
+/// README's set-up installs the SDK; without it the step says how to.
+async fn python_sdk(d: &mut Demo) -> Result<()> {
+    let t = Instant::now();
+    let probe = tokio::process::Command::new("python3").args(["-c", "import cairn"]).output().await;
+    if !probe.as_ref().is_ok_and(|o| o.status.success()) {
+        d.say("an agent in Python, through the SDK: not shown", t.elapsed(), "the Python SDK is not installed: python3 -m pip install ./sdk/python (scripts/setup-debian.sh does)");
+        return Ok(());
+    }
+    let out = tokio::process::Command::new("python3")
+        .args(["-c", SDK_AGENT])
+        .env("CAIRN_URL", &d.client.base)
+        .env("CAIRN_TOKEN", &d.client.token)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .await
+        .context("run python3")?;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    if !out.status.success() || !text.contains("'step 1: works' again") {
+        bail!("the SDK step failed ({}): {text}{}", out.status, String::from_utf8_lossy(&out.stderr));
+    }
+    d.say("an agent in Python, through the SDK (import cairn)", t.elapsed(), &text);
+    Ok(())
 }
 
 /// One file as raw bytes over HTTP, then what `/metrics` counted so far.
