@@ -35,6 +35,11 @@ if ! python3 -c 'import securesystemslib.dsse, in_toto_attestation.v1.statement'
   python3 -m pip install -q 'securesystemslib[crypto]' in-toto in-toto-attestation 2>/dev/null ||
     python3 -m pip install -q --break-system-packages 'securesystemslib[crypto]' in-toto in-toto-attestation
 fi
+# The API fuzz generates requests from the daemon's OpenAPI document.
+if ! command -v schemathesis >/dev/null; then
+  echo "installing the schemathesis Python package"
+  python3 -m pip install -q schemathesis 2>/dev/null || python3 -m pip install -q --break-system-packages schemathesis
+fi
 # The Python SDK, from this checkout, with what its tests need (pytest;
 # httpx and cryptography come with it). Reinstalled each run, so the
 # installed copy is this checkout's.

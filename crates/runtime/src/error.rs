@@ -121,7 +121,7 @@ impl From<cairn_sandbox::Error> for Error {
         match e {
             E::UnknownImage(_) => Error::NotFound(e.to_string()),
             E::ImageExists(_) | E::ImageBuiltIn(_) | E::NotRunning(_) => Error::Conflict(e.to_string()),
-            E::UnsafeEntry { .. } | E::ImageSource(..) | E::PathEscape(_) => Error::Invalid(e.to_string()),
+            E::UnsafeEntry { .. } | E::ImageSource(..) | E::PathEscape(_) | E::InvalidImageName(_) => Error::Invalid(e.to_string()),
             _ => Error::internal_from(e),
         }
     }
@@ -163,5 +163,12 @@ mod tests {
         assert_eq!(e.code(), ErrorCode::Internal);
         assert!(std::error::Error::source(&e).is_some());
         assert_eq!(Error::from(cairn_store::Error::UnknownTask("t1".into())).code(), ErrorCode::NotFound);
+    }
+
+    #[test]
+    fn a_bad_image_name_is_the_callers_mistake() {
+        // Found by the API fuzz: it answered 500 for `"image": ""`.
+        let bad = cairn_core::Error::ImageName(String::new());
+        assert_eq!(Error::from(cairn_sandbox::Error::InvalidImageName(bad)).code(), ErrorCode::Invalid);
     }
 }

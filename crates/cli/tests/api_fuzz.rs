@@ -1,0 +1,54 @@
+//! A short fuzz of the HTTP API generated from its own OpenAPI document:
+//! schemathesis (from PyPI) sends examples, boundary values, random bodies
+//! and stateful sequences (create a task, then use its id) to every route,
+//! and no answer may be a server error (5xx). Excluded: importing an image
+//! (its body names a path on the daemon's host), the live event stream
+//! (it never ends) and tar uploads (schemathesis cannot build a tar).
+//! Needs the `schemathesis` Python package (`scripts/setup-debian.sh`);
+//! fails, never skips, without it.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::Daemon;
+
+#[test]
+fn a_fuzz_of_the_api_from_its_openapi_document_finds_no_server_error() {
+    common::require_root();
+    let probe = Command::new("schemathesis").arg("--version").stdin(Stdio::null()).output();
+    assert!(
+        probe.as_ref().is_ok_and(|o| o.status.success()),
+        "schemathesis is not installed: python3 -m pip install schemathesis, as scripts/setup-debian.sh does ({probe:?})"
+    );
+    let d = Daemon::start();
+    let token = std::fs::read_to_string(d.home().join("token")).unwrap();
+    let mut cmd = Command::new("schemathesis");
+    cmd.arg("run")
+        .arg(format!("{}/v1/openapi.json", d.url))
+        .args(["-H", &format!("Authorization: Bearer {}", token.trim())])
+        .args(["--checks", "not_a_server_error", "--max-examples", "10", "--request-timeout", "10", "--workers", "1"])
+        .args(["--exclude-operation-id", "import_image", "--exclude-operation-id", "watch_task", "--exclude-operation-id", "copy_in"])
+        .env("NO_COLOR", "1")
+        .current_dir(d.home())
+        .stdin(Stdio::null());
+    let out = common::output_within(&mut cmd, Duration::from_secs(900));
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    eprintln!("{text}");
+    assert!(out.status.success(), "the API fuzz found a server error (or could not run):\n{text}");
+    // It ran for real: every phase, over the routes.
+    assert!(text.contains("Tested: 4"), "fewer operations tested than expected:\n{text}");
+    assert!(!text.contains("ST101"), "{text}");
+    // What the stateful phase created goes, so the harness finds no leak.
+    let tasks: serde_json::Value = d.json(&["task", "list"]);
+    for t in tasks.as_array().unwrap() {
+        let state = t["state"].as_str().unwrap();
+        if state != "destroyed" {
+            let id = t["id"].as_str().unwrap();
+            d.ok(&["destroy", id]);
+        }
+    }
+}
