@@ -33,6 +33,7 @@
 //! | POST | /v1/keys/rotate | a new signing key; the old public key stays |
 //! | GET, POST | /v1/images | list, import `{name, path}` |
 //! | DELETE | /v1/images/{name} | remove |
+//! | POST | /mcp | the Model Context Protocol, streamable HTTP ([`cairn_mcp`]) |
 //!
 //! Without the bearer token (their own checks), in [`gateway`]:
 //!
@@ -51,6 +52,7 @@ pub mod exec;
 mod files;
 mod gateway;
 mod images;
+mod mcp;
 mod snapshots;
 mod tasks;
 mod waits;
@@ -83,6 +85,7 @@ pub fn router(rt: Arc<Runtime>, token: String) -> Router {
         .merge(egress::routes())
         .merge(deliver::routes())
         .merge(images::routes())
+        .merge(mcp::routes(rt.clone()))
         .layer(middleware::from_fn(move |req, next| auth(token.clone(), req, next)));
     gateway::routes()
         .merge(private)
