@@ -35,6 +35,12 @@ if ! python3 -c 'import securesystemslib.dsse, in_toto_attestation.v1.statement'
   python3 -m pip install -q 'securesystemslib[crypto]' in-toto in-toto-attestation 2>/dev/null ||
     python3 -m pip install -q --break-system-packages 'securesystemslib[crypto]' in-toto in-toto-attestation
 fi
+# The MCP test uses the official Model Context Protocol SDK for Python as
+# the client of `cairn mcp` and /mcp.
+if ! python3 -c 'import mcp.client.stdio, mcp.client.streamable_http' 2>/dev/null; then
+  echo "installing the mcp Python package"
+  python3 -m pip install -q mcp 2>/dev/null || python3 -m pip install -q --break-system-packages mcp
+fi
 if ! command -v cargo >/dev/null; then
   if [[ -x $HOME/.cargo/bin/cargo ]]; then
     export PATH=$HOME/.cargo/bin:$PATH
