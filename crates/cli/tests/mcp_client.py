@@ -140,13 +140,15 @@ async def scenario(session, api, token, label):
     no_reason = await t.error("rollback", {"task": task, "to": snap_id, "reason": " "})
     check(no_reason.startswith("invalid:") and "reason" in no_reason, f"a rollback without a reason: {no_reason}")
 
-    forked = await t.ok("fork", {"task": task, "count": 1})
+    forked = await t.ok("fork", {"task": task, "from": snap_id, "count": 1})
     check(len(forked["tasks"]) == 1, f"one fork: {forked}")
     fork = forked["tasks"][0]["id"]
     in_fork = await t.ok("read_file", {"task": fork, "path": path})
     check(in_fork["content"] == "hello from mcp\n", f"the fork has the file: {in_fork}")
 
-    delivered = await t.ok("deliver", {"task": task, "files": [path], "report": "# Done\nhello.txt holds the greeting.\n"})
+    report = f"{workdir}/report.md"
+    await t.ok("write_file", {"task": task, "path": report, "content": "# Done\nhello.txt holds the greeting.\n"})
+    delivered = await t.ok("deliver", {"task": task, "files": [path], "report": report})
     kinds = {d["kind"]: d for d in delivered["deliverables"]}
     check(delivered["record_id"] and kinds.get("file", {}).get("name") == "hello.txt" and "report" in kinds, f"deliver: {delivered}")
 

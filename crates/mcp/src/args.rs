@@ -237,9 +237,9 @@ impl Rollback {
 pub struct Fork {
     /// The task's id or name.
     pub task: String,
-    /// The snapshot to fork from (default: a new snapshot of the task now).
+    /// The snapshot to fork from (default: the task's newest snapshot).
     pub from: Option<String>,
-    /// How many tasks to make (default 1).
+    /// How many tasks to make (default 1, at most 32).
     pub count: Option<u32>,
 }
 
@@ -307,7 +307,8 @@ pub struct Deliver {
     /// Also deliver a unified diff of everything the task changed.
     #[serde(default)]
     pub patch: bool,
-    /// A report in Markdown: what was done and why.
+    /// The sandbox path of a report (e.g. Markdown) saying what was done
+    /// and why; write it first with `write_file`.
     pub report: Option<String>,
     /// Then complete the task: its sandbox and scratch space are removed.
     #[serde(default)]

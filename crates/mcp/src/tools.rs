@@ -138,8 +138,8 @@ impl CairnTools {
         }
     }
 
-    #[tool(description = "Fork a task: new tasks, each starting from a snapshot of it (default: one taken now), to try \
-        alternatives side by side. Answers the new tasks.")]
+    #[tool(description = "Fork a task: new tasks, each starting from one of its snapshots (default: the newest; take one \
+        first with `snapshot`), to try alternatives side by side. Answers the new tasks.")]
     async fn fork(&self, Parameters(a): Parameters<args::Fork>) -> CallToolResult {
         let (task, req) = a.into_request();
         answer(self.rt.fork(&task, req, ACTOR).await.map(|tasks| json!({ "tasks": tasks })))
@@ -164,8 +164,8 @@ impl CairnTools {
         answer(self.block_on_wait(&wait_id, block).await)
     }
 
-    #[tool(description = "Deliver a task's outputs: files, a directory as an archive, a patch of its changes and a report, \
-        recorded in a signed delivery record. Answers the record id and each deliverable's name and SHA-256. With complete, the \
+    #[tool(description = "Deliver a task's outputs: files, a directory as an archive, a patch of its changes and a report \
+        file (all sandbox paths), recorded in a signed delivery record. Answers the record id and each deliverable's name and SHA-256. With complete, the \
         task is then finished and its sandbox removed.")]
     async fn deliver(&self, Parameters(a): Parameters<args::Deliver>) -> CallToolResult {
         let (task, req) = match a.into_request() {
