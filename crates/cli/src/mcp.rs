@@ -169,13 +169,15 @@ fn forward_headers(message: Option<&Value>, negotiated: &Negotiated) -> HeaderMa
     headers
 }
 
-/// The JSON-RPC messages of a JSON body: one object, or a batch.
+/// The JSON-RPC messages of a JSON body: one object, or a batch. Anything
+/// else (the daemon's own error body, e.g. for a refused token) is none.
 fn json_messages(body: &str) -> Vec<Value> {
-    match serde_json::from_str::<Value>(body) {
+    let found = match serde_json::from_str::<Value>(body) {
         Ok(Value::Array(batch)) => batch,
-        Ok(v @ Value::Object(_)) => vec![v],
-        _ => Vec::new(),
-    }
+        Ok(v) => vec![v],
+        Err(_) => Vec::new(),
+    };
+    found.into_iter().filter(|m| m.get("jsonrpc").is_some()).collect()
 }
 
 /// The JSON-RPC messages of a server-sent event stream: each event's data
@@ -234,7 +236,8 @@ mod tests {
     #[test]
     fn answers_are_read_from_json_bodies_and_event_streams() {
         assert_eq!(json_messages(r#"{"jsonrpc":"2.0","id":1,"result":{}}"#).len(), 1);
-        assert_eq!(json_messages(r#"[{"id":1},{"id":2}]"#).len(), 2);
+        assert_eq!(json_messages(r#"[{"jsonrpc":"2.0","id":1},{"jsonrpc":"2.0","id":2}]"#).len(), 2);
+        assert!(json_messages(r#"{"error":{"code":"unauthorized","message":"wrong bearer token"}}"#).is_empty());
         assert!(json_messages("").is_empty());
         let sse = "id: 0\nretry: 3000\ndata: \n\nevent: message\r\ndata: {\"jsonrpc\":\"2.0\",\r\ndata: \"id\":7,\"result\":{}}\r\n\r\n: keep-alive\n\n";
         let got = sse_data(sse);
