@@ -46,6 +46,12 @@ fi
 echo "installing the Python SDK (sdk/python) and pytest"
 python3 -m pip install -q "$(dirname "$0")/../sdk/python[test]" 2>/dev/null ||
   python3 -m pip install -q --break-system-packages "$(dirname "$0")/../sdk/python[test]"
+# The MCP test uses the official Model Context Protocol SDK for Python as
+# the client of `cairn mcp` and /mcp.
+if ! python3 -c 'import mcp.client.stdio, mcp.client.streamable_http' 2>/dev/null; then
+  echo "installing the mcp Python package"
+  python3 -m pip install -q mcp 2>/dev/null || python3 -m pip install -q --break-system-packages mcp
+fi
 if ! command -v cargo >/dev/null; then
   if [[ -x $HOME/.cargo/bin/cargo ]]; then
     export PATH=$HOME/.cargo/bin:$PATH

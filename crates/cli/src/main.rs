@@ -9,6 +9,7 @@ mod deliver;
 mod demo;
 mod exec;
 mod ledger;
+mod mcp;
 mod output;
 mod progress;
 mod verbs;
@@ -136,6 +137,10 @@ enum Cmd {
     /// A task's egress: the decision log of its proxy.
     #[command(subcommand)]
     Egress(verbs::egress::EgressCmd),
+    /// Serve the Model Context Protocol on stdin and stdout, for MCP
+    /// clients that start their servers as programs: a bridge to the
+    /// daemon's /mcp (see docs/mcp.md).
+    Mcp,
     /// Run everything end to end against an embedded daemon.
     Demo,
     #[command(name = "__sandbox-start", hide = true)]
@@ -261,6 +266,7 @@ async fn client_command(cmd: Cmd, json_out: bool) -> Result<u8> {
         Cmd::Gc(a) => verbs::snapshot::gc(&client, a, out).await,
         Cmd::Check { read_data } => verbs::snapshot::check(&client, read_data, out).await,
         Cmd::Image(c) => verbs::image::run(&client, c, out).await,
+        Cmd::Mcp => mcp::bridge(&client).await,
         Cmd::Serve(_) | Cmd::Demo | Cmd::Verify { .. } | Cmd::SandboxStart { .. } => unreachable!("handled above"),
     }
 }

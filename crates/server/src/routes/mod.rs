@@ -40,6 +40,7 @@
 //! | POST | /v1/keys/rotate | a new signing key; the old public key stays |
 //! | GET, POST | /v1/images | list, import `{name, path}` |
 //! | DELETE | /v1/images/{name} | remove |
+//! | POST | /mcp | the Model Context Protocol, streamable HTTP ([`cairn_mcp`]) |
 //!
 //! Without the bearer token (their own checks), in [`gateway`], and the
 //! document:
@@ -60,6 +61,7 @@ pub mod exec;
 mod files;
 mod gateway;
 mod images;
+pub(crate) mod mcp;
 pub mod openapi;
 mod served;
 mod snapshots;
@@ -103,6 +105,7 @@ fn routes(token: Arc<String>) -> Routes {
         .merge(egress::routes())
         .merge(deliver::routes())
         .merge(images::routes())
+        .merge(mcp::routes())
         .wrap(|r| r.layer(middleware::from_fn(move |req, next| auth(token.clone(), req, next))));
     gateway::routes().merge(openapi::routes()).merge(private)
 }

@@ -14,7 +14,7 @@ use utoipa::openapi::{ContentBuilder, Ref, RefOr, ResponseBuilder, Schema};
 use utoipa::{Modify, OpenApi};
 
 use super::served::Routes;
-use super::{admin, deliver, egress, exec, files, gateway, images, snapshots, tasks, waits};
+use super::{admin, deliver, egress, exec, files, gateway, images, mcp, snapshots, tasks, waits};
 
 #[derive(Debug, OpenApi)]
 #[openapi(
@@ -34,6 +34,7 @@ use super::{admin, deliver, egress, exec, files, gateway, images, snapshots, tas
         deliver::deliver, deliver::complete, deliver::deliverable, deliver::record, deliver::ledger, deliver::checkpoint, deliver::keys, deliver::rotate_key,
         images::list, images::import, images::remove,
         gateway::hook, gateway::approval_page, gateway::approval_form,
+        mcp::mcp,
     ),
     // The exec WebSocket's frames travel in no HTTP body; listed so that
     // clients find their schemas.
