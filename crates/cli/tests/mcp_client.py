@@ -72,7 +72,7 @@ class Tools:
         check(not field(result, "is_error", "isError"), f"{name}({json.dumps(args)}) failed: {text_of(result)}")
         data = field(result, "structured_content", "structuredContent")
         check(isinstance(data, dict), f"{name} answered no structured content: {text_of(result)}")
-        check(json.loads(text_of(result)) == data, f"{name}: text and structured content differ")
+        check(json.loads(text_of(result)) == data, f"{name}: text and structured content differ: {text_of(result)} vs {data}")
         return data
 
     async def error(self, name, args):
