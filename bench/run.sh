@@ -9,6 +9,7 @@
 # missing) and a release build of cairn (built when missing).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
+. "$ROOT/bench/lib.sh"
 RUNS=${RUNS:-50}
 CAIRN=$ROOT/target/release/cairn
 
@@ -34,9 +35,7 @@ cleanup() {
 trap cleanup EXIT
 
 # One rootfs for all three: a static busybox.
-mkdir -p "$WORK/rootfs"/{bin,proc,dev,tmp,workspace}
-cp "$(readlink -f "$(command -v busybox)")" "$WORK/rootfs/bin/busybox"
-for t in true sh ls; do ln -s busybox "$WORK/rootfs/bin/$t"; done
+busybox_rootfs "$WORK/rootfs"
 
 # runc bundle of the same rootfs.
 mkdir -p "$WORK/bundle"
@@ -51,20 +50,10 @@ c["process"]["args"] = ["/bin/true"]
 json.dump(c, open(p, "w"))
 PY
 
-# setsid: Ctrl-C must reach this script, not the daemon (see cleanup).
-setsid "$CAIRN" serve --listen 127.0.0.1:0 --disk-pool 4 >"$WORK/daemon.log" 2>&1 &
-DAEMON=$!
-for _ in $(seq 100); do [[ -s $CAIRN_HOME/url ]] && "$CAIRN" task list >/dev/null 2>&1 && break; sleep 0.1; done
+start_daemon --disk-pool 4
 "$CAIRN" image import bench "$WORK/rootfs" >/dev/null
 WARM=$("$CAIRN" task create --image bench)
-touch "$WORK/created"
-
-cat >"$WORK/destroy-created.sh" <<SH
-#!/bin/sh
-while read -r id; do "$CAIRN" destroy "\$id" >/dev/null 2>&1; done <"$WORK/created"
-: >"$WORK/created"
-SH
-chmod +x "$WORK/destroy-created.sh"
+destroy_created_script
 
 hyperfine --style basic --warmup 5 --runs "$RUNS" --export-json "$WORK/results.json" \
   --prepare "$WORK/destroy-created.sh" \

@@ -203,8 +203,48 @@ async fn steps(d: &mut Demo, home: &Path, daemon_port: u16) -> Result<()> {
     d.say("the durable event log", t.elapsed(), &format!("{} entries: {}", kinds.len(), kinds.join(", ")));
     raw_file_and_metrics(d).await?;
     python_sdk(d).await?;
+    mcp(d).await?;
 
     deliver(d, home).await
+}
+
+/// One JSON-RPC call to the daemon's `/mcp`, as an MCP client makes it.
+async fn mcp_call(d: &Demo, id: u64, method: &str, params: serde_json::Value) -> Result<serde_json::Value> {
+    let body = serde_json::json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params });
+    let req = d
+        .client
+        .request(reqwest::Method::POST, "/mcp")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2025-11-25")
+        .json(&body);
+    let answer: serde_json::Value = d.client.send(req).await?;
+    answer.get("result").cloned().ok_or_else(|| anyhow::anyhow!("/mcp answered {method} with {answer}"))
+}
+
+/// What an MCP client sees at `/mcp` (and through `cairn mcp` on stdio):
+/// the tools, and a command run in the demo's task by one of them.
+async fn mcp(d: &mut Demo) -> Result<()> {
+    let t = Instant::now();
+    let init = serde_json::json!({ "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": { "name": "cairn-demo", "version": "1" } });
+    let server = mcp_call(d, 1, "initialize", init).await?;
+    let tools = mcp_call(d, 2, "tools/list", serde_json::json!({})).await?;
+    let names: Vec<&str> = tools["tools"].as_array().map(|a| a.iter().filter_map(|t| t["name"].as_str()).collect()).unwrap_or_default();
+    let args = serde_json::json!({ "task": d.task, "cmd": ["sh", "-c", "echo $((6 * 7)) from an MCP tool call"] });
+    let ran = mcp_call(d, 3, "tools/call", serde_json::json!({ "name": "run_command", "arguments": args })).await?;
+    let stdout = ran["structuredContent"]["stdout"].as_str().unwrap_or_default().to_owned();
+    if !names.contains(&"run_command") || !names.contains(&"rollback") || stdout != "42 from an MCP tool call\n" {
+        bail!("/mcp did not answer as it should: tools {names:?}, run_command {ran}");
+    }
+    let detail = format!(
+        "server {} speaks {}\n{} tools: {}\nrun_command answered: {}",
+        server["serverInfo"]["name"].as_str().unwrap_or("?"),
+        server["protocolVersion"].as_str().unwrap_or("?"),
+        names.len(),
+        names.join(", "),
+        stdout.trim()
+    );
+    d.say("an MCP client: the tools at /mcp (or cairn mcp on stdio)", t.elapsed(), &detail);
+    Ok(())
 }
 
 /// What an agent written in Python does through the SDK (`sdk/python`):
