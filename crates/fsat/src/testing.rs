@@ -63,7 +63,7 @@ impl Racer {
                 "60 s of racing did not see enough ({calls} calls, {} swaps, calls satisfied: {enough})",
                 self.swaps() - at_start
             );
-            if calls % 8 == 0 {
+            if calls.is_multiple_of(8) {
                 // Gives the racer a turn when both share a core.
                 std::thread::yield_now();
             }
