@@ -283,7 +283,7 @@ pub(crate) async fn cli(client: &Client, src: &str, dst: &str, follow_links: boo
     };
     let copied = run(client, src, dst, links).await?;
     if out.json {
-        println!("{}", copied.json());
+        outln!("{}", copied.json());
     }
     Ok(0)
 }

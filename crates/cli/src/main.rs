@@ -1,6 +1,13 @@
 //! `cairn`: the daemon (`cairn serve`), every client subcommand, the demo,
 //! and the hidden sandbox helper (`cairn __sandbox-start`).
 
+/// `println!` for the verbs' output: a closed pipe ends the process
+/// quietly instead of panicking (see [`output::write_stdout`]).
+macro_rules! outln {
+    () => { $crate::output::write_stdout(format_args!(""), true) };
+    ($($arg:tt)*) => { $crate::output::write_stdout(format_args!($($arg)*), true) };
+}
+
 #[cfg(test)]
 mod answer_types;
 mod client;
@@ -230,9 +237,9 @@ async fn client_command(cmd: Cmd, json_out: bool) -> Result<u8> {
         };
         let v = deliver::verify(daemon, record, key.as_deref()).await?;
         if json_out {
-            println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+            outln!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
         } else {
-            println!("{}", deliver::verify_summary(&v));
+            outln!("{}", deliver::verify_summary(&v));
         }
         if let Some(why) = deliver::unverified(&v) {
             return Err(anyhow!(why));

@@ -2,6 +2,7 @@
 //! fields (the wire model, [`cairn_api`]).
 
 use std::fmt::Display;
+use std::io::Write;
 use std::time::Duration;
 
 use anyhow::Result;
@@ -13,6 +14,37 @@ use cairn_api::waits::WaitView;
 use cairn_core::{Event, Snapshot};
 
 use crate::progress::human;
+
+/// The exit status when the reader of our stdout has gone: what a shell
+/// reports for a writer killed by SIGPIPE (128 + 13).
+pub const BROKEN_PIPE_EXIT: i32 = 141;
+
+/// Writes to stdout (what `outln!` expands to). A reader that has gone
+/// (`cairn task show ID | head -1`) ends the process quietly; any other
+/// failure to write is one line on stderr.
+///
+/// SIGPIPE stays ignored (as Rust sets it) rather than reset to its default
+/// for the client verbs: `cairn demo` runs a daemon in this same process,
+/// and the HTTP client writes to sockets with writev(2), where a default
+/// SIGPIPE would kill the CLI without a word when the daemon goes away.
+/// So a closed pipe arrives here as EPIPE instead, in every verb.
+pub fn write_stdout(args: std::fmt::Arguments<'_>, newline: bool) {
+    let mut o = std::io::stdout().lock();
+    let r = o.write_fmt(args).and_then(|_| if newline { o.write_all(b"\n") } else { Ok(()) });
+    if let Err(e) = r.and_then(|_| if newline { Ok(()) } else { o.flush() }) {
+        stdout_failed(e);
+    }
+}
+
+/// Ends the process after a failed write to stdout: quietly when the reader
+/// has gone (EPIPE), else with one line saying what failed.
+pub fn stdout_failed(e: std::io::Error) -> ! {
+    if e.kind() == std::io::ErrorKind::BrokenPipe {
+        std::process::exit(BROKEN_PIPE_EXIT);
+    }
+    eprintln!("cairn: cannot write to stdout: {e}");
+    std::process::exit(1);
+}
 
 /// What a missing value prints as.
 fn or_dash<T: Display>(v: Option<T>) -> String {

@@ -130,10 +130,10 @@ pub(crate) async fn fork(client: &Client, a: ForkCli, out: Out) -> Result<u8> {
     let children: Vec<TaskView> = progress::while_running(client, &task, client.post(&format!("/v1/tasks/{task}/fork"), &body)).await?;
     if json_out {
         let ids: Vec<_> = children.iter().map(|t| &t.task.id).collect();
-        println!("{}", json!({ "tasks": ids }));
+        outln!("{}", json!({ "tasks": ids }));
     } else {
         for t in &children {
-            println!("{}", t.task.id);
+            outln!("{}", t.task.id);
         }
     }
     Ok(0)

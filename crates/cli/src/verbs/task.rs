@@ -128,9 +128,9 @@ pub(crate) async fn create(client: &Client, a: CreateArgs, out: Out) -> Result<u
     };
     let view: TaskView = client.post("/v1/tasks", &body).await?;
     if json_out {
-        println!("{}", json!({ "id": view.task.id }));
+        outln!("{}", json!({ "id": view.task.id }));
     } else {
-        println!("{}", view.task.id);
+        outln!("{}", view.task.id);
     }
     Ok(0)
 }

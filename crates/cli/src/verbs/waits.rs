@@ -51,7 +51,7 @@ pub(crate) async fn wait(client: &Client, a: WaitCli, out: Out) -> Result<u8> {
     // The event as JSON in both modes; through a JSON value, so that its
     // fields print sorted, as those of every answer do.
     let event = serde_json::to_value(&done.event)?;
-    println!("{}", serde_json::to_string_pretty(&event).unwrap_or_default());
+    outln!("{}", serde_json::to_string_pretty(&event).unwrap_or_default());
     Ok(0)
 }
 

@@ -1,0 +1,53 @@
+//! What a new user meets first: output into a pipe that closes, a second
+//! daemon, the task list and details, waits that can be cancelled, and the
+//! messages of a copy that finds nothing.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use common::Daemon;
+
+/// Runs `cairn ARGS` with its stdout read by nobody (the read end closed
+/// before the command writes) and returns (exit code, stderr).
+fn into_closed_pipe(d: &Daemon, args: &[&str]) -> (Option<i32>, String) {
+    let mut child = d.cmd().args(args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    drop(child.stdout.take());
+    let deadline = std::time::Instant::now() + common::CALL_DEADLINE;
+    while child.try_wait().unwrap().is_none() {
+        assert!(std::time::Instant::now() < deadline, "cairn {args:?} still runs into a closed pipe");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+#[test]
+fn a_closed_pipe_ends_every_verb_quietly() {
+    let d = Daemon::start();
+    let id = d.create(&["--name", "piped"]);
+    d.ok(&["snapshot", &id]);
+    let calls: [&[&str]; 9] = [
+        &["task", "show", &id],
+        &["task", "list"],
+        &["--json", "task", "show", &id],
+        &["log", &id],
+        &["snapshot", "list", &id],
+        &["image", "list"],
+        &["key", "show"],
+        &["exec", &id, "--", "sh", "-c", "yes | head -n 200000"],
+        &["task", "--help"],
+    ];
+    for args in calls {
+        let (code, err) = into_closed_pipe(&d, args);
+        assert_ne!(code, Some(101), "cairn {args:?} panicked: {err}");
+        assert!(!err.contains("panicked") && !err.contains("Broken pipe"), "cairn {args:?}: {err}");
+        assert!(err.is_empty(), "cairn {args:?} should end quietly, said: {err}");
+    }
+    // Control: the same verbs still print when someone reads.
+    assert!(d.ok(&["task", "show", &id]).contains("piped"));
+    assert_eq!(d.sh(&id, "yes | head -n 3").1, "y\ny\ny\n");
+}
