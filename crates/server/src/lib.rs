@@ -23,11 +23,14 @@ use cairn_runtime::Runtime;
 use tokio::sync::oneshot;
 
 /// Errors that stop the daemon from starting.
+///
+/// Wrapped errors are `transparent`: their message is this one, and the
+/// error chain (`{:#}`, as the CLI prints it) names it once.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
-    #[error("{0}")]
+    #[error(transparent)]
     Home(#[from] cairn_runtime::home::HomeError),
-    #[error("{0}")]
+    #[error(transparent)]
     Runtime(#[from] cairn_runtime::OpenError),
     #[error("cannot listen on {0}: {1}")]
     Listen(SocketAddr, std::io::Error),
@@ -115,5 +118,34 @@ impl Daemon {
         }
         tracing::info!("stopping");
         self.stop().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The message and its sources, as an error chain prints them (`{:#}`).
+    fn chain(e: &dyn std::error::Error) -> String {
+        let mut parts = vec![e.to_string()];
+        let mut cur = e.source();
+        while let Some(s) = cur {
+            parts.push(s.to_string());
+            cur = s.source();
+        }
+        parts.join(": ")
+    }
+
+    #[test]
+    fn start_errors_name_their_cause_once() {
+        let locked = cairn_runtime::home::HomeError::Locked { home: "/h".into(), pid: "42".into() };
+        let line = locked.to_string();
+        let e = StartError::from(locked);
+        assert_eq!(chain(&e), line);
+        let e = StartError::from(cairn_runtime::OpenError::Config("bad".into()));
+        assert_eq!(chain(&e), "config: bad");
+        let blob = cairn_blob::Error::UnknownChunk("c1".into());
+        let e = StartError::from(cairn_runtime::OpenError::from(blob));
+        assert_eq!(chain(&e), "blob store: chunk c1 is not in the index");
     }
 }
