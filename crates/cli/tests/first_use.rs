@@ -51,3 +51,39 @@ fn a_closed_pipe_ends_every_verb_quietly() {
     assert!(d.ok(&["task", "show", &id]).contains("piped"));
     assert_eq!(d.sh(&id, "yes | head -n 3").1, "y\ny\ny\n");
 }
+
+/// Runs `cairn serve ARGS` on `home`, which must fail at once; returns stderr.
+fn serve_fails(home: &std::path::Path, args: &[&str]) -> String {
+    let out = common::output_within(
+        std::process::Command::new(common::CAIRN).arg("serve").args(args).env("CAIRN_HOME", home).env("NO_COLOR", "1").stdin(Stdio::null()),
+        Duration::from_secs(30),
+    );
+    assert!(!out.status.success(), "a second daemon should not start");
+    String::from_utf8_lossy(&out.stderr).trim().to_owned()
+}
+
+#[test]
+fn a_second_daemon_says_why_once_and_leaves_nothing() {
+    let d = Daemon::start();
+    // On the same home: the reason once, and the first daemon's files stay.
+    let err = serve_fails(d.home(), &["--listen", "127.0.0.1:0"]);
+    let lines: Vec<&str> = err.lines().filter(|l| l.starts_with("cairn: ")).collect();
+    assert_eq!(lines.len(), 1, "{err}");
+    assert_eq!(err.matches("already running").count(), 1, "said twice: {err}");
+    assert!(d.home().join("daemon.lock").exists() && d.home().join("token").exists());
+    d.ok(&["task", "list"]);
+    // On another home, on the first daemon's address: it names the address
+    // and --listen, and takes back what it created.
+    let addr = d.url.trim_start_matches("http://").to_owned();
+    let other = tempfile::tempdir().unwrap();
+    for home in [other.path().join("fresh"), other.path().to_owned()] {
+        let err = serve_fails(&home, &["--listen", &addr]);
+        let last = err.lines().last().unwrap_or_default();
+        assert!(last.starts_with("cairn: ") && last.contains(&addr) && last.contains("--listen ADDR"), "{err}");
+        for left in ["daemon.lock", "token", "url"] {
+            assert!(!home.join(left).exists(), "{left} left in {}", home.display());
+        }
+    }
+    assert!(!other.path().join("fresh").exists());
+    d.ok(&["task", "list"]);
+}
