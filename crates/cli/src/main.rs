@@ -271,3 +271,22 @@ async fn client_command(cmd: Cmd, json_out: bool) -> Result<u8> {
         Cmd::Serve(_) | Cmd::Demo | Cmd::Verify { .. } | Cmd::SandboxStart { .. } => unreachable!("handled above"),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    /// The release binary ships without debug info (it was 119 MB with it);
+    /// the dev profile keeps its line tables.
+    #[test]
+    fn the_release_profile_strips_debug_info() {
+        let manifest = include_str!("../../../Cargo.toml");
+        let section = |name: &str| -> String {
+            let start = manifest.find(&format!("\n[{name}]\n")).unwrap_or_else(|| panic!("no [{name}]"));
+            let body = &manifest[start + name.len() + 4..];
+            body[..body.find("\n[").unwrap_or(body.len())].to_owned()
+        };
+        let release = section("profile.release");
+        assert!(release.contains("strip = \"debuginfo\"") || release.contains("strip = true"), "{release}");
+        assert!(!release.contains("debug ="), "debug info built only to be stripped: {release}");
+        assert!(section("profile.dev").contains("debug = \"line-tables-only\""));
+    }
+}
