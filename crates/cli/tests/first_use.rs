@@ -87,3 +87,28 @@ fn a_second_daemon_says_why_once_and_leaves_nothing() {
     assert!(!other.path().join("fresh").exists());
     d.ok(&["task", "list"]);
 }
+
+#[test]
+fn task_list_hides_destroyed_tasks_and_fork_json_is_the_api_answer() {
+    let d = Daemon::start();
+    let gone = d.create(&["--name", "gone"]);
+    let kept = d.create(&["--name", "kept"]);
+    d.ok(&["destroy", &gone]);
+    let ids = |v: serde_json::Value| -> Vec<String> { v.as_array().unwrap().iter().map(|t| t["id"].as_str().unwrap().to_owned()).collect() };
+    assert_eq!(ids(d.json(&["task", "list"])), vec![kept.clone()]);
+    assert_eq!(ids(d.json(&["task", "list", "--all"])), vec![gone.clone(), kept.clone()]);
+    let table = d.ok(&["task", "list"]);
+    assert!(table.contains(&kept) && !table.contains(&gone), "{table}");
+    assert!(d.ok(&["task", "list", "--all"]).contains(&gone));
+    // fork --json: the new tasks, as POST /v1/tasks/{id}/fork answers (docs/api.md).
+    let snap = d.json(&["snapshot", &kept])["id"].as_str().unwrap().to_owned();
+    let forks = d.json(&["fork", &kept, "--from", &snap, "--count", "2"]);
+    let kids = ids(forks.clone());
+    assert_eq!(kids.len(), 2, "{forks}");
+    for k in &kids {
+        assert_eq!(forks.as_array().unwrap().iter().find(|t| t["id"] == k.as_str()).unwrap()["state"], "running");
+        assert_eq!(d.task(k)["id"], k.as_str());
+    }
+    let human = d.ok(&["fork", &kept, "--from", &snap]);
+    assert_eq!(human.lines().count(), 1, "one id per line: {human}");
+}
