@@ -58,9 +58,23 @@ pub fn time(ms: i64) -> String {
         .unwrap_or_else(|_| "-".into())
 }
 
-/// A duration as configured (in whole seconds), e.g. `5m`.
-fn whole_seconds(d: Duration) -> humantime::FormattedDuration {
-    humantime::format_duration(Duration::from_secs(d.as_secs()))
+/// A duration as configured, in whole seconds and words: `7 days`,
+/// `1 hour 30 minutes`, `45 seconds` (humantime's `7days` read oddly).
+pub fn whole_seconds(d: Duration) -> String {
+    let mut left = d.as_secs();
+    let mut parts = Vec::new();
+    for (unit, secs) in [("day", 86_400), ("hour", 3_600), ("minute", 60), ("second", 1)] {
+        let n = left / secs;
+        left %= secs;
+        if n > 0 {
+            parts.push(format!("{n} {unit}{}", if n == 1 { "" } else { "s" }));
+        }
+    }
+    if parts.is_empty() {
+        "0 seconds".into()
+    } else {
+        parts.join(" ")
+    }
 }
 
 fn table(headers: &[&str], rows: Vec<Vec<String>>) -> String {
@@ -292,4 +306,21 @@ fn decision_row(d: &Decision) -> Result<Vec<String>> {
         format!("{}ms", a.duration_ms),
         a.reason,
     ])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_read_as_words() {
+        let s = |secs| whole_seconds(Duration::from_secs(secs));
+        assert_eq!(s(7 * 86_400), "7 days");
+        assert_eq!(s(86_400 + 7_200), "1 day 2 hours");
+        assert_eq!(s(5_400), "1 hour 30 minutes");
+        assert_eq!(s(300), "5 minutes");
+        assert_eq!(s(1), "1 second");
+        assert_eq!(s(0), "0 seconds");
+        assert_eq!(whole_seconds(Duration::from_millis(90_500)), "1 minute 30 seconds");
+    }
 }
