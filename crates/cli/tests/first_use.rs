@@ -112,3 +112,38 @@ fn task_list_hides_destroyed_tasks_and_fork_json_is_the_api_answer() {
     let human = d.ok(&["fork", &kept, "--from", &snap]);
     assert_eq!(human.lines().count(), 1, "one id per line: {human}");
 }
+
+#[test]
+fn help_durations_patterns_copy_errors_and_the_log_read_well() {
+    let d = Daemon::start();
+    // task --help describes every subcommand.
+    let help = d.ok(&["task", "--help"]);
+    for sub in ["list", "show"] {
+        let line = help.lines().find(|l| l.trim_start().starts_with(sub)).unwrap_or_else(|| panic!("{sub} missing: {help}"));
+        assert!(line.trim_start()[sub.len()..].trim().len() > 5, "{sub} has no description: {line:?}");
+    }
+    // Durations in words; a pattern as written.
+    let id = d.create(&["--expire-after", "7days", "--idle-suspend", "90m", "--risky-pattern", r"\bshred\s+-u"]);
+    let shown = d.ok(&["task", "show", &id]);
+    assert!(shown.contains("others expire after 7 days"), "{shown}");
+    assert!(shown.contains("after 1 hour 30 minutes"), "{shown}");
+    assert!(shown.contains(r"risky:         \bshred\s+-u"), "{shown}");
+    let out = d.cairn(&["exec", &id, "--", "shred", "-u", "/tmp/nothing"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(r"matches high-risk pattern `\bshred\s+-u`"), "{err}");
+    assert!(!err.contains(r"\\"), "doubled backslashes: {err}");
+    // A copy of a missing file names the path and the side.
+    let local = tempfile::tempdir().unwrap();
+    let err = d.fails(&["cp", &format!("{id}:/workspace/x"), local.path().to_str().unwrap()]);
+    assert_eq!(err, format!("cairn: cannot copy {id}:/workspace/x: no such file or directory in the sandbox"));
+    let missing = local.path().join("nope");
+    let err = d.fails(&["cp", missing.to_str().unwrap(), &format!("{id}:/workspace/")]);
+    assert_eq!(err, format!("cairn: cannot copy {}: no such file or directory here", missing.display()));
+    // Control: a file that is there copies.
+    d.sh(&id, "echo hi > /workspace/x");
+    d.ok(&["cp", &format!("{id}:/workspace/x"), local.path().to_str().unwrap()]);
+    assert_eq!(std::fs::read_to_string(local.path().join("x")).unwrap(), "hi\n");
+    // The daemon's log, redirected to a file, has no colour codes.
+    let log = d.log();
+    assert!(log.contains("cairn daemon listening") && !log.contains('\x1b'), "{log}");
+}
