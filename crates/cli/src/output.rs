@@ -11,7 +11,7 @@ use cairn_api::images::Image;
 use cairn_api::snapshots::{CheckReport, Diff, GcAnswer};
 use cairn_api::tasks::TaskView;
 use cairn_api::waits::WaitView;
-use cairn_core::{Event, Snapshot};
+use cairn_core::{Event, Snapshot, WaitFor};
 
 use crate::progress::human;
 
@@ -149,6 +149,9 @@ pub fn task_detail(v: &TaskView) -> String {
     if !t.config.risky.is_empty() {
         lines.push(format!("risky:         {}", t.config.risky.join(", ")));
     }
+    if let Some(w) = &v.pending_wait {
+        lines.push(pending_wait_line(w));
+    }
     if let Some(pid) = v.sandbox_pid {
         lines.push(format!("sandbox init:  host pid {pid}, uids from {}", or_dash(v.sandbox_uid_base)));
     }
@@ -255,6 +258,36 @@ pub fn check_summary(v: &CheckReport) -> String {
     lines.join("\n")
 }
 
+/// What a wait waits for: `approval "PROMPT"`, `webhook NAME`, or `timer
+/// until TIME`.
+pub fn wait_for(v: &WaitView) -> String {
+    match &v.what {
+        WaitFor::Approval { prompt } => format!("approval: {}", cut(prompt.replace('\n', " "), 60)),
+        WaitFor::Webhook { name } => format!("webhook {name}"),
+        WaitFor::Timer { fire_at_ms } => format!("timer, fires at {}", time(*fire_at_ms)),
+    }
+}
+
+/// The `wait:` line of `task show`.
+fn pending_wait_line(v: &WaitView) -> String {
+    format!("wait:          {} ({}), since {}; cancel: cairn wait {} --cancel", v.id, wait_for(v), time(v.created_ms), v.task)
+}
+
+/// `cairn resume`: the state, and whether a wait still stands.
+pub fn resumed(v: &TaskView) -> String {
+    match &v.pending_wait {
+        Some(w) => format!(
+            "{} is {}; its wait {} ({}) still stands: cairn wait {} --cancel ends it",
+            v.task.id,
+            v.task.state,
+            w.id,
+            wait_for(w),
+            v.task.id
+        ),
+        None => format!("{} is {}; no wait pending", v.task.id, v.task.state),
+    }
+}
+
 pub fn wait_summary(v: &WaitView) -> String {
     let mut lines = vec![format!("wait {} ({}): {}; task {}", v.id, v.what.kind(), v.state, v.task_state)];
     if let Some(u) = &v.approval_url {
@@ -311,6 +344,32 @@ fn decision_row(d: &Decision) -> Result<Vec<String>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn task_waiting(what: WaitFor) -> TaskView {
+        use cairn_core::{Task, TaskConfig, TaskId, TaskState, Wait, WaitId};
+        let id: TaskId = "t1".parse().unwrap_or_else(|_| TaskId::random());
+        let task = Task::new(id.clone(), None, TaskConfig::default(), 0);
+        let wait = Wait { id: WaitId::random(), task: id, what, created_ms: 1_000, satisfied_ms: None, event: None, cancelled_ms: None };
+        let wait = WaitView::new(wait, TaskState::Running, None, None, None);
+        let limits = cairn_api::tasks::LimitsView { memory: "1G".into(), cpus: "1".into(), pids: 1, disk: "1G".into() };
+        TaskView { task, limits, sandbox_pid: None, sandbox_uid_base: None, pending_wait: Some(wait) }
+    }
+
+    #[test]
+    fn a_pending_wait_is_shown_and_resume_says_it_stands() {
+        let v = task_waiting(WaitFor::Timer { fire_at_ms: 86_400_000 });
+        let w = v.pending_wait.as_ref().map(|w| w.id.to_string()).unwrap_or_default();
+        let id = v.task.id.to_string();
+        let shown = task_detail(&v);
+        let line = shown.lines().find(|l| l.starts_with("wait:")).unwrap_or_default();
+        assert_eq!(line, format!("wait:          {w} (timer, fires at 1970-01-02T00:00:00Z), since 1970-01-01T00:00:01Z; cancel: cairn wait {id} --cancel"));
+        assert!(resumed(&v).contains(&format!("its wait {w} (timer, fires at 1970-01-02T00:00:00Z) still stands")), "{}", resumed(&v));
+        let approval = task_waiting(WaitFor::Approval { prompt: "Deploy?".into() });
+        assert!(task_detail(&approval).contains("(approval: Deploy?)"));
+        let none = TaskView { pending_wait: None, ..v };
+        assert!(!task_detail(&none).contains("wait:"));
+        assert!(resumed(&none).ends_with("; no wait pending"));
+    }
 
     #[test]
     fn durations_read_as_words() {

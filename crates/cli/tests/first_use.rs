@@ -147,3 +147,52 @@ fn help_durations_patterns_copy_errors_and_the_log_read_well() {
     let log = d.log();
     assert!(log.contains("cairn daemon listening") && !log.contains('\x1b'), "{log}");
 }
+
+#[test]
+fn a_pending_wait_is_shown_outlives_resume_and_can_be_cancelled() {
+    let d = Daemon::start();
+    let id = d.create(&[]);
+    let err = d.fails(&["wait", &id, "--cancel"]);
+    assert!(err.contains("no pending wait"), "{err}");
+    // A timer: show names it, since when and when it fires.
+    let w = d.json(&["wait", &id, "--timer", "2h"]);
+    let wid = w["id"].as_str().unwrap().to_owned();
+    assert_eq!(d.state(&id), "suspended");
+    let shown = d.ok(&["task", "show", &id]);
+    let line = shown.lines().find(|l| l.starts_with("wait:")).unwrap_or_else(|| panic!("no wait line: {shown}"));
+    assert!(line.contains(&wid) && line.contains("timer, fires at 20") && line.contains("since 20"), "{line}");
+    assert_eq!(d.task(&id)["pending_wait"]["id"], wid.as_str());
+    // resume runs the task, and says the wait still stands.
+    let resumed = d.ok(&["resume", &id]);
+    assert!(resumed.contains("is running") && resumed.contains(&format!("its wait {wid}")) && resumed.contains("still stands"), "{resumed}");
+    assert_eq!(d.task(&id)["pending_wait"]["state"], "pending");
+    // Cancelled while running: the task runs on, nothing is pending.
+    let c = d.json(&["wait", &id, "--cancel"]);
+    assert_eq!((c["id"].as_str(), c["state"].as_str()), (Some(wid.as_str()), Some("cancelled")));
+    assert!(d.task(&id).get("pending_wait").is_none());
+    assert!(!d.ok(&["task", "show", &id]).contains("wait:"));
+    assert!(d.ok(&["resume", &id]).contains("no wait pending"));
+    assert_eq!(d.sh(&id, "echo on").1, "on\n");
+    // Cancelled while suspended for it: the task wakes.
+    d.json(&["wait", &id, "--webhook", "build"]);
+    assert_eq!(d.state(&id), "suspended");
+    let c = d.json(&["wait", &id, "--cancel"]);
+    assert_eq!(c["state"], "cancelled");
+    d.wait_for_state(&id, "running", Duration::from_secs(60));
+    assert_eq!(d.sh(&id, "echo awake").1, "awake\n");
+    // The event comes later: it waits in the inbox, it wakes nothing.
+    let ev = d.json(&["event", &id, "--name", "build"]);
+    assert_eq!(ev["satisfied"], serde_json::Value::Null);
+    // A waiter blocked on it learns of the cancel and ends.
+    let blocked = d.cmd().args(["wait", &id, "--approval", "ok?", "--block"]).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while d.task(&id).get("pending_wait").is_none() {
+        assert!(std::time::Instant::now() < deadline, "the blocked wait never registered");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    d.ok(&["wait", &id, "--cancel"]);
+    let out = blocked.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("was cancelled"), "{err}");
+    d.wait_for_state(&id, "running", Duration::from_secs(60));
+}
