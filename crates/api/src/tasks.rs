@@ -58,4 +58,9 @@ pub struct TaskView {
     pub sandbox_pid: Option<i32>,
     /// First host uid of the sandbox's id range, while it runs.
     pub sandbox_uid_base: Option<u32>,
+    /// The task's pending wait: what it waits for, since when (and for a
+    /// timer, until when). Only in the answers about one task (show,
+    /// suspend, resume), where it is absent when nothing is pending.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending_wait: Option<crate::waits::WaitView>,
 }

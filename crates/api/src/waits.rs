@@ -53,8 +53,12 @@ pub struct WaitView {
     #[serde(flatten)]
     pub what: WaitFor,
     pub created_ms: i64,
+    /// When it ended: satisfied, or cancelled.
     pub satisfied_ms: Option<i64>,
-    /// `pending` or `satisfied`.
+    /// When it was cancelled (`DELETE /v1/tasks/{id}/waits`).
+    #[serde(default)]
+    pub cancelled_ms: Option<i64>,
+    /// `pending`, `satisfied` or `cancelled`.
     pub state: String,
     pub task_state: TaskState,
     /// For approvals: the signed page to approve or reject at.
@@ -68,13 +72,18 @@ pub struct WaitView {
 impl WaitView {
     /// The view of `wait`; `event` is the inbox event its `event` id names.
     pub fn new(wait: Wait, task_state: TaskState, approval_url: Option<String>, webhook_url: Option<String>, event: Option<InboxEvent>) -> WaitView {
-        let state = if wait.satisfied_ms.is_some() { "satisfied" } else { "pending" };
+        let state = match (wait.cancelled_ms, wait.satisfied_ms) {
+            (Some(_), _) => "cancelled",
+            (None, Some(_)) => "satisfied",
+            (None, None) => "pending",
+        };
         WaitView {
             id: wait.id,
             task: wait.task,
             what: wait.what,
             created_ms: wait.created_ms,
             satisfied_ms: wait.satisfied_ms,
+            cancelled_ms: wait.cancelled_ms,
             state: state.to_owned(),
             task_state,
             approval_url,
@@ -125,11 +134,20 @@ mod tests {
             created_ms: 1,
             satisfied_ms: Some(2),
             event: Some(event.id.clone()),
+            cancelled_ms: None,
         };
         let view = WaitView::new(wait, TaskState::Running, None, None, Some(event));
         let text = serde_json::to_string(&view).unwrap();
         assert_eq!(text.matches("\"event\":").count(), 1, "{text}");
         assert_eq!(serde_json::from_str::<WaitView>(&text).unwrap(), view);
         assert_eq!(view.state, "satisfied");
+        let cancelled = Wait { satisfied_ms: Some(3), event: None, cancelled_ms: Some(3), ..wait_of(&view) };
+        assert_eq!(WaitView::new(cancelled.clone(), TaskState::Waking, None, None, None).state, "cancelled");
+        let pending = Wait { satisfied_ms: None, cancelled_ms: None, ..cancelled };
+        assert_eq!(WaitView::new(pending, TaskState::Suspended, None, None, None).state, "pending");
+    }
+
+    fn wait_of(v: &WaitView) -> Wait {
+        Wait { id: v.id.clone(), task: v.task.clone(), what: v.what.clone(), created_ms: v.created_ms, satisfied_ms: v.satisfied_ms, event: None, cancelled_ms: v.cancelled_ms }
     }
 }

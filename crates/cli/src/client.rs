@@ -138,10 +138,10 @@ impl Client {
                 for data in frame.lines().filter_map(|l| l.strip_prefix("data:")) {
                     let v: Value = serde_json::from_str(data.trim()).unwrap_or(Value::Null);
                     if json {
-                        println!("{v}");
+                        outln!("{v}");
                     } else {
                         let e = cairn_core::Event::deserialize(&v).map_err(|e| anyhow!("malformed event from the daemon: {e}"))?;
-                        println!("{}", crate::output::watch_line(&e));
+                        outln!("{}", crate::output::watch_line(&e));
                     }
                 }
             }

@@ -88,13 +88,27 @@ pub struct CopiedOut {
     pub to: PathBuf,
 }
 
+/// A failed copy said from the side it failed on: the daemon's `sandbox
+/// path P: why` becomes `cannot copy TASK:P: why`.
+fn copy_error(task: &str, e: anyhow::Error) -> anyhow::Error {
+    let msg = format!("{e:#}");
+    match msg.strip_prefix("sandbox path ") {
+        Some(rest) => anyhow!("cannot copy {task}:{rest}"),
+        None => e,
+    }
+}
+
 pub async fn run(client: &Client, src: &str, dst: &str, links: Links) -> Result<Copied> {
     match (parse_endpoint(src), parse_endpoint(dst)) {
-        (Endpoint::Sandbox { task, path }, Endpoint::Local(local)) => Ok(Copied::Out(download(client, &task, &path, &local, links).await?)),
+        (Endpoint::Sandbox { task, path }, Endpoint::Local(local)) => {
+            Ok(Copied::Out(download(client, &task, &path, &local, links).await.map_err(|e| copy_error(&task, e))?))
+        }
         (Endpoint::Local(_), Endpoint::Sandbox { .. }) if links != Links::Refuse => {
             bail!("--follow-links and --keep-links apply to copies out of a sandbox")
         }
-        (Endpoint::Local(local), Endpoint::Sandbox { task, path }) => Ok(Copied::In(upload(client, &local, &task, &path).await?)),
+        (Endpoint::Local(local), Endpoint::Sandbox { task, path }) => {
+            Ok(Copied::In(upload(client, &local, &task, &path).await.map_err(|e| copy_error(&task, e))?))
+        }
         (Endpoint::Local(_), Endpoint::Local(_)) => {
             bail!("one side of `cairn cp` must be in a sandbox, written ID:/absolute/path")
         }
@@ -230,7 +244,10 @@ fn leaves_tree(depth: usize, target: &Path) -> bool {
 }
 
 async fn upload(client: &Client, local: &Path, task: &str, path: &str) -> Result<Answer<CopiedIn>> {
-    let meta = std::fs::symlink_metadata(local).with_context(|| format!("cannot read {}", local.display()))?;
+    let meta = std::fs::symlink_metadata(local).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => anyhow!("cannot copy {}: no such file or directory here", local.display()),
+        _ => anyhow!("cannot copy {}: {e}", local.display()),
+    })?;
     // Refusals the daemon would make before reading the archive are asked
     // first: an early refusal cuts the upload, and the pipe breaks before
     // its answer can be read.
@@ -283,7 +300,7 @@ pub(crate) async fn cli(client: &Client, src: &str, dst: &str, follow_links: boo
     };
     let copied = run(client, src, dst, links).await?;
     if out.json {
-        println!("{}", copied.json());
+        outln!("{}", copied.json());
     }
     Ok(0)
 }
@@ -291,6 +308,13 @@ pub(crate) async fn cli(client: &Client, src: &str, dst: &str, follow_links: boo
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn copy_errors_name_the_side_and_the_path() {
+        let e = copy_error("t1", anyhow!("sandbox path /workspace/x: no such file or directory in the sandbox"));
+        assert_eq!(e.to_string(), "cannot copy t1:/workspace/x: no such file or directory in the sandbox");
+        assert_eq!(copy_error("t1", anyhow!("unknown task t1")).to_string(), "unknown task t1");
+    }
 
     #[test]
     fn endpoints() {

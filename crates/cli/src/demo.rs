@@ -27,9 +27,9 @@ struct Demo {
 impl Demo {
     fn say(&mut self, title: &str, took: std::time::Duration, detail: &str) {
         self.step += 1;
-        println!("{:>2}. {title:<58} {:>9.1} ms", self.step, took.as_secs_f64() * 1e3);
+        outln!("{:>2}. {title:<58} {:>9.1} ms", self.step, took.as_secs_f64() * 1e3);
         for line in detail.lines().filter(|l| !l.trim().is_empty()) {
-            println!("      {line}");
+            outln!("      {line}");
         }
     }
 
@@ -63,7 +63,7 @@ fn text(r: &ExecResult) -> String {
 pub async fn run() -> Result<u8> {
     let began = Instant::now();
     let home = tempfile::Builder::new().prefix("cairn-demo-").tempdir_in("/var/tmp").context("temporary home")?;
-    println!("Cairn demo: an embedded daemon in {}\n", home.path().display());
+    outln!("Cairn demo: an embedded daemon in {}\n", home.path().display());
     let t = Instant::now();
     // A stand-in for a documentation site, on the host's loopback: the
     // daemon is told its name and that this one loopback address may be
@@ -95,7 +95,7 @@ pub async fn run() -> Result<u8> {
     drop(home);
     match result {
         Ok(()) => {
-            println!("\nall steps passed in {:.2} s", began.elapsed().as_secs_f64());
+            outln!("\nall steps passed in {:.2} s", began.elapsed().as_secs_f64());
             Ok(0)
         }
         Err(e) => Err(e),
@@ -163,7 +163,7 @@ async fn steps(d: &mut Demo, home: &Path, daemon_port: u16) -> Result<()> {
     if Path::new("/usr/bin/cairn-demo-marker").exists() {
         bail!("the write reached the host's /usr");
     }
-    println!("      host: /usr/bin/cairn-demo-marker does not exist");
+    outln!("      host: /usr/bin/cairn-demo-marker does not exist");
     egress(d).await?;
     d.show(
         "memory limit: allocating 400M in a 256M task is OOM-killed",
@@ -375,7 +375,7 @@ async fn deliver(d: &mut Demo, home: &Path) -> Result<()> {
         &crate::deliver::delivery_summary(&v.body, Some(&out.path().join("delivered"))),
     );
     let patch = std::fs::read_to_string(out.path().join("delivered/workspace.patch"))?;
-    println!("      {}", patch.lines().filter(|l| l.starts_with('+') && !l.starts_with("+++")).collect::<Vec<_>>().join("\n      "));
+    outln!("      {}", patch.lines().filter(|l| l.starts_with('+') && !l.starts_with("+++")).collect::<Vec<_>>().join("\n      "));
     let t = Instant::now();
     let record = out.path().join("delivered/record.json");
     let checked = crate::deliver::verify(crate::deliver::DaemonAccess::At(&d.client), &record, None).await?;

@@ -162,7 +162,13 @@ pub async fn run(client: &Client, args: &ExecArgs, sink: Sink) -> Result<ExecRes
                     Some(Ok(Message::Binary(b))) if !b.is_empty() => {
                         let data = &b[1..];
                         match (b[0], &sink) {
-                            (1, Sink::Terminal) => { let mut o = std::io::stdout().lock(); let _ = o.write_all(data); let _ = o.flush(); }
+                            (1, Sink::Terminal) => {
+                                // The reader has gone (`cairn exec ... | head`): stop, as a local command would.
+                                let mut o = std::io::stdout().lock();
+                                if let Err(e) = o.write_all(data).and_then(|_| o.flush()) {
+                                    crate::output::stdout_failed(e);
+                                }
+                            }
                             (2, Sink::Terminal) => { let mut e = std::io::stderr().lock(); let _ = e.write_all(data); let _ = e.flush(); }
                             (1, Sink::Capture) => result.stdout.extend_from_slice(data),
                             (2, Sink::Capture) => result.stderr.extend_from_slice(data),
@@ -271,7 +277,7 @@ pub(crate) async fn cli(client: &Client, a: ExecCli, json_out: bool) -> Result<u
         eprintln!("{note}");
     }
     if json_out {
-        println!("{}", serde_json::to_string(&r.exit_frame())?);
+        outln!("{}", serde_json::to_string(&r.exit_frame())?);
     }
     Ok(r.code().clamp(0, 255) as u8)
 }

@@ -10,7 +10,7 @@ use crate::output::time;
 
 /// Prints an answer as the daemon sent it (`--json`).
 fn print_raw<T>(a: &Answer<T>) {
-    println!("{}", serde_json::to_string_pretty(&a.raw).unwrap_or_default());
+    outln!("{}", serde_json::to_string_pretty(&a.raw).unwrap_or_default());
 }
 
 /// Walks the task's chain on the daemon. Exits non-zero with one line
@@ -43,7 +43,7 @@ pub async fn verify(client: &Client, task: &str, json_out: bool) -> Result<u8> {
             }
             None => format!("no checkpoint yet (`cairn log {id} --checkpoint` signs one)"),
         };
-        println!("ledger of {id}: {} entries, {head}, {checkpoint}", v.entries);
+        outln!("ledger of {id}: {} entries, {head}, {checkpoint}", v.entries);
     }
     Ok(0)
 }
@@ -55,7 +55,7 @@ pub async fn checkpoint(client: &Client, task: &str, json_out: bool) -> Result<u
         print_raw(&a);
     } else {
         let v = &a.body;
-        println!("checkpoint of {} at seq {}: head {}, signed by key {} at {}", v.task, v.seq, v.head, v.key_id, time(v.time_ms));
+        outln!("checkpoint of {} at seq {}: head {}, signed by key {} at {}", v.task, v.seq, v.head, v.key_id, time(v.time_ms));
     }
     Ok(0)
 }
@@ -69,11 +69,11 @@ pub async fn key_show(client: &Client, json_out: bool) -> Result<u8> {
     }
     let keys = &a.body;
     let current = keys.iter().find(|k| k.current).ok_or_else(|| anyhow!("the daemon reported no current key"))?;
-    println!("key id:     {}", current.key_id);
-    println!("public key: {}", current.public_key);
-    println!("created:    {}", time(current.created_ms));
+    outln!("key id:     {}", current.key_id);
+    outln!("public key: {}", current.public_key);
+    outln!("created:    {}", time(current.created_ms));
     if keys.len() > 1 {
-        println!("({} older key(s) kept to verify what they signed: cairn --json key show)", keys.len() - 1);
+        outln!("({} older key(s) kept to verify what they signed: cairn --json key show)", keys.len() - 1);
     }
     Ok(0)
 }
@@ -84,8 +84,8 @@ pub async fn key_rotate(client: &Client, json_out: bool) -> Result<u8> {
     if json_out {
         print_raw(&a);
     } else {
-        println!("new signing key {}, public key {}", a.body.key_id, a.body.public_key);
-        println!("older keys stay known: what they signed still verifies");
+        outln!("new signing key {}, public key {}", a.body.key_id, a.body.public_key);
+        outln!("older keys stay known: what they signed still verifies");
     }
     Ok(0)
 }

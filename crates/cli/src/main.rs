@@ -1,6 +1,13 @@
 //! `cairn`: the daemon (`cairn serve`), every client subcommand, the demo,
 //! and the hidden sandbox helper (`cairn __sandbox-start`).
 
+/// `println!` for the verbs' output: a closed pipe ends the process
+/// quietly instead of panicking (see [`output::write_stdout`]).
+macro_rules! outln {
+    () => { $crate::output::write_stdout(format_args!(""), true) };
+    ($($arg:tt)*) => { $crate::output::write_stdout(format_args!($($arg)*), true) };
+}
+
 #[cfg(test)]
 mod answer_types;
 mod client;
@@ -195,7 +202,9 @@ fn main() -> ExitCode {
 
 fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+    // Colour only for a person at a terminal, not into a redirected log.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi).try_init();
 }
 
 fn serve(args: ServeArgs) -> Result<u8> {
@@ -235,9 +244,9 @@ async fn client_command(cmd: Cmd, json_out: bool) -> Result<u8> {
         };
         let v = deliver::verify(daemon, record, key.as_deref()).await?;
         if json_out {
-            println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+            outln!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
         } else {
-            println!("{}", deliver::verify_summary(&v));
+            outln!("{}", deliver::verify_summary(&v));
         }
         if let Some(why) = deliver::unverified(&v) {
             return Err(anyhow!(why));
@@ -268,5 +277,24 @@ async fn client_command(cmd: Cmd, json_out: bool) -> Result<u8> {
         Cmd::Image(c) => verbs::image::run(&client, c, out).await,
         Cmd::Mcp => mcp::bridge(&client).await,
         Cmd::Serve(_) | Cmd::Demo | Cmd::Verify { .. } | Cmd::SandboxStart { .. } => unreachable!("handled above"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// The release binary ships without debug info (it was 119 MB with it);
+    /// the dev profile keeps its line tables.
+    #[test]
+    fn the_release_profile_strips_debug_info() {
+        let manifest = include_str!("../../../Cargo.toml");
+        let section = |name: &str| -> String {
+            let start = manifest.find(&format!("\n[{name}]\n")).unwrap_or_else(|| panic!("no [{name}]"));
+            let body = &manifest[start + name.len() + 4..];
+            body[..body.find("\n[").unwrap_or(body.len())].to_owned()
+        };
+        let release = section("profile.release");
+        assert!(release.contains("strip = \"debuginfo\"") || release.contains("strip = true"), "{release}");
+        assert!(!release.contains("debug ="), "debug info built only to be stripped: {release}");
+        assert!(section("profile.dev").contains("debug = \"line-tables-only\""));
     }
 }

@@ -2,6 +2,7 @@
 //! fields (the wire model, [`cairn_api`]).
 
 use std::fmt::Display;
+use std::io::Write;
 use std::time::Duration;
 
 use anyhow::Result;
@@ -10,9 +11,40 @@ use cairn_api::images::Image;
 use cairn_api::snapshots::{CheckReport, Diff, GcAnswer};
 use cairn_api::tasks::TaskView;
 use cairn_api::waits::WaitView;
-use cairn_core::{Event, Snapshot};
+use cairn_core::{Event, Snapshot, WaitFor};
 
 use crate::progress::human;
+
+/// The exit status when the reader of our stdout has gone: what a shell
+/// reports for a writer killed by SIGPIPE (128 + 13).
+pub const BROKEN_PIPE_EXIT: i32 = 141;
+
+/// Writes to stdout (what `outln!` expands to). A reader that has gone
+/// (`cairn task show ID | head -1`) ends the process quietly; any other
+/// failure to write is one line on stderr.
+///
+/// SIGPIPE stays ignored (as Rust sets it) rather than reset to its default
+/// for the client verbs: `cairn demo` runs a daemon in this same process,
+/// and the HTTP client writes to sockets with writev(2), where a default
+/// SIGPIPE would kill the CLI without a word when the daemon goes away.
+/// So a closed pipe arrives here as EPIPE instead, in every verb.
+pub fn write_stdout(args: std::fmt::Arguments<'_>, newline: bool) {
+    let mut o = std::io::stdout().lock();
+    let r = o.write_fmt(args).and_then(|_| if newline { o.write_all(b"\n") } else { Ok(()) });
+    if let Err(e) = r.and_then(|_| if newline { Ok(()) } else { o.flush() }) {
+        stdout_failed(e);
+    }
+}
+
+/// Ends the process after a failed write to stdout: quietly when the reader
+/// has gone (EPIPE), else with one line saying what failed.
+pub fn stdout_failed(e: std::io::Error) -> ! {
+    if e.kind() == std::io::ErrorKind::BrokenPipe {
+        std::process::exit(BROKEN_PIPE_EXIT);
+    }
+    eprintln!("cairn: cannot write to stdout: {e}");
+    std::process::exit(1);
+}
 
 /// What a missing value prints as.
 fn or_dash<T: Display>(v: Option<T>) -> String {
@@ -26,9 +58,23 @@ pub fn time(ms: i64) -> String {
         .unwrap_or_else(|_| "-".into())
 }
 
-/// A duration as configured (in whole seconds), e.g. `5m`.
-fn whole_seconds(d: Duration) -> humantime::FormattedDuration {
-    humantime::format_duration(Duration::from_secs(d.as_secs()))
+/// A duration as configured, in whole seconds and words: `7 days`,
+/// `1 hour 30 minutes`, `45 seconds` (humantime's `7days` read oddly).
+pub fn whole_seconds(d: Duration) -> String {
+    let mut left = d.as_secs();
+    let mut parts = Vec::new();
+    for (unit, secs) in [("day", 86_400), ("hour", 3_600), ("minute", 60), ("second", 1)] {
+        let n = left / secs;
+        left %= secs;
+        if n > 0 {
+            parts.push(format!("{n} {unit}{}", if n == 1 { "" } else { "s" }));
+        }
+    }
+    if parts.is_empty() {
+        "0 seconds".into()
+    } else {
+        parts.join(" ")
+    }
 }
 
 fn table(headers: &[&str], rows: Vec<Vec<String>>) -> String {
@@ -102,6 +148,9 @@ pub fn task_detail(v: &TaskView) -> String {
     lines.push(format!("egress:        {}", policy_line(&t.config.egress.allow, &t.config.egress.deny)));
     if !t.config.risky.is_empty() {
         lines.push(format!("risky:         {}", t.config.risky.join(", ")));
+    }
+    if let Some(w) = &v.pending_wait {
+        lines.push(pending_wait_line(w));
     }
     if let Some(pid) = v.sandbox_pid {
         lines.push(format!("sandbox init:  host pid {pid}, uids from {}", or_dash(v.sandbox_uid_base)));
@@ -209,6 +258,36 @@ pub fn check_summary(v: &CheckReport) -> String {
     lines.join("\n")
 }
 
+/// What a wait waits for: `approval "PROMPT"`, `webhook NAME`, or `timer
+/// until TIME`.
+pub fn wait_for(v: &WaitView) -> String {
+    match &v.what {
+        WaitFor::Approval { prompt } => format!("approval: {}", cut(prompt.replace('\n', " "), 60)),
+        WaitFor::Webhook { name } => format!("webhook {name}"),
+        WaitFor::Timer { fire_at_ms } => format!("timer, fires at {}", time(*fire_at_ms)),
+    }
+}
+
+/// The `wait:` line of `task show`.
+fn pending_wait_line(v: &WaitView) -> String {
+    format!("wait:          {} ({}), since {}; cancel: cairn wait {} --cancel", v.id, wait_for(v), time(v.created_ms), v.task)
+}
+
+/// `cairn resume`: the state, and whether a wait still stands.
+pub fn resumed(v: &TaskView) -> String {
+    match &v.pending_wait {
+        Some(w) => format!(
+            "{} is {}; its wait {} ({}) still stands: cairn wait {} --cancel ends it",
+            v.task.id,
+            v.task.state,
+            w.id,
+            wait_for(w),
+            v.task.id
+        ),
+        None => format!("{} is {}; no wait pending", v.task.id, v.task.state),
+    }
+}
+
 pub fn wait_summary(v: &WaitView) -> String {
     let mut lines = vec![format!("wait {} ({}): {}; task {}", v.id, v.what.kind(), v.state, v.task_state)];
     if let Some(u) = &v.approval_url {
@@ -260,4 +339,47 @@ fn decision_row(d: &Decision) -> Result<Vec<String>> {
         format!("{}ms", a.duration_ms),
         a.reason,
     ])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn task_waiting(what: WaitFor) -> TaskView {
+        use cairn_core::{Task, TaskConfig, TaskId, TaskState, Wait, WaitId};
+        let id: TaskId = "t1".parse().unwrap_or_else(|_| TaskId::random());
+        let task = Task::new(id.clone(), None, TaskConfig::default(), 0);
+        let wait = Wait { id: WaitId::random(), task: id, what, created_ms: 1_000, satisfied_ms: None, event: None, cancelled_ms: None };
+        let wait = WaitView::new(wait, TaskState::Running, None, None, None);
+        let limits = cairn_api::tasks::LimitsView { memory: "1G".into(), cpus: "1".into(), pids: 1, disk: "1G".into() };
+        TaskView { task, limits, sandbox_pid: None, sandbox_uid_base: None, pending_wait: Some(wait) }
+    }
+
+    #[test]
+    fn a_pending_wait_is_shown_and_resume_says_it_stands() {
+        let v = task_waiting(WaitFor::Timer { fire_at_ms: 86_400_000 });
+        let w = v.pending_wait.as_ref().map(|w| w.id.to_string()).unwrap_or_default();
+        let id = v.task.id.to_string();
+        let shown = task_detail(&v);
+        let line = shown.lines().find(|l| l.starts_with("wait:")).unwrap_or_default();
+        assert_eq!(line, format!("wait:          {w} (timer, fires at 1970-01-02T00:00:00Z), since 1970-01-01T00:00:01Z; cancel: cairn wait {id} --cancel"));
+        assert!(resumed(&v).contains(&format!("its wait {w} (timer, fires at 1970-01-02T00:00:00Z) still stands")), "{}", resumed(&v));
+        let approval = task_waiting(WaitFor::Approval { prompt: "Deploy?".into() });
+        assert!(task_detail(&approval).contains("(approval: Deploy?)"));
+        let none = TaskView { pending_wait: None, ..v };
+        assert!(!task_detail(&none).contains("wait:"));
+        assert!(resumed(&none).ends_with("; no wait pending"));
+    }
+
+    #[test]
+    fn durations_read_as_words() {
+        let s = |secs| whole_seconds(Duration::from_secs(secs));
+        assert_eq!(s(7 * 86_400), "7 days");
+        assert_eq!(s(86_400 + 7_200), "1 day 2 hours");
+        assert_eq!(s(5_400), "1 hour 30 minutes");
+        assert_eq!(s(300), "5 minutes");
+        assert_eq!(s(1), "1 second");
+        assert_eq!(s(0), "0 seconds");
+        assert_eq!(whole_seconds(Duration::from_millis(90_500)), "1 minute 30 seconds");
+    }
 }

@@ -96,7 +96,7 @@ fn consistent(d: &Daemon) {
     d.ok(&["check", "--read-data"]);
     d.ok(&["gc", "--grace", "0s"]);
     d.ok(&["check", "--read-data"]);
-    for t in d.json(&["task", "list"]).as_array().unwrap() {
+    for t in d.json(&["task", "list", "--all"]).as_array().unwrap() {
         let id = t["id"].as_str().unwrap();
         d.ok(&["log", id, "--verify"]);
         if t["state"] == "destroyed" {

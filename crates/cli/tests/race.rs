@@ -777,7 +777,7 @@ fn fork_and_check(r: &Race, snap: &str, what: &str) {
     let o = r.run(&["--json", "fork", &r.id, "--from", snap]);
     assert!(o.ok, "{what}: fork failed: {}", o.error_line());
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    let kid = v["tasks"][0].as_str().unwrap().to_owned();
+    let kid = v[0]["id"].as_str().unwrap().to_owned();
     r.check_restored(&kid, what);
     r.d.ok(&["destroy", &kid]);
     r.marker.assert_untouched(what);
@@ -810,7 +810,7 @@ fn snapshot_race(variant: Variant) {
     let o = r.run(&["--json", "fork", &r.id, "--from", &s0]);
     assert!(o.ok, "control fork: {}", o.error_line());
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    let kid = v["tasks"][0].as_str().unwrap().to_owned();
+    let kid = v[0]["id"].as_str().unwrap().to_owned();
     assert_eq!(r.dump(&kid), r.expected_dump("d"), "control: a fork starts with the snapshot's benign file");
     r.d.ok(&["destroy", &kid]);
     if variant == Variant::MarkerDir {

@@ -219,7 +219,7 @@ fn snapshots_are_incremental_and_forks_share_data() {
     let packs = d.home().join("blobs/packs");
     let before = dir_size(&packs);
     let forks = d.json(&["fork", &id, "--from", first["id"].as_str().unwrap(), "--count", "2"]);
-    let kids: Vec<String> = forks["tasks"].as_array().unwrap().iter().map(|t| t.as_str().unwrap().to_owned()).collect();
+    let kids: Vec<String> = forks.as_array().unwrap().iter().map(|t| t["id"].as_str().unwrap().to_owned()).collect();
     assert_eq!(kids.len(), 2);
     assert_eq!(dir_size(&packs), before, "a fork stores no new chunk data");
     for k in &kids {

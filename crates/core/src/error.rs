@@ -27,7 +27,7 @@ pub enum Error {
     SnapshotId(String),
     #[error("invalid snapshot kind {0:?}: expected milestone, pre-risk, branch, suspend or manual")]
     SnapshotKind(String),
-    #[error("invalid risk pattern {0:?}: {1}")]
+    #[error("invalid risk pattern `{0}`: {1}")]
     RiskPattern(String, String),
     #[error("invalid {0} id {1:?}")]
     Id(&'static str, String),

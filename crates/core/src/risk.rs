@@ -72,6 +72,12 @@ impl RiskPolicy {
 mod tests {
     use super::*;
 
+    #[test]
+    fn a_bad_pattern_is_named_as_written() {
+        let e = RiskPolicy::new([r"\bx(\s"]).unwrap_err().to_string();
+        assert!(e.starts_with(r"invalid risk pattern `\bx(\s`: "), "{e}");
+    }
+
     fn argv(s: &str) -> Vec<String> {
         s.split(' ').map(str::to_owned).collect()
     }

@@ -135,9 +135,12 @@ pub struct Wait {
     #[serde(flatten)]
     pub what: WaitFor,
     pub created_ms: i64,
-    /// Set once an event satisfied it.
+    /// Set once it ended: an event satisfied it, or it was cancelled.
     pub satisfied_ms: Option<i64>,
     pub event: Option<InboxId>,
+    /// Set when it was cancelled (no event satisfied it).
+    #[serde(default)]
+    pub cancelled_ms: Option<i64>,
 }
 
 /// An event in a task's inbox.
@@ -199,7 +202,7 @@ mod tests {
     }
 
     fn wait(what: WaitFor) -> Wait {
-        Wait { id: WaitId::random(), task: TaskId::random(), what, created_ms: 0, satisfied_ms: None, event: None }
+        Wait { id: WaitId::random(), task: TaskId::random(), what, created_ms: 0, satisfied_ms: None, event: None, cancelled_ms: None }
     }
 
     #[test]

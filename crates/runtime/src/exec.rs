@@ -93,6 +93,15 @@ impl Runtime {
     }
 }
 
+/// Why a command takes a pre-risk snapshot: the pattern as written (not
+/// debug-quoted, which doubled every backslash of a regex), or `--risky`.
+fn risk_reason(matched: Option<&str>) -> String {
+    match matched {
+        Some(p) => format!("matches high-risk pattern `{p}`"),
+        None => "--risky".to_owned(),
+    }
+}
+
 async fn run<C: ExecChannel>(tasks: &Arc<Runtime>, id: &str, actor: &str, start: ExecStart, ws: &mut C) -> Result<(), Error> {
     if start.argv.is_empty() {
         return Err(Error::invalid("no command given (usage: cairn exec ID -- CMD ARGS...)"));
@@ -105,10 +114,7 @@ async fn run<C: ExecChannel>(tasks: &Arc<Runtime>, id: &str, actor: &str, start:
     let env = environment(&task.config, &start.env, task.id.as_str(), start.tty.is_some())?;
     let matched = tasks.risky_match(&task, &start.argv)?;
     if start.risky || matched.is_some() {
-        let reason = match &matched {
-            Some(p) => format!("matches high-risk pattern {p:?}"),
-            None => "--risky".to_owned(),
-        };
+        let reason = risk_reason(matched.as_deref());
         let cmd: String = start.argv.join(" ").chars().take(200).collect();
         let req = crate::snapshot::SnapshotRequest {
             kind: Some("pre-risk".into()),
@@ -359,6 +365,12 @@ async fn read_reply(conn: &mut tokio::net::UnixStream) -> Option<Reply> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn risky_patterns_print_as_written() {
+        assert_eq!(risk_reason(Some(r"\brm\s+-rf\b")), r"matches high-risk pattern `\brm\s+-rf\b`");
+        assert_eq!(risk_reason(None), "--risky");
+    }
 
     #[test]
     fn environment_layers_defaults_task_and_exec() {

@@ -75,7 +75,7 @@ pub async fn download(tasks: Arc<Runtime>, id: &str, path: String, links: LinkPo
         if files::kind_at(&l.dir, &l.name)? == Kind::Missing {
             return Err(cairn_sandbox::Error::Io(
                 format!("sandbox path {p}"),
-                std::io::Error::from(std::io::ErrorKind::NotFound),
+                files::in_the_sandbox(std::io::Error::from(std::io::ErrorKind::NotFound)),
             ));
         }
         files::check_links(&root, &l, Path::new(&l.name), links)?;
@@ -163,7 +163,7 @@ pub async fn list_dir(tasks: Arc<Runtime>, id: &str, path: String, actor: String
         let root = SandboxRoot::new(driver.open_root(&tid, live.init)?);
         let (dir, resolved) = root.resolve(&path)?;
         let (entries, truncated) = files::list_dir(&dir, MAX_LISTING).map_err(|e| match e {
-            cairn_sandbox::Error::Io(_, io) => cairn_sandbox::Error::Io(format!("sandbox path {path}"), io),
+            cairn_sandbox::Error::Io(_, io) => cairn_sandbox::Error::Io(format!("sandbox path {path}"), files::in_the_sandbox(io)),
             e => e,
         })?;
         Ok((resolved, entries, truncated))
@@ -208,7 +208,7 @@ pub async fn read_one(tasks: Arc<Runtime>, id: &str, path: String, actor: String
         // refused by the read itself (no symlink followed, fstat'd type).
         let refuse = |why: &str| cairn_sandbox::Error::Io(format!("sandbox path {p}"), std::io::Error::other(why.to_owned()));
         match files::kind_at(&l.dir, &l.name)? {
-            Kind::Missing => return Err(cairn_sandbox::Error::Io(format!("sandbox path {p}"), std::io::Error::from(std::io::ErrorKind::NotFound))),
+            Kind::Missing => return Err(cairn_sandbox::Error::Io(format!("sandbox path {p}"), files::in_the_sandbox(std::io::Error::from(std::io::ErrorKind::NotFound)))),
             Kind::Symlink => return Err(refuse("is a symlink, which is not followed; read the file it points to")),
             Kind::Dir => return Err(refuse("is a directory; copy it with cairn cp")),
             Kind::Other => return Err(refuse("is not a regular file")),

@@ -65,20 +65,36 @@ pub use queries::{Health, LinkedWait};
 pub use runtime::Runtime;
 
 /// Errors that stop the runtime from opening.
+///
+/// Each message names its cause once, also in an error chain (`{:#}`):
+/// wrapped errors are `transparent`, and those with a prefix keep the cause
+/// in the message only (no `source`), so that it is not printed twice.
 #[derive(Debug, thiserror::Error)]
 pub enum OpenError {
-    #[error("{0}")]
+    #[error(transparent)]
     Home(#[from] home::HomeError),
-    #[error("{0}")]
+    #[error(transparent)]
     Store(#[from] cairn_store::Error),
-    #[error("{0}")]
+    #[error(transparent)]
     Sandbox(#[from] cairn_sandbox::Error),
     #[error("blob store: {0}")]
-    Blob(#[from] cairn_blob::Error),
+    Blob(cairn_blob::Error),
     #[error("signing keys: {0}")]
-    Keys(#[from] cairn_ledger::Error),
+    Keys(cairn_ledger::Error),
     #[error("config: {0}")]
     Config(String),
+}
+
+impl From<cairn_blob::Error> for OpenError {
+    fn from(e: cairn_blob::Error) -> Self {
+        OpenError::Blob(e)
+    }
+}
+
+impl From<cairn_ledger::Error> for OpenError {
+    fn from(e: cairn_ledger::Error) -> Self {
+        OpenError::Keys(e)
+    }
 }
 
 /// Arms the crash point named by `CAIRN_CRASH_AT` (test builds only).

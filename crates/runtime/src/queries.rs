@@ -38,7 +38,7 @@ impl Runtime {
 
     pub async fn show(&self, id_or_name: &str) -> Result<TaskView, Error> {
         let task = self.find(id_or_name).await?;
-        Ok(self.view(task))
+        self.view_with_wait(task).await
     }
 
     pub async fn events(&self, id_or_name: &str) -> Result<Vec<Event>, Error> {

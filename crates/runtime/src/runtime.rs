@@ -198,8 +198,19 @@ impl Runtime {
             limits: limits_view(&task.config.limits),
             sandbox_pid: live.map(|l| l.init.pid),
             sandbox_uid_base: live.map(|l| l.ids.host_base),
+            pending_wait: None,
             task,
         }
+    }
+
+    /// [`Runtime::view`] with the task's pending wait, for the answers
+    /// about one task.
+    pub async fn view_with_wait(&self, task: Task) -> Result<TaskView, Error> {
+        let pending = match self.store.pending_wait(&task.id).await? {
+            Some(w) => Some(self.wait_view(w).await?),
+            None => None,
+        };
+        Ok(TaskView { pending_wait: pending, ..self.view(task) })
     }
 
     pub async fn find(&self, id_or_name: &str) -> Result<Task, Error> {

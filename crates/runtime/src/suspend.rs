@@ -24,7 +24,7 @@ impl Runtime {
             return Err(Error::conflict(format!("task {} is {}; only a running task can be suspended", task.id, task.state)));
         }
         self.suspend_locked(&task, None, "manual", actor).await?;
-        Ok(self.view(self.find(task.id.as_str()).await?))
+        self.view_with_wait(self.find(task.id.as_str()).await?).await
     }
 
     /// Suspends a running task whose lock the caller holds; `waiting_for`

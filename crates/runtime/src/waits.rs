@@ -73,7 +73,7 @@ impl Runtime {
         if task.state != TaskState::Running {
             return Err(Error::conflict(format!("task {} is {}; only a running task can wait", task.id, task.state)));
         }
-        let wait = Wait { id: WaitId::random(), task: task.id.clone(), what, created_ms: now_ms(), satisfied_ms: None, event: None };
+        let wait = Wait { id: WaitId::random(), task: task.id.clone(), what, created_ms: now_ms(), satisfied_ms: None, event: None, cancelled_ms: None };
         let log = NewEvent {
             task: task.id.clone(),
             kind: EventKind::Wait,
@@ -96,6 +96,34 @@ impl Runtime {
             }
         }
         let wait = self.store.find_wait(wait.id.as_str()).await?;
+        self.wait_view(wait).await
+    }
+
+    /// Cancels the task's pending wait. A task suspended for it wakes (it
+    /// was suspended only to wait); a running one runs on.
+    pub async fn cancel_wait(self: &Arc<Self>, id_or_name: &str, actor: &str) -> Result<WaitView, Error> {
+        let task = self.find(id_or_name).await?;
+        let lock = self.lock_of(&task.id);
+        let guard = lock.lock().await;
+        let pending = self.store.pending_wait(&task.id).await?;
+        let Some(wait) = pending else {
+            return Err(Error::not_found(format!("task {} has no pending wait", task.id)));
+        };
+        let log = NewEvent {
+            task: task.id.clone(),
+            kind: EventKind::Wait,
+            actor: actor.to_owned(),
+            args: json!({ "wait": wait.id, "cancelled": true }),
+            exit_code: None,
+            duration_ms: None,
+        };
+        let Some((wait, wake)) = self.store.cancel_wait(&task.id, &log).await? else {
+            return Err(Error::not_found(format!("task {} has no pending wait", task.id)));
+        };
+        drop(guard);
+        if wake {
+            self.schedule_wake(task.id.clone(), format!("wait {} cancelled by {actor}", wait.id), None);
+        }
         self.wait_view(wait).await
     }
 

@@ -41,7 +41,9 @@ impl Runtime {
             TaskState::Running => {}
             other => return Err(Error::conflict(format!("task {} is {other}; it cannot be resumed", task.id))),
         }
-        Ok(self.view(self.find(task.id.as_str()).await?))
+        // With its pending wait: a resume does not cancel it (that is
+        // `DELETE /v1/tasks/{id}/waits`), and the answer says it stands.
+        self.view_with_wait(self.find(task.id.as_str()).await?).await
     }
 
     /// Brings a `waking` task back into a fresh sandbox.

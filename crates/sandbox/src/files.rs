@@ -223,7 +223,17 @@ fn lexical(path: &Path) -> Option<PathBuf> {
 }
 
 fn io_err(path: &str, e: io::Error) -> Error {
-    Error::Io(format!("sandbox path {path}"), e)
+    Error::Io(format!("sandbox path {path}"), in_the_sandbox(e))
+}
+
+/// A missing path, said as such: not `entity not found` nor `os error 2`,
+/// which read as if something on this host were missing.
+pub fn in_the_sandbox(e: io::Error) -> io::Error {
+    if e.kind() == io::ErrorKind::NotFound {
+        io::Error::new(io::ErrorKind::NotFound, "no such file or directory in the sandbox")
+    } else {
+        e
+    }
 }
 
 /// Refuses the kernel's pseudo filesystems.

@@ -23,14 +23,69 @@ use cairn_runtime::Runtime;
 use tokio::sync::oneshot;
 
 /// Errors that stop the daemon from starting.
+///
+/// Wrapped errors are `transparent`: their message is this one, and the
+/// error chain (`{:#}`, as the CLI prints it) names it once.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
-    #[error("{0}")]
+    #[error(transparent)]
     Home(#[from] cairn_runtime::home::HomeError),
-    #[error("{0}")]
+    #[error(transparent)]
     Runtime(#[from] cairn_runtime::OpenError),
-    #[error("cannot listen on {0}: {1}")]
+    #[error("cannot listen on {0}: {1}{hint}", hint = listen_hint(.1))]
     Listen(SocketAddr, std::io::Error),
+}
+
+/// What to do about an address that is taken: every daemon listens on
+/// 127.0.0.1:7878 unless told otherwise, so a second one meets this first.
+fn listen_hint(e: &std::io::Error) -> &'static str {
+    match e.kind() {
+        std::io::ErrorKind::AddrInUse => {
+            "; another daemon (or another program) listens there: pass --listen ADDR (e.g. --listen 127.0.0.1:0 for a free port, \
+             or `listen` in the config file), or stop the other daemon"
+        }
+        _ => "",
+    }
+}
+
+/// A daemon serving, but for its lock.
+#[derive(Debug)]
+struct Serving {
+    url: String,
+    token: String,
+    addr: SocketAddr,
+    shutdown: oneshot::Sender<()>,
+    served: tokio::task::JoinHandle<()>,
+    runtime: Arc<Runtime>,
+}
+
+/// What a start found missing in the home and created: a failed start
+/// removes it again, so that it leaves the home as it was.
+#[derive(Debug)]
+struct Created {
+    dir: Option<PathBuf>,
+    files: Vec<PathBuf>,
+}
+
+impl Created {
+    fn before(home: &Home) -> Created {
+        let root = home.root();
+        let dir = (!root.exists()).then(|| root.to_owned());
+        let files = [root.join("daemon.lock"), home.token_path(), home.url_path()].into_iter().filter(|p| !p.exists()).collect();
+        Created { dir, files }
+    }
+
+    /// Removes the files, then the directory if nothing else is in it (a
+    /// runtime that got further, e.g. created its database, keeps its data
+    /// for a look).
+    fn undo(&self) {
+        for f in &self.files {
+            let _ = std::fs::remove_file(f);
+        }
+        if let Some(d) = &self.dir {
+            let _ = std::fs::remove_dir(d);
+        }
+    }
 }
 
 /// How to start a daemon.
@@ -57,10 +112,35 @@ pub struct Daemon {
 impl Daemon {
     /// Opens the home, reconciles every task with what is left on the host,
     /// binds the listener and starts serving in the background.
+    /// A start that fails removes what it created in the home (the lock
+    /// file, the token, the directory itself when it was new).
     pub async fn start(opts: DaemonOptions) -> Result<Daemon, StartError> {
         cairn_runtime::arm_crash_points_from_env();
         let home = Home::new(opts.home.clone());
-        let lock = home.lock()?;
+        let created = Created::before(&home);
+        let lock = match home.lock() {
+            Ok(l) => l,
+            Err(e) => {
+                // Never another daemon's lock: only what this start created.
+                created.undo();
+                return Err(e.into());
+            }
+        };
+        match Self::serve(&home, &opts).await {
+            Ok(Serving { url, token, addr, shutdown, served, runtime }) => {
+                Ok(Daemon { url, token, addr, shutdown: Some(shutdown), served, runtime, _lock: lock })
+            }
+            Err(e) => {
+                // Still holding the lock: no other daemon starts meanwhile.
+                created.undo();
+                drop(lock);
+                Err(e)
+            }
+        }
+    }
+
+    /// [`Daemon::start`] once the home is locked.
+    async fn serve(home: &Home, opts: &DaemonOptions) -> Result<Serving, StartError> {
         let token = home.token()?;
         // Bound first: the egress proxies must know the address to refuse.
         // Requests wait in the backlog until serving starts below.
@@ -71,7 +151,7 @@ impl Daemon {
         for line in opts.config.egress.exceptions() {
             tracing::warn!("{line}");
         }
-        let runtime = Arc::new(Runtime::open(&home, &opts.config, opts.helper_exe.clone(), addr).await?);
+        let runtime = Arc::new(Runtime::open(home, &opts.config, opts.helper_exe.clone(), addr).await?);
         let url = format!("http://{addr}");
         runtime.bring_up(url.clone()).await;
         home.write_url(&url)?;
@@ -93,7 +173,7 @@ impl Daemon {
                 tracing::error!("server stopped: {e}");
             }
         });
-        Ok(Daemon { url, token, addr, shutdown: Some(tx), served, runtime, _lock: lock })
+        Ok(Serving { url, token, addr, shutdown: tx, served, runtime })
     }
 
     /// Stops serving. Sandboxes keep running: they belong to their tasks,
@@ -115,5 +195,55 @@ impl Daemon {
         }
         tracing::info!("stopping");
         self.stop().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The message and its sources, as an error chain prints them (`{:#}`).
+    fn chain(e: &dyn std::error::Error) -> String {
+        let mut parts = vec![e.to_string()];
+        let mut cur = e.source();
+        while let Some(s) = cur {
+            parts.push(s.to_string());
+            cur = s.source();
+        }
+        parts.join(": ")
+    }
+
+    #[test]
+    fn start_errors_name_their_cause_once() {
+        let locked = cairn_runtime::home::HomeError::Locked { home: "/h".into(), pid: "42".into() };
+        let line = locked.to_string();
+        let e = StartError::from(locked);
+        assert_eq!(chain(&e), line);
+        let e = StartError::from(cairn_runtime::OpenError::Config("bad".into()));
+        assert_eq!(chain(&e), "config: bad");
+        let blob = cairn_blob::Error::UnknownChunk("c1".into());
+        let e = StartError::from(cairn_runtime::OpenError::from(blob));
+        assert_eq!(chain(&e), "blob store: chunk c1 is not in the index");
+    }
+
+    #[tokio::test]
+    async fn a_start_on_a_taken_address_says_what_to_do_and_leaves_nothing() {
+        let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = taken.local_addr().unwrap();
+        let d = tempfile::tempdir().unwrap();
+        let existing = d.path().join("existing");
+        std::fs::create_dir(&existing).unwrap();
+        std::fs::write(existing.join("keep"), "x").unwrap();
+        for home in [d.path().join("new"), existing.clone()] {
+            let config = Config { listen: addr, ..Config::default() };
+            let opts = DaemonOptions { home: home.clone(), config, helper_exe: "/bin/false".into() };
+            let err = Daemon::start(opts).await.unwrap_err().to_string();
+            assert!(err.contains(&addr.to_string()) && err.contains("--listen ADDR") && !err.contains('\n'), "{err}");
+            for left in ["daemon.lock", "token", "url"] {
+                assert!(!home.join(left).exists(), "{left} left behind in {}", home.display());
+            }
+        }
+        assert!(!d.path().join("new").exists(), "a home the start created goes too");
+        assert!(existing.join("keep").exists(), "what was there stays");
     }
 }

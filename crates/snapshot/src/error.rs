@@ -15,8 +15,10 @@ pub enum Error {
     Write(PathBuf, io::Error),
     #[error("cannot remove {0}: {1}")]
     Remove(PathBuf, io::Error),
+    /// The cause is in the message only (no `source`): an error chain
+    /// (`{:#}`) prints it once.
     #[error("blob store: {0}")]
-    Blob(#[from] cairn_blob::Error),
+    Blob(cairn_blob::Error),
     #[error("chunk {0} of {1}: {2}")]
     Chunk(ObjectId, PathBuf, cairn_blob::Error),
     #[error("manifest {0}: {1}")]
@@ -31,4 +33,10 @@ pub enum Error {
     Freeze(String),
     #[error("cannot thaw the sandbox: {0}")]
     Thaw(String),
+}
+
+impl From<cairn_blob::Error> for Error {
+    fn from(e: cairn_blob::Error) -> Self {
+        Error::Blob(e)
+    }
 }

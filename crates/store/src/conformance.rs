@@ -48,6 +48,7 @@ macro_rules! conformance_suite {
                 a_fork_is_written_whole_or_not_at_all,
                 an_event_satisfies_the_pending_wait_once_and_wakes_a_suspended_task,
                 an_event_before_its_wait_satisfies_the_next_matching_wait,
+                a_cancelled_wait_ends_without_an_event_and_wakes_a_suspended_task,
                 concurrent_deliveries_wait_their_turn,
                 a_delivery_retried_concurrently_takes_effect_once,
                 timers_and_finishing_a_suspend,
@@ -102,7 +103,7 @@ fn snap(task: &TaskId, kind: SnapshotKind) -> Snapshot {
 }
 
 fn wait(task: &TaskId, what: WaitFor) -> Wait {
-    Wait { id: WaitId::random(), task: task.clone(), what, created_ms: now_ms(), satisfied_ms: None, event: None }
+    Wait { id: WaitId::random(), task: task.clone(), what, created_ms: now_ms(), satisfied_ms: None, event: None, cancelled_ms: None }
 }
 
 fn incoming(task: &TaskId, source: EventSource, name: &str, delivery: Option<&str>) -> InboxEvent {
@@ -554,6 +555,34 @@ pub(crate) async fn an_event_satisfies_the_pending_wait_once_and_wakes_a_suspend
     assert_eq!(kinds, [EventKind::Wait, EventKind::EventReceived, EventKind::EventReceived], "a retry is not logged again");
     let unknown = incoming(&TaskId::random(), EventSource::Operator, "x", None);
     assert!(matches!(store.deliver(&unknown).await, Err(Error::UnknownTask(_))));
+}
+
+pub(crate) async fn a_cancelled_wait_ends_without_an_event_and_wakes_a_suspended_task(db: &impl TestDatabase) {
+    let (store, t) = store_with_running_task(db).await;
+    let log = || event(&t, EventKind::Wait);
+    assert_eq!(store.cancel_wait(&t, &log()).await.unwrap(), None, "nothing to cancel");
+    // Running (e.g. resumed while it waited): cancelled, the task runs on.
+    let w = wait(&t, WaitFor::Timer { fire_at_ms: 1 });
+    store.insert_wait(&w, &log()).await.unwrap();
+    let (gone, wake) = store.cancel_wait(&t, &log()).await.unwrap().unwrap();
+    assert_eq!((gone.id.clone(), wake), (w.id.clone(), false));
+    assert!(gone.cancelled_ms.is_some() && gone.satisfied_ms == gone.cancelled_ms && gone.event.is_none());
+    assert_eq!(store.find_wait(w.id.as_str()).await.unwrap(), gone);
+    assert!(store.pending_wait(&t).await.unwrap().is_none());
+    assert!(store.due_timers(i64::MAX).await.unwrap().is_empty(), "a cancelled timer never fires");
+    assert_eq!(store.find_task(t.as_str()).await.unwrap().state, TaskState::Running);
+    // Suspended for the wait: cancelled, the task is waking.
+    let w2 = wait(&t, WaitFor::Webhook { name: "build".into() });
+    store.insert_wait(&w2, &log()).await.unwrap();
+    store.transition(&t, TaskState::Running, Transition::Suspend).await.unwrap();
+    store.transition(&t, TaskState::Suspending, Transition::Suspended).await.unwrap();
+    let (gone, wake) = store.cancel_wait(&t, &log()).await.unwrap().unwrap();
+    assert_eq!((gone.id, wake), (w2.id, true));
+    assert_eq!(store.find_task(t.as_str()).await.unwrap().state, TaskState::Waking);
+    // An event for it later waits in the inbox for another wait.
+    let later = store.deliver(&incoming(&t, EventSource::Webhook, "build", None)).await.unwrap();
+    assert_eq!((later.satisfied, later.wake), (None, false));
+    assert_eq!(store.events(&t).await.unwrap().len(), 5, "each cancel is logged with its change");
 }
 
 pub(crate) async fn an_event_before_its_wait_satisfies_the_next_matching_wait(db: &impl TestDatabase) {

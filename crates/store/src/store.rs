@@ -255,6 +255,12 @@ pub trait WaitStore: Send + Sync {
     /// event: a crash leaves both or neither.
     async fn finish_wake(&self, task: &TaskId, ev: &NewEvent) -> Result<()>;
 
+    /// Cancels the task's pending wait, in one transaction with `ev`: it
+    /// ends without an event (`cancelled_ms`, and `satisfied_ms` so that it
+    /// is no longer pending). A task suspended for it becomes `waking`
+    /// (the bool): the caller wakes it. `None` when no wait is pending.
+    async fn cancel_wait(&self, task: &TaskId, ev: &NewEvent) -> Result<Option<(Wait, bool)>>;
+
     async fn pending_wait(&self, task: &TaskId) -> Result<Option<Wait>>;
 
     async fn find_wait(&self, id: &str) -> Result<Wait>;

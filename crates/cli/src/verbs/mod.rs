@@ -23,11 +23,11 @@ impl Out {
     /// makes of its typed body, unless that is empty.
     pub fn print<T>(self, answer: &Answer<T>, human: impl FnOnce(&T) -> String) {
         if self.json {
-            println!("{}", serde_json::to_string_pretty(&answer.raw).unwrap_or_default());
+            outln!("{}", serde_json::to_string_pretty(&answer.raw).unwrap_or_default());
         } else {
             let h = human(&answer.body);
             if !h.is_empty() {
-                println!("{h}");
+                outln!("{h}");
             }
         }
     }

@@ -6,7 +6,6 @@ use api::snapshots::{CheckReport, Diff, GcAnswer, RollbackAnswer};
 use api::tasks::TaskView;
 use cairn_core::Snapshot;
 use clap::{Args, Subcommand};
-use serde_json::json;
 
 use crate::client::{self, Answer, Client};
 use crate::output;
@@ -124,18 +123,12 @@ pub(crate) async fn rollback(client: &Client, a: RollbackCli, out: Out) -> Resul
 }
 
 pub(crate) async fn fork(client: &Client, a: ForkCli, out: Out) -> Result<u8> {
-    let json_out = out.json;
     let body = api::snapshots::ForkRequest { from: a.from, count: Some(a.count) };
     let task = a.task;
-    let children: Vec<TaskView> = progress::while_running(client, &task, client.post(&format!("/v1/tasks/{task}/fork"), &body)).await?;
-    if json_out {
-        let ids: Vec<_> = children.iter().map(|t| &t.task.id).collect();
-        println!("{}", json!({ "tasks": ids }));
-    } else {
-        for t in &children {
-            println!("{}", t.task.id);
-        }
-    }
+    // With --json, the answer of POST /v1/tasks/{id}/fork as it came (the
+    // new tasks, docs/api.md), as every verb prints; else their ids.
+    let children: Answer<Vec<TaskView>> = progress::while_running(client, &task, client.post(&format!("/v1/tasks/{task}/fork"), &body)).await?;
+    out.print(&children, |c| c.iter().map(|t| t.task.id.to_string()).collect::<Vec<_>>().join("\n"));
     Ok(0)
 }
 

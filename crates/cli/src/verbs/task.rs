@@ -17,7 +17,13 @@ use super::Out;
 pub(crate) enum TaskCmd {
     /// Create a task and start its sandbox.
     Create(CreateArgs),
-    List,
+    /// List tasks, oldest first; destroyed ones only with --all.
+    List {
+        /// Include destroyed tasks.
+        #[arg(long)]
+        all: bool,
+    },
+    /// Show a task: state, sandbox, limits, retention, egress, pending wait.
     Show { task: String },
     /// Stream the task's event log as it grows (Ctrl-C to stop).
     Watch { task: String },
@@ -100,7 +106,7 @@ pub(crate) async fn run(client: &Client, cmd: TaskCmd, out: Out) -> Result<u8> {
         TaskCmd::Create(a) => create(client, a, out).await,
         TaskCmd::Update(a) => update(client, a, out).await,
         TaskCmd::Complete { task } => complete(client, task, out).await,
-        TaskCmd::List => list(client, out).await,
+        TaskCmd::List { all } => list(client, all, out).await,
         TaskCmd::Show { task } => show(client, task, out).await,
         TaskCmd::Watch { task } => watch(client, task, out).await,
     }
@@ -128,9 +134,9 @@ pub(crate) async fn create(client: &Client, a: CreateArgs, out: Out) -> Result<u
     };
     let view: TaskView = client.post("/v1/tasks", &body).await?;
     if json_out {
-        println!("{}", json!({ "id": view.task.id }));
+        outln!("{}", json!({ "id": view.task.id }));
     } else {
-        println!("{}", view.task.id);
+        outln!("{}", view.task.id);
     }
     Ok(0)
 }
@@ -151,10 +157,22 @@ pub(crate) async fn complete(client: &Client, task: String, out: Out) -> Result<
     Ok(0)
 }
 
-pub(crate) async fn list(client: &Client, out: Out) -> Result<u8> {
-    let v: Answer<Vec<TaskView>> = client.get("/v1/tasks").await?;
+pub(crate) async fn list(client: &Client, all: bool, out: Out) -> Result<u8> {
+    let mut v: Answer<Vec<TaskView>> = client.get("/v1/tasks").await?;
+    if !all {
+        // The API lists every task; the CLI leaves out the destroyed ones,
+        // in both outputs, unless --all.
+        v.body.retain(|t| !destroyed(&t.task.state));
+        if let serde_json::Value::Array(raw) = &mut v.raw {
+            raw.retain(|t| t["state"] != "destroyed");
+        }
+    }
     out.print(&v, |v| output::task_table(v));
     Ok(0)
+}
+
+fn destroyed(state: &cairn_core::TaskState) -> bool {
+    matches!(state, cairn_core::TaskState::Destroyed)
 }
 
 pub(crate) async fn show(client: &Client, task: String, out: Out) -> Result<u8> {

@@ -13,7 +13,7 @@ use crate::output;
 use super::Out;
 
 #[derive(Args, Debug)]
-#[command(group(clap::ArgGroup::new("for").required(true).args(["approval", "webhook", "timer"])))]
+#[command(group(clap::ArgGroup::new("for").required(true).args(["approval", "webhook", "timer", "cancel"])))]
 pub(crate) struct WaitCli {
     pub(crate) task: String,
     /// Wait for a person to approve; PROMPT says what.
@@ -26,11 +26,19 @@ pub(crate) struct WaitCli {
     #[arg(long, value_name = "DURATION")]
     pub(crate) timer: Option<String>,
     /// Block until the wait is satisfied and the task runs again; print the event.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "cancel")]
     pub(crate) block: bool,
+    /// Cancel the task's pending wait instead; a task suspended for it wakes.
+    #[arg(long)]
+    pub(crate) cancel: bool,
 }
 
 pub(crate) async fn wait(client: &Client, a: WaitCli, out: Out) -> Result<u8> {
+    if a.cancel {
+        let v: Answer<WaitView> = client.delete(&format!("/v1/tasks/{}/waits", a.task)).await?;
+        out.print(&v, |w| format!("cancelled wait {} ({}); task {} is {}", w.id, output::wait_for(w), w.task, w.task_state));
+        return Ok(0);
+    }
     let body = api::waits::WaitRequest { approval: a.approval, webhook: a.webhook, timer: a.timer };
     let task = a.task;
     let v: Answer<WaitView> = client.post(&format!("/v1/tasks/{task}/waits"), &body).await?;
@@ -44,6 +52,9 @@ pub(crate) async fn wait(client: &Client, a: WaitCli, out: Out) -> Result<u8> {
     let id = v.body.id;
     let done = loop {
         let w: WaitView = client.get(&format!("/v1/waits/{id}?block_ms=30000")).await?;
+        if w.state == "cancelled" {
+            return Err(anyhow!("wait {id} was cancelled"));
+        }
         if w.state == "satisfied" && !matches!(w.task_state, TaskState::Waking | TaskState::Suspending) {
             break w;
         }
@@ -51,7 +62,7 @@ pub(crate) async fn wait(client: &Client, a: WaitCli, out: Out) -> Result<u8> {
     // The event as JSON in both modes; through a JSON value, so that its
     // fields print sorted, as those of every answer do.
     let event = serde_json::to_value(&done.event)?;
-    println!("{}", serde_json::to_string_pretty(&event).unwrap_or_default());
+    outln!("{}", serde_json::to_string_pretty(&event).unwrap_or_default());
     Ok(0)
 }
 
@@ -82,6 +93,6 @@ pub(crate) async fn suspend(client: &Client, task: String, out: Out) -> Result<u
 
 pub(crate) async fn resume(client: &Client, task: String, out: Out) -> Result<u8> {
     let v: Answer<TaskView> = client.post_empty(&format!("/v1/tasks/{task}/resume")).await?;
-    out.print(&v, |v| format!("{} is {}", v.task.id, v.task.state));
+    out.print(&v, output::resumed);
     Ok(0)
 }

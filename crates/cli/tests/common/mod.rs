@@ -337,7 +337,7 @@ impl Drop for Daemon {
             }
         }
         let mut tasks = Vec::new();
-        match self.try_cairn(&["--json", "task", "list"]) {
+        match self.try_cairn(&["--json", "task", "list", "--all"]) {
             Ok(out) if out.status.success() => match serde_json::from_slice::<serde_json::Value>(&out.stdout) {
                 Ok(serde_json::Value::Array(ts)) => tasks = ts,
                 other => problems.push(format!("task list answered {other:?}")),

@@ -29,7 +29,7 @@ use super::{admin, deliver, egress, exec, files, gateway, images, mcp, snapshots
         exec::exec, exec::run,
         files::download, files::upload, files::read_one, files::write_one, files::list_dir,
         snapshots::list, snapshots::take, snapshots::diff, snapshots::rollback, snapshots::fork, snapshots::progress,
-        waits::create, waits::show, waits::approve, waits::inbox, waits::operator_event, waits::suspend, waits::resume,
+        waits::create, waits::cancel, waits::show, waits::approve, waits::inbox, waits::operator_event, waits::suspend, waits::resume,
         egress::show, egress::update,
         deliver::deliver, deliver::complete, deliver::deliverable, deliver::record, deliver::ledger, deliver::checkpoint, deliver::keys, deliver::rotate_key,
         images::list, images::import, images::remove,

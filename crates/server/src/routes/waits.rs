@@ -18,6 +18,7 @@ use crate::ApiError;
 pub(super) fn routes() -> Routes {
     Routes::new()
         .post("/v1/tasks/{id}/waits", create)
+        .delete("/v1/tasks/{id}/waits", cancel)
         .get("/v1/waits/{id}", show)
         .post("/v1/tasks/{id}/approve", approve)
         .get("/v1/tasks/{id}/inbox", inbox)
@@ -49,6 +50,22 @@ async fn create(rt: Rt, Path(id): Path<String>, headers: HeaderMap, b: axum::bod
     let req: WaitRequest = body("wait", &b)?;
     let view = rt.wait(&id, req, &actor(&headers)).await?;
     Ok((StatusCode::CREATED, Json(view)).into_response())
+}
+
+#[utoipa::path(
+    delete,
+    path = "/v1/tasks/{id}/waits",
+    operation_id = "cancel_wait",
+    tag = "waits",
+    description = "Cancels the task's pending wait: it ends without an event (state `cancelled`). A task suspended for it wakes; a running one runs on.",
+    params(("id" = String, Path, description = "The task's id or name")),
+    responses(
+        (status = 200, description = "The cancelled wait", body = WaitView),
+        (status = 404, description = "No such task, or it has no pending wait", body = ErrorBody),
+    )
+)]
+async fn cancel(rt: Rt, Path(id): Path<String>, headers: HeaderMap) -> Result<Json<WaitView>, ApiError> {
+    Ok(Json(rt.cancel_wait(&id, &actor(&headers)).await?))
 }
 
 #[derive(Deserialize, utoipa::IntoParams)]

@@ -147,6 +147,33 @@ impl WaitStore for SqliteStore {
         self.commit(tx, [task]).await.map_err(q)
     }
 
+    async fn cancel_wait(&self, task: &TaskId, ev: &NewEvent) -> Result<Option<(Wait, bool)>> {
+        let q = |e| Error::Query("cancel wait", e);
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(q)?;
+        let Some(mut wait) = pending_wait_in(&mut tx, task).await? else {
+            return Ok(None);
+        };
+        let now = now_ms();
+        sqlx::query("UPDATE waits SET satisfied_ms = ?, cancelled_ms = ? WHERE id = ?")
+            .bind(now)
+            .bind(now)
+            .bind(wait.id.as_str())
+            .execute(&mut *tx)
+            .await
+            .map_err(q)?;
+        wait.satisfied_ms = Some(now);
+        wait.cancelled_ms = Some(now);
+        let state: String = sqlx::query("SELECT state FROM tasks WHERE id = ?").bind(task.as_str()).fetch_one(&mut *tx).await.map_err(q)?.get(0);
+        let mut wake = false;
+        if state == TaskState::Suspended.as_str() {
+            transition_in(&mut tx, task, TaskState::Suspended, Transition::Wake).await?;
+            wake = true;
+        }
+        insert_event(&mut tx, ev).await.map_err(q)?;
+        self.commit(tx, [task]).await.map_err(q)?;
+        Ok(Some((wait, wake)))
+    }
+
     async fn pending_wait(&self, task: &TaskId) -> Result<Option<Wait>> {
         let mut conn = self.pool.acquire().await.map_err(|e| Error::Query("pending wait", e))?;
         pending_wait_in(&mut conn, task).await
@@ -226,6 +253,7 @@ fn wait_from_row(r: &SqliteRow) -> Result<Wait> {
         created_ms: r.get("created_ms"),
         satisfied_ms: r.get("satisfied_ms"),
         event: event.map(|e| e.parse().map_err(|_| Error::Corrupt("wait event id", e.clone()))).transpose()?,
+        cancelled_ms: r.get("cancelled_ms"),
     })
 }
 

@@ -158,6 +158,8 @@ def wait_for(task: str, what: dict[str, Any], timeout: float | None, on_wait: Ca
     if on_wait is not None:
         on_wait(w)
     while not w.woken:
+        if w.state == "cancelled":
+            raise CairnError(f"wait {w.id} of task {task} was cancelled", code="conflict")
         if w.task_state in ("failed", "destroyed", "completed"):
             raise CairnError(f"task {task} is {w.task_state}: wait {w.id} will not wake it", code="conflict")
         block = WAIT_POLL_MS
