@@ -203,6 +203,15 @@ impl CairnTools {
 /// or pending with what the client needs to show and to call again.
 fn wait_answer(view: &cairn_api::waits::WaitView) -> Value {
     let running = view.task_state == TaskState::Running;
+    if view.state == "cancelled" {
+        return json!({
+            "state": "cancelled",
+            "wait_id": view.id,
+            "task": view.task,
+            "task_state": view.task_state,
+            "message": "the wait was cancelled without an answer",
+        });
+    }
     if view.satisfied_ms.is_some() {
         let data = view.event.as_ref().map(|e| &e.data);
         json!({
@@ -283,6 +292,7 @@ mod tests {
             created_ms: 1,
             satisfied_ms: None,
             event: None,
+            cancelled_ms: None,
         };
         let pending = cairn_api::waits::WaitView::new(wait.clone(), TaskState::Suspended, Some("http://x/approve/w".into()), None, None);
         let v = wait_answer(&pending);
