@@ -133,6 +133,26 @@ def test_a_wait_gives_up_after_its_timeout_and_the_task_stays_suspended(task):
     assert task.wait_for_timer(0.1, timeout=30).source in ("approval", "timer")
 
 
+def test_a_pending_wait_can_be_cancelled_and_a_blocked_caller_hears_of_it(task, daemon):
+    def cancel_later(w: cairn.Wait) -> None:
+        def go() -> None:
+            with cairn.Client(*daemon) as other:
+                for _ in range(100):
+                    if other.tasks.get(task.id).state == "suspended":
+                        break
+                    time.sleep(0.05)
+                other.tasks.get(task.id).cancel_wait()
+
+        threading.Thread(target=go, daemon=True).start()
+
+    with pytest.raises(cairn.CairnError, match="cancelled"):
+        task.wait_for_approval("Never answered", timeout=60, on_wait=cancel_later)
+    assert task.refresh().state == "running", "a task suspended only to wait wakes when the wait is cancelled"
+    with pytest.raises(cairn.NotFound):
+        task.cancel_wait()
+    assert task.exec("true").ok
+
+
 def test_timer_and_webhook_waits_wake_the_task(task):
     assert task.wait_for_timer(0.5, timeout=30).source == "timer"
     assert task.refresh().state == "running"

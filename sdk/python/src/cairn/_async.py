@@ -136,6 +136,11 @@ class AsyncTask:
     async def wait_for_timer(self, seconds: float, *, timeout: float | None = None, on_wait: Callable[[Wait], None] | None = None) -> Event:
         return await self._run(ops.wait_for(self.id, {"timer": f"{int(seconds * 1000)}ms"}, timeout, on_wait))
 
+    async def cancel_wait(self) -> Wait:
+        """Cancels the task's pending wait (a task suspended for it wakes);
+        a blocking wait on it raises. `NotFound` when none is pending."""
+        return await self._run(ops.cancel_wait(self.id))
+
     async def approve(self, approve: bool = True, comment: str | None = None) -> Any:
         return await self._run(ops.approve(self.id, approve, comment))
 

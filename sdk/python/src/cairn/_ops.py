@@ -174,6 +174,10 @@ def wait_for(task: str, what: dict[str, Any], timeout: float | None, on_wait: Ca
     return w.event
 
 
+def cancel_wait(task: str) -> Op[Wait]:
+    return Wait.from_json((yield Call("DELETE", f"/v1/tasks/{task}/waits")))
+
+
 def approve(task: str, approve: bool, comment: str | None) -> Op[Any]:
     return (yield Call("POST", f"/v1/tasks/{task}/approve", json=_drop_none({"approve": approve, "comment": comment})))
 
