@@ -76,7 +76,7 @@ fn links_out_of_the_copied_tree_are_refused_followed_or_kept() {
     let (code, _, err) = d.sh(&id, &format!("ln -sfn {} /workspace/tree/abs", local.path().join("ok/a").display()));
     assert_eq!(code, 0, "{err}");
     let err = d.fails(&["cp", "--follow-links", &src, local.path().join("host").to_str().unwrap_or_default()]);
-    assert!(err.contains("No such file"), "{err}");
+    assert!(err.contains("no such file or directory in the sandbox"), "{err}");
 
     // The flags are for copies out.
     let file = local.path().join("f.txt");
