@@ -71,7 +71,9 @@ async fn cancel(rt: Rt, Path(id): Path<String>, headers: HeaderMap) -> Result<Js
 #[derive(Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
 struct WaitQuery {
-    /// Wait up to this long (at most 300000) for the wait to be satisfied.
+    /// Wait up to this long (at most 300000; more is taken as 300000) for
+    /// the wait to be satisfied.
+    #[param(maximum = 300000)]
     block_ms: Option<u64>,
 }
 
