@@ -605,7 +605,7 @@ mod tests {
         // A host path named by a link is looked up inside the sandbox (and
         // is not there), never on the host.
         let err = root.locate("/out/x").unwrap_err().to_string();
-        assert!(err.contains("No such file"), "{err}");
+        assert!(err.contains("no such file or directory in the sandbox"), "{err}");
         assert!(matches!(root.locate("/up/etc/passwd"), Err(Error::PathEscape(_))));
         assert!(matches!(root.locate("/../etc/passwd"), Err(Error::PathEscape(_))));
         assert!(matches!(root.locate("relative"), Err(Error::PathEscape(_))));
