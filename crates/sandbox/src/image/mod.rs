@@ -86,8 +86,8 @@ impl Image {
     /// under [`Layer::disk_name`]; snapshots and restores read and write
     /// them there.
     pub fn layers(&self) -> Vec<Layer> {
-        let mut layers = vec![Layer { lower: self.rootfs.clone(), at: "/".into() }];
-        layers.extend(self.projections.iter().map(|p| Layer { lower: p.host_path.clone(), at: p.at.clone() }));
+        let mut layers = vec![Layer { lowers: vec![self.rootfs.clone()], at: "/".into() }];
+        layers.extend(self.projections.iter().map(|p| Layer { lowers: vec![p.host_path.clone()], at: p.at.clone() }));
         layers
     }
 }
