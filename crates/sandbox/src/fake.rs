@@ -643,6 +643,10 @@ mod tests {
             created_ms: 0,
             source: "test".into(),
             dropped: Default::default(),
+            layers: Vec::new(),
+            config: None,
+            manifest_digest: None,
+            lowers: Vec::new(),
         }
     }
 
