@@ -71,6 +71,13 @@ impl LayerTar {
         self
     }
 
+    /// An executable regular file (mode 0755).
+    pub fn executable(mut self, path: &str, data: &[u8]) -> Self {
+        let mut h = Self::header(EntryType::Regular, data.len() as u64, 0o755);
+        self.0.append_data(&mut h, path, data).unwrap();
+        self
+    }
+
     pub fn symlink(mut self, path: &str, target: &str) -> Self {
         let mut h = Self::header(EntryType::Symlink, 0, 0o777);
         self.0.append_link(&mut h, path, target).unwrap();
