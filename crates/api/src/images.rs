@@ -3,14 +3,18 @@
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-/// Body of `POST /v1/images`: import a directory or archive on the
-/// daemon's host as an image.
+/// Body of `POST /v1/images`: import a directory, an archive or an OCI
+/// image layout directory on the daemon's host as an image.
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ImportRequest {
     pub name: String,
     /// An absolute path on the daemon's host.
     pub path: String,
+    /// For an OCI image layout holding several images: the one whose
+    /// `org.opencontainers.image.ref.name` annotation is this.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tag: Option<String>,
 }
 
 /// An image as `GET /v1/images` lists it and an import answers it.
@@ -33,6 +37,30 @@ pub struct Image {
     /// What an import left out because an image must not carry it.
     #[serde(default)]
     pub dropped: Dropped,
+    /// An OCI image's layers (diffids), bottom first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub layers: Vec<String>,
+    /// An OCI image's run configuration, from its image config.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config: Option<RunConfig>,
+    /// The digest of the OCI manifest it was imported from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub manifest_digest: Option<String>,
+}
+
+/// What an OCI image's config says a container runs with.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct RunConfig {
+    #[serde(default)]
+    pub env: Vec<String>,
+    #[serde(default)]
+    pub working_dir: Option<String>,
+    #[serde(default)]
+    pub user: Option<String>,
+    #[serde(default)]
+    pub entrypoint: Vec<String>,
+    #[serde(default)]
+    pub cmd: Vec<String>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
@@ -42,6 +70,8 @@ pub enum ImageKind {
     Host,
     /// A self-contained tree, imported.
     Rootfs,
+    /// A stack of shared layers, imported from an OCI image.
+    Oci,
 }
 
 impl ImageKind {
@@ -49,6 +79,7 @@ impl ImageKind {
         match self {
             ImageKind::Host => "host",
             ImageKind::Rootfs => "rootfs",
+            ImageKind::Oci => "oci",
         }
     }
 }
@@ -100,8 +131,23 @@ mod tests {
             created_ms: 1,
             source: "/tmp/alpine.tar.zst".into(),
             dropped,
+            layers: Vec::new(),
+            config: None,
+            manifest_digest: None,
         };
         assert_wire_shape(&image, &["name", "kind", "rootfs", "projections", "size_bytes", "files", "created_ms", "source", "dropped"]);
+        let oci = Image {
+            kind: ImageKind::Oci,
+            layers: vec!["sha256:00".into()],
+            config: Some(RunConfig::default()),
+            manifest_digest: Some("sha256:11".into()),
+            ..image.clone()
+        };
+        assert_wire_shape(
+            &oci,
+            &["name", "kind", "rootfs", "projections", "size_bytes", "files", "created_ms", "source", "dropped", "layers", "config", "manifest_digest"],
+        );
+        assert_wire_shape(&RunConfig::default(), &["env", "working_dir", "user", "entrypoint", "cmd"]);
         assert_eq!(serde_json::to_value(image.kind).unwrap_or_default(), ImageKind::Rootfs.as_str());
         assert_wire_shape(&Removed { removed: "alpine".into() }, &["removed"]);
     }

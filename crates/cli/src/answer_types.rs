@@ -40,8 +40,9 @@ fn the_ledger_report_and_keys() {
 
 #[test]
 fn images() {
-    use cairn_sandbox::image::{Dropped, Image, ImageKind, Projection};
-    for kind in [ImageKind::Host, ImageKind::Rootfs] {
+    use cairn_sandbox::image::{Dropped, Image, ImageKind, Projection, RunConfig};
+    for kind in [ImageKind::Host, ImageKind::Rootfs, ImageKind::Oci] {
+        let oci = kind == ImageKind::Oci;
         let image = Image {
             name: "alpine".into(),
             kind,
@@ -52,6 +53,16 @@ fn images() {
             created_ms: 2,
             source: "/tmp/alpine.tar".into(),
             dropped: Dropped { devices: 1, fifos_sockets: 2, setid: 3 },
+            layers: if oci { vec!["sha256:ab".into(), "sha256:cd".into()] } else { Vec::new() },
+            config: oci.then(|| RunConfig {
+                env: vec!["PATH=/bin".into()],
+                working_dir: Some("/src".into()),
+                user: Some("1000:1000".into()),
+                entrypoint: vec!["/init".into()],
+                cmd: vec!["sh".into()],
+            }),
+            manifest_digest: oci.then(|| "sha256:ef".into()),
+            lowers: vec!["/not/on/the/wire".into()],
         };
         reads_back_whole::<api::images::Image>(&image);
     }

@@ -78,7 +78,7 @@ impl Runtime {
 
     pub async fn import_image(&self, req: ImportRequest) -> Result<Image, Error> {
         let images = self.images.clone();
-        Ok(tokio::task::spawn_blocking(move || images.import(&req.name, std::path::Path::new(&req.path))).await??)
+        Ok(tokio::task::spawn_blocking(move || images.import_tagged(&req.name, std::path::Path::new(&req.path), req.tag.as_deref())).await??)
     }
 
     /// Removes an image no live task uses.

@@ -123,9 +123,10 @@ pub(crate) fn in_image_as_dir(layers: &[cairn_sandbox::Layer], path: &str) -> bo
         return false;
     };
     let Ok(rel) = p.strip_prefix(&layer.at) else { return false };
-    // Beneath the image directory, following no symlink of the image.
-    let Ok(root) = cairn_fsat::open_dir(&layer.lower) else { return false };
-    rel.as_os_str().is_empty() || cairn_fsat::open_beneath(&root, rel, cairn_fsat::OFlags::PATH | cairn_fsat::OFlags::DIRECTORY, 0).is_ok()
+    // Through the image's lowers as the overlay merges them, following no
+    // symlink of the image.
+    let Ok(stack) = cairn_sandbox::LowerStack::open(&layer.lowers) else { return false };
+    !stack.is_empty() && stack.is_dir(rel)
 }
 
 impl Runtime {

@@ -50,7 +50,7 @@ impl World {
         let tree = dir.path().join("tree");
         std::fs::create_dir_all(tree.join("etc")).unwrap();
         std::fs::write(tree.join("etc/os-release"), "NAME=tiny\n").unwrap();
-        rt.import_image(cairn_api::images::ImportRequest { name: IMAGE.into(), path: tree.display().to_string() }).await.unwrap();
+        rt.import_image(cairn_api::images::ImportRequest { name: IMAGE.into(), path: tree.display().to_string(), tag: None }).await.unwrap();
         World { rt, fake, home, config, _dir: dir }
     }
 

@@ -453,7 +453,7 @@ fn report_exit(mut child: Child, conn: UnixStream) {
 
 /// The root layer's directory name on a task disk.
 fn root_layer_name() -> String {
-    Layer { lower: PathBuf::new(), at: "/".into() }.disk_name()
+    Layer { lowers: Vec::new(), at: "/".into() }.disk_name()
 }
 
 impl Drop for FakeDriver {
@@ -643,6 +643,10 @@ mod tests {
             created_ms: 0,
             source: "test".into(),
             dropped: Default::default(),
+            layers: Vec::new(),
+            config: None,
+            manifest_digest: None,
+            lowers: Vec::new(),
         }
     }
 

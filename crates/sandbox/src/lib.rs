@@ -52,7 +52,7 @@ pub use native::{NativeDriver, HELPER_SUBCOMMAND};
 pub use net::PROXY_ADDR;
 pub use process::exec::set_winsize;
 pub use process::spawn::helper_main;
-pub use rootfs::Layer;
+pub use rootfs::{Layer, Lookup, LowerStack};
 pub use uidmap::IdRange;
 
 /// What the native driver puts on the host, for the demo and the end-to-end

@@ -13,15 +13,23 @@ use super::Out;
 #[derive(Subcommand, Debug)]
 pub(crate) enum ImageCmd {
     List,
-    /// Import a rootfs directory or a tar, tar.gz or tar.zst archive.
-    Import { name: String, path: std::path::PathBuf },
+    /// Import a rootfs directory, a tar, tar.gz or tar.zst archive, or an
+    /// OCI image layout directory (its layers are stored once and shared).
+    Import {
+        name: String,
+        path: std::path::PathBuf,
+        /// Of an OCI image layout holding several images, the one with this
+        /// ref name (`org.opencontainers.image.ref.name`).
+        #[arg(long)]
+        tag: Option<String>,
+    },
     Rm { name: String },
 }
 
 pub(crate) async fn run(client: &Client, cmd: ImageCmd, out: Out) -> Result<u8> {
     match cmd {
         ImageCmd::List => list(client, out).await,
-        ImageCmd::Import { name, path } => import(client, name, path, out).await,
+        ImageCmd::Import { name, path, tag } => import(client, name, path, tag, out).await,
         ImageCmd::Rm { name } => rm(client, name, out).await,
     }
 }
@@ -32,14 +40,15 @@ pub(crate) async fn list(client: &Client, out: Out) -> Result<u8> {
     Ok(0)
 }
 
-pub(crate) async fn import(client: &Client, name: String, path: std::path::PathBuf, out: Out) -> Result<u8> {
+pub(crate) async fn import(client: &Client, name: String, path: std::path::PathBuf, tag: Option<String>, out: Out) -> Result<u8> {
     let abs = std::fs::canonicalize(&path).with_context(|| format!("cannot import {}", path.display()))?;
     let path = abs.to_str().ok_or_else(|| anyhow!("cannot import {}: the path is not UTF-8", abs.display()))?.to_owned();
-    let v: Answer<Image> = client.post("/v1/images", &api::images::ImportRequest { name, path }).await?;
+    let v: Answer<Image> = client.post("/v1/images", &api::images::ImportRequest { name, path, tag }).await?;
     out.print(&v, |v| {
         let d = &v.dropped;
+        let layers = if v.layers.is_empty() { String::new() } else { format!("{} layers, ", v.layers.len()) };
         format!(
-            "imported {} ({} entries, {}; dropped {} device nodes, {} fifos/sockets, {} setuid/setgid bits)",
+            "imported {} ({layers}{} entries, {}; dropped {} device nodes, {} fifos/sockets, {} setuid/setgid bits)",
             v.name,
             v.files,
             progress::human(v.size_bytes as f64),

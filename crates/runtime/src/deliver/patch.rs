@@ -13,8 +13,8 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-use cairn_fsat::{self as fsat, Kind, OFlags, XattrAt};
-use cairn_sandbox::Layer;
+use cairn_fsat::{self as fsat, Kind, XattrAt};
+use cairn_sandbox::{Layer, Lookup, LowerStack};
 
 /// Files larger than this are listed as changed, not diffed.
 const MAX_DIFFED: u64 = 8 << 20;
@@ -35,17 +35,17 @@ git ls-files -z --others --exclude-standard | xargs -0 -r -n1 sh -c 'git -c core
 "#;
 
 /// One layer of a task's disk: its upper directory on the host, the image
-/// directory under it, and where it appears in the sandbox.
+/// directories under it (top first), and where it appears in the sandbox.
 #[derive(Debug)]
 pub struct LayerDirs {
     pub upper: PathBuf,
-    pub lower: PathBuf,
+    pub lowers: Vec<PathBuf>,
     pub at: PathBuf,
 }
 
 impl LayerDirs {
     pub fn of(disk_mount: &Path, layer: &Layer) -> LayerDirs {
-        LayerDirs { upper: disk_mount.join(layer.disk_name()).join("upper"), lower: layer.lower.clone(), at: layer.at.clone() }
+        LayerDirs { upper: disk_mount.join(layer.disk_name()).join("upper"), lowers: layer.lowers.clone(), at: layer.at.clone() }
     }
 }
 
@@ -85,13 +85,8 @@ pub fn layer_diff(layers: &[LayerDirs]) -> io::Result<String> {
             Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
             Err(e) => return Err(e),
         };
-        let lower = match fsat::open_dir(&layer.lower) {
-            Ok(fd) => Some(fd),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => None,
-            Err(e) => return Err(e),
-        };
+        let lower = Lower(LowerStack::open(&layer.lowers)?);
         let tree = read_upper(&upper)?;
-        let lower = Lower(lower);
         let shown = |rel: &Path| {
             let p = layer.at.join(rel);
             p.strip_prefix("/").unwrap_or(&p).to_string_lossy().into_owned()
@@ -227,40 +222,33 @@ fn read_bounded(dir: impl AsFd, name: &CStr) -> io::Result<Option<Vec<u8>>> {
     }
 }
 
-/// The image directory under a layer, read beneath its descriptor without
-/// following symlinks (a link in an image never leads the daemon out).
-struct Lower(Option<OwnedFd>);
+/// The image directories under a layer, merged as the overlay shows them
+/// and read beneath their descriptors without following symlinks (a link
+/// in an image never leads the daemon out).
+struct Lower(LowerStack);
 
 impl Lower {
-    /// The directory holding `rel`, and `rel`'s last component.
-    fn parent_of(&self, rel: &Path) -> Option<(OwnedFd, CString)> {
-        let root = self.0.as_ref()?;
-        let name = fsat::cstr(rel.file_name()?).ok()?;
-        let parent = match rel.parent().filter(|p| !p.as_os_str().is_empty()) {
-            Some(p) => fsat::open_beneath(root, p, OFlags::PATH | OFlags::DIRECTORY, 0).ok()?,
-            None => root.try_clone().ok()?,
-        };
-        Some((parent, name))
-    }
-
     /// Files and symlinks at or under `rel` (a file, or a directory walked
     /// without following symlinks).
     fn files(&self, rel: &Path, out: &mut Vec<PathBuf>) {
-        let Some((parent, name)) = self.parent_of(rel) else { return };
-        self.files_at(&parent, &name, rel, out, 0);
+        match self.0.lookup(rel) {
+            Some(Lookup::Dir(dir)) => Self::files_in(&dir, rel, out, 0),
+            Some(Lookup::Other { kind: Kind::File | Kind::Symlink, .. }) => out.push(rel.to_path_buf()),
+            _ => {}
+        }
     }
 
-    fn files_at(&self, dir: &OwnedFd, name: &CStr, rel: &Path, out: &mut Vec<PathBuf>, depth: usize) {
-        let Ok(st) = fsat::lstat_at(dir, name) else { return };
-        match fsat::kind(&st) {
-            Kind::File | Kind::Symlink => out.push(rel.to_path_buf()),
-            Kind::Dir if depth < MAX_DEPTH => {
-                let Ok(fd) = fsat::open_dir_at(dir, name) else { return };
-                for child in fsat::read_dir(&fd).unwrap_or_default() {
-                    self.files_at(&fd, &child, &rel.join(OsStr::from_bytes(child.to_bytes())), out, depth + 1);
-                }
+    fn files_in(dir: &LowerStack, rel: &Path, out: &mut Vec<PathBuf>, depth: usize) {
+        if depth >= MAX_DEPTH {
+            return;
+        }
+        for name in dir.names() {
+            let path = rel.join(OsStr::from_bytes(name.to_bytes()));
+            match dir.child(&name) {
+                Some(Lookup::Dir(sub)) => Self::files_in(&sub, &path, out, depth + 1),
+                Some(Lookup::Other { kind: Kind::File | Kind::Symlink, .. }) => out.push(path),
+                _ => {}
             }
-            _ => {}
         }
     }
 
@@ -268,10 +256,9 @@ impl Lower {
     /// when it does not exist, is too large, or a directory on its way is a
     /// symlink.
     fn content(&self, rel: &Path) -> Option<Vec<u8>> {
-        let (parent, name) = self.parent_of(rel)?;
-        match fsat::kind(&fsat::lstat_at(&parent, &name).ok()?) {
-            Kind::Symlink => fsat::readlink_at(&parent, &name).ok(),
-            Kind::File => read_bounded(&parent, &name).ok().flatten(),
+        match self.0.lookup(rel)? {
+            Lookup::Other { parent, name, kind: Kind::Symlink } => fsat::readlink_at(&parent, &name).ok(),
+            Lookup::Other { parent, name, kind: Kind::File } => read_bounded(&parent, &name).ok().flatten(),
             _ => None,
         }
     }
@@ -323,7 +310,7 @@ mod tests {
         fs::create_dir_all(upper.join("workspace")).unwrap();
         fs::write(upper.join("workspace/new.txt"), "fresh\n").unwrap();
         fs::write(upper.join("workspace/blob.bin"), [0u8, 1, 2]).unwrap();
-        let d = layer_diff(&[LayerDirs { upper, lower, at: "/".into() }]).unwrap();
+        let d = layer_diff(&[LayerDirs { upper, lowers: vec![lower], at: "/".into() }]).unwrap();
         assert!(d.contains("diff --git a/etc/motd b/etc/motd\n--- a/etc/motd\n+++ b/etc/motd\n@@ -1,2 +1,2 @@\n hello\n-world\n+there\n"), "{d}");
         assert!(d.contains("deleted file mode 100644\n--- a/etc/gone\n+++ /dev/null\n@@ -1 +0,0 @@\n-bye\n"), "{d}");
         assert!(d.contains("new file mode 100644\n--- /dev/null\n+++ b/workspace/new.txt\n@@ -0,0 +1 @@\n+fresh\n"), "{d}");
@@ -351,7 +338,7 @@ mod tests {
         // SAFETY: valid C strings and a one-byte value.
         let rc = unsafe { libc::lsetxattr(c.as_ptr(), c"trusted.overlay.opaque".as_ptr(), b"y".as_ptr().cast(), 1, 0) };
         assert_eq!(rc, 0, "setting trusted.* needs root: {}", io::Error::last_os_error());
-        let d = layer_diff(&[LayerDirs { upper, lower, at: "/".into() }]).unwrap();
+        let d = layer_diff(&[LayerDirs { upper, lowers: vec![lower], at: "/".into() }]).unwrap();
         for gone in ["gone/a", "gone/sub/b", "redone/old"] {
             assert!(d.contains(&format!("deleted file mode 100644\n--- a/{gone}\n+++ /dev/null\n")), "{gone} deleted: {d}");
         }
@@ -369,7 +356,7 @@ mod tests {
         std::os::unix::fs::symlink(&host, lower.join("lib")).unwrap();
         fs::create_dir_all(upper.join("lib")).unwrap();
         fs::write(upper.join("lib/secret"), "mine\n").unwrap();
-        let d = layer_diff(&[LayerDirs { upper, lower, at: "/".into() }]).unwrap();
+        let d = layer_diff(&[LayerDirs { upper, lowers: vec![lower], at: "/".into() }]).unwrap();
         assert!(!d.contains("host secret") && d.contains("+mine"), "{d}");
     }
 
@@ -384,7 +371,7 @@ mod tests {
         fs::write(host.join("secret.txt"), &marker).unwrap();
         fs::write(upper.join("w/d/secret.txt"), "benign\n").unwrap();
         std::os::unix::fs::symlink(&host, upper.join("w/l")).unwrap();
-        let layers = || vec![LayerDirs { upper: upper.clone(), lower: lower.clone(), at: "/".into() }];
+        let layers = || vec![LayerDirs { upper: upper.clone(), lowers: vec![lower.clone()], at: "/".into() }];
         // Positive control: without the racer the file is in the diff.
         let d = layer_diff(&layers()).unwrap();
         assert!(d.contains("+benign") && !d.contains(&marker), "{d}");
@@ -412,7 +399,7 @@ mod tests {
         fs::create_dir_all(&upper).unwrap();
         nix::unistd::mkfifo(&upper.join("pipe"), nix::sys::stat::Mode::from_bits_truncate(0o644)).unwrap();
         fs::write(upper.join("plain"), "x\n").unwrap();
-        let d = layer_diff(&[LayerDirs { upper: upper.clone(), lower: lower.clone(), at: "/".into() }]).unwrap();
+        let d = layer_diff(&[LayerDirs { upper: upper.clone(), lowers: vec![lower.clone()], at: "/".into() }]).unwrap();
         assert!(d.contains("+++ b/plain") && !d.contains("pipe"), "{d}");
         // A tree deeper than the limit is refused with a reason, built by
         // descriptor since its path is longer than PATH_MAX.
@@ -421,7 +408,7 @@ mod tests {
             fsat::mkdir_at(&cur, c"dddddddddddddddddddd", 0o755).unwrap();
             cur = fsat::open_dir_at(&cur, c"dddddddddddddddddddd").unwrap();
         }
-        let err = layer_diff(&[LayerDirs { upper, lower, at: "/".into() }]).unwrap_err().to_string();
+        let err = layer_diff(&[LayerDirs { upper, lowers: vec![lower], at: "/".into() }]).unwrap_err().to_string();
         assert!(err.contains("nested more than"), "{err}");
     }
 }

@@ -92,12 +92,78 @@ pub(super) fn unpack(src: &Path, format: Format, w: &mut TreeWriter) -> Result<(
 }
 
 fn unpack_from<R: Read>(src: &Path, reader: R, w: &mut TreeWriter) -> Result<()> {
+    unpack_tar(src, &mut tar::Archive::new(reader), w)
+}
+
+fn unpack_tar<R: Read>(src: &Path, archive: &mut tar::Archive<R>, w: &mut TreeWriter) -> Result<()> {
     let corrupt = |e: io::Error| Error::ImageSource(src.to_owned(), format!("unreadable archive: {e}"));
-    let mut archive = tar::Archive::new(reader);
     for entry in archive.entries().map_err(corrupt)? {
         unpack_entry(src, &mut entry.map_err(corrupt)?, w)?;
     }
     Ok(())
+}
+
+/// The sha256 digests and sizes of a layer as stored (compressed) and as
+/// unpacked (the tar stream, whose digest is the layer's diffid).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct LayerDigests {
+    pub blob: String,
+    pub blob_bytes: u64,
+    pub diff_id: String,
+}
+
+/// Unpacks one layer of an OCI image from `blob` (a tar stream compressed
+/// as `format` says) into a layer writer, hashing both the blob and the
+/// tar stream as they are read. Both are read to their end, so the digests
+/// cover every byte, including what follows the tar's last entry.
+pub(super) fn unpack_layer(src: &Path, blob: impl Read, format: Format, w: &mut TreeWriter) -> Result<LayerDigests> {
+    let source_err = |e: io::Error| Error::ImageSource(src.to_owned(), format!("unreadable layer: {e}"));
+    let mut blob = Hashing::new(blob);
+    let diff_id = {
+        let compressed = BufReader::new(&mut blob);
+        let tar: Box<dyn Read + '_> = match format {
+            Format::Tar => Box::new(compressed),
+            Format::Gzip => Box::new(MultiGzDecoder::new(compressed)),
+            Format::Zstd => Box::new(zstd::stream::read::Decoder::with_buffer(compressed).map_err(source_err)?),
+            Format::Directory => return Err(Error::ImageSource(src.to_owned(), "a layer is not a directory".into())),
+        };
+        let mut archive = tar::Archive::new(Hashing::new(tar));
+        unpack_tar(src, &mut archive, w)?;
+        let mut stream = archive.into_inner();
+        io::copy(&mut stream, &mut io::sink()).map_err(source_err)?;
+        stream.hex()
+    };
+    io::copy(&mut blob, &mut io::sink()).map_err(source_err)?;
+    Ok(LayerDigests { blob: blob.hex(), blob_bytes: blob.bytes, diff_id })
+}
+
+/// A reader that hashes (sha256) and counts what passes through it.
+pub(super) struct Hashing<R> {
+    inner: R,
+    hasher: sha2::Sha256,
+    pub bytes: u64,
+}
+
+impl<R> Hashing<R> {
+    pub(super) fn new(inner: R) -> Self {
+        Hashing { inner, hasher: sha2::Sha256::default(), bytes: 0 }
+    }
+
+    /// The digest so far, as `sha256:<hex>`.
+    pub(super) fn hex(&self) -> String {
+        use sha2::Digest;
+        format!("sha256:{}", hex::encode(self.hasher.clone().finalize()))
+    }
+}
+
+impl<R: Read> Read for Hashing<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        use sha2::Digest;
+        let n = self.inner.read(buf)?;
+        self.hasher.update(&buf[..n]);
+        self.bytes += n as u64;
+        Ok(n)
+    }
 }
 
 /// Writes one entry. Long names (GNU and PAX) arrive already joined by the
@@ -113,6 +179,14 @@ fn unpack_entry<R: Read>(src: &Path, entry: &mut tar::Entry<'_, R>, w: &mut Tree
     let link_target = || link.clone().filter(|l| !l.is_empty()).ok_or_else(|| refuse("link without a target"));
 
     let kind = entry.header().entry_type();
+    if w.is_layer() {
+        if let Some(result) = whiteout_entry(&path, &raw, kind, w) {
+            return result.map_err(|e| match e {
+                Error::UnsafeEntry { reason, .. } => refuse(reason),
+                e => e,
+            });
+        }
+    }
     let result = match kind {
         // Old tars mark directories only with a trailing slash.
         EntryType::Regular if raw.ends_with(b"/") => w.dir(&path, meta(src, &name, entry.header())?),
@@ -148,6 +222,35 @@ fn unpack_entry<R: Read>(src: &Path, entry: &mut tar::Entry<'_, R>, w: &mut Tree
         Error::UnsafeEntry { reason, .. } => refuse(reason),
         e => e,
     })
+}
+
+/// Whiteout entries of an OCI layer: `D/.wh.NAME` deletes `NAME` of the
+/// layers below, `D/.wh..wh..opq` hides everything of theirs in `D`, and
+/// other `.wh..wh.` names (AUFS metadata) mean nothing to overlayfs and are
+/// skipped. `None` when `path` is no whiteout.
+fn whiteout_entry(path: &RelPath, raw: &[u8], kind: EntryType, w: &mut TreeWriter) -> Option<Result<()>> {
+    const PREFIX: &[u8] = b".wh.";
+    const OPAQUE: &[u8] = b".wh..wh..opq";
+    let (_, name) = path.split_last()?;
+    let target = name.to_bytes().strip_prefix(PREFIX)?;
+    let refuse = |reason| Some(Err(Error::UnsafeEntry { entry: path.to_string(), reason }));
+    if kind == EntryType::Directory || raw.ends_with(b"/") {
+        return refuse("a whiteout entry is a directory");
+    }
+    let dir = path.parent();
+    if name.to_bytes() == OPAQUE {
+        return Some(w.opaque(&dir));
+    }
+    if target.starts_with(PREFIX) {
+        w.skip_meta(path);
+        return Some(Ok(()));
+    }
+    if target.is_empty() || target == b"." || target == b".." {
+        return refuse("a whiteout of an empty, '.' or '..' name");
+    }
+    // No NUL: it is part of a validated component.
+    let target = std::ffi::CString::new(target).ok()?;
+    Some(w.whiteout(&dir, &target, path))
 }
 
 /// Owner, mode and mtime from an entry's header. Ids must fit a `uid_t`.

@@ -5,12 +5,16 @@
 //! built in a hidden `.tmp-*` directory and renamed into place complete, so
 //! a crash never leaves a half image visible (see `staging`).
 //!
-//! There are two kinds:
+//! There are three kinds:
 //! - the built-in `host` image ([`ImageStore::ensure_host`]), a small
 //!   skeleton that borrows the host's `/usr` through a [`Projection`];
 //! - imported images ([`ImageStore::import`]), copied from a directory or
 //!   unpacked from a tar archive. Archives are untrusted: see `archive` and
-//!   `writer` for how their entries are kept inside the image.
+//!   `writer` for how their entries are kept inside the image;
+//! - OCI images, imported from an OCI image layout directory (`oci`): a
+//!   stack of layers kept in the shared [`LayerStore`] (`layers`), which
+//!   the sandbox mounts as overlayfs lower directories. Their `rootfs/` is
+//!   empty; `image.json` names the layers.
 //!
 //! Image contents keep their owners' numeric ids as they are on the host;
 //! the sandbox maps them into its user namespace with an idmapped mount.
@@ -18,10 +22,16 @@
 mod archive;
 mod copy;
 mod host;
+pub mod layers;
+mod oci;
 mod path;
 mod staging;
+#[cfg(any(test, feature = "test-util"))]
+pub mod testing;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod oci_tests;
 mod writer;
 
 use std::collections::HashSet;
@@ -39,6 +49,8 @@ use self::path::RelPath;
 use self::staging::{discard, fsync_dir, temp_path, Staging};
 use self::writer::TreeWriter;
 use crate::rootfs::Layer;
+pub use self::layers::{LayerInfo, LayerStore};
+pub use self::oci::RunConfig;
 use crate::{Error, Result};
 
 /// Name of the built-in image.
@@ -55,6 +67,8 @@ pub enum ImageKind {
     Host,
     /// A self-contained tree, imported.
     Rootfs,
+    /// A stack of shared layers, imported from an OCI image.
+    Oci,
 }
 
 /// An image, as recorded in its `image.json`.
@@ -78,6 +92,18 @@ pub struct Image {
     /// What was left out because an image must not carry it.
     #[serde(default)]
     pub dropped: Dropped,
+    /// An OCI image's layers (diffids), bottom first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub layers: Vec<String>,
+    /// An OCI image's run configuration.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config: Option<RunConfig>,
+    /// The digest of the OCI manifest it was imported from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub manifest_digest: Option<String>,
+    /// The layers' trees on the host, top first (set when loaded).
+    #[serde(skip)]
+    pub lowers: Vec<PathBuf>,
 }
 
 impl Image {
@@ -86,8 +112,9 @@ impl Image {
     /// under [`Layer::disk_name`]; snapshots and restores read and write
     /// them there.
     pub fn layers(&self) -> Vec<Layer> {
-        let mut layers = vec![Layer { lower: self.rootfs.clone(), at: "/".into() }];
-        layers.extend(self.projections.iter().map(|p| Layer { lower: p.host_path.clone(), at: p.at.clone() }));
+        let root = if self.lowers.is_empty() { vec![self.rootfs.clone()] } else { self.lowers.clone() };
+        let mut layers = vec![Layer { lowers: root, at: "/".into() }];
+        layers.extend(self.projections.iter().map(|p| Layer { lowers: vec![p.host_path.clone()], at: p.at.clone() }));
         layers
     }
 }
@@ -112,21 +139,40 @@ pub struct Dropped {
     pub setid: u64,
 }
 
+impl Dropped {
+    fn add(&mut self, other: &Dropped) {
+        self.devices += other.devices;
+        self.fifos_sockets += other.fifos_sockets;
+        self.setid += other.setid;
+    }
+}
+
 /// The images under one directory, normally `$CAIRN_HOME/images`.
 #[derive(Clone, Debug)]
 pub struct ImageStore {
     root: PathBuf,
+    layers: LayerStore,
 }
 
 impl ImageStore {
-    /// Opens the store at `root` (created on first import) and removes what
+    /// Opens the store at `root` (created on first import), with its
+    /// layers in the sibling directory `layers`, and removes what
     /// interrupted imports and removals left behind.
     pub fn new(root: impl Into<PathBuf>) -> Self {
-        let store = ImageStore { root: root.into() };
+        let root = root.into();
+        let layers = LayerStore::new(root.with_file_name("layers"));
+        let store = ImageStore { root, layers };
         if let Err(e) = store.cleanup() {
             tracing::warn!(root = %store.root.display(), "cannot clean up the image store: {e}");
         }
+        if let Err(e) = store.layers.cleanup() {
+            tracing::warn!(root = %store.layers.root().display(), "cannot clean up the layer store: {e}");
+        }
         store
+    }
+
+    pub fn layer_store(&self) -> &LayerStore {
+        &self.layers
     }
 
     pub fn root(&self) -> &Path {
@@ -186,10 +232,23 @@ impl ImageStore {
     /// gzip or zstd, recognised by content). Nothing is visible in the store
     /// unless the whole import succeeds.
     pub fn import(&self, name: &str, src: &Path) -> Result<Image> {
+        self.import_tagged(name, src, None)
+    }
+
+    /// [`ImageStore::import`], where `src` may also be an OCI image layout
+    /// directory (one with an `oci-layout` file); `tag` chooses the image
+    /// by its ref name when the layout holds several.
+    pub fn import_tagged(&self, name: &str, src: &Path, tag: Option<&str>) -> Result<Image> {
         check_name(name)?;
         // `host` is reserved even before the host image is built.
         if name == HOST_IMAGE || self.image_dir(name).exists() {
             return Err(Error::ImageExists(name.to_owned()));
+        }
+        if oci::is_layout(src) {
+            return self.import_oci(name, src, tag);
+        }
+        if tag.is_some() {
+            return Err(Error::ImageSource(src.to_owned(), "a tag chooses an image of an OCI image layout, and this is none".into()));
         }
         let format = archive::detect(src)?;
         if format == Format::Directory {
@@ -207,6 +266,91 @@ impl ImageStore {
         staging.publish(&self.image_dir(name), &image)?;
         tracing::info!(image = name, files = image.files, bytes = image.size_bytes, dropped = ?image.dropped, "imported image");
         Ok(image)
+    }
+
+    /// Imports an OCI image layout: each layer into the layer store (unless
+    /// it is there already), then the image naming them. On failure, the
+    /// layers this import added and no image uses are removed again.
+    fn import_oci(&self, name: &str, src: &Path, tag: Option<&str>) -> Result<Image> {
+        let result = self.import_oci_locked(name, src, tag);
+        if result.is_err() {
+            if let Err(e) = self.gc_layers() {
+                tracing::warn!("cannot remove the layers of a failed import: {e}");
+            }
+        }
+        result
+    }
+
+    fn import_oci_locked(&self, name: &str, src: &Path, tag: Option<&str>) -> Result<Image> {
+        let layout = oci::Layout::open(src)?;
+        let chosen = layout.image(tag)?;
+        let _lock = self.layers.lock(false)?;
+        let (mut size_bytes, mut files, mut dropped) = (0, 0, Dropped::default());
+        for want in &chosen.layers {
+            let info = self.layers.ensure(want, layout.path(), || layout.blob(&want.blob_digest, want.blob_size))?;
+            size_bytes += info.size_bytes;
+            files += info.files;
+            dropped.add(&info.dropped);
+        }
+        let staging = Staging::new(&self.root)?;
+        let source = std::path::absolute(src).unwrap_or_else(|_| src.to_owned()).display().to_string();
+        let source = match tag {
+            Some(t) => format!("{source}:{t}"),
+            None => source,
+        };
+        let mut image = Image {
+            name: name.to_owned(),
+            kind: ImageKind::Oci,
+            rootfs: self.image_dir(name).join(ROOTFS),
+            projections: Vec::new(),
+            size_bytes,
+            files,
+            created_ms: now_ms(),
+            source,
+            dropped,
+            layers: chosen.layers.iter().map(|l| l.diff_id.clone()).collect(),
+            config: Some(chosen.config),
+            manifest_digest: Some(chosen.manifest_digest),
+            lowers: Vec::new(),
+        };
+        staging.publish(&self.image_dir(name), &image)?;
+        image.lowers = self.lowers_of(&image.layers)?;
+        tracing::info!(image = name, layers = image.layers.len(), files, bytes = size_bytes, "imported OCI image");
+        Ok(image)
+    }
+
+    /// The layer trees of `diff_ids` (bottom first), top first.
+    fn lowers_of(&self, diff_ids: &[String]) -> Result<Vec<PathBuf>> {
+        diff_ids.iter().rev().map(|d| self.layers.tree(d)).collect()
+    }
+
+    /// Removes the layers no image uses. Returns their diffids.
+    pub fn gc_layers(&self) -> Result<Vec<String>> {
+        self.layers.gc(|| self.layers_in_use())
+    }
+
+    /// The diffids every image uses. An image whose description cannot be
+    /// read fails this, so that its layers are never taken for unused.
+    fn layers_in_use(&self) -> Result<HashSet<String>> {
+        let entries = match fs::read_dir(&self.root) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(HashSet::new()),
+            Err(e) => return Err(Error::ImageIo(self.root.clone(), e)),
+        };
+        let mut used = HashSet::new();
+        for entry in entries {
+            let entry = entry.map_err(|e| Error::ImageIo(self.root.clone(), e))?;
+            let Some(name) = entry.file_name().to_str().map(str::to_owned) else { continue };
+            if check_name(&name).is_err() {
+                continue;
+            }
+            match self.load(&name) {
+                Ok(image) => used.extend(image.layers),
+                Err(Error::UnknownImage(_)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(used)
     }
 
     /// All complete images, sorted by name; the host image once built.
@@ -247,7 +391,7 @@ impl ImageStore {
         if name == HOST_IMAGE {
             return Err(Error::ImageBuiltIn(name.to_owned()));
         }
-        self.load(name)?;
+        let image = self.load(name)?;
         let trash = temp_path(&self.root);
         match fs::rename(self.image_dir(name), &trash) {
             Ok(()) => {}
@@ -260,6 +404,11 @@ impl ImageStore {
         // is only worth a warning, and cleanup will retry.
         if let Err(e) = discard(&trash) {
             tracing::warn!(path = %trash.display(), "cannot delete removed image: {e}");
+        }
+        if !image.layers.is_empty() {
+            if let Err(e) = self.gc_layers() {
+                tracing::warn!(image = name, "cannot remove the layers no image uses: {e}");
+            }
         }
         Ok(())
     }
@@ -282,6 +431,7 @@ impl ImageStore {
         // The directory is the truth, should the store have been moved.
         image.name = name.to_owned();
         image.rootfs = self.image_dir(name).join(ROOTFS);
+        image.lowers = self.lowers_of(&image.layers)?;
         Ok(image)
     }
 
@@ -306,6 +456,10 @@ impl ImageStore {
             created_ms: now_ms(),
             source,
             dropped,
+            layers: Vec::new(),
+            config: None,
+            manifest_digest: None,
+            lowers: Vec::new(),
         })
     }
 

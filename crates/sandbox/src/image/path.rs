@@ -62,6 +62,16 @@ impl RelPath {
         Some((parents, last.as_c_str()))
     }
 
+    /// The components, outermost first.
+    pub(super) fn parts(&self) -> &[CString] {
+        &self.parts
+    }
+
+    /// The directory holding this path (the root for the root).
+    pub(super) fn parent(&self) -> RelPath {
+        RelPath { parts: self.split_last().map(|(p, _)| p.to_vec()).unwrap_or_default() }
+    }
+
     /// The whole path as one relative C string (`.` for the root).
     pub(super) fn to_cstring(&self) -> CString {
         join(&self.parts)

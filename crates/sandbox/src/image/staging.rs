@@ -18,6 +18,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use nix::errno::Errno;
 use nix::fcntl::{Flock, FlockArg};
+use serde::Serialize;
 
 use cairn_fsat::rename_noreplace;
 use super::{Image, IMAGE_JSON, ROOTFS, TMP_PREFIX};
@@ -30,12 +31,19 @@ pub(super) struct Staging {
     /// Tells [`discard`] in other processes that this one is still in use.
     lock: Flock<File>,
     published: bool,
+    /// The directory inside that holds the tree.
+    tree: &'static str,
 }
 
 impl Staging {
     /// Creates `<store_root>/.tmp-<random>/rootfs/`, creating the store
     /// root if needed.
     pub(super) fn new(store_root: &Path) -> Result<Staging> {
+        Staging::with_tree(store_root, ROOTFS)
+    }
+
+    /// Creates `<store_root>/.tmp-<random>/<tree>/`.
+    pub(super) fn with_tree(store_root: &Path, tree: &'static str) -> Result<Staging> {
         let io_err = |p: &Path| {
             let p = p.to_owned();
             move |e| Error::ImageIo(p, e)
@@ -60,37 +68,46 @@ impl Staging {
             }
         };
         // From here on, Drop cleans up.
-        let staging = Staging { lock, dir, published: false };
+        let staging = Staging { lock, dir, published: false, tree };
         let rootfs = staging.rootfs();
         DirBuilder::new().mode(0o755).create(&rootfs).map_err(io_err(&rootfs))?;
         Ok(staging)
     }
 
     pub(super) fn rootfs(&self) -> PathBuf {
-        self.dir.join(ROOTFS)
+        self.dir.join(self.tree)
     }
 
     /// Makes the image visible at `dest`. Fails with `ImageExists` if
     /// something already is there, leaving it untouched.
-    pub(super) fn publish(mut self, dest: &Path, image: &Image) -> Result<()> {
+    pub(super) fn publish(self, dest: &Path, image: &Image) -> Result<()> {
+        match self.publish_with(dest, IMAGE_JSON, image)? {
+            true => Ok(()),
+            false => Err(Error::ImageExists(image.name.clone())),
+        }
+    }
+
+    /// Writes `value` as `json_name` next to the tree and makes the whole
+    /// visible at `dest`. Returns false, leaving `dest` untouched, if
+    /// something already is there.
+    pub(super) fn publish_with(mut self, dest: &Path, json_name: &str, value: &impl Serialize) -> Result<bool> {
         let io_err = |p: &Path| {
             let p = p.to_owned();
             move |e| Error::ImageIo(p, e)
         };
         fs::set_permissions(&self.dir, Permissions::from_mode(0o755)).map_err(io_err(&self.dir))?;
-        write_json_atomic(&self.dir.join(IMAGE_JSON), image)?;
+        write_json_atomic(&self.dir.join(json_name), value)?;
         // Flush the whole tree: the image must be complete on disk before it
         // can be seen, or a power loss could publish empty files.
         nix::unistd::syncfs(self.lock.as_raw_fd()).map_err(|e| Error::ImageIo(self.dir.clone(), e.into()))?;
         match rename_noreplace(&self.dir, dest) {
             Ok(()) => self.published = true,
-            Err(e) if matches!(e.raw_os_error(), Some(libc::EEXIST | libc::ENOTEMPTY)) => {
-                return Err(Error::ImageExists(image.name.clone()))
-            }
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EEXIST | libc::ENOTEMPTY)) => return Ok(false),
             Err(e) => return Err(Error::ImageIo(dest.to_owned(), e)),
         }
         let store_root = dest.parent().unwrap_or(Path::new("/"));
-        fsync_dir(store_root).map_err(io_err(store_root))
+        fsync_dir(store_root).map_err(io_err(store_root))?;
+        Ok(true)
     }
 }
 
@@ -140,7 +157,7 @@ pub(super) fn discard(dir: &Path) -> io::Result<bool> {
 
 /// Writes `image` to `path` so that `path` always holds either the old
 /// content or the complete new one.
-pub(super) fn write_json_atomic(path: &Path, image: &Image) -> Result<()> {
+pub(super) fn write_json_atomic(path: &Path, image: &impl Serialize) -> Result<()> {
     let tmp = path.with_extension("json.tmp");
     let write = || -> io::Result<()> {
         let mut file = File::create(&tmp)?;

@@ -21,7 +21,8 @@ use nix::sys::time::TimeSpec;
 use nix::unistd::{fchown, fchownat, linkat, symlinkat, unlinkat, Gid, Uid, UnlinkatFlags};
 
 use super::path::{join, RelPath};
-use cairn_fsat::{open_beneath, OFlags};
+use cairn_fsat::{open_beneath, OFlags, XattrAt};
+use crate::rootfs::stack::OPAQUE_XATTR;
 use super::Dropped;
 use crate::{Error, Result};
 
@@ -70,6 +71,11 @@ pub(super) struct TreeWriter {
     source: PathBuf,
     dropped: Dropped,
     dirs: Vec<(RelPath, Meta)>,
+    /// Writing one layer of a stack: whiteouts and opaque markers are made
+    /// for overlayfs, and hard links must stay in this layer.
+    layer: bool,
+    /// Whiteout-prefixed names of no meaning to overlayfs, skipped.
+    skipped: u64,
 }
 
 impl TreeWriter {
@@ -79,7 +85,28 @@ impl TreeWriter {
         let dir = File::open(root).map_err(|e| Error::ImageIo(root.to_owned(), e))?;
         let root_fd = open_beneath(dir.as_fd(), c".", OFlags::PATH | OFlags::DIRECTORY, 0)
             .map_err(|e| Error::ImageIo(root.to_owned(), e))?;
-        Ok(TreeWriter { root: root_fd, source: source.to_owned(), dropped: Dropped::default(), dirs: Vec::new() })
+        Ok(TreeWriter {
+            root: root_fd,
+            source: source.to_owned(),
+            dropped: Dropped::default(),
+            dirs: Vec::new(),
+            layer: false,
+            skipped: 0,
+        })
+    }
+
+    /// A writer for one layer of a stack (see [`TreeWriter::whiteout`]).
+    pub(super) fn for_layer(root: &Path, source: &Path) -> Result<TreeWriter> {
+        Ok(TreeWriter { layer: true, ..TreeWriter::new(root, source)? })
+    }
+
+    pub(super) fn is_layer(&self) -> bool {
+        self.layer
+    }
+
+    /// How many whiteout-prefixed names were skipped.
+    pub(super) fn skipped(&self) -> u64 {
+        self.skipped
     }
 
     /// Creates directory `path` (the root itself when empty). A directory
@@ -88,10 +115,50 @@ impl TreeWriter {
         let meta = self.strip_setid(path, meta);
         if let Some((parents, name)) = path.split_last() {
             let parent = self.open_dir(parents, true).map_err(|e| lookup_error(path, e))?;
+            // A directory made where this layer put a whiteout hides the
+            // lower directory of that name, but shows its own entries: it
+            // is opaque.
+            let over_whiteout = self.layer && is_whiteout_at(parent.as_fd(), name);
             make_dir(parent.as_fd(), name, path)?;
+            if over_whiteout {
+                self.opaque(path)?;
+            }
         }
         self.dirs.push((path.clone(), meta));
         Ok(())
+    }
+
+    /// Records, for a layer, that `name` in directory `dir` is deleted from
+    /// the layers below: an overlay whiteout (a character device 0/0) is
+    /// made there. What this layer itself has at that name stays, as the OCI
+    /// image spec says a whiteout only applies to lower layers: a directory
+    /// is marked opaque instead (its lower namesake is hidden), and a
+    /// non-directory already hides its lower namesake.
+    pub(super) fn whiteout(&mut self, dir: &RelPath, name: &CStr, entry: &RelPath) -> Result<()> {
+        let path = dir.child(name);
+        let parent = self.open_dir(dir.parts(), true).map_err(|e| lookup_error(entry, e))?;
+        match fstatat(Some(parent.as_raw_fd()), name, AtFlags::AT_SYMLINK_NOFOLLOW) {
+            Ok(st) if file_type(&st) == SFlag::S_IFDIR => self.opaque(&path),
+            Ok(_) => Ok(()),
+            Err(Errno::ENOENT) => {
+                cairn_fsat::mknod_at(parent.as_fd(), name, SFlag::S_IFCHR.bits(), 0).map_err(|e| entry_io(entry, e))
+            }
+            Err(e) => Err(entry_io(entry, e.into())),
+        }
+    }
+
+    /// Marks directory `dir` (made if missing) opaque for overlayfs: the
+    /// same-named directories of the layers below are hidden.
+    pub(super) fn opaque(&mut self, dir: &RelPath) -> Result<()> {
+        self.open_dir(dir.parts(), true).map_err(|e| lookup_error(dir, e))?;
+        let fd = open_beneath(self.root.as_fd(), dir.to_cstring(), DIR_RDONLY, 0).map_err(|e| lookup_error(dir, e))?;
+        XattrAt::Fd(fd.as_fd()).set(OPAQUE_XATTR, b"y").map_err(|e| entry_io(dir, e))
+    }
+
+    /// Skips a whiteout-prefixed name that means nothing to overlayfs.
+    pub(super) fn skip_meta(&mut self, path: &RelPath) {
+        tracing::debug!(entry = %path, "skipping whiteout metadata entry");
+        self.skipped += 1;
     }
 
     /// Creates regular file `path` with the contents of `data`, replacing
@@ -126,13 +193,18 @@ impl TreeWriter {
             return Err(unsafe_entry(path, "hard link to itself"));
         }
         let (tparents, tname) = target.split_last().ok_or_else(|| unsafe_entry(path, "hard link to the image root"))?;
-        let tparent = self.open_dir(tparents, false).map_err(|e| link_target_error(path, e))?;
+        let layer = self.layer;
+        let tparent = self.open_dir(tparents, false).map_err(|e| link_target_error(path, e, layer))?;
         match fstatat(Some(tparent.as_raw_fd()), tname, AtFlags::AT_SYMLINK_NOFOLLOW) {
             Ok(st) if file_type(&st) == SFlag::S_IFDIR => {
                 return Err(unsafe_entry(path, "hard link target is a directory"))
             }
+            // This layer's own whiteout: the target is in a lower layer.
+            Ok(st) if layer && file_type(&st) == SFlag::S_IFCHR => {
+                return Err(link_target_error(path, io::Error::from_raw_os_error(libc::ENOENT), layer))
+            }
             Ok(_) => {}
-            Err(e) => return Err(link_target_error(path, e.into())),
+            Err(e) => return Err(link_target_error(path, e.into(), layer)),
         }
         let (parent, name) = self.parent_for_new(path)?;
         // No AT_SYMLINK_FOLLOW: a link to a symlink links the symlink itself.
@@ -266,6 +338,12 @@ fn make_dir(parent: BorrowedFd<'_>, name: &CStr, path: &RelPath) -> Result<()> {
     mkdirat(at, name, mode).map_err(|e| entry_io(path, e.into()))
 }
 
+/// True when `name` in `parent` is an overlay whiteout.
+fn is_whiteout_at(parent: BorrowedFd<'_>, name: &CStr) -> bool {
+    fstatat(Some(parent.as_raw_fd()), name, AtFlags::AT_SYMLINK_NOFOLLOW)
+        .is_ok_and(|st| file_type(&st) == SFlag::S_IFCHR && st.st_rdev == 0)
+}
+
 /// Unlinks whatever non-directory is at `name` (a later archive entry
 /// replaces an earlier one). A directory is refused: replacing it would mean
 /// deleting a whole subtree on an archive's say-so.
@@ -308,8 +386,9 @@ fn lookup_error(path: &RelPath, err: io::Error) -> Error {
 }
 
 /// Explains a failed lookup of a hard link's target.
-fn link_target_error(path: &RelPath, err: io::Error) -> Error {
+fn link_target_error(path: &RelPath, err: io::Error, layer: bool) -> Error {
     match err.raw_os_error() {
+        Some(libc::ENOENT) if layer => unsafe_entry(path, "hard link target is not in this layer (not yet, or only in a lower one)"),
         Some(libc::ENOENT) => unsafe_entry(path, "hard link target does not exist in the image (yet)"),
         Some(libc::ELOOP) => unsafe_entry(path, "hard link target goes through a symlink"),
         _ => lookup_error(path, err),

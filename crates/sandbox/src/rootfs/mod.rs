@@ -18,6 +18,7 @@
 pub mod idmap;
 pub mod mount;
 pub mod place;
+pub mod stack;
 #[cfg(test)]
 mod fixture;
 
@@ -31,14 +32,18 @@ use serde::{Deserialize, Serialize};
 pub use mount::{Op, Recorder};
 pub use mount::{Kernel, Mounter};
 pub use place::Place;
+pub use stack::{Lookup, LowerStack};
 
 use crate::uidmap::IdRange;
 use crate::{Error, Result};
 
-/// One read-only lower layer and where it appears in the sandbox.
+/// One overlay of the sandbox: its read-only lower directories and where
+/// it appears in the sandbox.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Layer {
-    pub lower: PathBuf,
+    /// The lower directories, top first: one for a self-contained tree, the
+    /// image's layer stack for an OCI image.
+    pub lowers: Vec<PathBuf>,
     /// Absolute path inside the sandbox: `/` for the image root.
     pub at: PathBuf,
 }
@@ -54,6 +59,12 @@ impl Layer {
         }
     }
 }
+
+/// overlayfs refuses more lower directories than this (`OVL_MAX_STACK`).
+pub const MAX_LOWERS: usize = 500;
+
+/// The kernel copies mount options into one page; longer ones are refused.
+const MOUNT_DATA_MAX: usize = 4095;
 
 /// Device nodes bound from the host into the sandbox's `/dev`.
 pub const DEVICES: &[&str] = &["null", "zero", "full", "random", "urandom", "tty"];
@@ -75,15 +86,39 @@ pub fn build_overlays(
     let root = run_dir.join("root");
     let sandbox_root = (ids.host_id(0), ids.host_id(0));
     for (i, layer) in layers.iter().enumerate() {
-        let lower = run_dir.join(format!("lower{i}"));
+        if layer.lowers.is_empty() || layer.lowers.len() > MAX_LOWERS {
+            return Err(Error::Helper(format!(
+                "the layer at {} has {} lower directories; overlayfs takes 1 to {MAX_LOWERS}",
+                layer.at.display(),
+                layer.lowers.len()
+            )));
+        }
+        // One lower keeps the name it always had; a stack numbers its own.
+        let lowers: Vec<PathBuf> = if layer.lowers.len() == 1 {
+            vec![run_dir.join(format!("lower{i}"))]
+        } else {
+            (0..layer.lowers.len()).map(|j| run_dir.join(format!("lower{i}.{j}"))).collect()
+        };
         let upper = disk.join(layer.disk_name()).join("upper");
         let work = disk.join(layer.disk_name()).join("work");
-        for p in [&lower, &upper, &work] {
+        for p in lowers.iter().chain([&upper, &work]) {
             check_overlay_path(p)?;
         }
+        let lowerdir = lowers.iter().map(|l| l.display().to_string()).collect::<Vec<_>>().join(":");
+        let data = format!("lowerdir={lowerdir},upperdir={},workdir={}", upper.display(), work.display());
+        if data.len() > MOUNT_DATA_MAX {
+            return Err(Error::Helper(format!(
+                "the overlay at {} needs {} bytes of mount options for its {} lower directories; the kernel takes {MOUNT_DATA_MAX}",
+                layer.at.display(),
+                data.len(),
+                lowers.len()
+            )));
+        }
         let upper_at = Place::Host(upper.clone());
-        m.mkdir(&Place::Host(lower.clone()), 0o700)?;
-        m.bind_idmapped(&layer.lower, &lower, userns)?;
+        for (host, lower) in layer.lowers.iter().zip(&lowers) {
+            m.mkdir(&Place::Host(lower.clone()), 0o700)?;
+            m.bind_idmapped(host, lower, userns)?;
+        }
         m.mkdir(&upper_at, 0o755)?;
         m.mkdir(&Place::Host(work.clone()), 0o700)?;
         // The merged directory takes its owner from the upper: make it the
@@ -93,7 +128,6 @@ pub fn build_overlays(
         // inside what is mounted there.
         let target = if i == 0 { Place::Host(root.clone()) } else { Place::inside(&root, &layer.at) };
         m.mkdir(&target, 0o755)?;
-        let data = format!("lowerdir={},upperdir={},workdir={}", lower.display(), upper.display(), work.display());
         m.mount("overlay", &target, "overlay", MsFlags::MS_NOSUID | MsFlags::MS_NODEV, Some(&data))?;
     }
     let wd = Place::inside(&root, workdir);
@@ -157,8 +191,8 @@ mod tests {
 
     fn layers() -> Vec<Layer> {
         vec![
-            Layer { lower: "/images/host/rootfs".into(), at: "/".into() },
-            Layer { lower: "/usr".into(), at: "/usr".into() },
+            Layer { lowers: vec!["/images/host/rootfs".into()], at: "/".into() },
+            Layer { lowers: vec!["/usr".into()], at: "/usr".into() },
         ]
     }
 
@@ -246,6 +280,49 @@ mod tests {
         let ids = IdRange::for_slot(0).unwrap();
         assert!(build_overlays(&m, Path::new("/r"), Path::new("/d"), &layers()[1..], ids, -1, "/w").is_err());
         assert!(build_overlays(&m, Path::new("/r,x"), Path::new("/d"), &layers(), ids, -1, "/w").is_err());
+    }
+
+    #[test]
+    fn a_stack_of_lowers_is_bound_each_and_mounted_top_first() {
+        let m = Recorder::default();
+        let ids = IdRange::for_slot(1).unwrap();
+        let stack = vec![Layer { lowers: vec!["/l/top".into(), "/l/mid".into(), "/l/base".into()], at: "/".into() }];
+        build_overlays(&m, Path::new("/run/t1"), Path::new("/disk/t1"), &stack, ids, -1, "/w").unwrap();
+        let ops = m.ops.borrow();
+        let binds: Vec<_> = ops.iter().filter_map(|o| if let Op::BindIdmapped { source, target } = o { Some((source.clone(), target.clone())) } else { None }).collect();
+        assert_eq!(
+            binds,
+            [("/l/top", "/run/t1/lower0.0"), ("/l/mid", "/run/t1/lower0.1"), ("/l/base", "/run/t1/lower0.2")].map(|(s, t)| (PathBuf::from(s), PathBuf::from(t)))
+        );
+        let data = "lowerdir=/run/t1/lower0.0:/run/t1/lower0.1:/run/t1/lower0.2,upperdir=/disk/t1/root/upper,workdir=/disk/t1/root/work";
+        let i_mount = ops.iter().position(|o| matches!(o, Op::Mount { data: Some(d), .. } if d == data)).unwrap();
+        let last_bind = ops.iter().rposition(|o| matches!(o, Op::BindIdmapped { .. })).unwrap();
+        assert!(last_bind < i_mount, "every lower bound before the overlay: {ops:#?}");
+    }
+
+    #[test]
+    fn a_stack_too_deep_or_too_long_for_the_kernel_is_refused() {
+        let ids = IdRange::for_slot(1).unwrap();
+        let try_with = |n: usize, run: &str| {
+            let m = Recorder::default();
+            let stack = vec![Layer { lowers: (0..n).map(|j| PathBuf::from(format!("/l/{j}"))).collect(), at: "/".into() }];
+            let r = build_overlays(&m, Path::new(run), Path::new("/d"), &stack, ids, -1, "/w");
+            (r, m.ops.into_inner())
+        };
+        let (r, ops) = try_with(MAX_LOWERS + 1, "/r");
+        assert!(r.unwrap_err().to_string().contains("lower directories; overlayfs takes 1 to 500"));
+        assert!(ops.is_empty(), "nothing mounted: {ops:?}");
+        let (r, _) = try_with(0, "/r");
+        assert!(r.is_err());
+        // 100 lowers under a long run directory do not fit in one page.
+        let long_run = format!("/run/{}", "x".repeat(60));
+        let (r, ops) = try_with(100, &long_run);
+        let e = r.unwrap_err().to_string();
+        assert!(e.contains("bytes of mount options for its 100 lower directories"), "{e}");
+        assert!(!ops.iter().any(|o| matches!(o, Op::Mount { .. } | Op::BindIdmapped { .. })), "{ops:?}");
+        // The same stack under a short one does.
+        let (r, _) = try_with(100, "/r");
+        r.unwrap();
     }
 
     #[test]

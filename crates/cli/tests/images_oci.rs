@@ -1,0 +1,230 @@
+//! OCI images imported from an image layout directory: their layers are
+//! stored once and mounted as a stack of overlayfs lower directories, with
+//! whiteouts and opaque directories as the OCI spec says. A task on such an
+//! image sees the merged layers, writes only to its own layer, snapshots,
+//! rolls back and delivers a patch of its own changes; bad layouts fail
+//! with one line and leave nothing in the image or layer store. Needs
+//! root, and busybox on the host (the image's shell).
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use cairn_sandbox::image::testing::{LayerBlob, LayerTar, OciLayout};
+use common::Daemon;
+
+fn busybox() -> Vec<u8> {
+    let path = ["/usr/bin/busybox", "/bin/busybox"].into_iter().find(|p| Path::new(p).exists());
+    fs::read(path.expect("these tests need a static busybox on the host (the image's shell)")).unwrap()
+}
+
+/// The base layer: busybox as the shell, the mount points, and files the
+/// second layer replaces, deletes and hides.
+fn base_layer() -> LayerBlob {
+    let mut t = LayerTar::new().dir("bin").executable("bin/busybox", &busybox());
+    for applet in ["sh", "cat", "ls", "echo", "rm", "test"] {
+        t = t.symlink(&format!("bin/{applet}"), "busybox");
+    }
+    for d in ["proc", "dev", "tmp", "workspace", "etc", "opt", "opt/old"] {
+        t = t.dir(d);
+    }
+    let tar = t
+        .file("etc/a", b"base a\n")
+        .file("etc/b", b"base b\n")
+        .file("etc/c", b"base c\n")
+        .file("opt/o", b"base o\n")
+        .file("opt/old/x", b"x\n")
+        .finish();
+    LayerBlob::gzip(&tar)
+}
+
+/// The second layer: replaces /etc/a, deletes /etc/c, makes /opt opaque
+/// with only /opt/n.
+fn top_layer() -> LayerBlob {
+    let tar = LayerTar::new()
+        .dir("etc")
+        .file("etc/a", b"top a\n")
+        .whiteout("etc", "c")
+        .dir("opt")
+        .opaque("opt")
+        .file("opt/n", b"top n\n")
+        .finish();
+    LayerBlob::gzip(&tar)
+}
+
+fn must(d: &Daemon, task: &str, script: &str) -> String {
+    let (code, out, err) = d.sh(task, script);
+    assert_eq!(code, 0, "script failed: {script}\nstdout: {out}\nstderr: {err}");
+    out
+}
+
+fn layers_stored(d: &Daemon) -> Vec<String> {
+    let mut v: Vec<String> = match fs::read_dir(d.home().join("layers/sha256")) {
+        Ok(rd) => rd.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect(),
+        Err(_) => Vec::new(),
+    };
+    v.sort();
+    v
+}
+
+fn images_stored(d: &Daemon) -> Vec<String> {
+    let mut v: Vec<String> = match fs::read_dir(d.home().join("images")) {
+        Ok(rd) => rd.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect(),
+        Err(_) => Vec::new(),
+    };
+    v.sort();
+    v
+}
+
+fn layout_dir(name: &str) -> (tempfile::TempDir, PathBuf) {
+    let tmp = tempfile::Builder::new().prefix("cairn-oci-").tempdir_in("/var/tmp").unwrap();
+    let dir = tmp.path().join(name);
+    (tmp, dir)
+}
+
+#[test]
+fn a_task_on_a_two_layer_image_sees_the_stack_and_changes_only_its_own_layer() {
+    common::require_root();
+    let d = Daemon::start();
+    let (_tmp, dir) = layout_dir("two");
+    let (base, top) = (base_layer(), top_layer());
+    OciLayout::single(&dir, &[base.clone(), top.clone()]);
+
+    let out = d.ok(&["image", "import", "two", dir.to_str().unwrap()]);
+    assert!(out.starts_with("imported two (2 layers, "), "{out}");
+    let listed = d.json(&["image", "list"]);
+    let img = listed.as_array().unwrap().iter().find(|i| i["name"] == "two").unwrap().clone();
+    assert_eq!(img["kind"], "oci");
+    assert_eq!(img["layers"], serde_json::json!([base.diff_id, top.diff_id]));
+    assert_eq!(img["config"]["cmd"], serde_json::json!(["/bin/sh"]));
+    assert_eq!(layers_stored(&d).len(), 2);
+
+    let id = d.create(&["--image", "two"]);
+    assert_eq!(must(&d, &id, "cat /etc/a /etc/b"), "top a\nbase b\n");
+    assert_eq!(must(&d, &id, "ls /etc"), "a\nb\n");
+    assert_eq!(must(&d, &id, "ls /opt"), "n\n");
+    assert_eq!(must(&d, &id, "test -e /etc/c || echo gone; test -e /opt/o || echo hidden"), "gone\nhidden\n");
+
+    // Writes land in the task's own layer; the stored layers are unchanged.
+    must(&d, &id, "echo mine > /workspace/f; echo changed > /etc/b; rm /etc/a; rm /opt/n");
+    assert_eq!(must(&d, &id, "ls /etc; ls /opt; cat /workspace/f"), "b\nmine\n");
+    let tree = |diff: &str, rel: &str| d.home().join("layers/sha256").join(diff.trim_start_matches("sha256:")).join("tree").join(rel);
+    assert_eq!(fs::read(tree(&base.diff_id, "etc/b")).unwrap(), b"base b\n");
+    assert_eq!(fs::read(tree(&top.diff_id, "etc/a")).unwrap(), b"top a\n");
+    assert_eq!(fs::read(tree(&top.diff_id, "opt/n")).unwrap(), b"top n\n");
+
+    // Snapshot and rollback.
+    let snap = d.json(&["snapshot", &id]);
+    let sid = snap["id"].as_str().unwrap().to_owned();
+    must(&d, &id, "echo later > /etc/b; echo new > /etc/c; rm /workspace/f");
+    assert_eq!(must(&d, &id, "cat /etc/c"), "new\n");
+    d.json(&["rollback", &id, "--to", &sid, "--reason", "back to the snapshot"]);
+    assert_eq!(must(&d, &id, "cat /etc/b /workspace/f; ls /etc; ls /opt"), "changed\nmine\nb\n");
+    assert_eq!(must(&d, &id, "test -e /etc/c || echo gone; test -e /opt/o || echo hidden"), "gone\nhidden\n");
+
+    // The patch holds the task's changes only, against the merged image.
+    let out = tempfile::tempdir().unwrap();
+    let outdir = out.path().join("delivered");
+    d.json(&["deliver", &id, "--patch", "--out", outdir.to_str().unwrap()]);
+    let patch = fs::read_to_string(outdir.join("workspace.patch")).unwrap();
+    assert!(patch.contains("+++ b/workspace/f") && patch.contains("+mine"), "{patch}");
+    assert!(patch.contains("-base b\n+changed"), "{patch}");
+    assert!(patch.contains("--- a/etc/a") && patch.contains("-top a"), "{patch}");
+    assert!(patch.contains("--- a/opt/n") && patch.contains("-top n"), "{patch}");
+    assert!(!patch.contains("etc/c") && !patch.contains("opt/o") && !patch.contains("base a"), "image-layer changes are not the task's: {patch}");
+
+    // Removing the image frees its layers; not while the task uses it.
+    let err = d.fails(&["image", "rm", "two"]);
+    assert!(err.contains("used by"), "{err}");
+    d.ok(&["destroy", &id]);
+    d.ok(&["image", "rm", "two"]);
+    assert_eq!(layers_stored(&d), Vec::<String>::new());
+}
+
+#[test]
+fn a_layer_shared_by_two_images_is_stored_once_and_freed_with_the_last() {
+    common::require_root();
+    let d = Daemon::start();
+    let base = base_layer();
+    let a = LayerBlob::gzip(&LayerTar::new().dir("etc").file("etc/which", b"a\n").finish());
+    let b = LayerBlob::zstd(&LayerTar::new().dir("etc").file("etc/which", b"b\n").finish());
+    let (_ta, da) = layout_dir("a");
+    let (_tb, db) = layout_dir("b");
+    OciLayout::single(&da, &[base.clone(), a]);
+    OciLayout::single(&db, &[base.clone(), b]);
+    d.ok(&["image", "import", "img-a", da.to_str().unwrap()]);
+    d.ok(&["image", "import", "img-b", db.to_str().unwrap()]);
+    assert_eq!(layers_stored(&d).len(), 3, "the base layer once");
+    let (ia, ib) = (d.create(&["--image", "img-a"]), d.create(&["--image", "img-b"]));
+    assert_eq!(must(&d, &ia, "cat /etc/which /etc/b"), "a\nbase b\n");
+    assert_eq!(must(&d, &ib, "cat /etc/which /etc/b"), "b\nbase b\n");
+    d.ok(&["destroy", &ia]);
+    d.ok(&["image", "rm", "img-a"]);
+    let left = layers_stored(&d);
+    assert_eq!(left.len(), 2, "{left:?}");
+    assert!(left.contains(&base.diff_id.trim_start_matches("sha256:").to_owned()));
+    assert_eq!(must(&d, &ib, "cat /etc/which /etc/b"), "b\nbase b\n", "the other image's task is unaffected");
+    d.ok(&["destroy", &ib]);
+    d.ok(&["image", "rm", "img-b"]);
+    assert_eq!(layers_stored(&d), Vec::<String>::new());
+}
+
+#[test]
+fn bad_layouts_fail_with_one_line_and_leave_nothing() {
+    common::require_root();
+    let d = Daemon::start();
+    let base = base_layer();
+    let images_before = images_stored(&d);
+    let (_tmp, root) = layout_dir("bad");
+    fs::create_dir_all(&root).unwrap();
+    let mut cases: Vec<(&str, PathBuf, &str)> = Vec::new();
+
+    // A blob whose bytes do not match its digest.
+    let dir = root.join("tampered");
+    let l = OciLayout::single(&dir, &[base.clone(), top_layer()]);
+    let p = l.blob_path(&top_layer().digest());
+    let mut bytes = fs::read(&p).unwrap();
+    let at = bytes.len() / 2;
+    bytes[at] ^= 0x55;
+    fs::write(&p, bytes).unwrap();
+    cases.push(("tampered", dir, ""));
+
+    // A truncated layer (the manifest has the truncated blob's digest).
+    let mut cut = top_layer();
+    cut.bytes.truncate(cut.bytes.len() - 20);
+    let dir = root.join("truncated");
+    OciLayout::single(&dir, &[base.clone(), cut]);
+    cases.push(("truncated", dir, "unreadable"));
+
+    // Unsafe entries.
+    for (name, tar, reason) in [
+        ("dotdot", LayerTar::new().raw_file(b"../../escape", b"x").finish(), "'..'"),
+        ("absolute", LayerTar::new().raw_file(b"/etc/cron.d/evil", b"x").finish(), "absolute path"),
+        ("link-out", LayerTar::new().hardlink("etc/shadow-copy", "etc/b").finish(), "not in this layer"),
+        ("link-dotdot", LayerTar::new().raw_hardlink(b"x", b"../../../etc/shadow").finish(), "'..'"),
+    ] {
+        let dir = root.join(name);
+        OciLayout::single(&dir, &[base.clone(), LayerBlob::gzip(&tar)]);
+        cases.push((name, dir, reason));
+    }
+
+    // A missing blob.
+    let dir = root.join("missing");
+    let l = OciLayout::single(&dir, &[base.clone(), top_layer()]);
+    fs::remove_file(l.blob_path(&top_layer().digest())).unwrap();
+    cases.push(("missing", dir, "is missing"));
+
+    for (name, dir, reason) in cases {
+        let err = d.fails(&["image", "import", "bad", dir.to_str().unwrap()]);
+        let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
+        assert_eq!(lines.len(), 1, "{name}: one line: {err}");
+        assert!(err.contains(reason), "{name}: expected {reason:?}: {err}");
+        assert_eq!(images_stored(&d), images_before, "{name}: nothing in the image store");
+        assert_eq!(layers_stored(&d), Vec::<String>::new(), "{name}: nothing in the layer store");
+    }
+    let err = d.fails(&["task", "create", "--image", "bad"]);
+    assert!(err.contains("unknown image"), "{err}");
+}
