@@ -170,6 +170,11 @@ pub fn error_message(status: StatusCode, body: &[u8]) -> String {
     }
 }
 
+/// Percent-encodes one path segment (an image reference has `/` and `:`).
+pub fn segment_escape(s: &str) -> String {
+    query_escape(s).replace('/', "%2F")
+}
+
 /// Percent-encodes a query value.
 pub fn query_escape(s: &str) -> String {
     let mut out = String::with_capacity(s.len());

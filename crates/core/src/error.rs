@@ -21,7 +21,7 @@ pub enum Error {
     Workdir(String),
     #[error("invalid task name {0:?}: expected 1-63 letters, digits, '-' or '_'")]
     Name(String),
-    #[error("invalid image name {0:?}: expected 1-63 lowercase letters, digits, '-', '_' or '.'")]
+    #[error("invalid image name {0:?}: expected a name of lowercase letters, digits, '-', '_' or '.', or an image reference ([host[:port]/]path[:tag][@sha256:digest]), at most 255 characters")]
     ImageName(String),
     #[error("invalid snapshot id {0:?}: expected 's' followed by 9 lowercase letters or digits")]
     SnapshotId(String),

@@ -52,17 +52,73 @@ pub fn check_name(s: &str) -> Result<(), Error> {
     }
 }
 
-/// Checks an image name.
+/// Checks an image name: a plain name (`alpine-3.20`), or an image
+/// reference as a pulled image is named by, `[host[:port]/]path[:tag][@digest]`
+/// (`python:3.12-slim`, `127.0.0.1:5000/team/app@sha256:...`). Path
+/// components are lowercase as OCI requires; a host and a tag may have
+/// upper case. No component starts with `.`, so no name is hidden or `..`.
 pub fn check_image_name(s: &str) -> Result<(), Error> {
-    let ok = !s.is_empty()
-        && s.len() <= 63
-        && !s.starts_with('.')
-        && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'-' | b'_' | b'.'));
-    if ok {
+    if image_reference_ok(s) {
         Ok(())
     } else {
         Err(Error::ImageName(s.to_owned()))
     }
+}
+
+/// Longest image name (a reference's limit in the distribution spec).
+pub const MAX_IMAGE_NAME: usize = 255;
+
+fn image_reference_ok(s: &str) -> bool {
+    if s.is_empty() || s.len() > MAX_IMAGE_NAME {
+        return false;
+    }
+    let (rest, digest) = match s.split_once('@') {
+        Some((rest, digest)) => (rest, Some(digest)),
+        None => (s, None),
+    };
+    if let Some(d) = digest {
+        let Some((algo, hex)) = d.split_once(':') else { return false };
+        let algo_ok = !algo.is_empty() && algo.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"+._-".contains(&b));
+        let hex_ok = hex.len() >= 32 && hex.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase());
+        if !algo_ok || !hex_ok {
+            return false;
+        }
+    }
+    // A tag follows the last ':' after the last '/'.
+    let last_slash = rest.rfind('/').map_or(0, |i| i + 1);
+    let (path, tag) = match rest[last_slash..].rfind(':') {
+        Some(i) => (&rest[..last_slash + i], Some(&rest[last_slash + i + 1..])),
+        None => (rest, None),
+    };
+    if let Some(t) = tag {
+        let ok = !t.is_empty()
+            && t.len() <= 128
+            && !t.starts_with(['.', '-'])
+            && t.bytes().all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b));
+        if !ok {
+            return false;
+        }
+    }
+    let mut parts: Vec<&str> = path.split('/').collect();
+    // The first of several components is a registry host when it looks like
+    // one (a dot, a port, or `localhost`), as Docker reads references.
+    if parts.len() > 1 && (parts[0].contains(['.', ':']) || parts[0] == "localhost") {
+        let host = parts.remove(0);
+        let (name, port) = match host.split_once(':') {
+            Some((name, port)) => (name, Some(port)),
+            None => (host, None),
+        };
+        let name_ok = !name.is_empty()
+            && !name.starts_with(['.', '-'])
+            && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"-.".contains(&b));
+        let port_ok = port.is_none_or(|p| !p.is_empty() && p.len() <= 5 && p.bytes().all(|b| b.is_ascii_digit()));
+        if !name_ok || !port_ok {
+            return false;
+        }
+    }
+    parts.iter().all(|c| {
+        !c.is_empty() && !c.starts_with('.') && c.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"-_.".contains(&b))
+    })
 }
 
 /// The environment a task's sandbox is built from.
@@ -216,5 +272,35 @@ mod tests {
         assert!(check_name(TaskId::random().as_str()).is_err(), "a name must not look like an id");
         assert!(check_image_name("alpine-3.20").is_ok());
         assert!(check_image_name("../x").is_err() && check_image_name("UP").is_err() && check_image_name(".hidden").is_err());
+        for good in [
+            "python:3.12-slim",
+            "library/python:3.12-slim",
+            "127.0.0.1:5000/test/two:v1",
+            "localhost/app:Latest_1.0",
+            "Registry.Example.com/team/app",
+            "a.very.long.name-with_parts",
+            "test/two@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+            "test/two:v1@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+        ] {
+            assert!(check_image_name(good).is_ok(), "{good}");
+        }
+        for bad in [
+            "",
+            "Team/app",
+            "a//b",
+            "a/../b",
+            "a/.b",
+            "/abs",
+            "app:",
+            "app:.x",
+            "app:has space",
+            "app@sha256:short",
+            "app@sha256:0123456789ABCDEF0123456789ABCDEF0123456789ABCDEF",
+            "host:99999x/app",
+            "app%2Fx",
+        ] {
+            assert!(check_image_name(bad).is_err(), "{bad}");
+        }
+        assert!(check_image_name(&"a".repeat(255)).is_ok() && check_image_name(&"a".repeat(256)).is_err());
     }
 }

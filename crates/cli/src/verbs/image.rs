@@ -61,7 +61,7 @@ pub(crate) async fn import(client: &Client, name: String, path: std::path::PathB
 }
 
 pub(crate) async fn rm(client: &Client, name: String, out: Out) -> Result<u8> {
-    let v: Answer<Removed> = client.delete(&format!("/v1/images/{name}")).await?;
+    let v: Answer<Removed> = client.delete(&format!("/v1/images/{}", crate::client::segment_escape(&name))).await?;
     out.print(&v, |v| format!("removed image {}", v.removed));
     Ok(0)
 }

@@ -332,18 +332,8 @@ impl ImageStore {
     /// The diffids every image uses. An image whose description cannot be
     /// read fails this, so that its layers are never taken for unused.
     fn layers_in_use(&self) -> Result<HashSet<String>> {
-        let entries = match fs::read_dir(&self.root) {
-            Ok(entries) => entries,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(HashSet::new()),
-            Err(e) => return Err(Error::ImageIo(self.root.clone(), e)),
-        };
         let mut used = HashSet::new();
-        for entry in entries {
-            let entry = entry.map_err(|e| Error::ImageIo(self.root.clone(), e))?;
-            let Some(name) = entry.file_name().to_str().map(str::to_owned) else { continue };
-            if check_name(&name).is_err() {
-                continue;
-            }
+        for name in self.names()? {
             match self.load(&name) {
                 Ok(image) => used.extend(image.layers),
                 Err(Error::UnknownImage(_)) => {}
@@ -355,19 +345,8 @@ impl ImageStore {
 
     /// All complete images, sorted by name; the host image once built.
     pub fn list(&self) -> Result<Vec<Image>> {
-        let entries = match fs::read_dir(&self.root) {
-            Ok(entries) => entries,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(e) => return Err(Error::ImageIo(self.root.clone(), e)),
-        };
         let mut images = Vec::new();
-        for entry in entries {
-            let entry = entry.map_err(|e| Error::ImageIo(self.root.clone(), e))?;
-            let Some(name) = entry.file_name().to_str().map(str::to_owned) else { continue };
-            // Skips `.tmp-*` and anything else that is not an image's name.
-            if check_name(&name).is_err() {
-                continue;
-            }
+        for name in self.names()? {
             match self.load(&name) {
                 Ok(image) => images.push(image),
                 Err(Error::UnknownImage(_)) => {}
@@ -414,7 +393,43 @@ impl ImageStore {
     }
 
     fn image_dir(&self, name: &str) -> PathBuf {
-        self.root.join(name)
+        self.root.join(dir_name(name))
+    }
+
+    /// The names of the images in the store, from their directories'
+    /// `image.json` (a reference's directory name is escaped; see
+    /// [`dir_name`]). Skips `.tmp-*` and anything that is no image.
+    fn names(&self) -> Result<Vec<String>> {
+        let entries = match fs::read_dir(&self.root) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(Error::ImageIo(self.root.clone(), e)),
+        };
+        let mut names = Vec::new();
+        for entry in entries {
+            let entry = entry.map_err(|e| Error::ImageIo(self.root.clone(), e))?;
+            let Some(dir) = entry.file_name().to_str().map(str::to_owned) else { continue };
+            if dir.starts_with('.') {
+                continue;
+            }
+            // A plain name is its own directory; only an escaped one needs
+            // its `image.json` read for the real name.
+            if check_name(&dir).is_ok() && dir_name(&dir) == dir {
+                names.push(dir);
+                continue;
+            }
+            let json = entry.path().join(IMAGE_JSON);
+            let Ok(bytes) = fs::read(&json) else { continue };
+            #[derive(Deserialize)]
+            struct Named {
+                name: String,
+            }
+            match serde_json::from_slice::<Named>(&bytes) {
+                Ok(n) if check_name(&n.name).is_ok() && dir_name(&n.name) == dir => names.push(n.name),
+                _ => tracing::warn!(dir, "skipping an image directory whose image.json does not name it"),
+            }
+        }
+        Ok(names)
     }
 
     /// Reads a (validly named) image's description. An image directory
@@ -474,6 +489,34 @@ impl ImageStore {
         }
         Ok(())
     }
+}
+
+/// The directory image `name` lives in: the name itself when it is a
+/// plain name, else the name with each byte outside `[a-z0-9._-]`
+/// percent-escaped (`test/two:v1` is `test%2Ftwo%3Av1`). A name whose
+/// escaped form would be too long for a file name is cut, and a hash of the
+/// whole name appended after a `~` (never part of an escaped name).
+pub(crate) fn dir_name(name: &str) -> String {
+    const MAX: usize = 200;
+    let mut out = String::with_capacity(name.len());
+    for b in name.bytes() {
+        if b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'.' | b'_' | b'-') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    if out.len() <= MAX {
+        return out;
+    }
+    let mut cut = 120;
+    // Never in the middle of an escape.
+    while out.as_bytes()[cut - 1] == b'%' || out.as_bytes()[cut - 2] == b'%' {
+        cut -= 1;
+    }
+    out.truncate(cut);
+    let hash = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(name.as_bytes()));
+    format!("{out}~{}", &hash[..32])
 }
 
 fn check_name(name: &str) -> Result<()> {

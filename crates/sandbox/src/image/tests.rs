@@ -432,7 +432,7 @@ fn names_are_checked_and_duplicates_refused() {
     assert_eq!(store.get("dup").unwrap(), first);
     assert!(rootfs(&first, "v1").exists() && !rootfs(&first, "v2").exists());
     assert!(matches!(store.import("host", &src), Err(Error::ImageExists(_))), "host is reserved");
-    for bad in ["../x", "UP", ".tmp-x", "", "a/b"] {
+    for bad in ["../x", "UP", ".tmp-x", "", "a//b", "Team/x"] {
         assert!(matches!(store.import(bad, &src), Err(Error::InvalidImageName(_))), "{bad:?}");
         assert!(matches!(store.get(bad), Err(Error::InvalidImageName(_))), "{bad:?}");
     }
@@ -663,4 +663,35 @@ fn rand_u64() -> u64 {
     let mut b = [0u8; 8];
     std::io::Read::read_exact(&mut File::open("/dev/urandom").unwrap(), &mut b).unwrap();
     u64::from_le_bytes(b)
+}
+
+#[test]
+fn reference_names_live_in_escaped_directories() {
+    assert_eq!(dir_name("alpine-3.20"), "alpine-3.20");
+    assert_eq!(dir_name("test/two:v1"), "test%2Ftwo%3Av1");
+    assert_eq!(dir_name("127.0.0.1:5000/a/b:Tag"), "127.0.0.1%3A5000%2Fa%2Fb%3A%54ag");
+    assert_eq!(dir_name("x@sha256:ab"), "x%40sha256%3Aab");
+    // Too long once escaped: cut, with a hash of the whole name.
+    let long = format!("registry.example.com:5000/{}:{}", "a/".repeat(60).trim_end_matches('/'), "T".repeat(40));
+    cairn_core::check_image_name(&long).unwrap();
+    let dir = dir_name(&long);
+    assert!(dir.len() <= 200 && dir.contains('~'), "{dir}");
+    assert_ne!(dir, dir_name(&format!("{long}x")));
+    let (tmp, store) = store();
+    let src = write_tmp(tmp.path(), "a.tar", &archive(|b| add_file(b, "f", b"x", 0, 0, 0o644)));
+    for name in ["test/two:v1", "plain", &long] {
+        let image = store.import(name, &src).unwrap();
+        assert_eq!(image.name, name);
+        assert_eq!(store.get(name).unwrap().name, name);
+    }
+    assert!(tmp.path().join("images/test%2Ftwo%3Av1/image.json").is_file());
+    let mut names: Vec<String> = store.list().unwrap().into_iter().map(|i| i.name).collect();
+    names.sort();
+    let mut want = vec!["plain".to_owned(), "test/two:v1".to_owned(), long.clone()];
+    want.sort();
+    assert_eq!(names, want);
+    assert!(matches!(store.import("test/two:v1", &src), Err(Error::ImageExists(_))));
+    store.remove("test/two:v1").unwrap();
+    assert!(matches!(store.get("test/two:v1"), Err(Error::UnknownImage(_))));
+    assert!(!tmp.path().join("images/test%2Ftwo%3Av1").exists());
 }
