@@ -17,6 +17,62 @@ pub struct ImportRequest {
     pub tag: Option<String>,
 }
 
+/// Body of `POST /v1/images/pull`: pull an image from an OCI distribution
+/// registry. The credentials are used for this pull only: never stored or
+/// logged.
+#[derive(Clone, PartialEq, Eq, Deserialize, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PullRequest {
+    /// `name:tag`, `name@sha256:...` or `host[:port]/path/name:tag`; a
+    /// name without a host is on Docker Hub.
+    pub reference: String,
+    /// The image's name in Cairn; the reference as given by default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Plain HTTP instead of HTTPS to the reference's registry.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub insecure: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub username: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub password: Option<String>,
+}
+
+impl std::fmt::Debug for PullRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PullRequest")
+            .field("reference", &self.reference)
+            .field("name", &self.name)
+            .field("insecure", &self.insecure)
+            .field("username", &self.username)
+            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
+}
+
+/// Progress of a pull, as `GET /v1/images/pull/progress` answers it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct PullProgress {
+    /// The image's name, as the pull request gave or implied it.
+    pub name: String,
+    /// Each layer to download, bottom first (layers already stored are
+    /// left out).
+    pub layers: Vec<LayerProgress>,
+    /// True once every download finished and the layers are being unpacked.
+    #[serde(default)]
+    pub unpacking: bool,
+}
+
+/// One layer's download.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct LayerProgress {
+    pub digest: String,
+    /// Bytes received so far.
+    pub done: u64,
+    /// The blob's size from the manifest.
+    pub total: u64,
+}
+
 /// An image as `GET /v1/images` lists it and an import answers it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct Image {

@@ -127,3 +127,51 @@ pub async fn while_running<T>(client: &crate::client::Client, task: &str, reques
     }
     result
 }
+
+/// Runs `request` (a pull of image `name`) while showing each layer's
+/// download on a terminal: bytes, rate and ETA, one line per layer.
+pub async fn while_pulling<T>(client: &crate::client::Client, name: &str, request: impl std::future::Future<Output = T>) -> T {
+    if !std::io::stderr().is_terminal() {
+        return request.await;
+    }
+    tokio::pin!(request);
+    let path = format!("/v1/images/pull/progress?name={}", crate::client::query_escape(name));
+    let mut first_seen: std::collections::HashMap<String, (Instant, u64)> = std::collections::HashMap::new();
+    let mut drawn = 0usize;
+    let mut tick = tokio::time::interval(EVERY);
+    let result = loop {
+        tokio::select! {
+            r = &mut request => break r,
+            _ = tick.tick() => {
+                let Ok(p) = client.get::<cairn_api::images::PullProgress>(&path).await else { continue };
+                let mut lines = Vec::new();
+                for l in &p.layers {
+                    let (since, base) = *first_seen.entry(l.digest.clone()).or_insert((Instant::now(), l.done));
+                    let secs = since.elapsed().as_secs_f64().max(0.001);
+                    let rate = l.done.saturating_sub(base) as f64 / secs;
+                    let short = l.digest.strip_prefix("sha256:").unwrap_or(&l.digest).chars().take(12).collect::<String>();
+                    let state = if l.done >= l.total {
+                        "done".to_owned()
+                    } else if rate > 0.0 {
+                        format!("at {}/s, ETA {:.0}s", human(rate), (l.total - l.done) as f64 / rate)
+                    } else {
+                        "waiting".to_owned()
+                    };
+                    lines.push(format!("{short}: {} of {} {state}", human(l.done as f64), human(l.total as f64)));
+                }
+                if p.unpacking {
+                    lines.push("unpacking".to_owned());
+                }
+                if drawn > 0 {
+                    eprint!("\x1b[{drawn}A");
+                }
+                for line in &lines {
+                    eprintln!("\r{line}\x1b[K");
+                }
+                drawn = lines.len();
+                let _ = std::io::stderr().flush();
+            }
+        }
+    };
+    result
+}

@@ -45,6 +45,7 @@ pub mod ledger;
 pub mod lifecycle;
 mod materialise;
 pub mod metrics;
+pub mod pull;
 mod queries;
 mod reaper;
 pub mod rollback;

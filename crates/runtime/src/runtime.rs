@@ -58,6 +58,8 @@ pub struct Runtime {
     pub(crate) retention: cairn_core::Retention,
     pub(crate) idle_suspend_default: Option<Duration>,
     pub egress: crate::egress::Egress,
+    /// The image pulls going on, with their progress.
+    pub pulls: crate::pull::Pulls,
     /// Wakes of `waking` tasks, deduplicated, a bounded number at a time.
     pub(crate) wakes: Arc<crate::wakes::WakeScheduler>,
     /// What `/metrics` reports.
@@ -133,6 +135,7 @@ impl Runtime {
             retention: config.retention.clone(),
             idle_suspend_default: config.idle_suspend,
             egress: crate::egress::Egress::new(&config.egress, own),
+            pulls: crate::pull::Pulls::default(),
             timer_added: tokio::sync::Notify::new(),
             default_egress: config.egress.default_rules.clone(),
         })

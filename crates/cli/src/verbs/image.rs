@@ -1,4 +1,4 @@
-//! `cairn image list | import | rm`.
+//! `cairn image list | import | pull | rm`.
 
 use anyhow::{anyhow, Context, Result};
 use cairn_api as api;
@@ -23,6 +23,25 @@ pub(crate) enum ImageCmd {
         #[arg(long)]
         tag: Option<String>,
     },
+    /// Pull an image from an OCI distribution registry: `name:tag`,
+    /// `name@sha256:...` or `host[:port]/path/name:tag` (a name without a
+    /// host is on Docker Hub). The image is named by the reference as given.
+    Pull {
+        reference: String,
+        /// The image's name instead of the reference.
+        #[arg(long)]
+        name: Option<String>,
+        /// Plain HTTP to the registry (a registry on loopback).
+        #[arg(long)]
+        insecure: bool,
+        /// Log in as this user (basic auth, or for a bearer token).
+        #[arg(long, env = "CAIRN_REGISTRY_USERNAME")]
+        username: Option<String>,
+        /// Read the password from standard input (else from
+        /// CAIRN_REGISTRY_PASSWORD).
+        #[arg(long, requires = "username")]
+        password_stdin: bool,
+    },
     Rm { name: String },
 }
 
@@ -30,6 +49,9 @@ pub(crate) async fn run(client: &Client, cmd: ImageCmd, out: Out) -> Result<u8> 
     match cmd {
         ImageCmd::List => list(client, out).await,
         ImageCmd::Import { name, path, tag } => import(client, name, path, tag, out).await,
+        ImageCmd::Pull { reference, name, insecure, username, password_stdin } => {
+            pull(client, api::images::PullRequest { reference, name, insecure, username, password: None }, password_stdin, out).await
+        }
         ImageCmd::Rm { name } => rm(client, name, out).await,
     }
 }
@@ -55,6 +77,32 @@ pub(crate) async fn import(client: &Client, name: String, path: std::path::PathB
             d.devices,
             d.fifos_sockets,
             d.setid
+        )
+    });
+    Ok(0)
+}
+
+pub(crate) async fn pull(client: &Client, mut req: api::images::PullRequest, password_stdin: bool, out: Out) -> Result<u8> {
+    if req.username.is_some() {
+        let password = if password_stdin {
+            let mut line = String::new();
+            std::io::stdin().read_line(&mut line).context("cannot read the password from standard input")?;
+            line.trim_end_matches(['\n', '\r']).to_owned()
+        } else {
+            std::env::var("CAIRN_REGISTRY_PASSWORD").map_err(|_| anyhow!("a username needs a password: give --password-stdin or set CAIRN_REGISTRY_PASSWORD"))?
+        };
+        req.password = Some(password);
+    }
+    let name = req.name.clone().unwrap_or_else(|| req.reference.clone());
+    let v: Answer<Image> = progress::while_pulling(client, &name, client.post("/v1/images/pull", &req)).await?;
+    out.print(&v, |v| {
+        format!(
+            "pulled {} ({} layers, {} entries, {}; manifest {})",
+            v.name,
+            v.layers.len(),
+            v.files,
+            progress::human(v.size_bytes as f64),
+            v.manifest_digest.as_deref().unwrap_or("?")
         )
     });
     Ok(0)

@@ -185,6 +185,14 @@ impl LayerStore {
         Ok(info)
     }
 
+    /// A fresh path for a blob being downloaded, `<root>/sha256/.tmp-*`:
+    /// removed by [`LayerStore::cleanup`] should its download never finish.
+    pub fn staging_blob(&self) -> Result<PathBuf> {
+        let dir = self.root.join(SHA256);
+        fs::create_dir_all(&dir).map_err(|e| Error::ImageIo(dir.clone(), e))?;
+        Ok(temp_path(&dir))
+    }
+
     /// Removes every layer not in the set `in_use` returns, which is asked
     /// for under the exclusive lock. Returns the diffids removed.
     pub fn gc(&self, in_use: impl FnOnce() -> Result<HashSet<String>>) -> Result<Vec<String>> {

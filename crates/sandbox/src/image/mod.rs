@@ -50,7 +50,7 @@ use self::staging::{discard, fsync_dir, temp_path, Staging};
 use self::writer::TreeWriter;
 use crate::rootfs::Layer;
 pub use self::layers::{LayerInfo, LayerStore};
-pub use self::oci::RunConfig;
+pub use self::oci::{choose_host_platform, host_arch, image_from_documents, OciImage, RunConfig};
 use crate::{Error, Result};
 
 /// Name of the built-in image.
@@ -281,23 +281,68 @@ impl ImageStore {
         result
     }
 
+    /// Makes image `name` of an image pulled from `reference`: each layer
+    /// not in the layer store yet is unpacked from the blob downloaded to
+    /// `blobs[its digest]` (checked again for its digest, size and diffid).
+    /// On failure nothing is left: no image, and no layer no image uses.
+    /// The caller deletes the downloaded blobs.
+    pub fn import_pulled(
+        &self,
+        name: &str,
+        reference: &str,
+        chosen: OciImage,
+        blobs: &std::collections::HashMap<String, PathBuf>,
+    ) -> Result<Image> {
+        check_name(name)?;
+        if name == HOST_IMAGE || self.image_dir(name).exists() {
+            return Err(Error::ImageExists(name.to_owned()));
+        }
+        let source = PathBuf::from(reference);
+        let open = |want: &layers::LayerWant| -> Result<fs::File> {
+            let path = blobs.get(&want.blob_digest).ok_or_else(|| {
+                Error::ImageSource(source.clone(), format!("layer {} was removed while the image was pulled; pull again", want.diff_id))
+            })?;
+            fs::File::open(path).map_err(|e| Error::ImageIo(path.clone(), e))
+        };
+        let result = self.publish_oci(name, reference.to_owned(), chosen, &source, open);
+        if result.is_err() {
+            if let Err(e) = self.gc_layers() {
+                tracing::warn!("cannot remove the layers of a failed pull: {e}");
+            }
+        }
+        result
+    }
+
     fn import_oci_locked(&self, name: &str, src: &Path, tag: Option<&str>) -> Result<Image> {
         let layout = oci::Layout::open(src)?;
         let chosen = layout.image(tag)?;
-        let _lock = self.layers.lock(false)?;
-        let (mut size_bytes, mut files, mut dropped) = (0, 0, Dropped::default());
-        for want in &chosen.layers {
-            let info = self.layers.ensure(want, layout.path(), || layout.blob(&want.blob_digest, want.blob_size))?;
-            size_bytes += info.size_bytes;
-            files += info.files;
-            dropped.add(&info.dropped);
-        }
-        let staging = Staging::new(&self.root)?;
         let source = std::path::absolute(src).unwrap_or_else(|_| src.to_owned()).display().to_string();
         let source = match tag {
             Some(t) => format!("{source}:{t}"),
             None => source,
         };
+        self.publish_oci(name, source, chosen, layout.path(), |want| layout.blob(&want.blob_digest, want.blob_size))
+    }
+
+    /// Ensures each of `chosen`'s layers (unpacking those not stored from
+    /// the blob `open` gives) and publishes the image naming them.
+    fn publish_oci(
+        &self,
+        name: &str,
+        source: String,
+        chosen: OciImage,
+        origin: &Path,
+        open: impl Fn(&layers::LayerWant) -> Result<fs::File>,
+    ) -> Result<Image> {
+        let _lock = self.layers.lock(false)?;
+        let (mut size_bytes, mut files, mut dropped) = (0, 0, Dropped::default());
+        for want in &chosen.layers {
+            let info = self.layers.ensure(want, origin, || open(want))?;
+            size_bytes += info.size_bytes;
+            files += info.files;
+            dropped.add(&info.dropped);
+        }
+        let staging = Staging::new(&self.root)?;
         let mut image = Image {
             name: name.to_owned(),
             kind: ImageKind::Oci,

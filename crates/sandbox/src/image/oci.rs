@@ -48,10 +48,10 @@ pub struct RunConfig {
     pub cmd: Vec<String>,
 }
 
-/// An image chosen from a layout: its manifest's digest, its run config
-/// and its layers, bottom first.
+/// An image chosen from a layout or pulled from a registry: its manifest's
+/// digest, its run config and its layers, bottom first.
 #[derive(Debug)]
-pub(super) struct OciImage {
+pub struct OciImage {
     pub manifest_digest: String,
     pub config: RunConfig,
     pub layers: Vec<LayerWant>,
@@ -220,43 +220,7 @@ impl Layout {
             return Err(self.bad(format!("manifest {} has schemaVersion {}, not 2", desc.digest, manifest.schema_version)));
         }
         let config: ConfigFile = self.json_blob(&manifest.config)?;
-        if config.rootfs.kind != "layers" {
-            return Err(self.bad(format!("config {} has rootfs type {:?}, not \"layers\"", manifest.config.digest, config.rootfs.kind)));
-        }
-        if !config.os.is_empty() && config.os != "linux" {
-            return Err(self.bad(format!("the image is for {}, not linux", config.os)));
-        }
-        if !config.architecture.is_empty() && config.architecture != host_arch() {
-            return Err(self.bad(format!("the image is for {}, and this host is {}", config.architecture, host_arch())));
-        }
-        if config.rootfs.diff_ids.len() != manifest.layers.len() {
-            return Err(self.bad(format!(
-                "manifest {} has {} layers, and its config {} diffids",
-                desc.digest,
-                manifest.layers.len(),
-                config.rootfs.diff_ids.len()
-            )));
-        }
-        let mut layers = Vec::with_capacity(manifest.layers.len());
-        for (layer, diff_id) in manifest.layers.iter().zip(&config.rootfs.diff_ids) {
-            sha256_hex(&layer.digest).ok_or_else(|| self.bad(format!("layer digest {:?} is not a sha256 digest", layer.digest)))?;
-            sha256_hex(diff_id).ok_or_else(|| self.bad(format!("diffid {diff_id:?} is not a sha256 digest")))?;
-            layers.push(LayerWant {
-                diff_id: diff_id.clone(),
-                blob_digest: layer.digest.clone(),
-                blob_size: layer.size,
-                media_type: layer.media_type.clone(),
-            });
-        }
-        let c = config.config.unwrap_or_default();
-        let config = RunConfig {
-            env: c.env.unwrap_or_default(),
-            working_dir: c.working_dir.filter(|w| !w.is_empty()),
-            user: c.user.filter(|u| !u.is_empty()),
-            entrypoint: c.entrypoint.unwrap_or_default(),
-            cmd: c.cmd.unwrap_or_default(),
-        };
-        Ok(OciImage { manifest_digest: desc.digest.clone(), config, layers })
+        from_parts(&desc.digest, &manifest, config).map_err(|m| self.bad(m))
     }
 
     /// Opens blob `digest` for reading: a regular file beneath
@@ -315,8 +279,76 @@ impl Layout {
     }
 }
 
+/// Checks an image manifest and its config, which the caller has checked
+/// against their digests, and describes the image. Errors are messages.
+fn from_parts(manifest_digest: &str, manifest: &Manifest, config: ConfigFile) -> std::result::Result<OciImage, String> {
+    if config.rootfs.kind != "layers" {
+        return Err(format!("config {} has rootfs type {:?}, not \"layers\"", manifest.config.digest, config.rootfs.kind));
+    }
+    if !config.os.is_empty() && config.os != "linux" {
+        return Err(format!("the image is for {}, not linux", config.os));
+    }
+    if !config.architecture.is_empty() && config.architecture != host_arch() {
+        return Err(format!("the image is for {}, and this host is {}", config.architecture, host_arch()));
+    }
+    if config.rootfs.diff_ids.len() != manifest.layers.len() {
+        return Err(format!(
+            "manifest {manifest_digest} has {} layers, and its config {} diffids",
+            manifest.layers.len(),
+            config.rootfs.diff_ids.len()
+        ));
+    }
+    let mut layers = Vec::with_capacity(manifest.layers.len());
+    for (layer, diff_id) in manifest.layers.iter().zip(&config.rootfs.diff_ids) {
+        sha256_hex(&layer.digest).ok_or_else(|| format!("layer digest {:?} is not a sha256 digest", layer.digest))?;
+        sha256_hex(diff_id).ok_or_else(|| format!("diffid {diff_id:?} is not a sha256 digest"))?;
+        layers.push(LayerWant {
+            diff_id: diff_id.clone(),
+            blob_digest: layer.digest.clone(),
+            blob_size: layer.size,
+            media_type: layer.media_type.clone(),
+        });
+    }
+    let c = config.config.unwrap_or_default();
+    let config = RunConfig {
+        env: c.env.unwrap_or_default(),
+        working_dir: c.working_dir.filter(|w| !w.is_empty()),
+        user: c.user.filter(|u| !u.is_empty()),
+        entrypoint: c.entrypoint.unwrap_or_default(),
+        cmd: c.cmd.unwrap_or_default(),
+    };
+    Ok(OciImage { manifest_digest: manifest_digest.to_owned(), config, layers })
+}
+
+/// Describes an image from its manifest and config documents as a registry
+/// served them (the manifest already chosen for this host's platform). The
+/// config must have the digest and size the manifest says; the layers are
+/// checked as they are unpacked. Errors are one-line messages.
+pub fn image_from_documents(manifest_digest: &str, manifest: &[u8], config: &[u8]) -> std::result::Result<OciImage, String> {
+    if manifest.len() as u64 > MAX_JSON || config.len() as u64 > MAX_JSON {
+        return Err(format!("a manifest or config over the {MAX_JSON}-byte limit"));
+    }
+    let manifest: Manifest = serde_json::from_slice(manifest).map_err(|e| format!("manifest {manifest_digest} is not valid: {e}"))?;
+    if manifest.schema_version != 2 {
+        return Err(format!("manifest {manifest_digest} has schemaVersion {}, not 2", manifest.schema_version));
+    }
+    let got = format!("sha256:{}", hex::encode(sha2::Sha256::digest(config)));
+    if got != manifest.config.digest || config.len() as u64 != manifest.config.size {
+        return Err(format!("config {} has the digest {got} and {} bytes (corrupt or tampered with)", manifest.config.digest, config.len()));
+    }
+    let parsed: ConfigFile = serde_json::from_slice(config).map_err(|e| format!("config {} is not valid: {e}", manifest.config.digest))?;
+    from_parts(manifest_digest, &manifest, parsed)
+}
+
+/// Chooses, among an index's entries given as (os, architecture, digest),
+/// the one for this host: linux on its architecture.
+pub fn choose_host_platform<'a>(entries: impl IntoIterator<Item = (&'a str, &'a str, &'a str)>) -> Option<&'a str> {
+    let arch = host_arch();
+    entries.into_iter().find(|(os, a, _)| *os == "linux" && *a == arch).map(|(_, _, d)| d)
+}
+
 /// This host's architecture as OCI names it.
-pub(super) fn host_arch() -> &'static str {
+pub fn host_arch() -> &'static str {
     match std::env::consts::ARCH {
         "x86_64" => "amd64",
         "aarch64" => "arm64",

@@ -1,10 +1,10 @@
-//! Base images: list, import, remove.
+//! Base images: list, import, pull, remove.
 
-use axum::extract::Path;
+use axum::extract::{Path, Query};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use cairn_api::images::{Image, ImportRequest, Removed};
+use cairn_api::images::{Image, ImportRequest, PullProgress, PullRequest, Removed};
 use cairn_api::ErrorBody;
 
 use super::served::Routes;
@@ -12,7 +12,12 @@ use super::Rt;
 use crate::ApiError;
 
 pub(super) fn routes() -> Routes {
-    Routes::new().get("/v1/images", list).post("/v1/images", import).delete("/v1/images/{name}", remove)
+    Routes::new()
+        .get("/v1/images", list)
+        .post("/v1/images", import)
+        .post("/v1/images/pull", pull)
+        .get("/v1/images/pull/progress", pull_progress)
+        .delete("/v1/images/{name}", remove)
 }
 
 #[utoipa::path(
@@ -42,6 +47,53 @@ async fn import(rt: Rt, b: axum::body::Bytes) -> Result<Response, ApiError> {
     let req: ImportRequest = serde_json::from_slice(&b).map_err(|e| ApiError::bad_request(format!("malformed image request: {e}")))?;
     let image = rt.import_image(req).await?;
     Ok((StatusCode::CREATED, Json(image)).into_response())
+}
+
+#[utoipa::path(
+    post,
+    path = "/v1/images/pull",
+    operation_id = "pull_image",
+    tag = "images",
+    request_body = PullRequest,
+    responses(
+        (status = 201, description = "The image, pulled", body = Image),
+        (status = 400, description = "A malformed body, a bad name or reference, a registry that refused access or sent corrupt data", body = ErrorBody),
+        (status = 404, description = "The registry has no such image, or none for this host's platform", body = ErrorBody),
+        (status = 409, description = "The name is taken or being pulled", body = ErrorBody),
+        (status = 507, description = "The image does not fit on the disk", body = ErrorBody),
+    )
+)]
+async fn pull(rt: Rt, b: axum::body::Bytes) -> Result<Response, ApiError> {
+    // Not echoed in the error: the body may carry a password.
+    let req: PullRequest = serde_json::from_slice(&b).map_err(|e| ApiError::bad_request(format!("malformed pull request at line {} column {}", e.line(), e.column())))?;
+    let image = rt.pull_image(req).await?;
+    Ok((StatusCode::CREATED, Json(image)).into_response())
+}
+
+/// Which pull `GET /v1/images/pull/progress` reports.
+#[derive(serde::Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+struct PullQuery {
+    /// The image's name: the pull's `name`, or its reference.
+    name: String,
+}
+
+#[utoipa::path(
+    get,
+    path = "/v1/images/pull/progress",
+    operation_id = "pull_progress",
+    tag = "images",
+    params(PullQuery),
+    responses(
+        (status = 200, description = "The pull's downloads so far", body = PullProgress),
+        (status = 404, description = "No pull of this name is going on", body = ErrorBody),
+    )
+)]
+async fn pull_progress(rt: Rt, Query(q): Query<PullQuery>) -> Result<Json<PullProgress>, ApiError> {
+    match rt.pulls.get(&q.name) {
+        Some(p) => Ok(Json(p)),
+        None => Err(cairn_runtime::Error::not_found(format!("no pull of {:?} is going on", q.name)).into()),
+    }
 }
 
 #[utoipa::path(
