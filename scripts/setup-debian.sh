@@ -7,7 +7,7 @@ if [[ $(id -u) != 0 ]]; then
   echo "setup-debian.sh: run as root (Cairn builds namespaces, mounts and cgroups)" >&2
   exit 1
 fi
-pkgs=(e2fsprogs iproute2 util-linux procps python3 python3-pip busybox-static bubblewrap runc hyperfine curl ca-certificates build-essential pkg-config chromium git sqlite3)
+pkgs=(e2fsprogs iproute2 util-linux procps python3 python3-pip busybox-static bubblewrap runc hyperfine curl ca-certificates build-essential pkg-config chromium git sqlite3 docker-registry skopeo apache2-utils)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -16,6 +16,11 @@ if ((${#missing[@]})); then
   echo "installing: ${missing[*]}"
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+# The pull tests start their own registry on 127.0.0.1:0; the packaged
+# service on :5000 is not needed.
+if command -v systemctl >/dev/null && systemctl is-enabled docker-registry >/dev/null 2>&1; then
+  systemctl disable --now docker-registry >/dev/null 2>&1 || true
 fi
 # The tests sign webhooks with the reference Standard Webhooks client.
 if ! python3 -c 'import standardwebhooks' 2>/dev/null; then

@@ -1,0 +1,359 @@
+//! `cairn image pull` against a real registry on loopback: Debian's
+//! `docker-registry`, started by each test on 127.0.0.1:0 with its storage
+//! in a temporary directory, fed with OCI layouts the tests write and push
+//! with `skopeo`. Needs root, busybox (the images' shell), and the
+//! `docker-registry`, `skopeo` and `apache2-utils` packages.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::fs;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use cairn_sandbox::image::testing::{for_platform, host_arch, tagged, LayerBlob, LayerTar, OciLayout};
+use common::Daemon;
+
+/// A `docker-registry serve` on 127.0.0.1, killed on drop.
+struct Registry {
+    child: Child,
+    tmp: tempfile::TempDir,
+    port: u16,
+}
+
+impl Registry {
+    fn start() -> Registry {
+        Registry::start_with("")
+    }
+
+    /// With `extra` YAML appended to the config (an `auth:` section).
+    fn start_with(extra: &str) -> Registry {
+        let tmp = tempfile::Builder::new().prefix("cairn-registry-").tempdir_in("/var/tmp").unwrap();
+        let config = format!(
+            "version: 0.1\nlog:\n  level: info\nstorage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: true\nhttp:\n  addr: 127.0.0.1:0\n{extra}",
+            tmp.path().join("data").display()
+        );
+        let path = tmp.path().join("config.yml");
+        fs::write(&path, config).unwrap();
+        let mut child = Command::new("docker-registry")
+            .arg("serve")
+            .arg(&path)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("these tests need Debian's docker-registry package");
+        let stderr = child.stderr.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut sent = false;
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if !sent {
+                    if let Some(at) = line.find("listening on 127.0.0.1:") {
+                        let port: String = line[at + "listening on 127.0.0.1:".len()..].chars().take_while(char::is_ascii_digit).collect();
+                        let _ = tx.send(port.parse::<u16>().unwrap());
+                        sent = true;
+                    }
+                }
+                // Keeps draining so the registry never blocks on its log.
+            }
+        });
+        let port = rx.recv_timeout(Duration::from_secs(20)).expect("the registry did not say where it listens");
+        Registry { child, tmp, port }
+    }
+
+    fn host(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// Pushes `layout`'s image tagged `tag` as `repo:tag` (`--all` copies
+    /// an index with every image in it).
+    fn push(&self, layout: &Path, tag: &str, repo_tag: &str, creds: Option<&str>) {
+        let mut c = Command::new("skopeo");
+        c.args(["copy", "--insecure-policy", "--all", "--dest-tls-verify=false"]);
+        if let Some(creds) = creds {
+            c.args(["--dest-creds", creds]);
+        }
+        c.arg(format!("oci:{}:{tag}", layout.display())).arg(format!("docker://{}/{repo_tag}", self.host()));
+        let out = common::output_within(c.stdin(Stdio::null()), Duration::from_secs(60));
+        assert!(out.status.success(), "skopeo copy failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+
+    /// The file holding blob `digest` in the registry's storage.
+    fn blob_file(&self, digest: &str) -> PathBuf {
+        let hex = digest.trim_start_matches("sha256:");
+        self.tmp.path().join("data/docker/registry/v2/blobs/sha256").join(&hex[..2]).join(hex).join("data")
+    }
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn busybox() -> Vec<u8> {
+    let path = ["/usr/bin/busybox", "/bin/busybox"].into_iter().find(|p| Path::new(p).exists());
+    fs::read(path.expect("these tests need a static busybox on the host (the image's shell)")).unwrap()
+}
+
+fn base_layer() -> LayerBlob {
+    let mut t = LayerTar::new().dir("bin").executable("bin/busybox", &busybox());
+    for applet in ["sh", "cat", "ls", "echo", "test"] {
+        t = t.symlink(&format!("bin/{applet}"), "busybox");
+    }
+    for d in ["proc", "dev", "tmp", "workspace", "etc"] {
+        t = t.dir(d);
+    }
+    LayerBlob::gzip(&t.file("etc/a", b"base a\n").file("etc/b", b"base b\n").file("etc/c", b"base c\n").finish())
+}
+
+/// Replaces /etc/a and deletes /etc/c (a whiteout).
+fn top_layer() -> LayerBlob {
+    LayerBlob::gzip(&LayerTar::new().dir("etc").file("etc/a", b"top a\n").whiteout("etc", "c").finish())
+}
+
+fn one_file_layer(what: &str) -> LayerBlob {
+    LayerBlob::gzip(&LayerTar::new().dir("etc").file("etc/which", format!("{what}\n").as_bytes()).finish())
+}
+
+fn layout_dir(name: &str) -> (tempfile::TempDir, PathBuf) {
+    let tmp = tempfile::Builder::new().prefix("cairn-oci-").tempdir_in("/var/tmp").unwrap();
+    let dir = tmp.path().join(name);
+    (tmp, dir)
+}
+
+fn must(d: &Daemon, task: &str, script: &str) -> String {
+    let (code, out, err) = d.sh(task, script);
+    assert_eq!(code, 0, "script failed: {script}\nstdout: {out}\nstderr: {err}");
+    out
+}
+
+fn listing(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = match fs::read_dir(dir) {
+        Ok(rd) => rd.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect(),
+        Err(_) => Vec::new(),
+    };
+    v.sort();
+    v
+}
+
+fn layers_stored(d: &Daemon) -> Vec<String> {
+    listing(&d.home().join("layers/sha256"))
+}
+
+fn images_stored(d: &Daemon) -> Vec<String> {
+    listing(&d.home().join("images"))
+}
+
+#[test]
+fn a_pulled_two_layer_image_runs_a_task_that_sees_the_stack() {
+    common::require_root();
+    let reg = Registry::start();
+    let d = Daemon::start();
+    let (_tmp, dir) = layout_dir("two");
+    let (base, top) = (base_layer(), top_layer());
+    OciLayout::single(&dir, &[base.clone(), top.clone()]);
+    reg.push(&dir, "latest", "test/two:v1", None);
+
+    let reference = format!("{}/test/two:v1", reg.host());
+    let out = d.ok(&["image", "pull", "--insecure", &reference]);
+    assert!(out.starts_with(&format!("pulled {reference} (2 layers, ")), "{out}");
+    let listed = d.json(&["image", "list"]);
+    let img = listed.as_array().unwrap().iter().find(|i| i["name"] == reference.as_str()).unwrap().clone();
+    assert_eq!(img["kind"], "oci");
+    assert_eq!(img["layers"], serde_json::json!([base.diff_id, top.diff_id]));
+    assert_eq!(img["source"], reference.as_str());
+    assert_eq!(img["config"]["cmd"], serde_json::json!(["/bin/sh"]));
+    // The directory escapes the reference; image.json has the real name.
+    let escaped = format!("127.0.0.1%3A{}%2Ftest%2Ftwo%3Av1", reg.port);
+    let json: serde_json::Value = serde_json::from_slice(&fs::read(d.home().join("images").join(&escaped).join("image.json")).unwrap()).unwrap();
+    assert_eq!(json["name"], reference.as_str());
+    assert_eq!(layers_stored(&d).len(), 2);
+
+    let id = d.create(&["--image", &reference]);
+    assert_eq!(must(&d, &id, "cat /etc/a /etc/b"), "top a\nbase b\n");
+    assert_eq!(must(&d, &id, "test -e /etc/c || echo gone"), "gone\n");
+
+    // Named by --name; the same layers, nothing downloaded again.
+    d.ok(&["image", "pull", "--insecure", "--name", "two-again", &reference]);
+    assert_eq!(layers_stored(&d).len(), 2);
+    let err = d.fails(&["image", "pull", "--insecure", &reference]);
+    assert!(err.contains("already exists"), "{err}");
+
+    d.ok(&["destroy", &id]);
+    d.ok(&["image", "rm", &reference]);
+    d.ok(&["image", "rm", "two-again"]);
+    assert_eq!(layers_stored(&d), Vec::<String>::new());
+}
+
+#[test]
+fn an_index_resolves_to_the_hosts_platform_and_a_digest_pulls_the_same() {
+    common::require_root();
+    let reg = Registry::start();
+    let d = Daemon::start();
+    let (_tmp, dir) = layout_dir("multi");
+    let layout = OciLayout::create(&dir);
+    let other = if host_arch() == "arm64" { "amd64" } else { "arm64" };
+    let base = base_layer();
+    let mine = layout.add_image(&[base.clone(), one_file_layer(host_arch())], host_arch(), serde_json::json!({"Cmd": ["/bin/sh"]}));
+    let theirs = layout.add_image(&[base.clone(), one_file_layer(other)], other, serde_json::json!({"Cmd": ["/bin/sh"]}));
+    let index = layout.add_index(&[for_platform(theirs, "linux", other), for_platform(mine.clone(), "linux", host_arch())]);
+    layout.write_index(&[tagged(index, "multi")]);
+    reg.push(&dir, "multi", "test/multi:v1", None);
+
+    let reference = format!("{}/test/multi:v1", reg.host());
+    let img = d.json(&["image", "pull", "--insecure", &reference]);
+    assert_eq!(img["manifest_digest"], mine["digest"], "the host's platform's manifest");
+    let id = d.create(&["--image", &reference]);
+    assert_eq!(must(&d, &id, "cat /etc/which"), format!("{}\n", host_arch()));
+    d.ok(&["destroy", &id]);
+
+    // By digest: the host's manifest, named by the digest reference.
+    let by_digest = format!("{}/test/multi@{}", reg.host(), mine["digest"].as_str().unwrap());
+    let img = d.json(&["image", "pull", "--insecure", &by_digest]);
+    assert_eq!(img["name"], by_digest.as_str());
+    assert_eq!(img["manifest_digest"], mine["digest"]);
+    let id = d.create(&["--image", &by_digest]);
+    assert_eq!(must(&d, &id, "cat /etc/which"), format!("{}\n", host_arch()));
+    d.ok(&["destroy", &id]);
+}
+
+#[test]
+fn a_second_image_sharing_a_layer_downloads_only_its_new_layer() {
+    common::require_root();
+    let reg = Registry::start();
+    let d = Daemon::start();
+    let base = base_layer();
+    let (_ta, da) = layout_dir("a");
+    let (_tb, db) = layout_dir("b");
+    OciLayout::single(&da, &[base.clone(), one_file_layer("a")]);
+    OciLayout::single(&db, &[base.clone(), one_file_layer("b")]);
+    reg.push(&da, "latest", "test/a:v1", None);
+    reg.push(&db, "latest", "test/b:v1", None);
+    d.ok(&["image", "pull", "--insecure", &format!("{}/test/a:v1", reg.host())]);
+    let before = layers_stored(&d);
+    assert_eq!(before.len(), 2);
+    let base_dir = d.home().join("layers/sha256").join(base.diff_id.trim_start_matches("sha256:"));
+    let base_made = fs::metadata(base_dir.join("layer.json")).unwrap().modified().unwrap();
+
+    // The base layer's blob is made unreadable in the registry: a pull
+    // that downloaded it would fail.
+    fs::write(reg.blob_file(&base.digest()), b"not the layer").unwrap();
+    d.ok(&["image", "pull", "--insecure", &format!("{}/test/b:v1", reg.host())]);
+    let after = layers_stored(&d);
+    assert_eq!(after.len(), 3, "{after:?}");
+    assert!(before.iter().all(|l| after.contains(l)));
+    assert_eq!(fs::metadata(base_dir.join("layer.json")).unwrap().modified().unwrap(), base_made, "the base layer was kept, not unpacked again");
+    assert!(!after.iter().any(|l| l.starts_with(".tmp-")), "{after:?}");
+}
+
+#[test]
+fn a_registry_with_basic_auth_refuses_without_credentials_and_pulls_with_them() {
+    common::require_root();
+    let tmp = tempfile::tempdir().unwrap();
+    let out = Command::new("htpasswd").args(["-Bbn", "user", "s3cret"]).output().expect("these tests need apache2-utils (htpasswd)");
+    assert!(out.status.success());
+    let htpasswd = tmp.path().join("htpasswd");
+    fs::write(&htpasswd, &out.stdout).unwrap();
+    let reg = Registry::start_with(&format!("auth:\n  htpasswd:\n    realm: cairn-test\n    path: {}\n", htpasswd.display()));
+    let d = Daemon::start();
+    let (_tl, dir) = layout_dir("auth");
+    OciLayout::single(&dir, &[base_layer()]);
+    reg.push(&dir, "latest", "test/auth:v1", Some("user:s3cret"));
+    let reference = format!("{}/test/auth:v1", reg.host());
+
+    let err = d.fails(&["image", "pull", "--insecure", &reference]);
+    assert!(err.contains("refused access"), "{err}");
+    let err = d.fails(&["image", "pull", "--insecure", "--username", "user", &reference]);
+    assert!(err.contains("password"), "{err}");
+    // A wrong password, then the right one on stdin.
+    let wrong = common::output_within(
+        d.cmd().args(["image", "pull", "--insecure", "--username", "user", &reference]).env("CAIRN_REGISTRY_PASSWORD", "wrong").stdin(Stdio::null()),
+        Duration::from_secs(60),
+    );
+    assert!(!wrong.status.success());
+    assert_eq!(String::from_utf8_lossy(&wrong.stderr).trim().lines().count(), 1, "{}", String::from_utf8_lossy(&wrong.stderr));
+    assert_eq!(images_stored(&d).iter().filter(|n| n.contains("auth")).count(), 0);
+
+    let mut child = d
+        .cmd()
+        .args(["image", "pull", "--insecure", "--username", "user", "--password-stdin", &reference])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child.stdin.take().unwrap().write_all(b"s3cret\n").unwrap();
+    let began = Instant::now();
+    let out = child.wait_with_output().unwrap();
+    assert!(began.elapsed() < Duration::from_secs(120));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with(&format!("pulled {reference}")));
+    // The password is neither logged nor stored.
+    assert!(!d.log().contains("s3cret"));
+    let mut found = false;
+    for name in images_stored(&d) {
+        let json = fs::read_to_string(d.home().join("images").join(&name).join("image.json")).unwrap_or_default();
+        assert!(!json.contains("s3cret"));
+        found |= json.contains("test/auth:v1");
+    }
+    assert!(found);
+}
+
+#[test]
+fn bad_pulls_fail_with_one_line_and_leave_nothing() {
+    common::require_root();
+    let reg = Registry::start();
+    let d = Daemon::start();
+    let images_before = images_stored(&d);
+    let (base, top) = (base_layer(), top_layer());
+    let (_tl, dir) = layout_dir("bad");
+    OciLayout::single(&dir, &[base.clone(), top.clone()]);
+    reg.push(&dir, "latest", "test/tampered:v1", None);
+    reg.push(&dir, "latest", "test/truncated:v1", None);
+
+    let check_nothing_left = |what: &str| {
+        assert_eq!(images_stored(&d), images_before, "{what}: an image was left");
+        let layers = layers_stored(&d);
+        assert!(layers.is_empty(), "{what}: layers or staging files were left: {layers:?}");
+    };
+
+    // Unknown repository, unknown tag.
+    for missing in ["test/nope:v1", "test/tampered:nope"] {
+        let err = d.fails(&["image", "pull", "--insecure", &format!("{}/{missing}", reg.host())]);
+        assert!(err.contains("no such image"), "{err}");
+        check_nothing_left(missing);
+    }
+    // Not a reference.
+    let err = d.fails(&["image", "pull", "--insecure", "UPPER/Case:v1"]);
+    assert!(err.contains("invalid"), "{err}");
+
+    // The top layer's blob tampered with in the registry's storage: the
+    // same length, other bytes.
+    let file = reg.blob_file(&top.digest());
+    let original = fs::read(&file).unwrap();
+    let mut bytes = original.clone();
+    let at = bytes.len() / 2;
+    bytes[at] ^= 0x55;
+    fs::write(&file, &bytes).unwrap();
+    let err = d.fails(&["image", "pull", "--insecure", &format!("{}/test/tampered:v1", reg.host())]);
+    assert!(err.contains("digest") && err.contains(&top.digest()), "{err}");
+    check_nothing_left("tampered");
+
+    // Truncated.
+    fs::write(&file, &original[..original.len() - 100]).unwrap();
+    let err = d.fails(&["image", "pull", "--insecure", &format!("{}/test/truncated:v1", reg.host())]);
+    assert!(err.contains(&top.digest()), "{err}");
+    check_nothing_left("truncated");
+
+    // Restored, it pulls.
+    fs::write(&file, &original).unwrap();
+    d.ok(&["image", "pull", "--insecure", &format!("{}/test/truncated:v1", reg.host())]);
+    assert_eq!(layers_stored(&d).len(), 2);
+}
