@@ -132,7 +132,7 @@ async fn run<C: ExecChannel>(tasks: &Arc<Runtime>, id: &str, actor: &str, start:
     let begun = Instant::now();
     let oom_before = tasks.driver.oom_kills(task.id.as_str()).unwrap_or(0);
 
-    let req = ExecRequest { argv: start.argv.clone(), env, cwd: workdir.clone(), tty: start.tty.map(|t| WinSize { rows: t.rows, cols: t.cols }) };
+    let req = ExecRequest { argv: start.argv.clone(), env, cwd: workdir.clone(), tty: start.tty.map(|t| WinSize { rows: t.rows, cols: t.cols }), user: None };
     let io = Stdio::new(start.stdin, start.tty.is_some()).map_err(|e| Error::internal(format!("pipes: {e}")))?;
     let driver = tasks.driver.clone();
     let tid = task.id.to_string();

@@ -74,6 +74,7 @@ impl Runtime {
             services: req.services.clone(),
             idle_suspend_ms,
             egress,
+            ..TaskConfig::default()
         })
     }
 

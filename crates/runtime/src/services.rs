@@ -27,6 +27,9 @@ impl Runtime {
                 env,
                 cwd: task.config.workdir.clone(),
                 tty: None,
+                // The launcher writes the log under /var/log: as root, as
+                // the daemon's own work (the service itself too, for now).
+                user: None,
             };
             let driver = self.driver.clone();
             let tid = task.id.to_string();
