@@ -1,10 +1,10 @@
-//! Base images: list, import, remove.
+//! Base images: list, show, import, remove.
 
 use axum::extract::Path;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use cairn_api::images::{Image, ImportRequest, Removed};
+use cairn_api::images::{Image, ImageDetail, ImportRequest, Removed};
 use cairn_api::ErrorBody;
 
 use super::served::Routes;
@@ -12,7 +12,26 @@ use super::Rt;
 use crate::ApiError;
 
 pub(super) fn routes() -> Routes {
-    Routes::new().get("/v1/images", list).post("/v1/images", import).delete("/v1/images/{name}", remove)
+    Routes::new()
+        .get("/v1/images", list)
+        .post("/v1/images", import)
+        .delete("/v1/images/{name}", remove)
+        .get("/v1/images/{name}", show)
+}
+
+#[utoipa::path(
+    get,
+    path = "/v1/images/{name}",
+    operation_id = "show_image",
+    tag = "images",
+    params(("name" = String, Path, description = "The image's name")),
+    responses(
+        (status = 200, description = "The image: kind, layers, manifest digest and run config", body = ImageDetail),
+        (status = 404, description = "No such image", body = ErrorBody),
+    )
+)]
+async fn show(rt: Rt, Path(name): Path<String>) -> Result<Response, ApiError> {
+    Ok(Json(rt.image_detail(&name).await?).into_response())
 }
 
 #[utoipa::path(
