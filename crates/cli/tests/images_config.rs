@@ -128,7 +128,7 @@ fn a_named_user_is_looked_up_in_the_sandbox_and_an_unknown_one_fails_in_one_line
     import(&d, "ghost", config("ghost"));
 
     let id = d.create(&["--image", "named"]);
-    assert_eq!(must(&d, &id, "id -u; id -g; id -G"), "1000\n1000\n50\n");
+    assert_eq!(must(&d, &id, "id -u; id -g; id -G"), "1000\n1000\n1000 50\n", "app, its group and its membership of staff");
     assert_eq!(d.ok(&["exec", &id, "--user", "app:staff", "--", "id", "-g"]), "50\n");
 
     // The unknown name fails every exec, with one line naming it...
