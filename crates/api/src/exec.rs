@@ -30,6 +30,9 @@ pub struct WinSize {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ExecStart {
+    /// The command; empty runs the task's default command (its image's
+    /// `Entrypoint` and `Cmd`), and is refused when it has none.
+    #[serde(default)]
     pub argv: Vec<String>,
     #[serde(default)]
     pub env: Vec<String>,
@@ -43,6 +46,11 @@ pub struct ExecStart {
     /// Take a `pre-risk` snapshot first, whatever the command.
     #[serde(default)]
     pub risky: bool,
+    /// Run as this user (`uid`, `uid:gid`, `name` or `name:group`, looked
+    /// up in the sandbox) instead of the task's (its image's `User`, else
+    /// root).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
 }
 
 /// A text frame from the client after the start.
@@ -102,7 +110,10 @@ mod tests {
 #[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RunRequest {
-    /// The program and its arguments.
+    /// The program and its arguments; empty or absent runs the task's
+    /// default command (its image's `Entrypoint` and `Cmd`), and is refused
+    /// when it has none.
+    #[serde(default)]
     pub cmd: Vec<String>,
     /// Variables added to the task's environment.
     #[serde(default)]
@@ -113,6 +124,10 @@ pub struct RunRequest {
     pub timeout: Option<f64>,
     /// What the command reads on stdin (else it reads nothing).
     pub stdin: Option<String>,
+    /// Run as this user (`uid`, `uid:gid`, `name` or `name:group`) instead
+    /// of the task's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
 }
 
 /// The answer to a [`RunRequest`]: how the command ended and what it

@@ -104,6 +104,39 @@ pub struct Image {
     pub manifest_digest: Option<String>,
 }
 
+/// The answer of `GET /v1/images/{name}`: the image, and each of an OCI
+/// image's layers, bottom first.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct ImageDetail {
+    #[serde(flatten)]
+    pub image: Image,
+    /// The layers as the layer store keeps them (absent for other kinds).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub layer_details: Vec<Layer>,
+}
+
+/// One stored layer, shared by every image that has it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct Layer {
+    /// `sha256:<hex>` of the uncompressed tar stream.
+    pub diff_id: String,
+    /// `sha256:<hex>` of the blob it was unpacked from.
+    pub blob_digest: String,
+    pub media_type: String,
+    /// Size of the blob.
+    pub bytes: u64,
+    /// Total size of the unpacked regular files.
+    pub size_bytes: u64,
+    /// Entries in the unpacked tree.
+    pub files: u64,
+    pub created_ms: i64,
+    #[serde(default)]
+    pub dropped: Dropped,
+    /// Whiteout-prefixed metadata entries skipped.
+    #[serde(default)]
+    pub skipped: u64,
+}
+
 /// What an OCI image's config says a container runs with.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct RunConfig {

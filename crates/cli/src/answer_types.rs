@@ -65,6 +65,22 @@ fn images() {
             lowers: vec!["/not/on/the/wire".into()],
         };
         reads_back_whole::<api::images::Image>(&image);
+        let layer_details = if oci {
+            vec![cairn_sandbox::image::LayerInfo {
+                diff_id: "sha256:ab".into(),
+                blob_digest: "sha256:99".into(),
+                media_type: "application/vnd.oci.image.layer.v1.tar+gzip".into(),
+                bytes: 10,
+                size_bytes: 20,
+                files: 3,
+                created_ms: 4,
+                dropped: Dropped { devices: 1, fifos_sockets: 0, setid: 2 },
+                skipped: 1,
+            }]
+        } else {
+            Vec::new()
+        };
+        reads_back_whole::<api::images::ImageDetail>(&cairn_runtime::ImageDetail { image, layer_details });
     }
 }
 

@@ -25,6 +25,8 @@ pub struct ExecArgs {
     pub tty: bool,
     /// Take a `pre-risk` snapshot first.
     pub risky: bool,
+    /// Run as this user instead of the task's.
+    pub user: Option<String>,
 }
 
 /// A `pre-risk` snapshot the daemon took before the command.
@@ -125,6 +127,7 @@ pub async fn run(client: &Client, args: &ExecArgs, sink: Sink) -> Result<ExecRes
         tty: tty.map(|(rows, cols)| WinSize { rows, cols }),
         timeout_ms: args.timeout_ms,
         risky: args.risky,
+        user: args.user.clone(),
     };
     ws.send(Message::Text(serde_json::to_string(&start)?.into())).await?;
     let _raw = if args.tty && matches!(sink, Sink::Terminal) { Some(RawMode::enable()) } else { None };
@@ -251,7 +254,13 @@ pub(crate) struct ExecCli {
     /// Take a pre-risk snapshot before running the command.
     #[arg(long)]
     pub(crate) risky: bool,
-    #[arg(last = true, required = true)]
+    /// Run as this user (uid, uid:gid, name or name:group, looked up in the
+    /// sandbox) instead of the task's (its image's User, else root).
+    #[arg(long, value_name = "USER[:GROUP]")]
+    pub(crate) user: Option<String>,
+    /// The command; without one, the task's default command runs (its
+    /// image's Entrypoint and Cmd).
+    #[arg(last = true)]
     pub(crate) argv: Vec<String>,
 }
 
@@ -271,6 +280,7 @@ pub(crate) async fn cli(client: &Client, a: ExecCli, json_out: bool) -> Result<u
         stdin: a.interactive,
         tty: a.tty,
         risky: a.risky,
+        user: a.user,
     };
     let r = run(client, &args, Sink::Terminal).await?;
     if let Some(note) = exit_note(&r) {

@@ -46,7 +46,8 @@ enum Cmd {
     /// Create, list, show tasks.
     #[command(subcommand)]
     Task(verbs::task::TaskCmd),
-    /// Run a command in a task's sandbox: cairn exec ID [OPTIONS] -- CMD ARGS...
+    /// Run a command in a task's sandbox: cairn exec ID [OPTIONS] [-- CMD ARGS...]; without
+    /// one, the task's default command (its image's Entrypoint and Cmd)
     Exec(exec::ExecCli),
     /// Copy files between a sandbox (ID:/path) and here. Copying out, a
     /// symlink that is absolute or leads out of the copied tree is refused

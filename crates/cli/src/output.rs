@@ -185,9 +185,48 @@ pub fn watch_line(e: &Event) -> String {
 pub fn image_table(images: &[Image]) -> String {
     let rows = images
         .iter()
-        .map(|i| vec![i.name.clone(), i.kind.as_str().to_owned(), i.files.to_string(), human(i.size_bytes as f64), i.source.clone()])
+        .map(|i| {
+            let layers = if i.kind == cairn_api::images::ImageKind::Oci { i.layers.len().to_string() } else { "-".to_owned() };
+            vec![i.name.clone(), i.kind.as_str().to_owned(), layers, i.files.to_string(), human(i.size_bytes as f64), i.source.clone()]
+        })
         .collect();
-    table(&["NAME", "KIND", "ENTRIES", "SIZE", "SOURCE"], rows)
+    table(&["NAME", "KIND", "LAYERS", "ENTRIES", "SIZE", "SOURCE"], rows)
+}
+
+/// `cairn image inspect`: the record, its layers and its run config.
+pub fn image_detail(d: &cairn_api::images::ImageDetail) -> String {
+    let i = &d.image;
+    let mut out = vec![
+        format!("name:      {}", i.name),
+        format!("kind:      {}", i.kind.as_str()),
+        format!("source:    {}", i.source),
+        format!("created:   {}", time(i.created_ms)),
+        format!("size:      {} in {} entries", human(i.size_bytes as f64), i.files),
+    ];
+    if let Some(m) = &i.manifest_digest {
+        out.push(format!("manifest:  {m}"));
+    }
+    if !i.layers.is_empty() {
+        out.push(format!("layers:    {} (bottom first)", i.layers.len()));
+        for (n, diff_id) in i.layers.iter().enumerate() {
+            let size = d.layer_details.iter().find(|l| &l.diff_id == diff_id);
+            let size = size.map(|l| format!("  {} unpacked, {} entries, blob {}", human(l.size_bytes as f64), l.files, human(l.bytes as f64)));
+            out.push(format!("  {n}: {diff_id}{}", size.unwrap_or_default()));
+        }
+    }
+    for p in &i.projections {
+        out.push(format!("projects:  {} at {}", p.host_path, p.at));
+    }
+    if let Some(c) = &i.config {
+        let list = |v: &[String]| if v.is_empty() { "-".to_owned() } else { serde_json::to_string(v).unwrap_or_default() };
+        out.push("config:".to_owned());
+        out.push(format!("  env:         {}", list(&c.env)));
+        out.push(format!("  workdir:     {}", c.working_dir.as_deref().filter(|w| !w.is_empty()).unwrap_or("-")));
+        out.push(format!("  user:        {}", c.user.as_deref().filter(|u| !u.is_empty()).unwrap_or("-")));
+        out.push(format!("  entrypoint:  {}", list(&c.entrypoint)));
+        out.push(format!("  cmd:         {}", list(&c.cmd)));
+    }
+    out.join("\n")
 }
 
 pub fn snapshot_table(snapshots: &[Snapshot]) -> String {

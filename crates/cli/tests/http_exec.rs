@@ -99,7 +99,10 @@ fn bad_runs_are_refused_with_one_line_naming_what_was_wrong() {
     let d = Daemon::start();
     let t = d.create(&[]);
     let cases = [
-        (json!({"cmd": []}), 400, "cmd is empty"),
+        // No command, and the host image has no Entrypoint or Cmd to run.
+        (json!({"cmd": []}), 400, "no command given"),
+        (json!({}), 400, "no command given"),
+        (json!({"cmd": ["true"], "user": "a:b:c"}), 400, "invalid user"),
         (json!({"cmd": ["true"], "timeout": -1}), 400, "timeout must be"),
         (json!({"cmd": ["true"], "env": {"A=B": "c"}}), 400, "not a variable name"),
         (json!({"cmd": ["true"], "argv": ["x"]}), 400, "unknown field"),

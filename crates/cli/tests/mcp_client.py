@@ -156,7 +156,7 @@ async def scenario(session, api, token, label):
     unknown = await t.error("run_command", {"task": "no-such-task", "cmd": ["true"]})
     check(unknown.startswith("not_found:") and "no-such-task" in unknown, f"unknown task: {unknown}")
     empty = await t.error("run_command", {"task": task, "cmd": []})
-    check(empty.startswith("invalid:") and "cmd is empty" in empty, f"empty cmd: {empty}")
+    check(empty.startswith("invalid:") and "no command given" in empty, f"empty cmd: {empty}")
     missing = await t.error("run_command", {"task": task})
     check("cmd" in missing, f"missing cmd: {missing}")
     still = await t.ok("run_command", {"task": task, "cmd": ["echo", "still here"]})

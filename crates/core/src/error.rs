@@ -19,6 +19,8 @@ pub enum Error {
     EnvVar(String),
     #[error("invalid working directory {0:?}: expected an absolute path without '..'")]
     Workdir(String),
+    #[error("invalid user {0:?}: expected a name or a uid (0-65535), optionally with :group or :gid")]
+    User(String),
     #[error("invalid task name {0:?}: expected 1-63 letters, digits, '-' or '_'")]
     Name(String),
     #[error("invalid image name {0:?}: expected a name of lowercase letters, digits, '-', '_' or '.', or an image reference ([host[:port]/]path[:tag][@sha256:digest]), at most 255 characters")]

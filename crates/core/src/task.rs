@@ -39,6 +39,39 @@ pub fn check_workdir(s: &str) -> Result<(), Error> {
     }
 }
 
+/// Checks a user a command runs as: `user` or `user:group`, each a name or
+/// a number within the sandbox's id range (0-65535). Names are resolved
+/// inside the sandbox, from its `/etc/passwd` and `/etc/group`.
+pub fn check_user(s: &str) -> Result<(), Error> {
+    let part_ok = |p: &str| {
+        if p.bytes().all(|b| b.is_ascii_digit()) {
+            p.parse::<u32>().is_ok_and(|n| n < 65536)
+        } else {
+            p.len() <= 256 && p.bytes().all(|b| b.is_ascii_graphic() && b != b':' && b != b'/')
+        }
+    };
+    let (user, group) = match s.split_once(':') {
+        Some((u, g)) => (u, Some(g)),
+        None => (s, None),
+    };
+    if !user.is_empty() && part_ok(user) && group.is_none_or(|g| !g.is_empty() && part_ok(g)) {
+        Ok(())
+    } else {
+        Err(Error::User(s.to_owned()))
+    }
+}
+
+/// The run configuration an image gives the tasks started from it (an OCI
+/// image config's `Env`, `WorkingDir`, `User`, `Entrypoint` and `Cmd`).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ImageDefaults<'a> {
+    pub env: &'a [String],
+    pub working_dir: Option<&'a str>,
+    pub user: Option<&'a str>,
+    pub entrypoint: &'a [String],
+    pub cmd: &'a [String],
+}
+
 /// Checks a task name: what a user may type instead of the id.
 pub fn check_name(s: &str) -> Result<(), Error> {
     let ok = !s.is_empty()
@@ -145,6 +178,64 @@ pub struct TaskConfig {
     /// Where the task may connect through the egress proxy.
     #[serde(default)]
     pub egress: EgressRules,
+    /// Who commands run as unless an exec names another (`uid`,
+    /// `uid:gid` or a name), from the image's `User`; `None`: root.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    /// The image's `Entrypoint`: with `cmd`, what an exec without a
+    /// command runs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub entrypoint: Vec<String>,
+    /// The image's `Cmd`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cmd: Vec<String>,
+}
+
+impl TaskConfig {
+    /// Takes an image's run configuration: its environment under the
+    /// task's own (a variable the task sets wins), its working directory
+    /// unless the task chose one (`workdir_given`), its user and its
+    /// default command. Fails, naming the field, on a working directory or
+    /// user the task could not use.
+    pub fn apply_image(&mut self, image: &ImageDefaults<'_>, workdir_given: bool) -> Result<(), Error> {
+        let mut env: Vec<EnvVar> = Vec::new();
+        for pair in image.env {
+            // Image variables are taken as the image has them (Docker does
+            // not restrict their names); an entry without `=` means nothing.
+            let Some((key, value)) = pair.split_once('=') else { continue };
+            if key.is_empty() || pair.contains('\0') {
+                continue;
+            }
+            match env.iter_mut().find(|e| e.key == key) {
+                Some(e) => e.value = value.to_owned(),
+                None => env.push(EnvVar { key: key.to_owned(), value: value.to_owned() }),
+            }
+        }
+        for own in std::mem::take(&mut self.env) {
+            env.retain(|e| e.key != own.key);
+            env.push(own);
+        }
+        self.env = env;
+        if let Some(dir) = image.working_dir.filter(|d| !d.is_empty()) {
+            if !workdir_given {
+                check_workdir(dir)?;
+                self.workdir = dir.to_owned();
+            }
+        }
+        if let Some(user) = image.user.filter(|u| !u.is_empty()) {
+            check_user(user)?;
+            self.user = Some(user.to_owned());
+        }
+        self.entrypoint = image.entrypoint.to_vec();
+        self.cmd = image.cmd.to_vec();
+        Ok(())
+    }
+
+    /// What an exec without a command runs: the image's `Entrypoint`
+    /// followed by its `Cmd` (empty when the image has neither).
+    pub fn default_command(&self) -> Vec<String> {
+        self.entrypoint.iter().chain(&self.cmd).cloned().collect()
+    }
 }
 
 /// A task's egress allow and deny rules (`HOST[:PORT]`, `*.example.com`),
@@ -170,6 +261,9 @@ impl Default for TaskConfig {
             services: Vec::new(),
             idle_suspend_ms: None,
             egress: EgressRules::default(),
+            user: None,
+            entrypoint: Vec::new(),
+            cmd: Vec::new(),
         }
     }
 }
@@ -261,6 +355,68 @@ mod tests {
         assert_eq!(check_workdir(&longest), Ok(()));
         let too_long = format!("{longest}b");
         assert_eq!(check_workdir(&too_long), Err(Error::Workdir(too_long.clone())));
+    }
+
+    fn image<'a>(env: &'a [String], entrypoint: &'a [String], cmd: &'a [String]) -> ImageDefaults<'a> {
+        ImageDefaults { env, working_dir: Some("/srv/app"), user: Some("1000:1000"), entrypoint, cmd }
+    }
+
+    #[test]
+    fn an_image_config_goes_under_the_tasks_own() {
+        let env = ["A=image".to_owned(), "B=image".to_owned(), "PATH=/image/bin".to_owned(), "junk".to_owned()];
+        let (entrypoint, cmd) = (["/bin/sh".to_owned(), "-c".to_owned()], ["echo from-cmd".to_owned()]);
+        let mut config = TaskConfig { env: vec![EnvVar::parse("B=task").unwrap()], ..Default::default() };
+        config.apply_image(&image(&env, &entrypoint, &cmd), false).unwrap();
+        let pairs: Vec<String> = config.env.iter().map(EnvVar::to_pair).collect();
+        assert_eq!(pairs, ["A=image", "PATH=/image/bin", "B=task"], "image first, the task's on top, junk dropped");
+        assert_eq!(config.workdir, "/srv/app");
+        assert_eq!(config.user.as_deref(), Some("1000:1000"));
+        assert_eq!(config.default_command(), ["/bin/sh", "-c", "echo from-cmd"]);
+
+        // A workdir the task chose wins over the image's.
+        let mut config = TaskConfig { workdir: "/tmp".into(), ..Default::default() };
+        config.apply_image(&image(&[], &[], &[]), true).unwrap();
+        assert_eq!(config.workdir, "/tmp");
+        assert!(config.default_command().is_empty(), "no Entrypoint, no Cmd: no default command");
+
+        // An image without a config leaves the task's defaults alone.
+        let mut config = TaskConfig::default();
+        config.apply_image(&ImageDefaults::default(), false).unwrap();
+        assert_eq!(config, TaskConfig::default());
+    }
+
+    #[test]
+    fn an_image_config_the_task_cannot_use_is_refused() {
+        let mut config = TaskConfig::default();
+        let relative = ImageDefaults { working_dir: Some("srv"), ..Default::default() };
+        assert_eq!(config.apply_image(&relative, false), Err(Error::Workdir("srv".into())));
+        // Positive control: the same image is fine when the task chose its workdir.
+        assert_eq!(config.apply_image(&relative, true), Ok(()));
+        let dotdot = ImageDefaults { working_dir: Some("/a/../b"), ..Default::default() };
+        assert!(config.apply_image(&dotdot, false).is_err());
+        let big = ImageDefaults { user: Some("70000"), ..Default::default() };
+        assert_eq!(config.apply_image(&big, false), Err(Error::User("70000".into())));
+    }
+
+    #[test]
+    fn users() {
+        for good in ["0", "1000", "1000:1000", "65535:0", "app", "app:staff", "www-data", "1000:staff", "app:50"] {
+            assert_eq!(check_user(good), Ok(()), "{good:?}");
+        }
+        for bad in ["", ":", "1000:", ":1000", "65536", "1:65536", "a:b:c", "a b", "a/b", "99999999999999999999"] {
+            assert_eq!(check_user(bad), Err(Error::User(bad.into())), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn old_configs_load_without_the_image_fields() {
+        let mut json = serde_json::to_value(TaskConfig::default()).unwrap();
+        for key in ["user", "entrypoint", "cmd"] {
+            assert!(json.get(key).is_none(), "{key} is left out when unset");
+        }
+        json["user"] = serde_json::json!("app");
+        let read: TaskConfig = serde_json::from_value(json).unwrap();
+        assert_eq!(read.user.as_deref(), Some("app"));
     }
 
     #[test]

@@ -96,7 +96,7 @@ pub struct RunCommand {
 impl RunCommand {
     /// The run request; the runtime checks cmd, timeout and env names.
     pub fn into_request(self) -> RunRequest {
-        RunRequest { cmd: self.cmd, env: self.env, cwd: self.cwd, timeout: self.timeout, stdin: self.stdin }
+        RunRequest { cmd: self.cmd, env: self.env, cwd: self.cwd, timeout: self.timeout, stdin: self.stdin, user: None }
     }
 }
 

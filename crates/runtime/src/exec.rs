@@ -57,14 +57,15 @@ pub trait ExecChannel: Send {
 }
 
 /// The full environment of a command: defaults, the proxy variables (when
-/// the task has an allowlist), the task's, the exec's.
-pub(crate) fn environment(task: &cairn_core::TaskConfig, exec_env: &[String], hostname: &str, tty: bool) -> Result<Vec<String>, Error> {
-    let mut env: Vec<(String, String)> = vec![
-        ("PATH".into(), DEFAULT_PATH.into()),
-        ("HOME".into(), "/root".into()),
-        ("HOSTNAME".into(), hostname.into()),
-        ("LANG".into(), "C.UTF-8".into()),
-    ];
+/// the task has an allowlist), the task's (its image's under its own), the
+/// exec's. `HOME` is `/root` for root; for another `user` the sandbox's init
+/// sets it from `/etc/passwd` unless the task or the exec sets it.
+pub(crate) fn environment(task: &cairn_core::TaskConfig, exec_env: &[String], hostname: &str, tty: bool, user: Option<&str>) -> Result<Vec<String>, Error> {
+    let mut env: Vec<(String, String)> = vec![("PATH".into(), DEFAULT_PATH.into())];
+    if user.is_none_or(is_root) {
+        env.push(("HOME".into(), "/root".into()));
+    }
+    env.extend([("HOSTNAME".into(), hostname.into()), ("LANG".into(), "C.UTF-8".into())]);
     if tty {
         env.push(("TERM".into(), "xterm-256color".into()));
     }
@@ -85,6 +86,27 @@ pub(crate) fn environment(task: &cairn_core::TaskConfig, exec_env: &[String], ho
     Ok(env.into_iter().map(|(k, v)| format!("{k}={v}")).collect())
 }
 
+/// Whether a `user[:group]` is root, whose default environment is known.
+fn is_root(user: &str) -> bool {
+    matches!(user.split(':').next(), Some("0" | "root"))
+}
+
+/// What an exec runs: its own command as given (like `docker exec`), else
+/// the task's default command, its image's `Entrypoint` and `Cmd`.
+fn command_of(start: &ExecStart, task: &cairn_core::Task) -> Result<Vec<String>, Error> {
+    if !start.argv.is_empty() {
+        return Ok(start.argv.clone());
+    }
+    let default = task.config.default_command();
+    if default.is_empty() {
+        return Err(Error::invalid(format!(
+            "no command given, and image {} has no Entrypoint or Cmd to run instead (usage: cairn exec ID -- CMD ARGS...)",
+            task.config.image
+        )));
+    }
+    Ok(default)
+}
+
 impl Runtime {
     /// Runs one command of the task to its end over `chan`. A high-risk
     /// command is preceded by a snapshot; the exit is logged.
@@ -103,19 +125,21 @@ fn risk_reason(matched: Option<&str>) -> String {
 }
 
 async fn run<C: ExecChannel>(tasks: &Arc<Runtime>, id: &str, actor: &str, start: ExecStart, ws: &mut C) -> Result<(), Error> {
-    if start.argv.is_empty() {
-        return Err(Error::invalid("no command given (usage: cairn exec ID -- CMD ARGS...)"));
+    if let Some(u) = &start.user {
+        cairn_core::check_user(u)?;
     }
     let t0 = Instant::now();
     let (task, _live) = tasks.running(id, actor).await?;
     let t_found = t0.elapsed();
+    let argv = command_of(&start, &task)?;
     let workdir = start.workdir.clone().unwrap_or_else(|| task.config.workdir.clone());
     cairn_core::check_workdir(&workdir)?;
-    let env = environment(&task.config, &start.env, task.id.as_str(), start.tty.is_some())?;
-    let matched = tasks.risky_match(&task, &start.argv)?;
+    let user = start.user.clone().or_else(|| task.config.user.clone());
+    let env = environment(&task.config, &start.env, task.id.as_str(), start.tty.is_some(), user.as_deref())?;
+    let matched = tasks.risky_match(&task, &argv)?;
     if start.risky || matched.is_some() {
         let reason = risk_reason(matched.as_deref());
-        let cmd: String = start.argv.join(" ").chars().take(200).collect();
+        let cmd: String = argv.join(" ").chars().take(200).collect();
         let req = crate::snapshot::SnapshotRequest {
             kind: Some("pre-risk".into()),
             note: Some(format!("before `{cmd}` ({reason})")),
@@ -132,7 +156,8 @@ async fn run<C: ExecChannel>(tasks: &Arc<Runtime>, id: &str, actor: &str, start:
     let begun = Instant::now();
     let oom_before = tasks.driver.oom_kills(task.id.as_str()).unwrap_or(0);
 
-    let req = ExecRequest { argv: start.argv.clone(), env, cwd: workdir.clone(), tty: start.tty.map(|t| WinSize { rows: t.rows, cols: t.cols }) };
+    let tty = start.tty.map(|t| WinSize { rows: t.rows, cols: t.cols });
+    let req = ExecRequest { argv: argv.clone(), env, cwd: workdir.clone(), tty, user: user.clone() };
     let io = Stdio::new(start.stdin, start.tty.is_some()).map_err(|e| Error::internal(format!("pipes: {e}")))?;
     let driver = tasks.driver.clone();
     let tid = task.id.to_string();
@@ -140,7 +165,10 @@ async fn run<C: ExecChannel>(tasks: &Arc<Runtime>, id: &str, actor: &str, start:
     let started = tokio::task::spawn_blocking(move || driver.exec(&tid, &req, &child_fds)).await??;
     let mut io = io.parent_side();
     let t_started = t0.elapsed();
-    let mut args = json!({ "argv": start.argv, "workdir": workdir, "tty": start.tty.is_some(), "step": step });
+    let mut args = json!({ "argv": argv, "workdir": workdir, "tty": start.tty.is_some(), "step": step });
+    if let Some(u) = &user {
+        args["user"] = json!(u);
+    }
     if let Some(t) = start.timeout_ms {
         args["timeout_ms"] = json!(t);
     }
@@ -378,15 +406,46 @@ mod tests {
             env: vec![EnvVar::parse("A=task").unwrap(), EnvVar::parse("PATH=/opt/bin").unwrap()],
             ..Default::default()
         };
-        let env = environment(&task, &["A=exec".into(), "B=2".into()], "t1", true).unwrap();
+        let env = environment(&task, &["A=exec".into(), "B=2".into()], "t1", true, None).unwrap();
         assert!(env.contains(&"A=exec".to_owned()) && env.contains(&"B=2".to_owned()));
         assert!(env.contains(&"PATH=/opt/bin".to_owned()) && env.contains(&"HOSTNAME=t1".to_owned()));
         assert!(env.contains(&"TERM=xterm-256color".to_owned()));
         assert!(!env.iter().any(|e| e.starts_with("HTTP_PROXY=")), "offline task gets no proxy: {env:?}");
-        assert!(environment(&cairn_core::TaskConfig::default(), &["bad".into()], "t1", false).is_err());
+        assert!(environment(&cairn_core::TaskConfig::default(), &["bad".into()], "t1", false, None).is_err());
         task.egress.allow = vec!["packages.example.com".into()];
-        let env = environment(&task, &["NO_PROXY=*".into()], "t1", false).unwrap();
+        let env = environment(&task, &["NO_PROXY=*".into()], "t1", false, None).unwrap();
         assert!(env.contains(&"HTTPS_PROXY=http://127.0.0.1:3128".to_owned()), "{env:?}");
         assert!(env.contains(&"NO_PROXY=*".to_owned()), "an exec's own variables win: {env:?}");
+    }
+
+    #[test]
+    fn home_is_roots_only_for_root() {
+        let task = cairn_core::TaskConfig::default();
+        for root in [None, Some("0"), Some("root"), Some("0:0")] {
+            let env = environment(&task, &[], "t1", false, root).unwrap();
+            assert!(env.contains(&"HOME=/root".to_owned()), "{root:?}: {env:?}");
+        }
+        // Another user's HOME comes from the sandbox's /etc/passwd...
+        let env = environment(&task, &[], "t1", false, Some("1000:1000")).unwrap();
+        assert!(!env.iter().any(|e| e.starts_with("HOME=")), "{env:?}");
+        // ...unless the exec sets it.
+        let env = environment(&task, &["HOME=/h".into()], "t1", false, Some("app")).unwrap();
+        assert!(env.contains(&"HOME=/h".to_owned()), "{env:?}");
+    }
+
+    #[test]
+    fn an_exec_without_a_command_runs_the_images_entrypoint_and_cmd() {
+        let mut task = cairn_core::Task::new(cairn_core::TaskId::random(), None, cairn_core::TaskConfig::default(), 0);
+        let given = ExecStart { argv: vec!["ls".into()], ..Default::default() };
+        let none = ExecStart::default();
+        // Without a default command, an empty exec is refused in one line.
+        let e = command_of(&none, &task).unwrap_err().to_string();
+        assert!(e.contains("no command given") && e.contains("image host") && !e.contains('\n'), "{e}");
+        assert_eq!(command_of(&given, &task).unwrap(), ["ls"]);
+        task.config.entrypoint = vec!["/bin/sh".into(), "-c".into()];
+        task.config.cmd = vec!["echo from-cmd".into()];
+        assert_eq!(command_of(&none, &task).unwrap(), ["/bin/sh", "-c", "echo from-cmd"]);
+        // A command given runs as given, as `docker exec` does: no Entrypoint.
+        assert_eq!(command_of(&given, &task).unwrap(), ["ls"]);
     }
 }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cairn_api::tasks::CreateRequest;
-use cairn_core::{EnvVar, EventKind, NewEvent, SandboxState, Task, TaskConfig, TaskId, TaskState, Transition, check_name, check_workdir};
+use cairn_core::{EnvVar, EventKind, ImageDefaults, NewEvent, SandboxState, Task, TaskConfig, TaskId, TaskState, Transition, check_name, check_workdir};
 use cairn_sandbox::InitProcess;
 use cairn_sandbox::image::Image;
 use cairn_store::now_ms;
@@ -17,6 +17,23 @@ use serde_json::json;
 
 use crate::{Error, reaper};
 use crate::runtime::{Live, Runtime, TaskView, parse_positive_ms};
+
+/// Copies an image's run configuration (an OCI image config's `Env`,
+/// `WorkingDir`, `User`, `Entrypoint` and `Cmd`) into a new task's config,
+/// under what the task asked for itself. It is then part of the task's
+/// config: kept in the store, in snapshots and in forks, whatever becomes
+/// of the image.
+pub(crate) fn apply_image_config(config: &mut TaskConfig, image: &Image, workdir_given: bool) -> Result<(), Error> {
+    let Some(run) = &image.config else { return Ok(()) };
+    let defaults = ImageDefaults {
+        env: &run.env,
+        working_dir: run.working_dir.as_deref(),
+        user: run.user.as_deref(),
+        entrypoint: &run.entrypoint,
+        cmd: &run.cmd,
+    };
+    config.apply_image(&defaults, workdir_given).map_err(|e| Error::invalid(format!("image {}: its config has an {e}", image.name)))
+}
 
 impl Runtime {
     /// Validates the request completely before anything is written.
@@ -74,14 +91,17 @@ impl Runtime {
             services: req.services.clone(),
             idle_suspend_ms,
             egress,
+            ..TaskConfig::default()
         })
     }
 
-    /// Creates a task and starts its sandbox (Cairn starts sandboxes on
+    /// Creates a task and starts its sandbox (with its image's run
+    /// configuration, see [`apply_image_config`]) (Cairn starts sandboxes on
     /// create, so the first exec is as fast as any other).
     pub async fn create(&self, req: CreateRequest, actor: &str) -> Result<TaskView, Error> {
-        let config = self.config_from(&req)?;
+        let mut config = self.config_from(&req)?;
         let image = self.image(&config.image).await?;
+        apply_image_config(&mut config, &image, req.workdir.is_some())?;
         let now = now_ms();
         // A helper started ahead brings its task id (and its cgroups).
         let ahead = self.driver.take_prestarted();

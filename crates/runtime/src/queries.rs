@@ -13,6 +13,16 @@ use crate::ledger::CheckpointView;
 use crate::runtime::{Runtime, TaskView};
 use crate::Error;
 
+/// What `GET /v1/images/{name}` answers: the image's record, and each of
+/// an OCI image's layers (bottom first) as the layer store keeps it.
+#[derive(Debug, serde::Serialize)]
+pub struct ImageDetail {
+    #[serde(flatten)]
+    pub image: Image,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub layer_details: Vec<cairn_sandbox::image::LayerInfo>,
+}
+
 /// What `GET /v1/health` reports.
 #[derive(Debug, serde::Serialize)]
 pub struct Health {
@@ -74,6 +84,22 @@ impl Runtime {
     pub async fn list_images(&self) -> Result<Vec<Image>, Error> {
         let images = self.images.clone();
         Ok(tokio::task::spawn_blocking(move || images.list()).await??)
+    }
+
+    /// One image and its layers.
+    pub async fn image_detail(&self, name: &str) -> Result<ImageDetail, Error> {
+        let images = self.images.clone();
+        let name = name.to_owned();
+        tokio::task::spawn_blocking(move || -> Result<ImageDetail, Error> {
+            let image = images.get(&name)?;
+            let mut layer_details = Vec::with_capacity(image.layers.len());
+            for diff_id in &image.layers {
+                let info = images.layer_store().get(diff_id)?;
+                layer_details.push(info.ok_or_else(|| Error::internal(format!("image {name}: layer {diff_id} is missing from the layer store")))?);
+            }
+            Ok(ImageDetail { image, layer_details })
+        })
+        .await?
     }
 
     pub async fn import_image(&self, req: ImportRequest) -> Result<Image, Error> {

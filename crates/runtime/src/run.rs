@@ -17,9 +17,8 @@ const MAX_TIMEOUT_SECS: f64 = 7.0 * 24.0 * 3600.0;
 /// The exec start of a run, and the stdin it gives; bad requests are
 /// [`Error::Invalid`] with one line naming what was wrong.
 pub fn start_of(req: RunRequest) -> Result<(ExecStart, RunStdin), Error> {
-    if req.cmd.is_empty() {
-        return Err(Error::invalid("cmd is empty: give the program and its arguments, e.g. [\"ls\", \"-l\"]"));
-    }
+    // An empty cmd runs the task's default command; the exec refuses it
+    // when the task has none.
     let timeout_ms = match req.timeout {
         None => None,
         Some(t) if t.is_finite() && t > 0.0 && t <= MAX_TIMEOUT_SECS => Some((t * 1000.0).ceil() as u64),
@@ -36,6 +35,7 @@ pub fn start_of(req: RunRequest) -> Result<(ExecStart, RunStdin), Error> {
         tty: None,
         timeout_ms,
         risky: false,
+        user: req.user,
     };
     Ok((start, RunStdin::new(req.stdin.map(String::into_bytes))))
 }

@@ -21,12 +21,15 @@ impl Runtime {
     pub(crate) async fn start_services(&self, task: &Task, actor: &str) -> Result<(), Error> {
         for (n, cmd) in task.config.services.iter().enumerate() {
             let log = format!("/var/log/cairn/service-{n}.log");
-            let env = crate::exec::environment(&task.config, &[], task.id.as_str(), false)?;
+            let env = crate::exec::environment(&task.config, &[], task.id.as_str(), false, None)?;
             let req = ExecRequest {
                 argv: vec!["sh".into(), "-c".into(), LAUNCH.into(), "cairn-service".into(), cmd.clone(), log.clone()],
                 env,
                 cwd: task.config.workdir.clone(),
                 tty: None,
+                // The launcher writes the log under /var/log: as root, as
+                // the daemon's own work (the service itself too, for now).
+                user: None,
             };
             let driver = self.driver.clone();
             let tid = task.id.to_string();

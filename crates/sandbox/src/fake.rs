@@ -349,7 +349,8 @@ impl FakeDriver {
         Ok(())
     }
 
-    /// Starts `req` on the host in the sandbox's directory.
+    /// Starts `req` on the host in the sandbox's directory, as the daemon's
+    /// own user (`req.user` is not applied: there is no user namespace).
     fn spawn_command(&self, task: &str, req: &ExecRequest, stdio: &[RawFd]) -> Result<std::result::Result<RunningCommand, String>> {
         let Some(program) = req.argv.first() else {
             return Ok(Err("empty command".to_owned()));
@@ -659,7 +660,7 @@ mod tests {
     fn run(driver: &FakeDriver, argv: &[&str], cwd: &str) -> (Reply, String) {
         let (mut out_r, out_w) = std::io::pipe().unwrap();
         let null = fs::File::open("/dev/null").unwrap();
-        let req = ExecRequest { argv: argv.iter().map(|s| s.to_string()).collect(), env: vec!["PATH=/usr/bin:/bin".into(), "GREETING=hi".into()], cwd: cwd.into(), tty: None };
+        let req = ExecRequest { argv: argv.iter().map(|s| s.to_string()).collect(), env: vec!["PATH=/usr/bin:/bin".into(), "GREETING=hi".into()], cwd: cwd.into(), tty: None, user: None };
         let cmd = driver.exec(TASK, &req, &[null.as_raw_fd(), out_w.as_raw_fd(), out_w.as_raw_fd()]).unwrap().unwrap();
         drop(out_w);
         let (reply, _) = proto::recv::<Reply>(&cmd.conn).unwrap().unwrap();
@@ -690,8 +691,8 @@ mod tests {
 
         let (reply, _) = run(&driver, &["sh", "-c", "kill -TERM $$"], "/");
         assert_eq!(reply, Reply::Exited { code: None, signal: Some(libc::SIGTERM) });
-        assert!(driver.exec(TASK, &ExecRequest { argv: vec!["true".into()], env: vec![], cwd: "/missing".into(), tty: None }, &[0, 1, 2]).unwrap().is_err());
-        assert!(driver.exec(TASK, &ExecRequest { argv: vec!["/no/such/program".into()], env: vec![], cwd: "/".into(), tty: None }, &[0, 1, 2]).unwrap().is_err());
+        assert!(driver.exec(TASK, &ExecRequest { argv: vec!["true".into()], env: vec![], cwd: "/missing".into(), tty: None, user: None }, &[0, 1, 2]).unwrap().is_err());
+        assert!(driver.exec(TASK, &ExecRequest { argv: vec!["/no/such/program".into()], env: vec![], cwd: "/".into(), tty: None, user: None }, &[0, 1, 2]).unwrap().is_err());
 
         driver.teardown(TASK, Some(init), true).unwrap();
         assert!(!init.alive() && driver.running(TASK).is_none());
@@ -761,7 +762,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let driver = FakeDriver::new(dir.path()).unwrap();
         let init = started(&driver, 0);
-        let req = ExecRequest { argv: vec!["sleep".into(), "30".into()], env: vec!["PATH=/usr/bin:/bin".into()], cwd: "/".into(), tty: Some(WinSize { rows: 24, cols: 80 }) };
+        let req = ExecRequest { argv: vec!["sleep".into(), "30".into()], env: vec!["PATH=/usr/bin:/bin".into()], cwd: "/".into(), tty: Some(WinSize { rows: 24, cols: 80 }), user: None };
         let cmd = driver.exec(TASK, &req, &[]).unwrap().unwrap();
         assert!(cmd.pty_master.is_some());
         let pid = cmd.pid;

@@ -38,6 +38,11 @@ pub struct ExecRequest {
     /// With a pty, init allocates it inside the sandbox and returns the
     /// master; without, the frame carries stdin, stdout and stderr.
     pub tty: Option<WinSize>,
+    /// Who to run as (`user[:group]`, names or numbers), resolved by the
+    /// init from the sandbox's own `/etc/passwd` and `/etc/group`; `None`:
+    /// root.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -152,6 +157,7 @@ mod tests {
             env: vec!["A=1".into()],
             cwd: "/".into(),
             tty: None,
+            user: Some("1000:1000".into()),
         });
         send(&a, &req, &[pw.as_raw_fd()]).unwrap();
         drop(pw);
@@ -166,6 +172,14 @@ mod tests {
         assert_eq!(s, "through the passed fd");
         drop(a);
         assert!(recv::<Request>(&b).unwrap().is_none(), "clean EOF");
+    }
+
+    #[test]
+    fn an_exec_without_a_user_keeps_its_old_shape() {
+        let req = ExecRequest { argv: vec!["true".into()], env: Vec::new(), cwd: "/".into(), tty: None, user: None };
+        let json = serde_json::to_value(&req).unwrap();
+        assert!(json.get("user").is_none(), "{json}");
+        assert_eq!(serde_json::from_value::<ExecRequest>(json).unwrap(), req);
     }
 
     #[test]

@@ -1,8 +1,8 @@
-//! `cairn image list | import | pull | rm`.
+//! `cairn image list | inspect | import | pull | rm`.
 
 use anyhow::{anyhow, Context, Result};
 use cairn_api as api;
-use api::images::{Image, Removed};
+use api::images::{Image, ImageDetail, Removed};
 use clap::Subcommand;
 
 use crate::client::{Answer, Client};
@@ -12,7 +12,11 @@ use super::Out;
 
 #[derive(Subcommand, Debug)]
 pub(crate) enum ImageCmd {
+    /// Every image: its kind (host, rootfs, oci) and layer count.
     List,
+    /// One image: kind, layers (diffids and sizes), manifest digest and the
+    /// run config tasks take from it (Env, WorkingDir, User, Entrypoint, Cmd).
+    Inspect { name: String },
     /// Import a rootfs directory, a tar, tar.gz or tar.zst archive, or an
     /// OCI image layout directory (its layers are stored once and shared).
     Import {
@@ -48,6 +52,7 @@ pub(crate) enum ImageCmd {
 pub(crate) async fn run(client: &Client, cmd: ImageCmd, out: Out) -> Result<u8> {
     match cmd {
         ImageCmd::List => list(client, out).await,
+        ImageCmd::Inspect { name } => inspect(client, name, out).await,
         ImageCmd::Import { name, path, tag } => import(client, name, path, tag, out).await,
         ImageCmd::Pull { reference, name, insecure, username, password_stdin } => {
             pull(client, api::images::PullRequest { reference, name, insecure, username, password: None }, password_stdin, out).await
@@ -59,6 +64,12 @@ pub(crate) async fn run(client: &Client, cmd: ImageCmd, out: Out) -> Result<u8> 
 pub(crate) async fn list(client: &Client, out: Out) -> Result<u8> {
     let v: Answer<Vec<Image>> = client.get("/v1/images").await?;
     out.print(&v, |v| output::image_table(v));
+    Ok(0)
+}
+
+pub(crate) async fn inspect(client: &Client, name: String, out: Out) -> Result<u8> {
+    let v: Answer<ImageDetail> = client.get(&format!("/v1/images/{name}")).await?;
+    out.print(&v, output::image_detail);
     Ok(0)
 }
 

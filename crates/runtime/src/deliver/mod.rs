@@ -93,8 +93,8 @@ fn collect_from_sandbox(driver: &dyn SandboxDriver, task: &str, live: Live, req:
 impl Runtime {
     /// Runs a command in the sandbox; returns (exit code, stdout, stderr).
     async fn capture(&self, task: &Task, argv: Vec<String>) -> Result<(i32, Vec<u8>, Vec<u8>), Error> {
-        let env = crate::exec::environment(&task.config, &[], task.id.as_str(), false)?;
-        let req = ExecRequest { argv, env, cwd: "/".into(), tty: None };
+        let env = crate::exec::environment(&task.config, &[], task.id.as_str(), false, None)?;
+        let req = ExecRequest { argv, env, cwd: "/".into(), tty: None, user: None };
         let driver = self.driver.clone();
         let tid = task.id.to_string();
         tokio::task::spawn_blocking(move || -> Result<(i32, Vec<u8>, Vec<u8>), Error> {

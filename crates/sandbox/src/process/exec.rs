@@ -1,5 +1,5 @@
 //! Starting one command inside the sandbox: pty or pipes, a new session,
-//! the requested directory, then `execve` with a `PATH` search. Runs in the
+//! the requested user and directory, then `execve` with a `PATH` search. Runs in the
 //! init, which is single-threaded, so the child may allocate after fork.
 
 use std::ffi::CString;
@@ -42,9 +42,20 @@ pub fn spawn(req: &ExecRequest, stdio: Vec<OwnedFd>) -> Result<Spawned, SpawnErr
     if req.argv.is_empty() {
         return Err(SpawnError::new(libc::EINVAL, "empty command"));
     }
+    let creds = match &req.user {
+        Some(u) => Some(super::user::resolve(u).map_err(|m| SpawnError::new(libc::EINVAL, m))?),
+        None => None,
+    };
+    let mut env_pairs = req.env.clone();
+    if let Some(c) = &creds {
+        // As `login` does: a user's HOME unless the command was given one.
+        if !env_pairs.iter().any(|kv| kv.starts_with("HOME=")) {
+            env_pairs.push(format!("HOME={}", c.home));
+        }
+    }
     let to_c = |s: &String| CString::new(s.as_bytes()).map_err(|_| SpawnError::new(libc::EINVAL, "argument contains NUL"));
     let argv: Vec<CString> = req.argv.iter().map(to_c).collect::<Result<_, _>>()?;
-    let env: Vec<CString> = req.env.iter().map(to_c).collect::<Result<_, _>>()?;
+    let env: Vec<CString> = env_pairs.iter().map(to_c).collect::<Result<_, _>>()?;
     let cwd = to_c(&req.cwd)?;
     let candidates = exec_candidates(&req.argv[0], &req.env)?;
 
@@ -72,7 +83,7 @@ pub fn spawn(req: &ExecRequest, stdio: Vec<OwnedFd>) -> Result<Spawned, SpawnErr
         Err(e) => Err(SpawnError::new(e as i32, format!("fork: {e}"))),
         Ok(ForkResult::Child) => {
             drop(err_r);
-            let (errno, what) = child_exec(req.tty.is_some(), child_stdio, &cwd, &argv, &env, &candidates);
+            let (errno, what) = child_exec(req.tty.is_some(), child_stdio, creds.as_ref(), &cwd, &argv, &env, &candidates);
             let mut w = File::from(OwnedFd::from(err_w));
             let _ = w.write_all(format!("{errno} {what}").as_bytes());
             // SAFETY: leave the failed child at once; 127 as a shell does.
@@ -91,6 +102,9 @@ pub fn spawn(req: &ExecRequest, stdio: Vec<OwnedFd>) -> Result<Spawned, SpawnErr
             let desc = std::io::Error::from_raw_os_error(errno);
             let message = match what {
                 "chdir" => format!("cannot change to directory {:?}: {desc}", req.cwd),
+                "setgroups" | "setgid" | "setuid" => {
+                    format!("cannot switch to user {:?} ({what}): {desc}", req.user.as_deref().unwrap_or_default())
+                }
                 _ => format!("cannot run {:?}: {desc}", req.argv[0]),
             };
             Err(SpawnError::new(errno, message))
@@ -99,7 +113,15 @@ pub fn spawn(req: &ExecRequest, stdio: Vec<OwnedFd>) -> Result<Spawned, SpawnErr
 }
 
 /// In the child: never returns on success.
-fn child_exec(tty: bool, stdio: [RawFd; 3], cwd: &CString, argv: &[CString], env: &[CString], candidates: &[CString]) -> (i32, &'static str) {
+fn child_exec(
+    tty: bool,
+    stdio: [RawFd; 3],
+    creds: Option<&super::user::Creds>,
+    cwd: &CString,
+    argv: &[CString],
+    env: &[CString],
+    candidates: &[CString],
+) -> (i32, &'static str) {
     // The init blocks SIGCHLD for its signalfd; commands start clean.
     let _ = nix::sys::signal::sigprocmask(nix::sys::signal::SigmaskHow::SIG_SETMASK, Some(&nix::sys::signal::SigSet::empty()), None);
     for sig in [nix::sys::signal::Signal::SIGPIPE, nix::sys::signal::Signal::SIGCHLD] {
@@ -129,6 +151,21 @@ fn child_exec(tty: bool, stdio: [RawFd; 3], cwd: &CString, argv: &[CString], env
     // Everything else the init holds must not leak into the command.
     // SAFETY: close_range marks descriptors >= 3 close-on-exec; it takes no pointers.
     unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, libc::CLOSE_RANGE_CLOEXEC) };
+    if let Some(c) = creds {
+        // Groups first: once the uid is not 0 the capabilities they need
+        // are gone.
+        let groups: Vec<nix::unistd::Gid> = c.groups.iter().map(|g| nix::unistd::Gid::from_raw(*g)).collect();
+        if nix::unistd::setgroups(&groups).is_err() {
+            return (errno(), "setgroups");
+        }
+        if nix::unistd::setgid(nix::unistd::Gid::from_raw(c.gid)).is_err() {
+            return (errno(), "setgid");
+        }
+        if nix::unistd::setuid(nix::unistd::Uid::from_raw(c.uid)).is_err() {
+            return (errno(), "setuid");
+        }
+    }
+    // As the command's user: a directory it may not enter fails here.
     // SAFETY: `cwd` is a valid C string.
     if unsafe { libc::chdir(cwd.as_ptr()) } < 0 {
         return (errno(), "chdir");

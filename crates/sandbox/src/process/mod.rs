@@ -5,7 +5,9 @@
 //! - [`init`]: pid 1 of the sandbox: reaps orphans and runs commands sent
 //!   over its control socket.
 //! - [`exec`]: what happens between `fork` and `execve` of one command.
+//! - [`user`]: who a command runs as, resolved inside the sandbox.
 
 pub mod exec;
 pub mod init;
 pub mod spawn;
+pub mod user;

@@ -1,10 +1,10 @@
-//! Base images: list, import, pull, remove.
+//! Base images: list, show, import, pull, remove.
 
 use axum::extract::{Path, Query};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use cairn_api::images::{Image, ImportRequest, PullProgress, PullRequest, Removed};
+use cairn_api::images::{Image, ImageDetail, ImportRequest, PullProgress, PullRequest, Removed};
 use cairn_api::ErrorBody;
 
 use super::served::Routes;
@@ -18,6 +18,22 @@ pub(super) fn routes() -> Routes {
         .post("/v1/images/pull", pull)
         .get("/v1/images/pull/progress", pull_progress)
         .delete("/v1/images/{name}", remove)
+        .get("/v1/images/{name}", show)
+}
+
+#[utoipa::path(
+    get,
+    path = "/v1/images/{name}",
+    operation_id = "show_image",
+    tag = "images",
+    params(("name" = String, Path, description = "The image's name")),
+    responses(
+        (status = 200, description = "The image: kind, layers, manifest digest and run config", body = ImageDetail),
+        (status = 404, description = "No such image", body = ErrorBody),
+    )
+)]
+async fn show(rt: Rt, Path(name): Path<String>) -> Result<Response, ApiError> {
+    Ok(Json(rt.image_detail(&name).await?).into_response())
 }
 
 #[utoipa::path(

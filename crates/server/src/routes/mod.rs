@@ -40,6 +40,7 @@
 //! | POST | /v1/keys/rotate | a new signing key; the old public key stays |
 //! | GET, POST | /v1/images | list, import `{name, path}` |
 //! | DELETE | /v1/images/{name} | remove |
+//! | GET | /v1/images/{name} | show: kind, layers, manifest, run config |
 //! | POST | /mcp | the Model Context Protocol, streamable HTTP ([`cairn_mcp`]) |
 //!
 //! Without the bearer token (their own checks), in [`gateway`], and the
