@@ -102,6 +102,38 @@ pub struct Image {
     /// The digest of the OCI manifest it was imported from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub manifest_digest: Option<String>,
+    /// A template's parent: the image of the task it was committed from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<String>,
+    /// A template's own layers, one for each overlay the task wrote to.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub committed: Vec<Committed>,
+    /// For the hidden base a fork's tasks share: the snapshot it holds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fork_of: Option<String>,
+}
+
+/// One layer a template adds: a task's writable layer at one overlay.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct Committed {
+    /// Where the overlay appears in the sandbox (`/`, `/usr`).
+    pub at: String,
+    /// Its key in the layer store.
+    pub layer: String,
+}
+
+/// Body of `POST /v1/images/commit`: make a template from a task.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CommitRequest {
+    /// The task (id or name) whose writable layer becomes the template's.
+    pub task: String,
+    /// The new image's name.
+    pub name: String,
+    /// The snapshot to commit (id, or a prefix); by default a new snapshot
+    /// of the running task, or the task's latest one when it is not running.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<String>,
 }
 
 /// The answer of `GET /v1/images/{name}`: the image, and each of an OCI
@@ -161,6 +193,8 @@ pub enum ImageKind {
     Rootfs,
     /// A stack of shared layers, imported from an OCI image.
     Oci,
+    /// Another image with a task's writable layer committed on top.
+    Template,
 }
 
 impl ImageKind {
@@ -169,6 +203,7 @@ impl ImageKind {
             ImageKind::Host => "host",
             ImageKind::Rootfs => "rootfs",
             ImageKind::Oci => "oci",
+            ImageKind::Template => "template",
         }
     }
 }
@@ -223,6 +258,9 @@ mod tests {
             layers: Vec::new(),
             config: None,
             manifest_digest: None,
+            parent: None,
+            committed: Vec::new(),
+            fork_of: None,
         };
         assert_wire_shape(&image, &["name", "kind", "rootfs", "projections", "size_bytes", "files", "created_ms", "source", "dropped"]);
         let oci = Image {
@@ -236,6 +274,17 @@ mod tests {
             &oci,
             &["name", "kind", "rootfs", "projections", "size_bytes", "files", "created_ms", "source", "dropped", "layers", "config", "manifest_digest"],
         );
+        let template = Image {
+            kind: ImageKind::Template,
+            parent: Some("alpine".into()),
+            committed: vec![Committed { at: "/".into(), layer: "sha256:22".into() }],
+            ..image.clone()
+        };
+        assert_wire_shape(
+            &template,
+            &["name", "kind", "rootfs", "projections", "size_bytes", "files", "created_ms", "source", "dropped", "parent", "committed"],
+        );
+        assert_eq!(serde_json::to_value(ImageKind::Template).unwrap_or_default(), ImageKind::Template.as_str());
         assert_wire_shape(&RunConfig::default(), &["env", "working_dir", "user", "entrypoint", "cmd"]);
         assert_eq!(serde_json::to_value(image.kind).unwrap_or_default(), ImageKind::Rootfs.as_str());
         assert_wire_shape(&Removed { removed: "alpine".into() }, &["removed"]);

@@ -115,6 +115,13 @@ pub struct GcAnswer {
     /// Deliverables no record names (left by a delivery cut short), by
     /// SHA-256.
     pub orphan_deliverables: Vec<String>,
+    /// The hidden bases of forks whose tasks are all destroyed (not
+    /// looked for in a dry run).
+    #[serde(default)]
+    pub fork_bases_removed: Vec<String>,
+    /// Image layers no image uses any more (not looked for in a dry run).
+    #[serde(default)]
+    pub layers_removed: Vec<String>,
 }
 
 /// A snapshot whose record retention removed.
@@ -181,8 +188,8 @@ mod tests {
         assert_wire_shape(&report, &["packs_deleted", "manifests_deleted", "index_files_rewritten", "bytes_freed", "kept_young", "packs_partly_live", "dry_run"]);
         let expired = ExpiredSnapshot { id: SnapshotId::random(), task: TaskId::random(), kind: SnapshotKind::PreRisk };
         assert_wire_shape(&expired, &["id", "task", "kind"]);
-        let gc = GcAnswer { dry_run: true, grace_ms: 3_600_000, expired_snapshots: vec![expired], report, orphan_deliverables: vec!["ab".repeat(32)] };
-        assert_wire_shape(&gc, &["dry_run", "grace_ms", "expired_snapshots", "report", "orphan_deliverables"]);
+        let gc = GcAnswer { dry_run: true, grace_ms: 3_600_000, expired_snapshots: vec![expired], report, orphan_deliverables: vec!["ab".repeat(32)], fork_bases_removed: vec![".fork-s2".into()], layers_removed: vec!["sha256:12".into()] };
+        assert_wire_shape(&gc, &["dry_run", "grace_ms", "expired_snapshots", "report", "orphan_deliverables", "fork_bases_removed", "layers_removed"]);
         assert_eq!(serde_json::to_value(&gc).unwrap_or_default()["expired_snapshots"][0]["kind"], "pre-risk");
 
         let check = CheckReport { packs: 4, chunks: 90, manifests: 3, bytes_read: 0, chunks_verified: 0, problems: vec!["manifest 12ab: missing".into()] };

@@ -40,9 +40,10 @@ fn the_ledger_report_and_keys() {
 
 #[test]
 fn images() {
-    use cairn_sandbox::image::{Dropped, Image, ImageKind, Projection, RunConfig};
-    for kind in [ImageKind::Host, ImageKind::Rootfs, ImageKind::Oci] {
+    use cairn_sandbox::image::{Committed, Dropped, Image, ImageKind, Projection, RunConfig};
+    for kind in [ImageKind::Host, ImageKind::Rootfs, ImageKind::Oci, ImageKind::Template] {
         let oci = kind == ImageKind::Oci;
+        let template = kind == ImageKind::Template;
         let image = Image {
             name: "alpine".into(),
             kind,
@@ -63,6 +64,10 @@ fn images() {
             }),
             manifest_digest: oci.then(|| "sha256:ef".into()),
             lowers: vec!["/not/on/the/wire".into()],
+            parent: template.then(|| "alpine:3".into()),
+            committed: if template { vec![Committed { at: "/".into(), layer: "sha256:12".into() }] } else { Vec::new() },
+            fork_of: template.then(|| "s2345".into()),
+            stack: vec![cairn_sandbox::Layer { lowers: vec!["/not/either".into()], at: "/".into(), history: 1 }],
         };
         reads_back_whole::<api::images::Image>(&image);
         let layer_details = if oci {

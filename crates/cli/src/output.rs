@@ -214,6 +214,17 @@ pub fn image_detail(d: &cairn_api::images::ImageDetail) -> String {
             out.push(format!("  {n}: {diff_id}{}", size.unwrap_or_default()));
         }
     }
+    if let Some(p) = &i.parent {
+        out.push(format!("parent:    {p}"));
+    }
+    if let Some(s) = &i.fork_of {
+        out.push(format!("fork of:   snapshot {s}"));
+    }
+    for c in &i.committed {
+        let size = d.layer_details.iter().find(|l| l.diff_id == c.layer);
+        let size = size.map(|l| format!("  {} in {} entries", human(l.size_bytes as f64), l.files));
+        out.push(format!("committed: {} at {}{}", c.layer, c.at, size.unwrap_or_default()));
+    }
     for p in &i.projections {
         out.push(format!("projects:  {} at {}", p.host_path, p.at));
     }

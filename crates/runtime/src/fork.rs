@@ -1,10 +1,14 @@
-//! Forks: new tasks from a snapshot of another, sharing its stored data;
-//! each gets a `branch` snapshot as its first.
+//! Forks: new tasks from a snapshot of another. The snapshot is restored
+//! once into a hidden template (see `template.rs`), which every fork of it
+//! shares as a read-only layer; each new task starts on it with an empty
+//! writable layer, so a fork copies nothing however large the snapshot.
+//! Each gets a `branch` snapshot as its first: no change over that base.
 
 use std::time::Instant;
 
 use cairn_core::{EventKind, NewEvent, Snapshot, SnapshotId, SnapshotKind, Task, TaskId, TaskState};
-use cairn_snapshot::Manifest;
+use cairn_snapshot::{LayerTree, Manifest};
+use futures_util::{StreamExt, TryStreamExt};
 use cairn_store::now_ms;
 use serde_json::json;
 
@@ -14,7 +18,11 @@ use crate::runtime::Runtime;
 use crate::snapshot::ForkRequest;
 
 /// Most forks made by one request.
-pub(crate) const MAX_FORKS: u32 = 32;
+pub(crate) const MAX_FORKS: u32 = 128;
+
+/// Forks started at once: sandbox starts are mostly waiting on the kernel
+/// and the store.
+const FORKS_AT_ONCE: usize = 8;
 
 impl Runtime {
     /// Creates `count` tasks starting from a snapshot of another, sharing its
@@ -37,12 +45,13 @@ impl Runtime {
         let _no_gc = self.snaps.repo.gc_lock().read().await;
         let manifest = self.load_manifest(&snap.manifest).await?;
         self.precheck(&snap, &manifest).await?;
-        let image = self.image(&snap.config.image).await?;
-        let mut children = Vec::new();
-        for _ in 0..count {
-            let child = self.fork_one(&src, &snap, &manifest, &image, actor).await?;
-            children.push(child);
-        }
+        let base = self.fork_base(&src, &snap, &manifest).await?;
+        let empty = self.empty_manifest(&manifest).await?;
+        let children: Vec<_> = futures_util::stream::iter(0..count)
+            .map(|_| self.fork_one(&src, &snap, &empty, &base, actor))
+            .buffer_unordered(FORKS_AT_ONCE)
+            .try_collect()
+            .await?;
         self.log(
             &src.id,
             EventKind::Fork,
@@ -55,18 +64,40 @@ impl Runtime {
         Ok(children)
     }
 
+    /// A manifest of `like`'s layers with nothing in them: what a fork's
+    /// branch snapshot holds over its base. Stored (once: it is the same
+    /// for every snapshot of a task) and returned with its id.
+    async fn empty_manifest(&self, like: &Manifest) -> Result<(String, Manifest), Error> {
+        let layers = like
+            .layers
+            .iter()
+            .map(|l| LayerTree { name: l.name.clone(), at: l.at.clone(), entries: l.entries.iter().take(1).cloned().collect() })
+            .collect();
+        let empty = Manifest::new(layers);
+        let repo = self.snaps.repo.clone();
+        let stored = empty.clone();
+        let id = tokio::task::spawn_blocking(move || cairn_snapshot::store(&repo, &stored))
+            .await?
+            .map_err(|e| crate::snapshot::snapshot_error("cannot store the branch manifest", e))?;
+        Ok((id.to_hex(), empty))
+    }
+
+    /// One fork: a task on `base` (the snapshot's shared fork base) with
+    /// `empty` (id, manifest) as its branch snapshot.
     pub(crate) async fn fork_one(
         &self,
         src: &Task,
         snap: &Snapshot,
-        manifest: &Manifest,
-        image: &cairn_sandbox::image::Image,
+        empty: &(String, Manifest),
+        base: &cairn_sandbox::image::Image,
         actor: &str,
     ) -> Result<crate::runtime::TaskView, Error> {
         let begun = Instant::now();
         let ahead = self.driver.take_prestarted();
         let id = ahead.as_ref().and_then(|p| p.task.parse().ok()).unwrap_or_else(TaskId::random);
-        let mut task = Task::new(id, None, snap.config.clone(), now_ms());
+        let mut config = snap.config.clone();
+        config.image = base.name.clone();
+        let mut task = Task::new(id, None, config, now_ms());
         task.step = snap.step;
         task.memory = snap.memory.clone();
         task.webhook_secret = Some(crate::gateway::webhook::new_secret());
@@ -95,10 +126,10 @@ impl Runtime {
             healthy: true,
             step: snap.step,
             memory: snap.memory.clone(),
-            config: snap.config.clone(),
-            manifest: snap.manifest.clone(),
-            files: snap.files,
-            bytes: snap.bytes,
+            config: task.config.clone(),
+            manifest: empty.0.clone(),
+            files: 0,
+            bytes: 0,
             added_bytes: 0,
             freeze_ms: 0.0,
             duration_ms: begun.elapsed().as_secs_f64() * 1000.0,
@@ -117,8 +148,8 @@ impl Runtime {
         self.store.insert_fork(&task, &created, &branch, &snapshotted).await?;
         fail::fail_point!("fork.recorded");
         let slot = self.claim_slot(&task.id).await?;
-        let source = DiskSource::Snapshot { manifest, base: None };
-        self.materialise(&task, image, slot, source, OnRestoreFailure::FailNewTask, ahead, actor, async |_| {
+        let source = DiskSource::Snapshot { manifest: &empty.1, base: None };
+        self.materialise(&task, base, slot, source, OnRestoreFailure::FailNewTask, ahead, actor, async |_| {
             fail::fail_point!("fork.disk_restored");
             Ok(())
         })

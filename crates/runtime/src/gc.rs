@@ -26,7 +26,8 @@ impl Runtime {
     }
 
     /// Applies every task's retention policy, then removes objects no
-    /// snapshot or baseline references.
+    /// snapshot or baseline references, fork bases no task uses and image
+    /// layers no image uses.
     pub async fn gc(&self, req: GcRequest, actor: &str) -> Result<cairn_api::snapshots::GcAnswer, Error> {
         let grace = match req.grace.as_deref() {
             Some(g) => parse_duration(g)?,
@@ -52,6 +53,12 @@ impl Runtime {
         let dry = req.dry_run;
         let report = tokio::task::spawn_blocking(move || repo.gc(&live_manifests, &live_chunks, grace, dry)).await?.map_err(blob_error)?;
         let orphans = self.gc_deliverables(grace, dry).await?;
+        let (mut fork_bases_removed, mut layers_removed) = (Vec::new(), Vec::new());
+        if !dry {
+            fork_bases_removed = self.remove_unused_fork_bases().await?;
+            let images = self.images.clone();
+            layers_removed = tokio::task::spawn_blocking(move || images.gc_layers()).await??;
+        }
         tracing::info!(actor, dry_run = dry, freed = report.bytes_freed, orphan_deliverables = orphans.len(), "gc");
         Ok(cairn_api::snapshots::GcAnswer {
             dry_run: dry,
@@ -70,6 +77,8 @@ impl Runtime {
                 dry_run: report.dry_run,
             },
             orphan_deliverables: orphans,
+            fork_bases_removed,
+            layers_removed,
         })
     }
 

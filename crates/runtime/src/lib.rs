@@ -17,6 +17,8 @@
 //! - [`exec`] and [`files`]: commands and tar streams in a live sandbox.
 //! - [`snapshot`], [`rollback`], [`fork`], [`gc`]: snapshots and what is
 //!   made from them; retention, mark and sweep, check.
+//! - [`template`]: images committed from a task's writable layer, and the
+//!   hidden base a fork's tasks share.
 //! - [`suspend`], [`wake`]: compute goes away and comes back; recovery.
 //! - [`waits`] and [`intake`]: waits, and the events that satisfy them
 //!   (webhooks verified on plain bytes, approvals, operator events, timers).
@@ -55,6 +57,7 @@ mod services;
 mod slots;
 pub mod snapshot;
 pub mod suspend;
+pub mod template;
 pub mod waits;
 pub mod wake;
 mod wakes;

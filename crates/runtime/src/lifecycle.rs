@@ -257,6 +257,11 @@ impl Runtime {
         // A destroyed task takes no more lifecycle steps: its cell can go
         // (the guard held here keeps it alive until this returns).
         self.cells.remove(&task.id);
+        if cairn_sandbox::image::is_fork_base(&task.config.image) {
+            if let Err(e) = self.remove_unused_fork_bases().await {
+                tracing::warn!(task = %task.id, "cannot remove the fork bases no task uses: {e}");
+            }
+        }
         Ok(self.view(self.find(task.id.as_str()).await?))
     }
 

@@ -93,7 +93,7 @@ impl Runtime {
         tokio::task::spawn_blocking(move || -> Result<ImageDetail, Error> {
             let image = images.get(&name)?;
             let mut layer_details = Vec::with_capacity(image.layers.len());
-            for diff_id in &image.layers {
+            for diff_id in image.layers.iter().chain(image.committed.iter().map(|c| &c.layer)) {
                 let info = images.layer_store().get(diff_id)?;
                 layer_details.push(info.ok_or_else(|| Error::internal(format!("image {name}: layer {diff_id} is missing from the layer store")))?);
             }
@@ -107,16 +107,16 @@ impl Runtime {
         Ok(tokio::task::spawn_blocking(move || images.import_tagged(&req.name, std::path::Path::new(&req.path), req.tag.as_deref())).await??)
     }
 
-    /// Removes an image no live task uses.
+    /// Removes an image no live task and no template uses.
     pub async fn remove_image(&self, name: &str) -> Result<(), Error> {
-        let users: Vec<String> = self
-            .store
-            .list_tasks()
-            .await?
-            .into_iter()
-            .filter(|t| t.config.image == name && !t.state.is_terminal())
-            .map(|t| t.id.to_string())
-            .collect();
+        let mut users = Vec::new();
+        for t in self.store.list_tasks().await?.into_iter().filter(|t| !t.state.is_terminal()) {
+            let mut images = vec![t.config.image.clone()];
+            images.extend(self.store.snapshots(&t.id).await?.into_iter().map(|s| s.config.image));
+            if images.iter().any(|i| i == name) {
+                users.push(t.id.to_string());
+            }
+        }
         if !users.is_empty() {
             return Err(Error::conflict(format!("image {name:?} is used by task(s) {}; destroy them first", users.join(", "))));
         }

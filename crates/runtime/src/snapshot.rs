@@ -71,7 +71,7 @@ pub(crate) struct ProgressSink {
 }
 
 impl ProgressSink {
-    fn update(&self, p: &cairn_snapshot::Progress) {
+    pub(crate) fn update(&self, p: &cairn_snapshot::Progress) {
         let v = OpProgress {
             op: self.op.to_owned(),
             phase: p.phase.to_owned(),

@@ -272,9 +272,19 @@ async fn fork_makes_tasks_from_a_snapshot_and_a_failed_fork_fails_only_the_child
 
     let children = w.rt.fork(&t, ForkRequest { from: Some(s.clone()), count: Some(2) }, "test").await.unwrap();
     assert_eq!(children.len(), 2);
+    // The children share the snapshot as a read-only layer of their image
+    // (the fake driver mounts no overlay, so it is read here, not through
+    // the sandbox); each starts with an empty writable layer of its own.
+    let base = children[0].task.config.image.clone();
+    assert!(base.starts_with(".fork-"), "{base}");
+    let detail = w.rt.image_detail(&base).await.unwrap();
+    let root = detail.image.layers().into_iter().find(|l| l.at == std::path::Path::new("/")).unwrap();
+    assert_eq!((root.history, root.lowers.len()), (1, 2), "the snapshot's layer over the image: {root:?}");
+    assert_eq!(std::fs::read_to_string(root.lowers[0].join("plan.txt")).unwrap(), "base\n");
     for (i, c) in children.iter().enumerate() {
         let id = c.task.id.to_string();
-        assert_eq!(w.sh(&id, &format!("echo {i} >> plan.txt; cat plan.txt")).await.unwrap().1, format!("base\n{i}\n"));
+        assert_eq!(c.task.config.image, base, "one base for every fork of the snapshot");
+        assert_eq!(w.sh(&id, &format!("echo {i} >> plan.txt; ls; cat plan.txt")).await.unwrap().1, format!("plan.txt\n{i}\n"));
     }
     assert_eq!(w.sh(&t, "cat plan.txt").await.unwrap().1, "base\n", "the source is untouched");
 

@@ -14,6 +14,8 @@ pub enum Error {
     UnknownImage(String),
     #[error("image {0:?} already exists")]
     ImageExists(String),
+    #[error("image {0:?} is in use: {1}")]
+    ImageInUse(String, String),
     #[error("image {0:?} is built in and cannot be removed")]
     ImageBuiltIn(String),
     #[error("cannot import image from {0}: {1}")]

@@ -454,7 +454,7 @@ fn report_exit(mut child: Child, conn: UnixStream) {
 
 /// The root layer's directory name on a task disk.
 fn root_layer_name() -> String {
-    Layer { lowers: Vec::new(), at: "/".into() }.disk_name()
+    Layer { lowers: Vec::new(), at: "/".into(), history: 0 }.disk_name()
 }
 
 impl Drop for FakeDriver {
@@ -648,6 +648,10 @@ mod tests {
             config: None,
             manifest_digest: None,
             lowers: Vec::new(),
+            parent: None,
+            committed: Vec::new(),
+            fork_of: None,
+            stack: Vec::new(),
         }
     }
 

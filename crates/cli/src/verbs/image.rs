@@ -1,4 +1,4 @@
-//! `cairn image list | inspect | import | pull | rm`.
+//! `cairn image list | inspect | import | pull | commit | rm`.
 
 use anyhow::{anyhow, Context, Result};
 use cairn_api as api;
@@ -12,7 +12,7 @@ use super::Out;
 
 #[derive(Subcommand, Debug)]
 pub(crate) enum ImageCmd {
-    /// Every image: its kind (host, rootfs, oci) and layer count.
+    /// Every image: its kind (host, rootfs, oci, template) and layer count.
     List,
     /// One image: kind, layers (diffids and sizes), manifest digest and the
     /// run config tasks take from it (Env, WorkingDir, User, Entrypoint, Cmd).
@@ -46,6 +46,21 @@ pub(crate) enum ImageCmd {
         #[arg(long, requires = "username")]
         password_stdin: bool,
     },
+    /// Make a template: the task's image with the task's writable layer
+    /// committed on top. Tasks created with `--image NAME` start from it
+    /// at once, whatever its size.
+    Commit {
+        /// The task's id or name.
+        task: String,
+        /// The new image's name.
+        name: String,
+        /// The snapshot to commit; by default a new snapshot of the running
+        /// task (its latest when it is not running).
+        #[arg(long)]
+        from: Option<String>,
+    },
+    /// Remove an image no task and no template uses (its layers no other
+    /// image has go with it).
     Rm { name: String },
 }
 
@@ -57,6 +72,7 @@ pub(crate) async fn run(client: &Client, cmd: ImageCmd, out: Out) -> Result<u8> 
         ImageCmd::Pull { reference, name, insecure, username, password_stdin } => {
             pull(client, api::images::PullRequest { reference, name, insecure, username, password: None }, password_stdin, out).await
         }
+        ImageCmd::Commit { task, name, from } => commit(client, api::images::CommitRequest { task, name, from }, out).await,
         ImageCmd::Rm { name } => rm(client, name, out).await,
     }
 }
@@ -88,6 +104,22 @@ pub(crate) async fn import(client: &Client, name: String, path: std::path::PathB
             d.devices,
             d.fifos_sockets,
             d.setid
+        )
+    });
+    Ok(0)
+}
+
+pub(crate) async fn commit(client: &Client, req: api::images::CommitRequest, out: Out) -> Result<u8> {
+    let task = req.task.clone();
+    let v: Answer<Image> = progress::while_running(client, &task, client.post("/v1/images/commit", &req)).await?;
+    out.print(&v, |v| {
+        format!(
+            "committed {} from {} ({} entries, {} in all; parent {})",
+            v.name,
+            v.source,
+            v.files,
+            progress::human(v.size_bytes as f64),
+            v.parent.as_deref().unwrap_or("?")
         )
     });
     Ok(0)

@@ -34,18 +34,27 @@ fi
 git ls-files -z --others --exclude-standard | xargs -0 -r -n1 sh -c 'git -c core.quotepath=off diff --binary --no-index /dev/null "$1"; true' cairn-patch
 "#;
 
-/// One layer of a task's disk: its upper directory on the host, the image
-/// directories under it (top first), and where it appears in the sandbox.
+/// One layer of a task's disk: its upper directory on the host, the
+/// task's own earlier changes under it (a fork's base, top first), the
+/// image directories under those (top first), and where it appears in the
+/// sandbox.
 #[derive(Debug)]
 pub struct LayerDirs {
     pub upper: PathBuf,
+    pub history: Vec<PathBuf>,
     pub lowers: Vec<PathBuf>,
     pub at: PathBuf,
 }
 
 impl LayerDirs {
     pub fn of(disk_mount: &Path, layer: &Layer) -> LayerDirs {
-        LayerDirs { upper: disk_mount.join(layer.disk_name()).join("upper"), lowers: layer.lowers.clone(), at: layer.at.clone() }
+        let (history, lowers) = layer.lowers.split_at(layer.history.min(layer.lowers.len()));
+        LayerDirs {
+            upper: disk_mount.join(layer.disk_name()).join("upper"),
+            history: history.to_vec(),
+            lowers: lowers.to_vec(),
+            at: layer.at.clone(),
+        }
     }
 }
 
@@ -69,6 +78,52 @@ struct UpperTree {
     dirs: std::collections::BTreeSet<PathBuf>,
 }
 
+impl UpperTree {
+    /// `above` stacked on this tree as overlayfs stacks layers: its
+    /// entries replace what is here at their paths (a whiteout or a file
+    /// replaces a whole directory), and its opaque directories hide what is
+    /// here beneath them.
+    fn stack(mut self, above: UpperTree) -> UpperTree {
+        for d in &above.opaque {
+            self.remove_beneath(d);
+        }
+        for (path, entry) in above.entries {
+            self.remove_beneath(&path);
+            self.dirs.remove(&path);
+            self.opaque.retain(|o| o != &path);
+            self.entries.insert(path, entry);
+        }
+        for d in above.dirs {
+            // A directory over a whiteout or a file ends the merge there,
+            // as an opaque directory does: what the image has beneath is
+            // hidden.
+            if self.entries.remove(&d).is_some() {
+                self.opaque.push(d.clone());
+            }
+            self.dirs.insert(d);
+        }
+        self.opaque.extend(above.opaque);
+        self
+    }
+
+    /// Forgets everything strictly beneath directory `dir`.
+    fn remove_beneath(&mut self, dir: &Path) {
+        use std::ops::Bound::{Excluded, Unbounded};
+        // Component-wise order puts a directory's descendants right after it.
+        let beneath: Vec<PathBuf> =
+            self.entries.range::<Path, _>((Excluded(dir), Unbounded)).map(|(p, _)| p).take_while(|p| p.starts_with(dir)).cloned().collect();
+        for p in beneath {
+            self.entries.remove(&p);
+        }
+        let dirs: Vec<PathBuf> =
+            self.dirs.range::<Path, _>((Excluded(dir), Unbounded)).take_while(|p| p.starts_with(dir)).cloned().collect();
+        for p in dirs {
+            self.dirs.remove(&p);
+        }
+        self.opaque.retain(|o| o == dir || !o.starts_with(dir));
+    }
+}
+
 /// The diff of every layer's upper directory against its lower one, paths
 /// relative to the sandbox root, sorted.
 ///
@@ -86,7 +141,13 @@ pub fn layer_diff(layers: &[LayerDirs]) -> io::Result<String> {
             Err(e) => return Err(e),
         };
         let lower = Lower(LowerStack::open(&layer.lowers)?);
-        let tree = read_upper(&upper)?;
+        // A fork's base holds the task's changes before the fork: they and
+        // the upper are the task's, stacked as the overlay stacks them.
+        let mut tree = UpperTree::default();
+        for dir in layer.history.iter().rev() {
+            tree = tree.stack(read_upper(&fsat::open_dir(dir)?)?);
+        }
+        let tree = tree.stack(read_upper(&upper)?);
         let shown = |rel: &Path| {
             let p = layer.at.join(rel);
             p.strip_prefix("/").unwrap_or(&p).to_string_lossy().into_owned()
@@ -310,12 +371,46 @@ mod tests {
         fs::create_dir_all(upper.join("workspace")).unwrap();
         fs::write(upper.join("workspace/new.txt"), "fresh\n").unwrap();
         fs::write(upper.join("workspace/blob.bin"), [0u8, 1, 2]).unwrap();
-        let d = layer_diff(&[LayerDirs { upper, lowers: vec![lower], at: "/".into() }]).unwrap();
+        let d = layer_diff(&[LayerDirs { upper, history: vec![], lowers: vec![lower], at: "/".into() }]).unwrap();
         assert!(d.contains("diff --git a/etc/motd b/etc/motd\n--- a/etc/motd\n+++ b/etc/motd\n@@ -1,2 +1,2 @@\n hello\n-world\n+there\n"), "{d}");
         assert!(d.contains("deleted file mode 100644\n--- a/etc/gone\n+++ /dev/null\n@@ -1 +0,0 @@\n-bye\n"), "{d}");
         assert!(d.contains("new file mode 100644\n--- /dev/null\n+++ b/workspace/new.txt\n@@ -0,0 +1 @@\n+fresh\n"), "{d}");
         assert!(d.contains("Binary files /dev/null and b/workspace/blob.bin differ"), "{d}");
         assert!(!d.contains("etc/same"), "{d}");
+    }
+
+    #[test]
+    fn a_forks_base_counts_as_the_tasks_own_changes() {
+        let dir = tempfile::tempdir().unwrap();
+        let (lower, base, upper) = (dir.path().join("lower"), dir.path().join("base"), dir.path().join("upper"));
+        let whiteout = |p: &Path| nix::sys::stat::mknod(p, nix::sys::stat::SFlag::S_IFCHR, nix::sys::stat::Mode::empty(), 0).unwrap();
+        for d in [&lower.join("etc"), &lower.join("old"), &base.join("etc"), &base.join("work"), &upper.join("work")] {
+            fs::create_dir_all(d).unwrap();
+        }
+        fs::write(lower.join("etc/motd"), "one\n").unwrap();
+        fs::write(lower.join("etc/issue"), "image\n").unwrap();
+        fs::write(lower.join("old/x"), "x\n").unwrap();
+        // Before the fork: motd changed, issue deleted, a file made and one
+        // made then deleted again after the fork; the directory old deleted.
+        fs::write(base.join("etc/motd"), "two\n").unwrap();
+        whiteout(&base.join("etc/issue"));
+        fs::write(base.join("work/kept"), "kept\n").unwrap();
+        fs::write(base.join("work/dropped"), "dropped\n").unwrap();
+        whiteout(&base.join("old"));
+        // After the fork: motd changed again, dropped deleted, old made anew.
+        fs::create_dir_all(upper.join("etc")).unwrap();
+        fs::write(upper.join("etc/motd"), "three\n").unwrap();
+        whiteout(&upper.join("work/dropped"));
+        fs::create_dir_all(upper.join("old")).unwrap();
+        fs::write(upper.join("old/y"), "y\n").unwrap();
+        let d = layer_diff(&[LayerDirs { upper, history: vec![base], lowers: vec![lower], at: "/".into() }]).unwrap();
+        assert!(d.contains("--- a/etc/motd\n+++ b/etc/motd\n@@ -1 +1 @@\n-one\n+three\n"), "{d}");
+        assert!(d.contains("deleted file mode 100644\n--- a/etc/issue\n"), "{d}");
+        assert!(d.contains("new file mode 100644\n--- /dev/null\n+++ b/work/kept\n"), "{d}");
+        assert!(d.contains("deleted file mode 100644\n--- a/old/x\n"), "{d}");
+        assert!(d.contains("new file mode 100644\n--- /dev/null\n+++ b/old/y\n"), "{d}");
+        assert!(!d.contains("dropped"), "made and deleted again is no change: {d}");
+        assert_eq!(d.matches("diff --git").count(), 5, "{d}");
     }
 
     #[test]
@@ -338,7 +433,7 @@ mod tests {
         // SAFETY: valid C strings and a one-byte value.
         let rc = unsafe { libc::lsetxattr(c.as_ptr(), c"trusted.overlay.opaque".as_ptr(), b"y".as_ptr().cast(), 1, 0) };
         assert_eq!(rc, 0, "setting trusted.* needs root: {}", io::Error::last_os_error());
-        let d = layer_diff(&[LayerDirs { upper, lowers: vec![lower], at: "/".into() }]).unwrap();
+        let d = layer_diff(&[LayerDirs { upper, history: vec![], lowers: vec![lower], at: "/".into() }]).unwrap();
         for gone in ["gone/a", "gone/sub/b", "redone/old"] {
             assert!(d.contains(&format!("deleted file mode 100644\n--- a/{gone}\n+++ /dev/null\n")), "{gone} deleted: {d}");
         }
@@ -356,7 +451,7 @@ mod tests {
         std::os::unix::fs::symlink(&host, lower.join("lib")).unwrap();
         fs::create_dir_all(upper.join("lib")).unwrap();
         fs::write(upper.join("lib/secret"), "mine\n").unwrap();
-        let d = layer_diff(&[LayerDirs { upper, lowers: vec![lower], at: "/".into() }]).unwrap();
+        let d = layer_diff(&[LayerDirs { upper, history: vec![], lowers: vec![lower], at: "/".into() }]).unwrap();
         assert!(!d.contains("host secret") && d.contains("+mine"), "{d}");
     }
 
@@ -371,7 +466,7 @@ mod tests {
         fs::write(host.join("secret.txt"), &marker).unwrap();
         fs::write(upper.join("w/d/secret.txt"), "benign\n").unwrap();
         std::os::unix::fs::symlink(&host, upper.join("w/l")).unwrap();
-        let layers = || vec![LayerDirs { upper: upper.clone(), lowers: vec![lower.clone()], at: "/".into() }];
+        let layers = || vec![LayerDirs { upper: upper.clone(), history: vec![], lowers: vec![lower.clone()], at: "/".into() }];
         // Positive control: without the racer the file is in the diff.
         let d = layer_diff(&layers()).unwrap();
         assert!(d.contains("+benign") && !d.contains(&marker), "{d}");
@@ -399,7 +494,7 @@ mod tests {
         fs::create_dir_all(&upper).unwrap();
         nix::unistd::mkfifo(&upper.join("pipe"), nix::sys::stat::Mode::from_bits_truncate(0o644)).unwrap();
         fs::write(upper.join("plain"), "x\n").unwrap();
-        let d = layer_diff(&[LayerDirs { upper: upper.clone(), lowers: vec![lower.clone()], at: "/".into() }]).unwrap();
+        let d = layer_diff(&[LayerDirs { upper: upper.clone(), history: vec![], lowers: vec![lower.clone()], at: "/".into() }]).unwrap();
         assert!(d.contains("+++ b/plain") && !d.contains("pipe"), "{d}");
         // A tree deeper than the limit is refused with a reason, built by
         // descriptor since its path is longer than PATH_MAX.
@@ -408,7 +503,7 @@ mod tests {
             fsat::mkdir_at(&cur, c"dddddddddddddddddddd", 0o755).unwrap();
             cur = fsat::open_dir_at(&cur, c"dddddddddddddddddddd").unwrap();
         }
-        let err = layer_diff(&[LayerDirs { upper, lowers: vec![lower], at: "/".into() }]).unwrap_err().to_string();
+        let err = layer_diff(&[LayerDirs { upper, history: vec![], lowers: vec![lower], at: "/".into() }]).unwrap_err().to_string();
         assert!(err.contains("nested more than"), "{err}");
     }
 }

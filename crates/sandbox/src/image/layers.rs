@@ -8,6 +8,10 @@
 //! description in `layer.json`. Layers are unpacked in a `.tmp-*`
 //! directory and renamed into place complete, as images are (`staging`).
 //!
+//! A template's own layers (a task's writable layer, committed) are stored
+//! the same way, keyed by a sha256 of what they were made from (see
+//! [`LayerStore::adopt`]): they have no blob.
+//!
 //! `<root>/.lock` orders imports and garbage collection: an import holds it
 //! shared from its first layer until its image is published, and
 //! [`LayerStore::gc`] exclusive while it decides which layers no image uses
@@ -32,6 +36,8 @@ const LAYER_JSON: &str = "layer.json";
 const TREE: &str = "tree";
 const SHA256: &str = "sha256";
 const LOCK: &str = ".lock";
+/// The media type recorded for a layer committed from a task.
+pub const COMMITTED: &str = "application/vnd.cairn.committed-layer";
 
 /// A stored layer, as recorded in its `layer.json`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -62,6 +68,19 @@ pub struct LayerWant {
     pub blob_digest: String,
     pub blob_size: u64,
     pub media_type: String,
+}
+
+/// A directory in the layer store's filesystem to build layer trees in by
+/// other means (a snapshot restored into it), so that
+/// [`LayerStore::adopt`] can move them in by rename. Removed on drop, and
+/// by [`LayerStore::cleanup`] after a crash.
+#[derive(Debug)]
+pub struct Scratch(Staging);
+
+impl Scratch {
+    pub fn path(&self) -> PathBuf {
+        self.0.rootfs()
+    }
 }
 
 /// A held lock on the layer store (see the module docs).
@@ -182,6 +201,42 @@ impl LayerStore {
             return self.get(&want.diff_id)?.ok_or_else(|| Error::ImageIo(dest, io::ErrorKind::NotFound.into()));
         }
         tracing::info!(layer = want.diff_id, files, bytes = size_bytes, "unpacked layer");
+        Ok(info)
+    }
+
+    /// A fresh scratch directory (see [`Scratch`]).
+    pub fn scratch(&self) -> Result<Scratch> {
+        Staging::with_tree(&self.root.join(SHA256), "scratch").map(Scratch)
+    }
+
+    /// Stores the directory `tree` (in a [`Scratch`] of this store; moved,
+    /// not copied) as layer `key`, unless a layer of that key is stored
+    /// already. `origin` says what it was made from. The caller holds
+    /// [`LayerStore::lock`] (shared) until an image names the layer.
+    pub fn adopt(&self, key: &str, tree: &Path, origin: &str) -> Result<LayerInfo> {
+        if let Some(info) = self.get(key)? {
+            return Ok(info);
+        }
+        let dest = self.layer_dir(key)?;
+        let staging = Staging::with_tree(&self.root.join(SHA256), TREE)?;
+        let into = staging.rootfs();
+        fs::remove_dir(&into).and_then(|()| fs::rename(tree, &into)).map_err(|e| Error::ImageIo(tree.to_owned(), e))?;
+        let (size_bytes, files) = measure(&into).map_err(|e| Error::ImageIo(into.clone(), e))?;
+        let info = LayerInfo {
+            diff_id: key.to_owned(),
+            blob_digest: origin.to_owned(),
+            media_type: COMMITTED.to_owned(),
+            bytes: 0,
+            size_bytes,
+            files,
+            created_ms: now_ms(),
+            dropped: Dropped::default(),
+            skipped: 0,
+        };
+        if !staging.publish_with(&dest, LAYER_JSON, &info)? {
+            return self.get(key)?.ok_or_else(|| Error::ImageIo(dest, io::ErrorKind::NotFound.into()));
+        }
+        tracing::info!(layer = key, files, bytes = size_bytes, origin, "stored committed layer");
         Ok(info)
     }
 

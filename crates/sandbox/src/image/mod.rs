@@ -15,6 +15,11 @@
 //!   stack of layers kept in the shared [`LayerStore`] (`layers`), which
 //!   the sandbox mounts as overlayfs lower directories. Their `rootfs/` is
 //!   empty; `image.json` names the layers.
+//! - templates ([`ImageStore::commit`]): another image (the parent) with
+//!   one more layer on top of each of its overlays, committed from a task's
+//!   writable layer. The base a fork's tasks share is a hidden template
+//!   (named by [`fork_base_name`], not listed), whose layers count as the
+//!   tasks' own changes.
 //!
 //! Image contents keep their owners' numeric ids as they are on the host;
 //! the sandbox maps them into its user namespace with an idmapped mount.
@@ -69,6 +74,8 @@ pub enum ImageKind {
     Rootfs,
     /// A stack of shared layers, imported from an OCI image.
     Oci,
+    /// Another image with a task's writable layer committed on top.
+    Template,
 }
 
 /// An image, as recorded in its `image.json`.
@@ -104,6 +111,47 @@ pub struct Image {
     /// The layers' trees on the host, top first (set when loaded).
     #[serde(skip)]
     pub lowers: Vec<PathBuf>,
+    /// A template's parent: the image of the task it was committed from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<String>,
+    /// A template's own layers, one for each overlay the task wrote to.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub committed: Vec<Committed>,
+    /// For the hidden base a fork's tasks share: the snapshot it holds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fork_of: Option<String>,
+    /// A template's overlays: the parent's with its own layers on top (set
+    /// when loaded).
+    #[serde(skip)]
+    pub stack: Vec<Layer>,
+}
+
+/// One layer a template adds: a task's writable layer at one overlay.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Committed {
+    /// Where the overlay appears in the sandbox (`/`, `/usr`).
+    pub at: PathBuf,
+    /// Its key in the layer store.
+    pub layer: String,
+}
+
+/// Most templates stacked on one another (each adds a lower directory to
+/// every overlay it commits).
+pub const MAX_TEMPLATE_DEPTH: usize = 32;
+
+const FORK_BASE_PREFIX: &str = ".fork-";
+
+/// The name of the hidden template the forks of snapshot `snapshot` share.
+/// Not a valid image name, so no user can make or pull one.
+pub fn fork_base_name(snapshot: &str) -> String {
+    format!("{FORK_BASE_PREFIX}{snapshot}")
+}
+
+/// True for a name [`fork_base_name`] makes.
+pub fn is_fork_base(name: &str) -> bool {
+    name.strip_prefix(FORK_BASE_PREFIX).is_some_and(|id| {
+        !id.is_empty() && id.len() <= 64 && id.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+    })
 }
 
 impl Image {
@@ -112,9 +160,12 @@ impl Image {
     /// under [`Layer::disk_name`]; snapshots and restores read and write
     /// them there.
     pub fn layers(&self) -> Vec<Layer> {
+        if self.kind == ImageKind::Template {
+            return self.stack.clone();
+        }
         let root = if self.lowers.is_empty() { vec![self.rootfs.clone()] } else { self.lowers.clone() };
-        let mut layers = vec![Layer { lowers: root, at: "/".into() }];
-        layers.extend(self.projections.iter().map(|p| Layer { lowers: vec![p.host_path.clone()], at: p.at.clone() }));
+        let mut layers = vec![Layer { lowers: root, at: "/".into(), history: 0 }];
+        layers.extend(self.projections.iter().map(|p| Layer { lowers: vec![p.host_path.clone()], at: p.at.clone(), history: 0 }));
         layers
     }
 }
@@ -357,10 +408,74 @@ impl ImageStore {
             config: Some(chosen.config),
             manifest_digest: Some(chosen.manifest_digest),
             lowers: Vec::new(),
+            parent: None,
+            committed: Vec::new(),
+            fork_of: None,
+            stack: Vec::new(),
         };
         staging.publish(&self.image_dir(name), &image)?;
         image.lowers = self.lowers_of(&image.layers)?;
         tracing::info!(image = name, layers = image.layers.len(), files, bytes = size_bytes, "imported OCI image");
+        Ok(image)
+    }
+
+    /// Makes template `name`: image `parent` with one more layer on top of
+    /// some of its overlays, each given as (where the overlay is, its key in
+    /// the layer store, a tree in a [`layers::Scratch`] of the layer store
+    /// to move in as that layer). `name` is a fork base name (see
+    /// [`fork_base_name`]) exactly when `fork_of` is given.
+    pub fn commit(
+        &self,
+        name: &str,
+        parent: &str,
+        source: String,
+        fork_of: Option<String>,
+        layers: Vec<(PathBuf, String, PathBuf)>,
+    ) -> Result<Image> {
+        match &fork_of {
+            Some(_) if !is_fork_base(name) => return Err(Error::InvalidImageName(cairn_core::Error::ImageName(name.to_owned()))),
+            Some(_) => {}
+            None => check_name(name)?,
+        }
+        if name == HOST_IMAGE || self.image_dir(name).exists() {
+            return Err(Error::ImageExists(name.to_owned()));
+        }
+        let base = self.get(parent)?;
+        let _lock = self.layers.lock(false)?;
+        let (mut size_bytes, mut files) = (base.size_bytes, base.files);
+        let mut committed = Vec::new();
+        for (at, key, tree) in layers {
+            if !base.layers().iter().any(|l| l.at == at) {
+                return Err(Error::ImageSource(tree, format!("image {parent:?} has no overlay at {}", at.display())));
+            }
+            let info = self.layers.adopt(&key, &tree, &source)?;
+            size_bytes += info.size_bytes;
+            files += info.files;
+            committed.push(Committed { at, layer: key });
+        }
+        let staging = Staging::new(&self.root)?;
+        let image = Image {
+            name: name.to_owned(),
+            kind: ImageKind::Template,
+            rootfs: self.image_dir(name).join(ROOTFS),
+            projections: base.projections.clone(),
+            size_bytes,
+            files,
+            created_ms: now_ms(),
+            source,
+            dropped: Dropped::default(),
+            layers: Vec::new(),
+            config: base.config.clone(),
+            manifest_digest: None,
+            lowers: Vec::new(),
+            parent: Some(parent.to_owned()),
+            committed,
+            fork_of,
+            stack: Vec::new(),
+        };
+        staging.publish(&self.image_dir(name), &image)?;
+        let image = self.load(name)?;
+        tracing::info!(image = name, parent, layers = image.committed.len(), "committed template");
         Ok(image)
     }
 
@@ -374,18 +489,40 @@ impl ImageStore {
         self.layers.gc(|| self.layers_in_use())
     }
 
-    /// The diffids every image uses. An image whose description cannot be
-    /// read fails this, so that its layers are never taken for unused.
+    /// The layers every image uses (hidden ones included). An image whose
+    /// description cannot be read fails this, so that its layers are never
+    /// taken for unused.
     fn layers_in_use(&self) -> Result<HashSet<String>> {
         let mut used = HashSet::new();
-        for name in self.names()? {
-            match self.load(&name) {
-                Ok(image) => used.extend(image.layers),
+        for name in self.names_with_hidden()? {
+            match self.describe_only(&name) {
+                Ok(image) => {
+                    used.extend(image.layers);
+                    used.extend(image.committed.into_iter().map(|c| c.layer));
+                }
                 Err(Error::UnknownImage(_)) => {}
                 Err(e) => return Err(e),
             }
         }
         Ok(used)
+    }
+
+    /// The templates (hidden ones included) whose parent is `name`.
+    pub fn children(&self, name: &str) -> Result<Vec<String>> {
+        let mut out = Vec::new();
+        for n in self.names_with_hidden()? {
+            match self.describe_only(&n) {
+                Ok(image) if image.parent.as_deref() == Some(name) => out.push(n),
+                Ok(_) | Err(Error::UnknownImage(_)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(out)
+    }
+
+    /// The hidden fork bases in the store.
+    pub fn fork_bases(&self) -> Result<Vec<String>> {
+        Ok(self.names_with_hidden()?.into_iter().filter(|n| is_fork_base(n)).collect())
     }
 
     /// All complete images, sorted by name; the host image once built.
@@ -402,20 +539,30 @@ impl ImageStore {
         Ok(images)
     }
 
+    /// Image `name`, also a hidden fork base.
     pub fn get(&self, name: &str) -> Result<Image> {
-        check_name(name)?;
+        if !is_fork_base(name) {
+            check_name(name)?;
+        }
         self.load(name)
     }
 
     /// Removes image `name`. It is first renamed to a `.tmp-*` name, so a
     /// crash while deleting leaves no half image, only litter for
     /// [`ImageStore::cleanup`].
+    /// Refused while a template is made from it.
     pub fn remove(&self, name: &str) -> Result<()> {
-        check_name(name)?;
+        if !is_fork_base(name) {
+            check_name(name)?;
+        }
         if name == HOST_IMAGE {
             return Err(Error::ImageBuiltIn(name.to_owned()));
         }
-        let image = self.load(name)?;
+        let image = self.describe_only(name)?;
+        let children = self.children(name)?;
+        if !children.is_empty() {
+            return Err(Error::ImageInUse(name.to_owned(), format!("template(s) {} are made from it", children.join(", "))));
+        }
         let trash = temp_path(&self.root);
         match fs::rename(self.image_dir(name), &trash) {
             Ok(()) => {}
@@ -429,7 +576,7 @@ impl ImageStore {
         if let Err(e) = discard(&trash) {
             tracing::warn!(path = %trash.display(), "cannot delete removed image: {e}");
         }
-        if !image.layers.is_empty() {
+        if !image.layers.is_empty() || !image.committed.is_empty() {
             if let Err(e) = self.gc_layers() {
                 tracing::warn!(image = name, "cannot remove the layers no image uses: {e}");
             }
@@ -445,6 +592,15 @@ impl ImageStore {
     /// `image.json` (a reference's directory name is escaped; see
     /// [`dir_name`]). Skips `.tmp-*` and anything that is no image.
     fn names(&self) -> Result<Vec<String>> {
+        self.dir_names(false)
+    }
+
+    /// [`ImageStore::names`] and the hidden fork bases.
+    fn names_with_hidden(&self) -> Result<Vec<String>> {
+        self.dir_names(true)
+    }
+
+    fn dir_names(&self, hidden: bool) -> Result<Vec<String>> {
         let entries = match fs::read_dir(&self.root) {
             Ok(entries) => entries,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -455,6 +611,9 @@ impl ImageStore {
             let entry = entry.map_err(|e| Error::ImageIo(self.root.clone(), e))?;
             let Some(dir) = entry.file_name().to_str().map(str::to_owned) else { continue };
             if dir.starts_with('.') {
+                if hidden && is_fork_base(&dir) {
+                    names.push(dir);
+                }
                 continue;
             }
             // A plain name is its own directory; only an escaped one needs
@@ -477,9 +636,58 @@ impl ImageStore {
         Ok(names)
     }
 
-    /// Reads a (validly named) image's description. An image directory
+    /// Reads a (validly named) image's description, with the layer stack it
+    /// mounts (a template's parents are read for it). An image directory
     /// without `image.json` is not an image.
     fn load(&self, name: &str) -> Result<Image> {
+        let mut image = self.describe_only(name)?;
+        if image.kind == ImageKind::Template {
+            self.resolve_template(&mut image, 0)?;
+        }
+        Ok(image)
+    }
+
+    /// A template's overlays: its parent's, each with the template's own
+    /// layer on top. Below a template that is no fork base, everything is
+    /// image (its parent's fork layers count as the image's too).
+    fn resolve_template(&self, image: &mut Image, depth: usize) -> Result<()> {
+        let json = self.image_dir(&image.name).join(IMAGE_JSON);
+        let broken = |msg: String| Error::ImageIo(json.clone(), io::Error::new(io::ErrorKind::InvalidData, msg));
+        if depth >= MAX_TEMPLATE_DEPTH {
+            return Err(broken(format!("templates are stacked more than {MAX_TEMPLATE_DEPTH} deep")));
+        }
+        let parent_name = image.parent.clone().ok_or_else(|| broken("a template without a parent".into()))?;
+        let mut parent = self.describe_only(&parent_name).map_err(|e| match e {
+            Error::UnknownImage(p) => broken(format!("its parent image {p:?} is gone")),
+            e => e,
+        })?;
+        if parent.kind == ImageKind::Template {
+            self.resolve_template(&mut parent, depth + 1)?;
+        }
+        let mut stack = parent.layers();
+        let fork = image.fork_of.is_some();
+        for layer in &mut stack {
+            if !fork {
+                layer.history = 0;
+            }
+        }
+        for c in &image.committed {
+            let layer = stack
+                .iter_mut()
+                .find(|l| l.at == c.at)
+                .ok_or_else(|| broken(format!("it commits a layer at {}, where its parent has no overlay", c.at.display())))?;
+            layer.lowers.insert(0, self.layers.tree(&c.layer)?);
+            if fork {
+                layer.history += 1;
+            }
+        }
+        image.projections = parent.projections;
+        image.stack = stack;
+        Ok(())
+    }
+
+    /// Reads an image's `image.json` alone (a template's stack unset).
+    fn describe_only(&self, name: &str) -> Result<Image> {
         let json = self.image_dir(name).join(IMAGE_JSON);
         let bytes = match fs::read(&json) {
             Ok(bytes) => bytes,
@@ -520,6 +728,10 @@ impl ImageStore {
             config: None,
             manifest_digest: None,
             lowers: Vec::new(),
+            parent: None,
+            committed: Vec::new(),
+            fork_of: None,
+            stack: Vec::new(),
         })
     }
 

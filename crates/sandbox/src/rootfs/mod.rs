@@ -46,6 +46,11 @@ pub struct Layer {
     pub lowers: Vec<PathBuf>,
     /// Absolute path inside the sandbox: `/` for the image root.
     pub at: PathBuf,
+    /// How many of the top lowers hold the task's own earlier changes (the
+    /// base a fork's tasks share) rather than the image's: a patch counts
+    /// them as the task's.
+    #[serde(default)]
+    pub history: usize,
 }
 
 impl Layer {
@@ -191,8 +196,8 @@ mod tests {
 
     fn layers() -> Vec<Layer> {
         vec![
-            Layer { lowers: vec!["/images/host/rootfs".into()], at: "/".into() },
-            Layer { lowers: vec!["/usr".into()], at: "/usr".into() },
+            Layer { lowers: vec!["/images/host/rootfs".into()], at: "/".into(), history: 0 },
+            Layer { lowers: vec!["/usr".into()], at: "/usr".into(), history: 0 },
         ]
     }
 
@@ -286,7 +291,7 @@ mod tests {
     fn a_stack_of_lowers_is_bound_each_and_mounted_top_first() {
         let m = Recorder::default();
         let ids = IdRange::for_slot(1).unwrap();
-        let stack = vec![Layer { lowers: vec!["/l/top".into(), "/l/mid".into(), "/l/base".into()], at: "/".into() }];
+        let stack = vec![Layer { lowers: vec!["/l/top".into(), "/l/mid".into(), "/l/base".into()], at: "/".into(), history: 0 }];
         build_overlays(&m, Path::new("/run/t1"), Path::new("/disk/t1"), &stack, ids, -1, "/w").unwrap();
         let ops = m.ops.borrow();
         let binds: Vec<_> = ops.iter().filter_map(|o| if let Op::BindIdmapped { source, target } = o { Some((source.clone(), target.clone())) } else { None }).collect();
@@ -305,7 +310,7 @@ mod tests {
         let ids = IdRange::for_slot(1).unwrap();
         let try_with = |n: usize, run: &str| {
             let m = Recorder::default();
-            let stack = vec![Layer { lowers: (0..n).map(|j| PathBuf::from(format!("/l/{j}"))).collect(), at: "/".into() }];
+            let stack = vec![Layer { lowers: (0..n).map(|j| PathBuf::from(format!("/l/{j}"))).collect(), at: "/".into(), history: 0 }];
             let r = build_overlays(&m, Path::new(run), Path::new("/d"), &stack, ids, -1, "/w");
             (r, m.ops.into_inner())
         };

@@ -1,14 +1,14 @@
-//! Base images: list, show, import, pull, remove.
+//! Base images: list, show, import, pull, commit (templates), remove.
 
 use axum::extract::{Path, Query};
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use cairn_api::images::{Image, ImageDetail, ImportRequest, PullProgress, PullRequest, Removed};
+use cairn_api::images::{CommitRequest, Image, ImageDetail, ImportRequest, PullProgress, PullRequest, Removed};
 use cairn_api::ErrorBody;
 
 use super::served::Routes;
-use super::Rt;
+use super::{actor, body, Rt};
 use crate::ApiError;
 
 pub(super) fn routes() -> Routes {
@@ -17,6 +17,7 @@ pub(super) fn routes() -> Routes {
         .post("/v1/images", import)
         .post("/v1/images/pull", pull)
         .get("/v1/images/pull/progress", pull_progress)
+        .post("/v1/images/commit", commit)
         .delete("/v1/images/{name}", remove)
         .get("/v1/images/{name}", show)
 }
@@ -86,6 +87,26 @@ async fn pull(rt: Rt, b: axum::body::Bytes) -> Result<Response, ApiError> {
     Ok((StatusCode::CREATED, Json(image)).into_response())
 }
 
+#[utoipa::path(
+    post,
+    path = "/v1/images/commit",
+    operation_id = "commit_image",
+    tag = "images",
+    request_body = CommitRequest,
+    responses(
+        (status = 201, description = "The template: the task's image with the task's writable layer on top", body = Image),
+        (status = 400, description = "A malformed body or a bad name", body = ErrorBody),
+        (status = 404, description = "No such task or snapshot", body = ErrorBody),
+        (status = 409, description = "The name is taken, or the task has nothing to commit", body = ErrorBody),
+        (status = 507, description = "The template does not fit on the disk", body = ErrorBody),
+    )
+)]
+async fn commit(rt: Rt, headers: HeaderMap, b: axum::body::Bytes) -> Result<Response, ApiError> {
+    let req: CommitRequest = body("commit", &b)?;
+    let image = rt.commit_image(req, &actor(&headers)).await?;
+    Ok((StatusCode::CREATED, Json(image)).into_response())
+}
+
 /// Which pull `GET /v1/images/pull/progress` reports.
 #[derive(serde::Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
@@ -121,7 +142,7 @@ async fn pull_progress(rt: Rt, Query(q): Query<PullQuery>) -> Result<Json<PullPr
     responses(
         (status = 200, description = "The image was removed", body = Removed),
         (status = 404, description = "No such image", body = ErrorBody),
-        (status = 409, description = "A task uses it", body = ErrorBody),
+        (status = 409, description = "A task or a template uses it", body = ErrorBody),
     )
 )]
 async fn remove(rt: Rt, Path(name): Path<String>) -> Result<Json<Removed>, ApiError> {

@@ -39,6 +39,7 @@
 //! | GET | /v1/keys | the node's public keys, current first |
 //! | POST | /v1/keys/rotate | a new signing key; the old public key stays |
 //! | GET, POST | /v1/images | list, import `{name, path}` |
+//! | POST | /v1/images/commit | a template from a task `{task, name, from?}` |
 //! | DELETE | /v1/images/{name} | remove |
 //! | GET | /v1/images/{name} | show: kind, layers, manifest, run config |
 //! | POST | /mcp | the Model Context Protocol, streamable HTTP ([`cairn_mcp`]) |

@@ -103,7 +103,7 @@ async fn rollback(rt: Rt, Path(id): Path<String>, headers: HeaderMap, b: axum::b
     request_body(content = Option<ForkRequest>, description = "An empty body is `{}`: one fork of the latest snapshot"),
     responses(
         (status = 201, description = "The new tasks", body = [TaskView]),
-        (status = 400, description = "A count outside 1..32", body = ErrorBody),
+        (status = 400, description = "A count outside 1..128", body = ErrorBody),
         (status = 404, description = "No such task or snapshot", body = ErrorBody),
     )
 )]
