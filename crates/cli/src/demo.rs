@@ -16,6 +16,7 @@ use api::waits::WaitView;
 use cairn_core::{Event, EventKind, Snapshot, TaskState};
 
 use crate::client::Client;
+use crate::demo_oci;
 use crate::exec::{self, ExecArgs, ExecResult, Sink};
 
 struct Demo {
@@ -195,6 +196,7 @@ async fn steps(d: &mut Demo, home: &Path, daemon_port: u16) -> Result<()> {
     copy_links(d, src.path()).await?;
 
     snapshots(d).await?;
+    images(d).await?;
     waits(d, home).await?;
 
     let t = Instant::now();
@@ -533,7 +535,7 @@ async fn snapshots(d: &mut Demo) -> Result<()> {
     let t = Instant::now();
     let kids: Vec<TaskView> = d.client.post(&format!("/v1/tasks/{}/fork", d.task), &api::snapshots::ForkRequest { from: Some(sid.clone()), count: Some(2) }).await?;
     let ids: Vec<String> = kids.iter().map(|k| k.task.id.to_string()).collect();
-    d.say("fork two tasks from the milestone (sharing its data)", t.elapsed(), &ids.join(", "));
+    d.say("fork two tasks from the milestone (a shared read-only layer)", t.elapsed(), &ids.join(", "));
     let main = d.task.clone();
     for (i, k) in ids.iter().enumerate() {
         d.task = k.clone();
@@ -554,6 +556,65 @@ async fn snapshots(d: &mut Demo) -> Result<()> {
     if !check.problems.is_empty() {
         bail!("the blob store has problems");
     }
+    Ok(())
+}
+
+/// OCI images as stacks of shared layers, and templates committed from a
+/// task that new tasks start from without copying anything.
+async fn images(d: &mut Demo) -> Result<()> {
+    let Some(busybox) = ["/usr/bin/busybox", "/bin/busybox"].into_iter().map(Path::new).find(|p| p.exists()) else {
+        d.say("an OCI image: not shown", std::time::Duration::ZERO, "busybox is not installed (scripts/setup-debian.sh installs busybox-static)");
+        return Ok(());
+    };
+    let t = Instant::now();
+    let tmp = tempfile::Builder::new().prefix("cairn-demo-oci-").tempdir_in("/var/tmp")?;
+    let layout = tmp.path().join("layout");
+    demo_oci::write_layout(&layout, busybox)?;
+    let path = layout.to_str().context("temporary path is not UTF-8")?.to_owned();
+    let image: api::images::Image = d.client.post("/v1/images", &api::images::ImportRequest { name: "demo-oci".into(), path, tag: None }).await?;
+    d.say(
+        "import an OCI image layout: two layers, stored once, stacked",
+        t.elapsed(),
+        &format!("{} layers, {} entries; the top layer deletes /etc/motd (a whiteout)", image.layers.len(), image.files),
+    );
+    let main = d.task.clone();
+    let t = Instant::now();
+    let on_oci: TaskView = d.client.post("/v1/tasks", &api::tasks::CreateRequest { image: Some("demo-oci".into()), ..Default::default() }).await?;
+    d.task = on_oci.task.id.to_string();
+    let took = t.elapsed();
+    d.say("a task on it (the image's Env and WorkingDir apply)", took, &d.task.clone());
+    let shown = d
+        .show("the merged layers, as overlayfs stacks them", "cat /etc/release; test -e /etc/motd || echo 'motd: deleted by the top layer'; echo \"$FROM_IMAGE in $(pwd)\"", |r| {
+            text(r).contains("layer two") && text(r).contains("deleted by the top layer") && text(r).contains("yes in /srv")
+        })
+        .await;
+    d.task = main.clone();
+    let _ = d.client.delete::<TaskView>(&format!("/v1/tasks/{}", on_oci.task.id)).await;
+    shown?;
+
+    d.exec("mkdir -p /workspace/deps && head -c 4000000 /dev/urandom > /workspace/deps/model.bin").await?;
+    let t = Instant::now();
+    let tpl: api::images::Image =
+        d.client.post("/v1/images/commit", &api::images::CommitRequest { task: main.clone(), name: "demo-template".into(), from: None }).await?;
+    d.say(
+        "commit the task as a template (image + its writable layer)",
+        t.elapsed(),
+        &format!("{}: parent {}, {} in {} entries", tpl.name, tpl.parent.as_deref().unwrap_or("?"), crate::progress::human(tpl.size_bytes as f64), tpl.files),
+    );
+    let t = Instant::now();
+    let from_tpl: TaskView = d.client.post("/v1/tasks", &api::tasks::CreateRequest { image: Some("demo-template".into()), ..Default::default() }).await?;
+    let took = t.elapsed();
+    d.say("a task from the template: nothing copied, whatever the size", took, &from_tpl.task.id.to_string());
+    d.task = from_tpl.task.id.to_string();
+    let shown = d.show("it starts with the committed files", "ls -l /workspace/deps; cat /workspace/notes.txt", |r| text(r).contains("model.bin")).await;
+    d.task = main;
+    let refused = d.client.delete::<api::images::Removed>("/v1/images/demo-template").await;
+    let _ = d.client.delete::<TaskView>(&format!("/v1/tasks/{}", from_tpl.task.id)).await;
+    shown?;
+    let Err(refused) = refused else { bail!("a template in use was removed") };
+    d.say("removing it while a task uses it is refused", std::time::Duration::ZERO, &format!("{refused:#}"));
+    d.client.delete::<api::images::Removed>("/v1/images/demo-template").await?;
+    d.client.delete::<api::images::Removed>("/v1/images/demo-oci").await?;
     Ok(())
 }
 

@@ -116,17 +116,23 @@ pub(crate) fn check_text(what: &str, s: &str, max: usize) -> Result<(), Error> {
     Ok(())
 }
 
-/// True when `path` (inside the sandbox) is a directory of the image.
-pub(crate) fn in_image_as_dir(layers: &[cairn_sandbox::Layer], path: &str) -> bool {
+/// What the image (a fork's base included) has at `path` inside the
+/// sandbox: `Some(true)` a directory, `Some(false)` anything else, `None`
+/// nothing.
+pub(crate) fn in_image(layers: &[cairn_sandbox::Layer], path: &str) -> Option<bool> {
     let p = std::path::Path::new(path);
-    let Some(layer) = layers.iter().filter(|l| p.starts_with(&l.at)).max_by_key(|l| l.at.as_os_str().len()) else {
-        return false;
-    };
-    let Ok(rel) = p.strip_prefix(&layer.at) else { return false };
+    let layer = layers.iter().filter(|l| p.starts_with(&l.at)).max_by_key(|l| l.at.as_os_str().len())?;
+    let rel = p.strip_prefix(&layer.at).ok()?;
     // Through the image's lowers as the overlay merges them, following no
     // symlink of the image.
-    let Ok(stack) = cairn_sandbox::LowerStack::open(&layer.lowers) else { return false };
-    !stack.is_empty() && stack.is_dir(rel)
+    let stack = cairn_sandbox::LowerStack::open(&layer.lowers).ok()?;
+    if stack.is_empty() {
+        return None;
+    }
+    match stack.lookup(rel)? {
+        cairn_sandbox::Lookup::Dir(_) => Some(true),
+        _ => Some(false),
+    }
 }
 
 impl Runtime {
@@ -349,11 +355,20 @@ impl Runtime {
         let (sa, sb) = (self.snapshot_of(&task, a).await?, self.snapshot_of(&task, b).await?);
         let (ma, mb) = (self.load_manifest(&sa.manifest).await?, self.load_manifest(&sb.manifest).await?);
         let mut d = cairn_snapshot::diff(&ma, &mb);
-        // A directory of the image that appears in the writable layer was
-        // copied up to hold a change below it: the sandbox saw it all along.
         let image = self.image(&task.config.image).await?;
         let layers = image.layers();
-        d.added.retain(|p| !in_image_as_dir(&layers, p));
+        // A directory of the image that appears in the writable layer was
+        // copied up to hold a change below it: the sandbox saw it all
+        // along. A file of the image that appears there was changed.
+        let added = std::mem::take(&mut d.added);
+        for p in added {
+            match in_image(&layers, &p) {
+                Some(true) => {}
+                Some(false) => d.changed.push(p),
+                None => d.added.push(p),
+            }
+        }
+        d.changed.sort();
         Ok(d)
     }
 
