@@ -186,7 +186,12 @@ pub fn image_table(images: &[Image]) -> String {
     let rows = images
         .iter()
         .map(|i| {
-            let layers = if i.kind == cairn_api::images::ImageKind::Oci { i.layers.len().to_string() } else { "-".to_owned() };
+            let layers = match i.kind {
+                cairn_api::images::ImageKind::Oci => i.layers.len().to_string(),
+                // Its own layers, over its parent's.
+                cairn_api::images::ImageKind::Template => format!("+{}", i.committed.len()),
+                _ => "-".to_owned(),
+            };
             vec![i.name.clone(), i.kind.as_str().to_owned(), layers, i.files.to_string(), human(i.size_bytes as f64), i.source.clone()]
         })
         .collect();

@@ -239,7 +239,7 @@ pub struct Fork {
     pub task: String,
     /// The snapshot to fork from (default: the task's newest snapshot).
     pub from: Option<String>,
-    /// How many tasks to make (default 1, at most 32).
+    /// How many tasks to make (default 1, at most 128).
     pub count: Option<u32>,
 }
 

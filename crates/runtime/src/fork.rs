@@ -45,6 +45,7 @@ impl Runtime {
         let _no_gc = self.snaps.repo.gc_lock().read().await;
         let manifest = self.load_manifest(&snap.manifest).await?;
         self.precheck(&snap, &manifest).await?;
+        let _base_kept = self.fork_bases.read().await;
         let base = self.fork_base(&src, &snap, &manifest).await?;
         let empty = self.empty_manifest(&manifest).await?;
         let children: Vec<_> = futures_util::stream::iter(0..count)

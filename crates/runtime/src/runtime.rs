@@ -67,6 +67,10 @@ pub struct Runtime {
     /// Wakes the timer loop when a timer wait is added.
     pub(crate) timer_added: tokio::sync::Notify,
     pub(crate) default_egress: cairn_core::EgressRules,
+    /// Held shared by a fork or a commit from the moment it picks a fork
+    /// base until a task or a template names it; exclusive while unused
+    /// bases are removed, so none is removed under it.
+    pub(crate) fork_bases: tokio::sync::RwLock<()>,
 }
 
 /// Marks a task busy while a command runs; the end of it counts as activity.
@@ -137,6 +141,7 @@ impl Runtime {
             egress: crate::egress::Egress::new(&config.egress, own),
             pulls: crate::pull::Pulls::default(),
             timer_added: tokio::sync::Notify::new(),
+            fork_bases: tokio::sync::RwLock::new(()),
             default_egress: config.egress.default_rules.clone(),
         })
     }
@@ -232,6 +237,10 @@ impl Runtime {
     pub async fn bring_up(self: &Arc<Self>, base_url: String) {
         reaper::become_subreaper();
         self.reconcile().await;
+        // A fork cut short by a crash may have left its base unused.
+        if let Err(e) = self.remove_unused_fork_bases().await {
+            tracing::warn!("cannot remove the fork bases no task uses: {e}");
+        }
         self.clone().spawn_background();
         let _ = self.base_url.set(base_url);
         self.spawn_wakes();

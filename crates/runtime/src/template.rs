@@ -42,6 +42,7 @@ impl Runtime {
             None => self.current_snapshot(&task, &req.name, actor).await?,
         };
         let _no_gc = self.snaps.repo.gc_lock().read().await;
+        let _base_kept = self.fork_bases.read().await;
         let manifest = self.load_manifest(&snap.manifest).await?;
         self.precheck(&snap, &manifest).await?;
         let source = format!("task {} at snapshot {}", task.id, snap.id);
@@ -60,6 +61,7 @@ impl Runtime {
     }
 
     /// The hidden template the forks of `snap` share, made on first use.
+    /// The caller holds `fork_bases` shared until its tasks are recorded.
     pub(crate) async fn fork_base(&self, src: &Task, snap: &Snapshot, manifest: &Manifest) -> Result<Image, Error> {
         let name = fork_base_name(snap.id.as_str());
         match self.image(&name).await {
@@ -113,6 +115,7 @@ impl Runtime {
     /// Removes the hidden fork bases no task, snapshot or template uses any
     /// more (a base's parent may be one, freed in turn). Returns their names.
     pub(crate) async fn remove_unused_fork_bases(&self) -> Result<Vec<String>, Error> {
+        let _exclusive = self.fork_bases.write().await;
         let mut removed = Vec::new();
         loop {
             let images = self.images.clone();

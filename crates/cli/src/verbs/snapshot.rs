@@ -64,7 +64,8 @@ pub(crate) struct ForkCli {
     /// The snapshot to start from (default: the task's latest).
     #[arg(long)]
     pub(crate) from: Option<String>,
-    /// How many tasks to create.
+    /// How many tasks to create (1 to 128). They share the snapshot as a
+    /// read-only layer: a fork copies nothing, whatever its size.
     #[arg(long, default_value_t = 1)]
     pub(crate) count: u32,
 }
