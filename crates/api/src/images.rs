@@ -3,16 +3,18 @@
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-/// Body of `POST /v1/images`: import a directory, an archive or an OCI
-/// image layout directory on the daemon's host as an image.
+/// Body of `POST /v1/images`: import a directory, an archive, an OCI
+/// image layout directory or a `docker save` archive on the daemon's host
+/// as an image.
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ImportRequest {
     pub name: String,
     /// An absolute path on the daemon's host.
     pub path: String,
-    /// For an OCI image layout holding several images: the one whose
-    /// `org.opencontainers.image.ref.name` annotation is this.
+    /// For an OCI image layout or a docker save archive holding several
+    /// images: the one whose `org.opencontainers.image.ref.name`
+    /// annotation, or one of whose `RepoTags`, is this.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tag: Option<String>,
 }

@@ -1,10 +1,11 @@
-//! OCI images imported from an image layout directory: their layers are
-//! stored once and mounted as a stack of overlayfs lower directories, with
-//! whiteouts and opaque directories as the OCI spec says. A task on such an
-//! image sees the merged layers, writes only to its own layer, snapshots,
-//! rolls back and delivers a patch of its own changes; bad layouts fail
-//! with one line and leave nothing in the image or layer store. Needs
-//! root, and busybox on the host (the image's shell).
+//! OCI images imported from an image layout directory or a `docker save`
+//! archive: their layers are stored once and mounted as a stack of
+//! overlayfs lower directories, with whiteouts and opaque directories as
+//! the OCI spec says. A task on such an image sees the merged layers,
+//! writes only to its own layer, snapshots, rolls back and delivers a patch
+//! of its own changes; bad layouts fail with one line and leave nothing in
+//! the image or layer store. Needs root, busybox on the host (the image's
+//! shell) and skopeo (which writes the docker archive).
 
 #![allow(clippy::unwrap_used)]
 
@@ -12,6 +13,8 @@ mod common;
 
 use std::fs;
 use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use cairn_sandbox::image::testing::{LayerBlob, LayerTar, OciLayout};
 use common::Daemon;
@@ -227,4 +230,48 @@ fn bad_layouts_fail_with_one_line_and_leave_nothing() {
     }
     let err = d.fails(&["task", "create", "--image", "bad"]);
     assert!(err.contains("unknown image"), "{err}");
+}
+
+#[test]
+fn a_docker_archive_written_by_skopeo_imports_and_runs() {
+    common::require_root();
+    let d = Daemon::start();
+    let (_tmp, dir) = layout_dir("two");
+    let (base, top) = (base_layer(), top_layer());
+    OciLayout::single(&dir, &[base.clone(), top.clone()]);
+    let archive = dir.with_file_name("two.tar");
+    let mut skopeo = Command::new("skopeo");
+    skopeo
+        .args(["copy", "--insecure-policy"])
+        .arg(format!("oci:{}:latest", dir.display()))
+        .arg(format!("docker-archive:{}:cairn/two:v1", archive.display()))
+        .stdin(Stdio::null());
+    if which("skopeo").is_none() {
+        panic!("install skopeo: this test converts an OCI layout to a docker archive with it");
+    }
+    let out = common::output_within(&mut skopeo, Duration::from_secs(60));
+    assert!(out.status.success(), "skopeo copy failed: {}", String::from_utf8_lossy(&out.stderr));
+
+    let out = d.ok(&["image", "import", "from-docker", archive.to_str().unwrap(), "--tag", "cairn/two:v1"]);
+    assert!(out.starts_with("imported from-docker (2 layers, "), "{out}");
+    let img = d.json(&["image", "inspect", "from-docker"]);
+    assert_eq!(img["kind"], "oci", "{img}");
+    // skopeo stores the layers uncompressed: the same diffids.
+    assert_eq!(img["layers"], serde_json::json!([base.diff_id, top.diff_id]), "{img}");
+    assert_eq!(img["config"]["cmd"], serde_json::json!(["/bin/sh"]));
+    assert_eq!(img["layer_details"][1]["media_type"], "application/vnd.docker.image.rootfs.diff.tar", "{img}");
+    assert_eq!(layers_stored(&d).len(), 2);
+
+    let id = d.create(&["--image", "from-docker"]);
+    assert_eq!(must(&d, &id, "cat /etc/a /etc/b"), "top a\nbase b\n", "a file of each layer");
+    assert_eq!(must(&d, &id, "ls /etc; ls /opt"), "a\nb\nn\n");
+    assert_eq!(must(&d, &id, "test -e /etc/c || echo gone; test -e /opt/o || echo hidden"), "gone\nhidden\n", "the whiteout and the opaque directory");
+    d.ok(&["destroy", &id]);
+    d.ok(&["image", "rm", "from-docker"]);
+    assert_eq!(layers_stored(&d), Vec::<String>::new());
+}
+
+/// Where `program` is on `PATH`.
+fn which(program: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH").and_then(|path| std::env::split_paths(&path).map(|dir| dir.join(program)).find(|p| p.is_file()))
 }

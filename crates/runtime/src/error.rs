@@ -121,7 +121,7 @@ impl From<cairn_sandbox::Error> for Error {
         match e {
             E::UnknownImage(_) => Error::NotFound(e.to_string()),
             E::ImageExists(_) | E::ImageInUse(..) | E::ImageBuiltIn(_) | E::NotRunning(_) => Error::Conflict(e.to_string()),
-            E::UnsafeEntry { .. } | E::ImageSource(..) | E::PathEscape(_) | E::InvalidImageName(_) => Error::Invalid(e.to_string()),
+            E::UnsafeEntry { .. } | E::UnsafeLayerEntry { .. } | E::ImageSource(..) | E::PathEscape(_) | E::InvalidImageName(_) => Error::Invalid(e.to_string()),
             _ => Error::internal_from(e),
         }
     }

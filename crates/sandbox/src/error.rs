@@ -22,6 +22,8 @@ pub enum Error {
     ImageSource(PathBuf, String),
     #[error("unsafe image archive entry {entry:?}: {reason}")]
     UnsafeEntry { entry: String, reason: &'static str },
+    #[error("unsafe entry {entry:?} in layer {layer}: {reason}")]
+    UnsafeLayerEntry { layer: String, entry: String, reason: &'static str },
     #[error("image I/O on {0}: {1}")]
     ImageIo(PathBuf, io::Error),
     #[error("{0}")]

@@ -17,13 +17,16 @@ pub(crate) enum ImageCmd {
     /// One image: kind, layers (diffids and sizes), manifest digest and the
     /// run config tasks take from it (Env, WorkingDir, User, Entrypoint, Cmd).
     Inspect { name: String },
-    /// Import a rootfs directory, a tar, tar.gz or tar.zst archive, or an
-    /// OCI image layout directory (its layers are stored once and shared).
+    /// Import a rootfs directory, a tar, tar.gz or tar.zst archive, an OCI
+    /// image layout directory, or a `docker save` archive (plain or
+    /// compressed); the layers of the last two are stored once and shared.
     Import {
         name: String,
         path: std::path::PathBuf,
-        /// Of an OCI image layout holding several images, the one with this
-        /// ref name (`org.opencontainers.image.ref.name`).
+        /// Of an OCI image layout or a docker save archive holding several
+        /// images, the one with this tag: the layout's ref name
+        /// (`org.opencontainers.image.ref.name`), or one of the archive's
+        /// RepoTags (`cairn/two:v1` matches `docker.io/cairn/two:v1`).
         #[arg(long)]
         tag: Option<String>,
     },

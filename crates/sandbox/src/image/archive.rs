@@ -41,14 +41,15 @@ pub(super) fn detect(src: &Path) -> Result<Format> {
     sniff(&head).map_err(|msg| source_err(msg.into()))
 }
 
+const GZIP_MAGIC: &[u8] = &[0x1f, 0x8b];
+const ZSTD_MAGIC: &[u8] = &[0x28, 0xb5, 0x2f, 0xfd];
+
 fn sniff(head: &[u8]) -> Result<Format, &'static str> {
-    const GZIP: &[u8] = &[0x1f, 0x8b];
-    const ZSTD: &[u8] = &[0x28, 0xb5, 0x2f, 0xfd];
     const XZ: &[u8] = &[0xfd, b'7', b'z', b'X', b'Z', 0];
     const BZIP2: &[u8] = b"BZh";
-    if head.starts_with(GZIP) {
+    if head.starts_with(GZIP_MAGIC) {
         Ok(Format::Gzip)
-    } else if head.starts_with(ZSTD) {
+    } else if head.starts_with(ZSTD_MAGIC) {
         Ok(Format::Zstd)
     } else if head.starts_with(XZ) || head.starts_with(BZIP2) {
         Err("xz and bzip2 archives are not supported; use a plain, gzip or zstd tar archive")
@@ -104,23 +105,40 @@ fn unpack_tar<R: Read>(src: &Path, archive: &mut tar::Archive<R>, w: &mut TreeWr
 }
 
 /// The sha256 digests and sizes of a layer as stored (compressed) and as
-/// unpacked (the tar stream, whose digest is the layer's diffid).
+/// unpacked (the tar stream, whose digest is the layer's diffid), and how
+/// it was compressed.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) struct LayerDigests {
     pub blob: String,
     pub blob_bytes: u64,
     pub diff_id: String,
+    pub format: Format,
 }
 
 /// Unpacks one layer of an OCI image from `blob` (a tar stream compressed
-/// as `format` says) into a layer writer, hashing both the blob and the
-/// tar stream as they are read. Both are read to their end, so the digests
-/// cover every byte, including what follows the tar's last entry.
-pub(super) fn unpack_layer(src: &Path, blob: impl Read, format: Format, w: &mut TreeWriter) -> Result<LayerDigests> {
+/// as `format` says, or as its first bytes say when `None`) into a layer
+/// writer, hashing both the blob and the tar stream as they are read. Both
+/// are read to their end, so the digests cover every byte, including what
+/// follows the tar's last entry.
+pub(super) fn unpack_layer(src: &Path, blob: impl Read, format: Option<Format>, w: &mut TreeWriter) -> Result<LayerDigests> {
     let source_err = |e: io::Error| Error::ImageSource(src.to_owned(), format!("unreadable layer: {e}"));
     let mut blob = Hashing::new(blob);
+    // The first bytes, read (and hashed) ahead to tell the compression.
+    let mut head = [0u8; 4];
+    let mut head_len = 0;
+    if format.is_none() {
+        while head_len < head.len() {
+            match blob.read(&mut head[head_len..]) {
+                Ok(0) => break,
+                Ok(n) => head_len += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(source_err(e)),
+            }
+        }
+    }
+    let format = format.unwrap_or_else(|| layer_compression(&head[..head_len]));
     let diff_id = {
-        let compressed = BufReader::new(&mut blob);
+        let compressed = BufReader::new(io::Cursor::new(&head[..head_len]).chain(&mut blob));
         let tar: Box<dyn Read + '_> = match format {
             Format::Tar => Box::new(compressed),
             Format::Gzip => Box::new(MultiGzDecoder::new(compressed)),
@@ -134,7 +152,20 @@ pub(super) fn unpack_layer(src: &Path, blob: impl Read, format: Format, w: &mut 
         stream.hex()
     };
     io::copy(&mut blob, &mut io::sink()).map_err(source_err)?;
-    Ok(LayerDigests { blob: blob.hex(), blob_bytes: blob.bytes, diff_id })
+    Ok(LayerDigests { blob: blob.hex(), blob_bytes: blob.bytes, diff_id, format })
+}
+
+/// How a layer whose media type is not known is compressed, from its
+/// first bytes: gzip or zstd by their magic, else a plain tar (whose first
+/// block may be all zeros: an empty layer).
+fn layer_compression(head: &[u8]) -> Format {
+    if head.starts_with(GZIP_MAGIC) {
+        Format::Gzip
+    } else if head.starts_with(ZSTD_MAGIC) {
+        Format::Zstd
+    } else {
+        Format::Tar
+    }
 }
 
 /// A reader that hashes (sha256) and counts what passes through it.

@@ -70,6 +70,39 @@ pub struct LayerWant {
     pub media_type: String,
 }
 
+/// How a layer not stored yet is read and checked.
+#[derive(Debug)]
+pub(super) struct Blob<'a> {
+    /// Names the layer in errors: its blob digest, or its file in an archive.
+    pub label: &'a str,
+    /// How it is compressed; `None` to tell by its first bytes.
+    pub format: Option<Format>,
+    /// Recorded in `layer.json`; `None` for docker's media type of the
+    /// compression found.
+    pub media_type: Option<&'a str>,
+    pub check: BlobCheck<'a>,
+}
+
+/// What the blob itself must be, once read to its end.
+#[derive(Debug)]
+pub(super) enum BlobCheck<'a> {
+    /// A blob named by its digest (a layout's or a registry's): its sha256
+    /// and size must be these.
+    Digest { digest: &'a str, size: u64 },
+    /// A file of an archive, of this size: fewer bytes read mean it was
+    /// cut short.
+    Size(u64),
+}
+
+/// Names the layer in an error about one of its entries or its stream.
+fn in_layer(label: &str, e: Error) -> Error {
+    match e {
+        Error::UnsafeEntry { entry, reason } => Error::UnsafeLayerEntry { layer: label.to_owned(), entry, reason },
+        Error::ImageSource(src, msg) => Error::ImageSource(src, format!("layer {label}: {msg}")),
+        e => e,
+    }
+}
+
 /// A directory in the layer store's filesystem to build layer trees in by
 /// other means (a snapshot restored into it), so that
 /// [`LayerStore::adopt`] can move them in by rename. Removed on drop, and
@@ -158,37 +191,59 @@ impl LayerStore {
     /// gives if it is not stored yet. The blob's digest and size and the
     /// unpacked stream's digest must be what `want` says, or nothing is
     /// kept. The caller holds [`LayerStore::lock`] (shared).
-    pub fn ensure(&self, want: &LayerWant, source: &Path, open: impl FnOnce() -> Result<File>) -> Result<LayerInfo> {
+    pub fn ensure<R: Read>(&self, want: &LayerWant, source: &Path, open: impl FnOnce() -> Result<R>) -> Result<LayerInfo> {
         if let Some(info) = self.get(&want.diff_id)? {
             return Ok(info);
         }
         let format = layer_format(&want.media_type)
             .ok_or_else(|| Error::ImageSource(source.to_owned(), format!("layer {} has the unsupported media type {:?}", want.blob_digest, want.media_type)))?;
-        let dest = self.layer_dir(&want.diff_id)?;
+        let blob = Blob {
+            label: &want.blob_digest,
+            format: Some(format),
+            media_type: Some(&want.media_type),
+            check: BlobCheck::Digest { digest: &want.blob_digest, size: want.blob_size },
+        };
+        self.ensure_from(&want.diff_id, blob, source, open)
+    }
+
+    /// Returns layer `diff_id`, unpacking it from what `open` gives, read
+    /// as `blob` says, if it is not stored yet. The unpacked stream's
+    /// digest must be `diff_id` and the blob pass `blob.check`, or nothing
+    /// is kept. The caller holds [`LayerStore::lock`] (shared).
+    pub(super) fn ensure_from<R: Read>(&self, diff_id: &str, blob: Blob<'_>, source: &Path, open: impl FnOnce() -> Result<R>) -> Result<LayerInfo> {
+        if let Some(info) = self.get(diff_id)? {
+            return Ok(info);
+        }
+        let label = blob.label;
+        let dest = self.layer_dir(diff_id)?;
         let staging = Staging::with_tree(&self.root.join(SHA256), TREE)?;
         let mut w = TreeWriter::for_layer(&staging.rootfs(), source)?;
-        let blob = open()?;
-        let got = archive::unpack_layer(source, blob, format, &mut w)?;
+        let got = archive::unpack_layer(source, open()?, blob.format, &mut w).map_err(|e| in_layer(label, e))?;
         let skipped = w.skipped();
-        let dropped = w.finish()?;
+        let dropped = w.finish().map_err(|e| in_layer(label, e))?;
         let bad = |msg: String| Error::ImageSource(source.to_owned(), msg);
-        if got.blob != want.blob_digest {
-            return Err(bad(format!("layer blob {} has the digest {} (corrupt or tampered with)", want.blob_digest, got.blob)));
+        match blob.check {
+            BlobCheck::Digest { digest, size } => {
+                if got.blob != digest {
+                    return Err(bad(format!("layer blob {digest} has the digest {} (corrupt or tampered with)", got.blob)));
+                }
+                if got.blob_bytes != size {
+                    return Err(bad(format!("layer blob {digest} is {} bytes, not the {size} its manifest says", got.blob_bytes)));
+                }
+            }
+            BlobCheck::Size(size) if got.blob_bytes != size => {
+                return Err(bad(format!("layer {label} is truncated: {} of its {size} bytes", got.blob_bytes)));
+            }
+            BlobCheck::Size(_) => {}
         }
-        if got.blob_bytes != want.blob_size {
-            return Err(bad(format!("layer blob {} is {} bytes, not the {} its manifest says", want.blob_digest, got.blob_bytes, want.blob_size)));
-        }
-        if got.diff_id != want.diff_id {
-            return Err(bad(format!(
-                "layer {} unpacks to {}, not the diffid {} the image config says",
-                want.blob_digest, got.diff_id, want.diff_id
-            )));
+        if got.diff_id != diff_id {
+            return Err(bad(format!("layer {label} unpacks to {}, not the diffid {diff_id} the image config says", got.diff_id)));
         }
         let (size_bytes, files) = measure(&staging.rootfs()).map_err(|e| Error::ImageIo(staging.rootfs(), e))?;
         let info = LayerInfo {
-            diff_id: want.diff_id.clone(),
-            blob_digest: want.blob_digest.clone(),
-            media_type: want.media_type.clone(),
+            diff_id: diff_id.to_owned(),
+            blob_digest: got.blob,
+            media_type: blob.media_type.map_or_else(|| docker_media_type(got.format).to_owned(), str::to_owned),
             bytes: got.blob_bytes,
             size_bytes,
             files,
@@ -198,9 +253,9 @@ impl LayerStore {
         };
         if !staging.publish_with(&dest, LAYER_JSON, &info)? {
             // Unpacked by another import meanwhile: theirs is the same.
-            return self.get(&want.diff_id)?.ok_or_else(|| Error::ImageIo(dest, io::ErrorKind::NotFound.into()));
+            return self.get(diff_id)?.ok_or_else(|| Error::ImageIo(dest, io::ErrorKind::NotFound.into()));
         }
-        tracing::info!(layer = want.diff_id, files, bytes = size_bytes, "unpacked layer");
+        tracing::info!(layer = diff_id, files, bytes = size_bytes, "unpacked layer");
         Ok(info)
     }
 
@@ -313,7 +368,7 @@ pub(super) fn sha256_hex(digest: &str) -> Option<&str> {
     digest.strip_prefix("sha256:").filter(|h| is_hex64(h))
 }
 
-fn is_hex64(s: &str) -> bool {
+pub(super) fn is_hex64(s: &str) -> bool {
     s.len() == 64 && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
@@ -332,6 +387,15 @@ pub(super) fn layer_format(media_type: &str) -> Option<Format> {
             Some(Format::Zstd)
         }
         _ => None,
+    }
+}
+
+/// The media type docker gives a layer compressed as `format`.
+fn docker_media_type(format: Format) -> &'static str {
+    match format {
+        Format::Gzip => "application/vnd.docker.image.rootfs.diff.tar.gzip",
+        Format::Zstd => "application/vnd.oci.image.layer.v1.tar+zstd",
+        Format::Tar | Format::Directory => "application/vnd.docker.image.rootfs.diff.tar",
     }
 }
 

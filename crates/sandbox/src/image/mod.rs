@@ -11,10 +11,11 @@
 //! - imported images ([`ImageStore::import`]), copied from a directory or
 //!   unpacked from a tar archive. Archives are untrusted: see `archive` and
 //!   `writer` for how their entries are kept inside the image;
-//! - OCI images, imported from an OCI image layout directory (`oci`): a
-//!   stack of layers kept in the shared [`LayerStore`] (`layers`), which
-//!   the sandbox mounts as overlayfs lower directories. Their `rootfs/` is
-//!   empty; `image.json` names the layers.
+//! - OCI images, imported from an OCI image layout directory (`oci`) or a
+//!   `docker save` archive (`docker_archive`), or pulled: a stack of layers
+//!   kept in the shared [`LayerStore`] (`layers`), which the sandbox mounts
+//!   as overlayfs lower directories. Their `rootfs/` is empty; `image.json`
+//!   names the layers.
 //! - templates ([`ImageStore::commit`]): another image (the parent) with
 //!   one more layer on top of each of its overlays, committed from a task's
 //!   writable layer. The base a fork's tasks share is a hidden template
@@ -26,6 +27,7 @@
 
 mod archive;
 mod copy;
+mod docker_archive;
 mod host;
 pub mod layers;
 mod oci;
@@ -37,6 +39,8 @@ pub mod testing;
 mod tests;
 #[cfg(test)]
 mod oci_tests;
+#[cfg(test)]
+mod docker_archive_tests;
 mod writer;
 
 use std::collections::HashSet;
@@ -287,8 +291,10 @@ impl ImageStore {
     }
 
     /// [`ImageStore::import`], where `src` may also be an OCI image layout
-    /// directory (one with an `oci-layout` file); `tag` chooses the image
-    /// by its ref name when the layout holds several.
+    /// directory (one with an `oci-layout` file) or a `docker save` archive
+    /// (a tar with `manifest.json`, plain or compressed); `tag` chooses the
+    /// image when it holds several: a layout's ref name, or an archive's
+    /// `RepoTags`.
     pub fn import_tagged(&self, name: &str, src: &Path, tag: Option<&str>) -> Result<Image> {
         check_name(name)?;
         // `host` is reserved even before the host image is built.
@@ -298,8 +304,15 @@ impl ImageStore {
         if oci::is_layout(src) {
             return self.import_oci(name, src, tag);
         }
+        if let Some(archive) = docker_archive::DockerArchive::open(src)? {
+            let result = self.import_docker(name, src, &archive, tag);
+            return self.collect_after_failure(result);
+        }
         if tag.is_some() {
-            return Err(Error::ImageSource(src.to_owned(), "a tag chooses an image of an OCI image layout, and this is none".into()));
+            return Err(Error::ImageSource(
+                src.to_owned(),
+                "a tag chooses an image of an OCI image layout or a docker save archive (a tar with manifest.json), and this is neither".into(),
+            ));
         }
         let format = archive::detect(src)?;
         if format == Format::Directory {
@@ -324,6 +337,29 @@ impl ImageStore {
     /// layers this import added and no image uses are removed again.
     fn import_oci(&self, name: &str, src: &Path, tag: Option<&str>) -> Result<Image> {
         let result = self.import_oci_locked(name, src, tag);
+        self.collect_after_failure(result)
+    }
+
+    /// Imports the image `tag` chooses from a docker save archive, as
+    /// [`ImageStore::import_oci`] does from a layout: the layers the store
+    /// lacks, read in one pass over the archive, then the image.
+    fn import_docker(&self, name: &str, src: &Path, archive: &docker_archive::DockerArchive, tag: Option<&str>) -> Result<Image> {
+        let chosen = archive.image(tag)?;
+        let _lock = self.layers.lock(false)?;
+        archive.unpack_layers(&chosen, &self.layers)?;
+        let mut layers = Vec::with_capacity(chosen.layers.len());
+        for layer in &chosen.layers {
+            let info = self.layers.get(&layer.diff_id)?.ok_or_else(|| {
+                Error::ImageSource(src.to_owned(), format!("layer {} is not in the layer store after unpacking", layer.listed))
+            })?;
+            layers.push(info);
+        }
+        self.publish_stack(name, source_of(src, tag), chosen.run, None, &layers)
+    }
+
+    /// Passes `result` on; when it is a failure, first removes the layers
+    /// no image uses (those the failed import added).
+    fn collect_after_failure(&self, result: Result<Image>) -> Result<Image> {
         if result.is_err() {
             if let Err(e) = self.gc_layers() {
                 tracing::warn!("cannot remove the layers of a failed import: {e}");
@@ -356,39 +392,45 @@ impl ImageStore {
             fs::File::open(path).map_err(|e| Error::ImageIo(path.clone(), e))
         };
         let result = self.publish_oci(name, reference.to_owned(), chosen, &source, open);
-        if result.is_err() {
-            if let Err(e) = self.gc_layers() {
-                tracing::warn!("cannot remove the layers of a failed pull: {e}");
-            }
-        }
-        result
+        self.collect_after_failure(result)
     }
 
     fn import_oci_locked(&self, name: &str, src: &Path, tag: Option<&str>) -> Result<Image> {
         let layout = oci::Layout::open(src)?;
         let chosen = layout.image(tag)?;
-        let source = std::path::absolute(src).unwrap_or_else(|_| src.to_owned()).display().to_string();
-        let source = match tag {
-            Some(t) => format!("{source}:{t}"),
-            None => source,
-        };
-        self.publish_oci(name, source, chosen, layout.path(), |want| layout.blob(&want.blob_digest, want.blob_size))
+        self.publish_oci(name, source_of(src, tag), chosen, layout.path(), |want| layout.blob(&want.blob_digest, want.blob_size))
     }
 
     /// Ensures each of `chosen`'s layers (unpacking those not stored from
     /// the blob `open` gives) and publishes the image naming them.
-    fn publish_oci(
+    fn publish_oci<R: io::Read>(
         &self,
         name: &str,
         source: String,
         chosen: OciImage,
         origin: &Path,
-        open: impl Fn(&layers::LayerWant) -> Result<fs::File>,
+        open: impl Fn(&layers::LayerWant) -> Result<R>,
     ) -> Result<Image> {
         let _lock = self.layers.lock(false)?;
-        let (mut size_bytes, mut files, mut dropped) = (0, 0, Dropped::default());
+        let mut layers = Vec::with_capacity(chosen.layers.len());
         for want in &chosen.layers {
-            let info = self.layers.ensure(want, origin, || open(want))?;
+            layers.push(self.layers.ensure(want, origin, || open(want))?);
+        }
+        self.publish_stack(name, source, chosen.config, Some(chosen.manifest_digest), &layers)
+    }
+
+    /// Publishes image `name`, the stack of `layers` (stored, bottom
+    /// first). The caller holds the layer store's lock (shared).
+    fn publish_stack(
+        &self,
+        name: &str,
+        source: String,
+        config: RunConfig,
+        manifest_digest: Option<String>,
+        layers: &[LayerInfo],
+    ) -> Result<Image> {
+        let (mut size_bytes, mut files, mut dropped) = (0, 0, Dropped::default());
+        for info in layers {
             size_bytes += info.size_bytes;
             files += info.files;
             dropped.add(&info.dropped);
@@ -404,9 +446,9 @@ impl ImageStore {
             created_ms: now_ms(),
             source,
             dropped,
-            layers: chosen.layers.iter().map(|l| l.diff_id.clone()).collect(),
-            config: Some(chosen.config),
-            manifest_digest: Some(chosen.manifest_digest),
+            layers: layers.iter().map(|l| l.diff_id.clone()).collect(),
+            config: Some(config),
+            manifest_digest,
             lowers: Vec::new(),
             parent: None,
             committed: Vec::new(),
@@ -774,6 +816,15 @@ pub(crate) fn dir_name(name: &str) -> String {
     out.truncate(cut);
     let hash = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(name.as_bytes()));
     format!("{out}~{}", &hash[..32])
+}
+
+/// An imported image's `source`: the absolute path, and the tag chosen.
+fn source_of(src: &Path, tag: Option<&str>) -> String {
+    let path = std::path::absolute(src).unwrap_or_else(|_| src.to_owned()).display().to_string();
+    match tag {
+        Some(t) => format!("{path}:{t}"),
+        None => path,
+    }
 }
 
 fn check_name(name: &str) -> Result<()> {

@@ -22,7 +22,7 @@ use super::layers::{read_limited, sha256_hex, LayerWant};
 use crate::{Error, Result};
 
 /// The largest index, manifest or config read.
-const MAX_JSON: u64 = 4 << 20;
+pub(super) const MAX_JSON: u64 = 4 << 20;
 /// Indexes nested deeper than this are refused.
 const MAX_NESTING: usize = 4;
 
@@ -279,11 +279,28 @@ impl Layout {
     }
 }
 
-/// Checks an image manifest and its config, which the caller has checked
-/// against their digests, and describes the image. Errors are messages.
-fn from_parts(manifest_digest: &str, manifest: &Manifest, config: ConfigFile) -> std::result::Result<OciImage, String> {
+/// An image config's diffids and run config, checked.
+#[derive(Debug)]
+pub(super) struct CheckedConfig {
+    pub diff_ids: Vec<String>,
+    pub run: RunConfig,
+}
+
+/// Parses and checks the image config `bytes` (at most [`MAX_JSON`]);
+/// `what` names it in errors, which are one-line messages.
+pub(super) fn parse_config(what: &str, bytes: &[u8]) -> std::result::Result<CheckedConfig, String> {
+    if bytes.len() as u64 > MAX_JSON {
+        return Err(format!("config {what} is {} bytes; the limit for a JSON document is {MAX_JSON}", bytes.len()));
+    }
+    let config: ConfigFile = serde_json::from_slice(bytes).map_err(|e| format!("config {what} is not valid: {e}"))?;
+    checked_config(what, config)
+}
+
+/// Checks an image config: layers for linux on this host's architecture,
+/// each diffid a sha256 digest. `what` names it in errors.
+fn checked_config(what: &str, config: ConfigFile) -> std::result::Result<CheckedConfig, String> {
     if config.rootfs.kind != "layers" {
-        return Err(format!("config {} has rootfs type {:?}, not \"layers\"", manifest.config.digest, config.rootfs.kind));
+        return Err(format!("config {what} has rootfs type {:?}, not \"layers\"", config.rootfs.kind));
     }
     if !config.os.is_empty() && config.os != "linux" {
         return Err(format!("the image is for {}, not linux", config.os));
@@ -291,33 +308,42 @@ fn from_parts(manifest_digest: &str, manifest: &Manifest, config: ConfigFile) ->
     if !config.architecture.is_empty() && config.architecture != host_arch() {
         return Err(format!("the image is for {}, and this host is {}", config.architecture, host_arch()));
     }
-    if config.rootfs.diff_ids.len() != manifest.layers.len() {
-        return Err(format!(
-            "manifest {manifest_digest} has {} layers, and its config {} diffids",
-            manifest.layers.len(),
-            config.rootfs.diff_ids.len()
-        ));
-    }
-    let mut layers = Vec::with_capacity(manifest.layers.len());
-    for (layer, diff_id) in manifest.layers.iter().zip(&config.rootfs.diff_ids) {
-        sha256_hex(&layer.digest).ok_or_else(|| format!("layer digest {:?} is not a sha256 digest", layer.digest))?;
+    for diff_id in &config.rootfs.diff_ids {
         sha256_hex(diff_id).ok_or_else(|| format!("diffid {diff_id:?} is not a sha256 digest"))?;
-        layers.push(LayerWant {
-            diff_id: diff_id.clone(),
-            blob_digest: layer.digest.clone(),
-            blob_size: layer.size,
-            media_type: layer.media_type.clone(),
-        });
     }
     let c = config.config.unwrap_or_default();
-    let config = RunConfig {
+    let run = RunConfig {
         env: c.env.unwrap_or_default(),
         working_dir: c.working_dir.filter(|w| !w.is_empty()),
         user: c.user.filter(|u| !u.is_empty()),
         entrypoint: c.entrypoint.unwrap_or_default(),
         cmd: c.cmd.unwrap_or_default(),
     };
-    Ok(OciImage { manifest_digest: manifest_digest.to_owned(), config, layers })
+    Ok(CheckedConfig { diff_ids: config.rootfs.diff_ids, run })
+}
+
+/// Checks an image manifest and its config, which the caller has checked
+/// against their digests, and describes the image. Errors are messages.
+fn from_parts(manifest_digest: &str, manifest: &Manifest, config: ConfigFile) -> std::result::Result<OciImage, String> {
+    let config = checked_config(&manifest.config.digest, config)?;
+    if config.diff_ids.len() != manifest.layers.len() {
+        return Err(format!(
+            "manifest {manifest_digest} has {} layers, and its config {} diffids",
+            manifest.layers.len(),
+            config.diff_ids.len()
+        ));
+    }
+    let mut layers = Vec::with_capacity(manifest.layers.len());
+    for (layer, diff_id) in manifest.layers.iter().zip(config.diff_ids) {
+        sha256_hex(&layer.digest).ok_or_else(|| format!("layer digest {:?} is not a sha256 digest", layer.digest))?;
+        layers.push(LayerWant {
+            diff_id,
+            blob_digest: layer.digest.clone(),
+            blob_size: layer.size,
+            media_type: layer.media_type.clone(),
+        });
+    }
+    Ok(OciImage { manifest_digest: manifest_digest.to_owned(), config: config.run, layers })
 }
 
 /// Describes an image from its manifest and config documents as a registry

@@ -15,13 +15,13 @@ use super::testing::{for_platform, host_arch, tagged, LayerBlob, LayerTar, OciLa
 use super::*;
 use crate::rootfs::{Lookup, LowerStack};
 
-fn store() -> (TempDir, ImageStore) {
+pub(super) fn store() -> (TempDir, ImageStore) {
     let tmp = TempDir::new().unwrap();
     let store = ImageStore::new(tmp.path().join("images"));
     (tmp, store)
 }
 
-fn base_tar() -> Vec<u8> {
+pub(super) fn base_tar() -> Vec<u8> {
     LayerTar::new()
         .dir("etc")
         .file("etc/a", b"base a\n")
@@ -34,7 +34,7 @@ fn base_tar() -> Vec<u8> {
         .finish()
 }
 
-fn top_tar() -> Vec<u8> {
+pub(super) fn top_tar() -> Vec<u8> {
     LayerTar::new()
         .dir("etc")
         .file("etc/a", b"top a\n")
@@ -46,13 +46,13 @@ fn top_tar() -> Vec<u8> {
 }
 
 /// The names the merged view shows in `rel`.
-fn merged_names(image: &Image, rel: &str) -> Vec<String> {
+pub(super) fn merged_names(image: &Image, rel: &str) -> Vec<String> {
     let stack = LowerStack::open(&image.layers()[0].lowers).unwrap();
     let Some(Lookup::Dir(d)) = stack.lookup(Path::new(rel)) else { panic!("{rel} is no directory") };
     d.names().iter().map(|n| n.to_string_lossy().into_owned()).collect()
 }
 
-fn merged_content(image: &Image, rel: &str) -> Option<Vec<u8>> {
+pub(super) fn merged_content(image: &Image, rel: &str) -> Option<Vec<u8>> {
     let stack = LowerStack::open(&image.layers()[0].lowers).unwrap();
     match stack.lookup(Path::new(rel))? {
         Lookup::Other { parent, name, .. } => Some(cairn_fsat::read_regular_at(&parent, &name, 1 << 20).unwrap()),
@@ -60,13 +60,13 @@ fn merged_content(image: &Image, rel: &str) -> Option<Vec<u8>> {
     }
 }
 
-fn is_opaque(p: &Path) -> bool {
+pub(super) fn is_opaque(p: &Path) -> bool {
     let fd = cairn_fsat::open_dir(p).unwrap();
     cairn_fsat::XattrAt::Fd(fd.as_fd()).get(b"trusted.overlay.opaque").is_ok_and(|v| v == b"y")
 }
 
 /// Entries in `dir` (none if it does not exist).
-fn entries(dir: &Path) -> Vec<String> {
+pub(super) fn entries(dir: &Path) -> Vec<String> {
     let mut v: Vec<String> = match fs::read_dir(dir) {
         Ok(rd) => rd.map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect(),
         Err(_) => Vec::new(),
@@ -77,7 +77,7 @@ fn entries(dir: &Path) -> Vec<String> {
 
 /// No image `name`, and the layer store holds exactly `layers` and no
 /// temporary directory.
-fn assert_left(store: &ImageStore, name: &str, layers: usize) {
+pub(super) fn assert_left(store: &ImageStore, name: &str, layers: usize) {
     assert!(matches!(store.get(name), Err(Error::UnknownImage(_))), "{name} visible");
     for e in entries(store.root()) {
         assert!(!e.starts_with(".tmp-"), "image staging {e} left behind");

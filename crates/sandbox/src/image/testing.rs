@@ -1,9 +1,11 @@
-//! For tests (feature `test-util`): layer tars and OCI image layout
-//! directories written by hand, so tests control every byte (a layer with
-//! `..` or a hard link out, a blob that does not match its digest).
+//! For tests (feature `test-util`): layer tars, OCI image layout
+//! directories and `docker save` archives written by hand, so tests
+//! control every byte (a layer with `..` or a hard link out, a blob that
+//! does not match its digest).
 
 #![allow(clippy::unwrap_used, missing_docs)]
 
+use std::collections::HashMap;
 use std::fs;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
@@ -247,4 +249,138 @@ pub fn tagged(mut desc: Value, tag: &str) -> Value {
 pub fn for_platform(mut desc: Value, os: &str, arch: &str) -> Value {
     desc["platform"] = json!({"os": os, "architecture": arch});
     desc
+}
+
+/// `bytes`, gzip-compressed.
+pub fn gzip(bytes: &[u8]) -> Vec<u8> {
+    let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    enc.write_all(bytes).unwrap();
+    enc.finish().unwrap()
+}
+
+/// Where a [`DockerArchive`] puts layers and configs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DockerLayout {
+    /// Docker before 25: each layer in `<id>/layer.tar` (one saved before
+    /// is a symlink to the first copy), configs as `<hex>.json`.
+    Legacy,
+    /// Docker 25 and later: layers and configs as `blobs/sha256/<hex>`,
+    /// with the OCI layout's `index.json` and `oci-layout` beside them.
+    Blobs,
+}
+
+/// A `docker save` archive being written: members in the order docker
+/// writes them (layers, each image's config, then `manifest.json`).
+pub struct DockerArchive {
+    layout: DockerLayout,
+    tar: Builder<Vec<u8>>,
+    manifest: Vec<Value>,
+    /// Member names written, and the layer member written for each diffid.
+    names: Vec<String>,
+    layers: HashMap<String, String>,
+}
+
+impl std::fmt::Debug for DockerArchive {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "DockerArchive({:?})", self.layout)
+    }
+}
+
+impl DockerArchive {
+    pub fn new(layout: DockerLayout) -> Self {
+        let mut archive =
+            DockerArchive { layout, tar: Builder::new(Vec::new()), manifest: Vec::new(), names: Vec::new(), layers: HashMap::new() };
+        if layout == DockerLayout::Blobs {
+            archive.dir("blobs");
+            archive.dir("blobs/sha256");
+        }
+        archive
+    }
+
+    fn dir(&mut self, name: &str) {
+        let mut h = LayerTar::header(EntryType::Directory, 0, 0o755);
+        self.tar.append_data(&mut h, name, io::empty()).unwrap();
+        self.names.push(name.to_owned());
+    }
+
+    /// Appends a regular file member.
+    pub fn file(mut self, name: &str, bytes: &[u8]) -> Self {
+        self.add_file(name, bytes);
+        self
+    }
+
+    fn add_file(&mut self, name: &str, bytes: &[u8]) {
+        let mut h = LayerTar::header(EntryType::Regular, bytes.len() as u64, 0o444);
+        self.tar.append_data(&mut h, name, bytes).unwrap();
+        self.names.push(name.to_owned());
+    }
+
+    /// Adds an image of `layers` (bottom first, each stored as its blob's
+    /// bytes, compressed or not) tagged `tags`, its config saying their
+    /// diffids.
+    pub fn image(mut self, layers: &[LayerBlob], tags: &[&str]) -> Self {
+        let mut listed = Vec::new();
+        let mut id = String::new();
+        for l in layers {
+            // Docker's legacy ids chain each layer to its parent.
+            id = hex::encode(sha2::Sha256::digest(format!("{id}{}", l.diff_id)));
+            let name = match self.layout {
+                DockerLayout::Legacy => format!("{id}/layer.tar"),
+                DockerLayout::Blobs => format!("blobs/sha256/{}", l.digest().trim_start_matches("sha256:")),
+            };
+            if !self.names.contains(&name) {
+                match (self.layout, self.layers.get(&l.diff_id).cloned()) {
+                    (DockerLayout::Legacy, Some(first)) => {
+                        self.dir(&id);
+                        let mut h = LayerTar::header(EntryType::Symlink, 0, 0o777);
+                        self.tar.append_link(&mut h, &name, format!("../{first}")).unwrap();
+                        self.names.push(name.clone());
+                    }
+                    _ => {
+                        if self.layout == DockerLayout::Legacy {
+                            self.dir(&id);
+                        }
+                        self.add_file(&name, &l.bytes);
+                        self.layers.insert(l.diff_id.clone(), name.clone());
+                    }
+                }
+            }
+            listed.push(name);
+        }
+        let config = json!({
+            "architecture": host_arch(),
+            "os": "linux",
+            "config": {"Env": ["PATH=/usr/bin:/bin"], "Cmd": ["/bin/sh"]},
+            "rootfs": {"type": "layers", "diff_ids": layers.iter().map(|l| l.diff_id.clone()).collect::<Vec<_>>()},
+        });
+        let config = serde_json::to_vec(&config).unwrap();
+        let hex = sha256(&config).trim_start_matches("sha256:").to_owned();
+        let name = match self.layout {
+            DockerLayout::Legacy => format!("{hex}.json"),
+            DockerLayout::Blobs => format!("blobs/sha256/{hex}"),
+        };
+        self.add_file(&name, &config);
+        self.manifest.push(json!({"Config": name, "RepoTags": tags, "Layers": listed}));
+        self
+    }
+
+    /// The archive's bytes.
+    pub fn finish(self) -> Vec<u8> {
+        self.finish_with(|_| {})
+    }
+
+    /// The archive's bytes, with `manifest.json` as `edit` leaves it.
+    pub fn finish_with(mut self, edit: impl FnOnce(&mut Value)) -> Vec<u8> {
+        let mut manifest = Value::Array(std::mem::take(&mut self.manifest));
+        edit(&mut manifest);
+        if self.layout == DockerLayout::Blobs {
+            self.add_file("index.json", br#"{"schemaVersion":2,"manifests":[]}"#);
+        }
+        self.add_file("manifest.json", &serde_json::to_vec(&manifest).unwrap());
+        match self.layout {
+            DockerLayout::Legacy => self.add_file("repositories", b"{}"),
+            DockerLayout::Blobs => self.add_file("oci-layout", br#"{"imageLayoutVersion":"1.0.0"}"#),
+        }
+        self.tar.into_inner().unwrap()
+    }
 }
