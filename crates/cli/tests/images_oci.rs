@@ -232,6 +232,67 @@ fn bad_layouts_fail_with_one_line_and_leave_nothing() {
     assert!(err.contains("unknown image"), "{err}");
 }
 
+/// A small tmpfs mounted at a path until dropped (lazily: the daemon may
+/// still hold a file open in it).
+struct SmallFs(PathBuf);
+
+impl SmallFs {
+    fn mount(at: &Path, size: &str) -> SmallFs {
+        fs::create_dir_all(at).unwrap();
+        let ok = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size},mode=0700"), "cairn-test-small"])
+            .arg(at)
+            .status()
+            .unwrap();
+        assert!(ok.success(), "mount a tmpfs at {}", at.display());
+        SmallFs(at.to_owned())
+    }
+
+    fn used_bytes(&self) -> u64 {
+        let st = nix::sys::statvfs::statvfs(&self.0).unwrap();
+        (st.blocks() - st.blocks_free()) as u64 * st.fragment_size() as u64
+    }
+}
+
+impl Drop for SmallFs {
+    fn drop(&mut self) {
+        let _ = nix::mount::umount2(&self.0, nix::mount::MntFlags::MNT_DETACH);
+    }
+}
+
+/// The layer store on a 24 MiB filesystem: an image of 40 MiB does not fit.
+/// The import fails with one line and leaves no layer, no image and no
+/// staging behind; an image that fits imports afterwards.
+#[test]
+fn an_image_larger_than_the_space_for_layers_fails_with_one_line_and_leaves_nothing() {
+    common::require_root();
+    let mut small = None;
+    let d = Daemon::start_prepared(|home| small = Some(SmallFs::mount(&home.join("layers"), "24m")), &[]);
+    let small = small.unwrap();
+    let images_before = images_stored(&d);
+    let mut big = Vec::new();
+    std::io::Read::read_to_end(&mut std::io::Read::take(fs::File::open("/dev/urandom").unwrap(), 40 << 20), &mut big).unwrap();
+    let (_tmp, dir) = layout_dir("big");
+    let huge = LayerBlob::gzip(&LayerTar::new().dir("opt").file("opt/big", &big).finish());
+    OciLayout::single(&dir, &[base_layer(), huge]);
+
+    let err = d.fails(&["image", "import", "big", dir.to_str().unwrap()]);
+    let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "one line: {err}");
+    assert!(err.to_lowercase().contains("no space"), "names the lack of space: {err}");
+    assert_eq!(images_stored(&d), images_before, "no image recorded");
+    assert_eq!(layers_stored(&d), Vec::<String>::new(), "no layer kept");
+    assert!(small.used_bytes() < 1 << 20, "nothing partial left: {} bytes used", small.used_bytes());
+
+    // Control: an image that fits imports into the same store.
+    let (_tmp2, fits) = layout_dir("fits");
+    OciLayout::single(&fits, &[base_layer(), top_layer()]);
+    d.ok(&["image", "import", "fits", fits.to_str().unwrap()]);
+    assert_eq!(layers_stored(&d).len(), 2);
+    d.ok(&["image", "rm", "fits"]);
+    // `small` goes before `d` (declared after it): unmounted, then the home removed.
+}
+
 #[test]
 fn a_docker_archive_written_by_skopeo_imports_and_runs() {
     common::require_root();

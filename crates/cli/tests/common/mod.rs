@@ -118,9 +118,15 @@ impl Daemon {
     }
 
     pub fn start_with(extra: &[&str]) -> Daemon {
+        Self::start_prepared(|_| {}, extra)
+    }
+
+    /// Starts a daemon on a new home that `prepare` has set up first.
+    pub fn start_prepared(prepare: impl FnOnce(&Path), extra: &[&str]) -> Daemon {
         require_root();
         become_subreaper();
         let home = tempfile::Builder::new().prefix("cairn-test-").tempdir_in("/var/tmp").expect("temp home");
+        prepare(home.path());
         let mut d = Daemon { home, child: None, url: String::new() };
         d.spawn(extra);
         d
