@@ -90,6 +90,11 @@ pub fn resolve_platform(entries: &[ImageIndexEntry]) -> Option<String> {
 }
 
 impl Runtime {
+    /// The downloads so far of the pull of image `name` going on.
+    pub fn pull_progress(&self, name: &str) -> Result<PullProgress, Error> {
+        self.pulls.get(name).ok_or_else(|| Error::not_found(format!("no pull of {name:?} is going on")))
+    }
+
     /// Pulls `req.reference` as image `req.name` (the reference by default).
     pub async fn pull_image(&self, req: PullRequest) -> Result<Image, Error> {
         let name = req.name.clone().unwrap_or_else(|| req.reference.clone());
