@@ -184,7 +184,7 @@ async fn run<C: ExecChannel>(tasks: &Arc<Runtime>, id: &str, actor: &str, start:
 
     let tty = start.tty.map(|t| WinSize { rows: t.rows, cols: t.cols });
     let req = ExecRequest { argv: argv.clone(), env, cwd: workdir.clone(), tty, user: user.clone() };
-    let io = Stdio::new(start.stdin, start.tty.is_some()).map_err(|e| Error::internal(format!("pipes: {e}")))?;
+    let io = Stdio::new(start.stdin, start.tty.is_some()).map_err(|e| Error::internal_from(e).context("pipes"))?;
     let driver = tasks.driver.clone();
     let tid = task.id.to_string();
     let child_fds = io.child_fds();
