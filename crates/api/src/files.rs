@@ -15,6 +15,36 @@ pub struct CopiedIn {
     pub path: String,
 }
 
+/// What a copy out (`GET /v1/tasks/{id}/files?path=P&links=L`) does with a
+/// symlink that is absolute or leads out of the copied tree.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Links {
+    /// Refuse the copy, naming the link (the default): planted on the
+    /// client's host, a later write through it would land outside the copy.
+    #[default]
+    Refuse,
+    /// Copy the link as it is.
+    Keep,
+    /// Copy what it points to, resolved inside the sandbox.
+    Follow,
+}
+
+impl Links {
+    /// The word of the `links` query parameter.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Links::Refuse => "refuse",
+            Links::Keep => "keep",
+            Links::Follow => "follow",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Links> {
+        [Links::Refuse, Links::Keep, Links::Follow].into_iter().find(|l| l.as_str() == s)
+    }
+}
+
 /// What an entry of a listing is (a symlink is listed, not followed).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
@@ -72,6 +102,16 @@ mod tests {
     fn a_copy_in_keeps_the_daemons_field_names() {
         crate::assert_wire_shape(&CopiedIn { entries: 3, path: "/workspace/src".into() }, &["entries", "path"]);
         crate::assert_wire_shape(&Written { path: "/workspace/notes.md".into(), bytes: 12 }, &["path", "bytes"]);
+    }
+
+    #[test]
+    fn link_modes_have_one_word_in_queries_and_json() {
+        for l in [Links::Refuse, Links::Keep, Links::Follow] {
+            assert_eq!(Links::parse(l.as_str()), Some(l));
+            assert_eq!(serde_json::to_value(l).unwrap(), l.as_str());
+        }
+        assert_eq!(Links::parse("Follow"), None);
+        assert_eq!(Links::default(), Links::Refuse);
     }
 
     #[test]

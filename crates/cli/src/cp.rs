@@ -36,26 +36,7 @@ pub fn parse_endpoint(s: &str) -> Endpoint {
 
 /// What copying out does with a symlink that is absolute or leads out of
 /// the copied tree.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Links {
-    /// Refuse the copy, naming the link (the default): planted on this
-    /// host, a later write through it would land outside the copy.
-    Refuse,
-    /// Copy the link as it is.
-    Keep,
-    /// Copy what it points to, resolved inside the sandbox.
-    Follow,
-}
-
-impl Links {
-    fn query(self) -> &'static str {
-        match self {
-            Links::Refuse => "refuse",
-            Links::Keep => "keep",
-            Links::Follow => "follow",
-        }
-    }
-}
+pub use cairn_api::files::Links;
 
 /// What a copy did: for `--json`, what this side counted of a copy out,
 /// or the daemon's answer to a copy in.
@@ -120,7 +101,7 @@ async fn download(client: &Client, task: &str, path: &str, local: &Path, links: 
     // With a second of slack for the daemon's clock, to tell this copy's
     // log entry from earlier ones.
     let started_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64) - 1000;
-    let req = client.request(Method::GET, &format!("/v1/tasks/{task}/files?path={}&links={}", query_escape(path), links.query()));
+    let req = client.request(Method::GET, &format!("/v1/tasks/{task}/files?path={}&links={}", query_escape(path), links.as_str()));
     let resp = req.send().await.map_err(|e| client.connect_error(e))?;
     let status = resp.status();
     if !status.is_success() {

@@ -298,7 +298,7 @@ async fn raw_file_and_metrics(d: &mut Demo) -> Result<()> {
     let t = Instant::now();
     let path = format!("/v1/tasks/{}/file?path={}", d.task, crate::client::query_escape("/workspace/raw.txt"));
     let put = d.client.request(reqwest::Method::PUT, &path).body("written as raw bytes\n");
-    let _: serde_json::Value = d.client.send(put).await?;
+    let _: cairn_api::files::Written = d.client.send(put).await?;
     let got = d.client.request(reqwest::Method::GET, &path).send().await.map_err(|e| d.client.connect_error(e))?;
     let got = got.error_for_status().map_err(|e| anyhow::anyhow!("reading the file back: {e}"))?.text().await?;
     if got != "written as raw bytes\n" {

@@ -31,7 +31,7 @@ const META_PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
 
 pub async fn bridge(client: &Client) -> Result<u8> {
     // Found unreachable now rather than at the client's first message.
-    client.get::<Value>("/v1/health").await?;
+    client.get::<cairn_api::health::Health>("/v1/health").await?;
     let endpoint = client.url("/mcp");
     let http = reqwest::Client::new();
     let negotiated = Arc::new(Mutex::new(Negotiated::default()));

@@ -62,6 +62,11 @@ impl Error {
     pub fn internal_from(e: impl std::error::Error + Send + Sync + 'static) -> Self {
         Error::Internal { message: e.to_string(), source: Some(Box::new(e)) }
     }
+    /// An internal failure said in `message` (which names the cause where
+    /// it reads best), keeping the cause as its `source()`.
+    pub fn internal_with(message: impl Into<String>, source: impl std::error::Error + Send + Sync + 'static) -> Self {
+        Error::Internal { message: message.into(), source: Some(Box::new(source)) }
+    }
     /// The same kind with `what: ` in front of the message.
     pub fn context(self, what: &str) -> Self {
         match self {
@@ -163,6 +168,18 @@ mod tests {
         assert_eq!(e.code(), ErrorCode::Internal);
         assert!(std::error::Error::source(&e).is_some());
         assert_eq!(Error::from(cairn_store::Error::UnknownTask("t1".into())).code(), ErrorCode::NotFound);
+    }
+
+    #[test]
+    fn internal_errors_said_in_context_keep_their_source() {
+        let io = || std::io::Error::other("disk on fire");
+        let e = Error::internal_from(io()).context("pipes");
+        assert_eq!(e.to_string(), "pipes: disk on fire");
+        assert_eq!(std::error::Error::source(&e).map(ToString::to_string).as_deref(), Some("disk on fire"));
+        let e = Error::internal_with("manifest unreadable (disk on fire); run `cairn check`", io());
+        assert_eq!(e.code(), ErrorCode::Internal);
+        assert!(std::error::Error::source(&e).is_some());
+        assert!(std::error::Error::source(&Error::internal("x")).is_none());
     }
 
     #[test]

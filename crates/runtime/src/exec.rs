@@ -113,6 +113,32 @@ impl Runtime {
     pub async fn exec<C: ExecChannel>(self: &Arc<Self>, id: &str, actor: &str, start: ExecStart, chan: &mut C) -> Result<(), Error> {
         run(self, id, actor, start, chan).await
     }
+
+    /// Lets an exec in before its transport is set up (a WebSocket
+    /// upgraded, a stream of events begun), so that a refusal still has its
+    /// own status: an unknown task, or one that can never run a command
+    /// again. The command itself is given to [`AdmittedExec::exec`].
+    pub async fn admit_exec(self: &Arc<Self>, id_or_name: &str) -> Result<AdmittedExec, Error> {
+        let task = self.find(id_or_name).await?;
+        if task.state.is_terminal() {
+            task.state.check_exec()?;
+        }
+        Ok(AdmittedExec { rt: self.clone(), task: id_or_name.to_owned() })
+    }
+}
+
+/// An exec [`Runtime::admit_exec`] let in, to run once its transport is up.
+#[derive(Debug)]
+pub struct AdmittedExec {
+    rt: Arc<Runtime>,
+    task: String,
+}
+
+impl AdmittedExec {
+    /// [`Runtime::exec`] of the admitted task.
+    pub async fn exec<C: ExecChannel>(self, actor: &str, start: ExecStart, chan: &mut C) -> Result<(), Error> {
+        run(&self.rt, &self.task, actor, start, chan).await
+    }
 }
 
 /// Why a command takes a pre-risk snapshot: the pattern as written (not
@@ -158,7 +184,7 @@ async fn run<C: ExecChannel>(tasks: &Arc<Runtime>, id: &str, actor: &str, start:
 
     let tty = start.tty.map(|t| WinSize { rows: t.rows, cols: t.cols });
     let req = ExecRequest { argv: argv.clone(), env, cwd: workdir.clone(), tty, user: user.clone() };
-    let io = Stdio::new(start.stdin, start.tty.is_some()).map_err(|e| Error::internal(format!("pipes: {e}")))?;
+    let io = Stdio::new(start.stdin, start.tty.is_some()).map_err(|e| Error::internal_from(e).context("pipes"))?;
     let driver = tasks.driver.clone();
     let tid = task.id.to_string();
     let child_fds = io.child_fds();

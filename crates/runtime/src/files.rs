@@ -11,6 +11,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
+use cairn_api::files::Links;
 use cairn_core::{EventKind, NewEvent};
 use cairn_sandbox::files::{self, Kind, LinkPolicy, Owner, SandboxRoot};
 use futures_util::Stream;
@@ -61,10 +62,20 @@ async fn record(tasks: &Runtime, task: &cairn_core::TaskId, actor: &str, args: s
 /// A tar of a sandbox path, as a stream of chunks.
 pub type TarStream = tokio_stream::wrappers::ReceiverStream<Result<Vec<u8>, std::io::Error>>;
 
+/// What the sandbox's copy does with the links `links` names.
+fn link_policy(links: Links) -> LinkPolicy {
+    match links {
+        Links::Refuse => LinkPolicy::Refuse,
+        Links::Keep => LinkPolicy::Keep,
+        Links::Follow => LinkPolicy::Follow,
+    }
+}
+
 /// Resolves `path` in the sandbox, then streams it out as a tar; a bad path
 /// is an error here, before any byte of the stream.
-pub async fn download(tasks: Arc<Runtime>, id: &str, path: String, links: LinkPolicy, actor: String) -> Result<TarStream, Error> {
+pub async fn download(tasks: Arc<Runtime>, id: &str, path: String, links: Links, actor: String) -> Result<TarStream, Error> {
     let begun = Instant::now();
+    let links = link_policy(links);
     let (task, live) = tasks.running(id, &actor).await?;
     let (driver, tid) = (tasks.driver.clone(), task.id.to_string());
     let p = path.clone();

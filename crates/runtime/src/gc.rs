@@ -44,7 +44,7 @@ impl Runtime {
         let mut live_chunks = HashSet::new();
         for (hex, who) in &live {
             let m = self.load_manifest(hex).await.map_err(|e| {
-                Error::internal(format!("gc stopped, nothing deleted: manifest of {who} is unreadable ({e}); run `cairn check`"))
+                Error::internal_with(format!("gc stopped, nothing deleted: manifest of {who} is unreadable ({e}); run `cairn check`"), e)
             })?;
             live_manifests.insert(manifest_id(hex)?);
             live_chunks.extend(cairn_snapshot::referenced_chunks(&m));

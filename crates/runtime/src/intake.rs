@@ -15,6 +15,28 @@ use crate::gateway::webhook;
 use crate::runtime::Runtime;
 use crate::waits::{ApproveRequest, EventRequest, MAX_PROMPT};
 
+/// What the page of an approval link posts: the link's wait, expiry and
+/// signature, and the decision with its comment.
+#[derive(Debug)]
+pub struct LinkDecision<'a> {
+    pub wait: &'a str,
+    pub exp: i64,
+    pub sig: &'a str,
+    /// `approve` or `reject`.
+    pub decision: &'a str,
+    pub comment: Option<String>,
+}
+
+/// A decision [`Runtime::approve_by_link`] delivered.
+#[derive(Debug)]
+pub struct LinkApproved {
+    pub task: cairn_core::TaskId,
+    pub approve: bool,
+    /// The comment, unless it was blank.
+    pub comment: Option<String>,
+    pub delivered: Delivered,
+}
+
 impl Runtime {
     /// Delivers an event; wakes the task when it satisfied the wait it was
     /// suspended on.
@@ -38,7 +60,24 @@ impl Runtime {
         self.approve_wait(&task.id, req, by).await
     }
 
-    pub async fn approve_wait(self: &Arc<Self>, task: &cairn_core::TaskId, req: ApproveRequest, by: &str) -> Result<Delivered, Error> {
+    /// A decision made on the page of an approval link: checks the link
+    /// (signature, expiry, a wait still pending), then the decision
+    /// (`approve` or `reject`; anything else is [`Error::Invalid`]), then
+    /// delivers it. A blank comment is none.
+    pub async fn approve_by_link(self: &Arc<Self>, link: LinkDecision<'_>, by: &str) -> Result<LinkApproved, Error> {
+        let linked = self.linked_wait(link.wait, link.exp, link.sig).await?;
+        let approve = match link.decision {
+            "approve" => true,
+            "reject" => false,
+            other => return Err(Error::invalid(format!("unknown decision {other:?}"))),
+        };
+        let comment = link.comment.filter(|c| !c.trim().is_empty());
+        let task = linked.wait.task;
+        let delivered = self.approve_wait(&task, ApproveRequest { approve, comment: comment.clone() }, by).await?;
+        Ok(LinkApproved { task, approve, comment, delivered })
+    }
+
+    pub(crate) async fn approve_wait(self: &Arc<Self>, task: &cairn_core::TaskId, req: ApproveRequest, by: &str) -> Result<Delivered, Error> {
         if req.comment.as_ref().is_some_and(|c| c.len() > MAX_PROMPT) {
             return Err(Error::invalid(format!("the comment is over {MAX_PROMPT} bytes")));
         }

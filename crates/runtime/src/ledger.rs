@@ -115,7 +115,7 @@ impl Runtime {
     pub fn rotate_key(&self, actor: &str) -> Result<KeyInfo, Error> {
         let mut keys = self.node_keys();
         let old = keys.current().key_id;
-        let new = keys.rotate().map_err(|e| Error::internal(e.to_string()))?;
+        let new = keys.rotate().map_err(Error::internal_from)?;
         tracing::warn!(%old, new = %new.key_id, %actor, "signing key rotated");
         Ok(new)
     }

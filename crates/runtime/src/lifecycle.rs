@@ -166,8 +166,8 @@ impl Runtime {
                 self.wake_pool_refill();
                 Ok(live)
             }
-            Err(e) => {
-                let msg = format!("sandbox failed to start: {e}");
+            Err(failed) => {
+                let msg = format!("sandbox failed to start: {failed}");
                 self.driver.release_slot(slot, task.id.as_str());
                 self.store.release_sandbox(&task.id).await?;
                 if let Err(e) = self.store.transition(&task.id, task.state, Transition::Fail).await {
@@ -177,7 +177,7 @@ impl Runtime {
                 event.exit_code = Some(1);
                 event.args["error"] = json!(msg);
                 self.store.append_event(&event).await?;
-                Err(Error::internal(msg))
+                Err(Error::internal_with(msg, failed))
             }
         }
     }
@@ -253,7 +253,7 @@ impl Runtime {
                 duration_ms: Some(begun.elapsed().as_millis() as u64),
             })
             .await?;
-        result.map_err(|e| Error::internal(format!("teardown of {} failed: {e}", task.id)))?;
+        result.map_err(|e| Error::internal_from(e).context(&format!("teardown of {} failed", task.id)))?;
         // A destroyed task takes no more lifecycle steps: its cell can go
         // (the guard held here keeps it alive until this returns).
         self.cells.remove(&task.id);

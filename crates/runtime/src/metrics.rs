@@ -93,7 +93,7 @@ impl Metrics {
 
     fn encode(&self) -> Result<String, Error> {
         let mut out = String::new();
-        prometheus_client::encoding::text::encode(&mut out, &self.registry).map_err(|e| Error::internal(format!("encoding metrics: {e}")))?;
+        prometheus_client::encoding::text::encode(&mut out, &self.registry).map_err(|e| Error::internal_from(e).context("encoding metrics"))?;
         Ok(out)
     }
 }

@@ -90,6 +90,11 @@ pub fn resolve_platform(entries: &[ImageIndexEntry]) -> Option<String> {
 }
 
 impl Runtime {
+    /// The downloads so far of the pull of image `name` going on.
+    pub fn pull_progress(&self, name: &str) -> Result<PullProgress, Error> {
+        self.pulls.get(name).ok_or_else(|| Error::not_found(format!("no pull of {name:?} is going on")))
+    }
+
     /// Pulls `req.reference` as image `req.name` (the reference by default).
     pub async fn pull_image(&self, req: PullRequest) -> Result<Image, Error> {
         let name = req.name.clone().unwrap_or_else(|| req.reference.clone());
@@ -263,14 +268,14 @@ fn io_error(given: &str, path: &std::path::Path, e: std::io::Error) -> Error {
     if e.raw_os_error() == Some(libc::ENOSPC) {
         Error::NoSpace(format!("cannot pull {given}: the disk is full ({})", path.display()))
     } else {
-        Error::internal(format!("cannot pull {given}: {}: {e}", path.display()))
+        Error::internal_from(e).context(&format!("cannot pull {given}: {}", path.display()))
     }
 }
 
 /// Refuses a pull whose downloads alone would not fit on the disk.
 fn check_space(dir: &std::path::Path, need: u64, given: &str) -> Result<(), Error> {
     std::fs::create_dir_all(dir).map_err(|e| io_error(given, dir, e))?;
-    let st = nix::sys::statvfs::statvfs(dir).map_err(|e| Error::internal(format!("statvfs {}: {e}", dir.display())))?;
+    let st = nix::sys::statvfs::statvfs(dir).map_err(|e| Error::internal_from(e).context(&format!("statvfs {}", dir.display())))?;
     let free = st.blocks_available() as u64 * st.fragment_size() as u64;
     if need > free {
         return Err(Error::NoSpace(format!(

@@ -67,15 +67,6 @@ impl Runtime {
         Ok(self.progress(&task.id))
     }
 
-    /// Refuses early when the task can never run a command again.
-    pub async fn check_can_exec(&self, id_or_name: &str) -> Result<(), Error> {
-        let task = self.find(id_or_name).await?;
-        if task.state.is_terminal() {
-            task.state.check_exec()?;
-        }
-        Ok(())
-    }
-
     pub async fn checkpoint_now(&self, id_or_name: &str, actor: &str) -> Result<CheckpointView, Error> {
         let task = self.find(id_or_name).await?;
         self.checkpoint(&task.id, actor).await

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use cairn_api::exec::{ExecStart, RunAnswer, RunRequest, ServerFrame, RUN_OUTPUT_CAP, STDERR, STDOUT};
 use cairn_core::ExecExit;
 
-use crate::exec::{ExecChannel, ExecInput, ExecOutput};
+use crate::exec::{AdmittedExec, ExecChannel, ExecInput, ExecOutput};
 use crate::runtime::Runtime;
 use crate::Error;
 
@@ -16,7 +16,7 @@ const MAX_TIMEOUT_SECS: f64 = 7.0 * 24.0 * 3600.0;
 
 /// The exec start of a run, and the stdin it gives; bad requests are
 /// [`Error::Invalid`] with one line naming what was wrong.
-pub fn start_of(req: RunRequest) -> Result<(ExecStart, RunStdin), Error> {
+pub(crate) fn start_of(req: RunRequest) -> Result<(ExecStart, RunStdin), Error> {
     // An empty cmd runs the task's default command; the exec refuses it
     // when the task has none.
     let timeout_ms = match req.timeout {
@@ -116,5 +116,28 @@ impl Runtime {
         self.exec(id, actor, start, &mut chan).await?;
         let exit = chan.exit.ok_or_else(|| Error::internal("the command ended without an exit status"))?;
         Ok(answer(exit, &chan.out[0], &chan.out[1], chan.truncated))
+    }
+
+    /// Checks `req` and lets its run in before the stream of its output
+    /// begins, as [`Runtime::admit_exec`] does; answers the run, and the
+    /// stdin the caller's channel is to give it.
+    pub async fn admit_run(self: &Arc<Self>, id_or_name: &str, req: RunRequest) -> Result<(AdmittedRun, RunStdin), Error> {
+        let (start, stdin) = start_of(req)?;
+        let exec = self.admit_exec(id_or_name).await?;
+        Ok((AdmittedRun { exec, start }, stdin))
+    }
+}
+
+/// A run [`Runtime::admit_run`] let in, to run over the caller's channel.
+#[derive(Debug)]
+pub struct AdmittedRun {
+    exec: AdmittedExec,
+    start: ExecStart,
+}
+
+impl AdmittedRun {
+    /// Runs the command to its end over `chan` (see [`Runtime::exec`]).
+    pub async fn exec<C: ExecChannel>(self, actor: &str, chan: &mut C) -> Result<(), Error> {
+        self.exec.exec(actor, self.start, chan).await
     }
 }

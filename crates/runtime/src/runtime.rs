@@ -41,25 +41,25 @@ pub fn limits_view(l: &Limits) -> LimitsView {
 
 #[derive(Debug)]
 pub struct Runtime {
-    pub store: SharedStore,
-    pub images: ImageStore,
-    pub driver: Arc<dyn SandboxDriver>,
-    pub snaps: crate::snapshot::SnapshotState,
+    pub(crate) store: SharedStore,
+    pub(crate) images: ImageStore,
+    pub(crate) driver: Arc<dyn SandboxDriver>,
+    pub(crate) snaps: crate::snapshot::SnapshotState,
     /// Signs approval links.
-    pub link_key: crate::gateway::approval::LinkKey,
+    pub(crate) link_key: crate::gateway::approval::LinkKey,
     /// The node's ledger signing keys (`$CAIRN_HOME/keys/`).
-    pub keys: std::sync::Mutex<cairn_ledger::NodeKeys>,
+    pub(crate) keys: std::sync::Mutex<cairn_ledger::NodeKeys>,
     /// The daemon's base URL (for webhook and approval links), once bound.
-    pub base_url: std::sync::OnceLock<String>,
+    pub(crate) base_url: std::sync::OnceLock<String>,
     /// What is kept in memory per task (lock, live sandbox, busy count,
     /// progress, baseline, egress proxy).
     pub(crate) cells: Arc<crate::cell::Cells>,
     pub(crate) defaults: Limits,
     pub(crate) retention: cairn_core::Retention,
     pub(crate) idle_suspend_default: Option<Duration>,
-    pub egress: crate::egress::Egress,
+    pub(crate) egress: crate::egress::Egress,
     /// The image pulls going on, with their progress.
-    pub pulls: crate::pull::Pulls,
+    pub(crate) pulls: crate::pull::Pulls,
     /// Wakes of `waking` tasks, deduplicated, a bounded number at a time.
     pub(crate) wakes: Arc<crate::wakes::WakeScheduler>,
     /// What `/metrics` reports.

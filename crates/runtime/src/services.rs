@@ -34,7 +34,7 @@ impl Runtime {
             let driver = self.driver.clone();
             let tid = task.id.to_string();
             let code = tokio::task::spawn_blocking(move || -> Result<i32, Error> {
-                let null = std::fs::File::open("/dev/null").map_err(|e| Error::internal(format!("/dev/null: {e}")))?;
+                let null = std::fs::File::open("/dev/null").map_err(|e| Error::internal_from(e).context("/dev/null"))?;
                 let fd = null.as_raw_fd();
                 match driver.exec(&tid, &req, &[fd, fd, fd])? {
                     Ok(running) => match proto::recv::<Reply>(&running.conn)? {

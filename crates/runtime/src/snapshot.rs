@@ -401,7 +401,7 @@ impl Runtime {
         }
         self.set_live(&task.id, None);
         self.release_slot(&task.id).await?;
-        res.map_err(|e| Error::internal(format!("cannot stop the sandbox of {}: {e}", task.id)))
+        res.map_err(|e| Error::internal_from(e).context(&format!("cannot stop the sandbox of {}", task.id)))
     }
 
     /// Makes the task's disk hold exactly `manifest`'s writable layer, owned

@@ -5,10 +5,11 @@
 //!
 //! What a failure must leave behind is each operation's policy (see
 //! `materialise.rs` and docs/architecture.md): a failed start fails the
-//! task and gives its uid slot back, a failed snapshot or suspend leaves the
-//! task running, a failed wake goes back to `suspended`, a failed rollback
-//! marks the sandbox lost (the next use recovers it), a failed fork fails
-//! the new task only, a failed recovery leaves the task to try again.
+//! task and gives its uid slot back (also one after the restore of a wake,
+//! a rollback or a fork), a failed snapshot or suspend leaves the
+//! task running; a failed restore sends a wake back to `suspended`, marks
+//! a rolled-back sandbox lost (the next use recovers it), fails a fork's
+//! new task only, and leaves a recovery to try again.
 
 #![allow(clippy::unwrap_used)]
 
@@ -236,6 +237,84 @@ async fn a_wake_that_cannot_restore_goes_back_to_suspended_and_succeeds_later() 
     assert_eq!(w.state(&t).await, (TaskState::Running, SandboxState::Ready));
     assert_eq!(w.sh(&t, "cat state.txt").await.unwrap().1, "kept\n");
     assert_eq!(w.events(&t, EventKind::Wake).await.last().unwrap().args["from_cache"], false);
+}
+
+/// What a sandbox start that failed after its disk was restored must leave:
+/// the task failed with the start's error as its sandbox's note, no
+/// sandbox, no uid slot held, and a failed `sandbox_start` logged; its disk
+/// goes with a destroy.
+async fn assert_failed_start_leaves_nothing(w: &World, task: &str) {
+    let t = w.rt.show(task).await.unwrap().task;
+    assert_eq!((t.state, t.sandbox), (TaskState::Failed, SandboxState::None), "{task}");
+    assert!(t.sandbox_note.as_deref().unwrap_or_default().contains("failed to start"), "{:?}", t.sandbox_note);
+    assert!(w.fake.running(task).is_none(), "no sandbox is left running");
+    assert!(w.rt.live(&t.id).is_none(), "the runtime holds no live sandbox");
+    assert!((0..8).all(|s| w.fake.slot_holder(s).as_deref() != Some(task)), "its uid slot is free");
+    let ops = w.fake.ops_for(task);
+    let restored = ops.iter().rposition(|o| *o == Op::PrepareDisk);
+    assert!(restored.is_some_and(|r| ops[r..].contains(&Op::Start)), "the start came after a restore: {ops:?}");
+    assert_eq!(w.events(task, EventKind::SandboxStart).await.last().unwrap().exit_code, Some(1));
+    w.rt.destroy(task, "test").await.unwrap();
+    assert!(!w.fake.has_disk(task), "the destroy removes its disk");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wake_whose_sandbox_fails_to_start_after_the_restore_fails_the_task() {
+    let w = World::new().await;
+    let t = w.create().await;
+    w.sh(&t, "echo kept > state.txt").await.unwrap();
+    w.rt.suspend(&t, "test").await.unwrap();
+    // No local disk: the wake restores from the blob store, then starts.
+    std::fs::remove_dir_all(w.fake.disk_dir(&t)).unwrap();
+
+    w.fake.fail_next(Op::Start);
+    let err = w.rt.resume(&t, "test").await.unwrap_err();
+    assert!(err.to_string().contains("failed to start"), "{err}");
+    assert!(w.fake.has_disk(&t), "the disk was restored before the start");
+    // Unlike a failed restore (back to `suspended`), a failed start fails
+    // the task, as a failed start does everywhere.
+    assert_eq!(w.events(&t, EventKind::Wake).await.last().unwrap().exit_code, Some(1));
+    assert_failed_start_leaves_nothing(&w, &t).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rollback_whose_sandbox_fails_to_start_after_the_restore_fails_the_task() {
+    let w = World::new().await;
+    let t = w.create().await;
+    w.sh(&t, "echo good > code.txt").await.unwrap();
+    let good = w.snapshot(&t, "green").await;
+    w.sh(&t, "echo broken > code.txt").await.unwrap();
+
+    w.fake.fail_next(Op::Start);
+    let err = w.rt.rollback(&t, rollback_to(&good, "tests went red"), "test").await.unwrap_err();
+    assert!(err.to_string().contains("failed to start"), "{err}");
+    // The restore was recorded before the start: the task's record names
+    // the target.
+    let task = w.rt.show(&t).await.unwrap().task;
+    assert_eq!(task.rollback_note.unwrap().to.to_string(), good);
+    let ended = w.events(&t, EventKind::Rollback).await;
+    assert_eq!((ended.last().unwrap().args["phase"].as_str(), ended.last().unwrap().exit_code), (Some("end"), Some(0)));
+    assert_failed_start_leaves_nothing(&w, &t).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fork_whose_sandbox_fails_to_start_after_the_restore_fails_only_the_child() {
+    let w = World::new().await;
+    let t = w.create().await;
+    w.sh(&t, "echo base > plan.txt").await.unwrap();
+    let s = w.snapshot(&t, "fork point").await;
+
+    w.fake.fail_next(Op::Start);
+    let err = w.rt.fork(&t, ForkRequest { from: Some(s.clone()), count: Some(1) }, "test").await.unwrap_err();
+    assert!(err.to_string().contains("failed to start"), "{err}");
+    let all = w.rt.list().await.unwrap();
+    assert_eq!(all.len(), 2);
+    let child = all.iter().find(|v| v.task.id.as_str() != t).unwrap().task.id.to_string();
+    assert_failed_start_leaves_nothing(&w, &child).await;
+    assert_eq!(w.state(&t).await, (TaskState::Running, SandboxState::Ready), "the source runs on");
+    // The snapshot forks again, into a child that runs.
+    let again = w.rt.fork(&t, ForkRequest { from: Some(s), count: Some(1) }, "test").await.unwrap();
+    assert_eq!(w.sh(again[0].task.id.as_str(), "true").await.unwrap().0, 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

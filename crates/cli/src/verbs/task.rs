@@ -5,7 +5,6 @@ use cairn_api as api;
 use api::egress::EgressView;
 use api::tasks::TaskView;
 use clap::{Args, Subcommand};
-use serde_json::json;
 
 use crate::client::{Answer, Client};
 use crate::output;
@@ -113,7 +112,6 @@ pub(crate) async fn run(client: &Client, cmd: TaskCmd, out: Out) -> Result<u8> {
 }
 
 pub(crate) async fn create(client: &Client, a: CreateArgs, out: Out) -> Result<u8> {
-    let json_out = out.json;
     let body = api::tasks::CreateRequest {
         image: a.image,
         name: a.name,
@@ -132,12 +130,8 @@ pub(crate) async fn create(client: &Client, a: CreateArgs, out: Out) -> Result<u
         allow: a.allow,
         deny: a.deny,
     };
-    let view: TaskView = client.post("/v1/tasks", &body).await?;
-    if json_out {
-        outln!("{}", json!({ "id": view.task.id }));
-    } else {
-        outln!("{}", view.task.id);
-    }
+    let v: Answer<TaskView> = client.post("/v1/tasks", &body).await?;
+    out.print(&v, |v| v.task.id.to_string());
     Ok(0)
 }
 
@@ -162,10 +156,14 @@ pub(crate) async fn list(client: &Client, all: bool, out: Out) -> Result<u8> {
     if !all {
         // The API lists every task; the CLI leaves out the destroyed ones,
         // in both outputs, unless --all.
-        v.body.retain(|t| !destroyed(&t.task.state));
+        // The raw list is the decoded one as it came: its entries are
+        // kept where the decoded ones are.
+        let keep: Vec<bool> = v.body.iter().map(|t| !destroyed(&t.task.state)).collect();
         if let serde_json::Value::Array(raw) = &mut v.raw {
-            raw.retain(|t| t["state"] != "destroyed");
+            let mut keep = keep.iter();
+            raw.retain(|_| keep.next().copied().unwrap_or(true));
         }
+        v.body.retain(|t| !destroyed(&t.task.state));
     }
     out.print(&v, |v| output::task_table(v));
     Ok(0)

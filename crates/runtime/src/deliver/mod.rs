@@ -78,9 +78,9 @@ fn collect_from_sandbox(driver: &dyn SandboxDriver, task: &str, live: Live, req:
             files::Kind::Missing => return Err(Error::not_found(format!("{what}: no such directory in the sandbox"))),
             _ => return Err(Error::invalid(format!("{what}: not a directory"))),
         }
-        let mut enc = zstd::Encoder::new(Vec::new(), 3).map_err(|e| Error::internal(format!("zstd: {e}")))?;
+        let mut enc = zstd::Encoder::new(Vec::new(), 3).map_err(|e| Error::internal_from(e).context("zstd"))?;
         files::write_tar(&root, &l, Path::new(&l.name), files::LinkPolicy::Keep, &mut enc).map_err(|e| file_error(&what, e))?;
-        let data = enc.finish().map_err(|e| Error::internal(format!("zstd: {e}")))?;
+        let data = enc.finish().map_err(|e| Error::internal_from(e).context("zstd"))?;
         if data.len() as u64 > MAX_DELIVERABLE {
             return Err(Error::invalid(format!("{what}: the archive is over the {MAX_DELIVERABLE}-byte limit")));
         }
@@ -100,7 +100,7 @@ impl Runtime {
         tokio::task::spawn_blocking(move || -> Result<(i32, Vec<u8>, Vec<u8>), Error> {
             use std::io::{Read, Seek};
             use std::os::fd::AsRawFd;
-            let io = |e: std::io::Error| Error::internal(format!("capture output: {e}"));
+            let io = |e: std::io::Error| Error::internal_from(e).context("capture output");
             let (mut out, mut err) = (tempfile::tempfile().map_err(io)?, tempfile::tempfile().map_err(io)?);
             let null = std::fs::File::open("/dev/null").map_err(io)?;
             let code = match driver.exec(&tid, &req, &[null.as_raw_fd(), out.as_raw_fd(), err.as_raw_fd()])? {
@@ -133,7 +133,7 @@ impl Runtime {
                 let layers: Vec<patch::LayerDirs> = image.layers().iter().map(|l| patch::LayerDirs::of(&disk, l)).collect();
                 let diff = tokio::task::spawn_blocking(move || patch::layer_diff(&layers))
                     .await?
-                    .map_err(|e| Error::internal(format!("diff of the writable layer: {e}")))?;
+                    .map_err(|e| Error::internal_from(e).context("diff of the writable layer"))?;
                 (diff.into_bytes(), "writable layer against the base image".to_owned())
             }
             _ => return Err(Error::internal(format!("git diff failed (exit {code}): {}", String::from_utf8_lossy(&err).trim()))),
@@ -207,8 +207,8 @@ impl Runtime {
         });
         let payload = Statement::new(subjects, PREDICATE_TYPE, predicate).to_payload();
         let envelope = self.sign_envelope(STATEMENT_PAYLOAD_TYPE, &payload);
-        let record = serde_json::to_value(&envelope).map_err(|e| Error::internal(e.to_string()))?;
-        let mut record_bytes = serde_json::to_vec_pretty(&record).map_err(|e| Error::internal(e.to_string()))?;
+        let record = serde_json::to_value(&envelope).map_err(Error::internal_from)?;
+        let mut record_bytes = serde_json::to_vec_pretty(&record).map_err(Error::internal_from)?;
         record_bytes.push(b'\n');
         let record_id = sha256_hex(&record_bytes);
         let backend = self.snaps.repo.backend().clone();
@@ -325,7 +325,7 @@ impl Runtime {
                 duration_ms: Some(begun.elapsed().as_millis() as u64),
             })
             .await?;
-        result.map_err(|e| Error::internal(format!("teardown of {} failed: {e}", task.id)))?;
+        result.map_err(|e| Error::internal_from(e).context(&format!("teardown of {} failed", task.id)))?;
         Ok(self.view(self.find(task.id.as_str()).await?))
     }
 }

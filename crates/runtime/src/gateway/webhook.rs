@@ -56,7 +56,7 @@ impl From<WebhookError> for crate::Error {
     fn from(e: WebhookError) -> Self {
         let message = format!("webhook refused: {e}");
         match e {
-            WebhookError::BadSecret(_) => crate::Error::internal(message),
+            WebhookError::BadSecret(_) => crate::Error::internal_with(message, e),
             WebhookError::BadId => crate::Error::Invalid(message),
             // Whatever stops the signature from being checked is refused like
             // a bad signature.

@@ -8,7 +8,6 @@
 //!   comes, then an `exit` event. A streaming client that goes away kills
 //!   the command.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
@@ -21,9 +20,8 @@ use axum::Json;
 use cairn_api::ErrorBody;
 use cairn_api::exec::{ClientFrame, ExecStart, RunAnswer, RunOutput, RunRequest, ServerFrame, STDERR, STDIN, STDOUT};
 use cairn_core::ExecExit;
-use cairn_runtime::exec::{ExecChannel, ExecInput, ExecOutput};
+use cairn_runtime::exec::{AdmittedExec, ExecChannel, ExecInput, ExecOutput};
 use cairn_runtime::run::{self, RunStdin};
-use cairn_runtime::Runtime;
 use futures_util::{SinkExt, StreamExt};
 
 use super::served::Routes;
@@ -48,11 +46,10 @@ pub(super) fn routes() -> Routes {
     )
 )]
 async fn exec(rt: Rt, Path(id): Path<String>, headers: HeaderMap, ws: WebSocketUpgrade) -> Result<Response, ApiError> {
-    // Refuse before upgrading when the task cannot run anything.
-    rt.check_can_exec(&id).await?;
+    // Refused before upgrading when the task cannot run anything.
+    let admitted = rt.admit_exec(&id).await?;
     let actor = actor(&headers);
-    let rt = rt.0.clone();
-    Ok(ws.on_upgrade(move |socket| serve(rt, id, actor, socket)))
+    Ok(ws.on_upgrade(move |socket| serve(admitted, actor, socket)))
 }
 
 /// A WebSocket as the runtime's exec channel.
@@ -86,13 +83,13 @@ impl ExecChannel for Socket<'_> {
 }
 
 /// Serves one exec connection to its end.
-async fn serve(rt: Arc<Runtime>, id: String, actor: String, mut ws: WebSocket) {
+async fn serve(admitted: AdmittedExec, actor: String, mut ws: WebSocket) {
     let start = match ws.recv().await {
         Some(Ok(Message::Text(t))) => serde_json::from_str::<ExecStart>(&t).map_err(|e| format!("malformed exec request: {e}")),
         _ => Err("expected an exec request as the first message".to_owned()),
     };
     let result = match start {
-        Ok(start) => rt.exec(&id, &actor, start, &mut Socket(&mut ws)).await.map_err(ApiError::from),
+        Ok(start) => admitted.exec(&actor, start, &mut Socket(&mut ws)).await.map_err(ApiError::from),
         Err(e) => Err(ApiError::bad_request(e)),
     };
     if let Err(e) = result {
@@ -178,15 +175,13 @@ async fn run(rt: Rt, Path(id): Path<String>, headers: HeaderMap, b: axum::body::
     if !streamed {
         return Ok(Json(rt.run(&id, &actor, req).await?).into_response());
     }
-    let (start, stdin) = run::start_of(req)?;
     // Refused before the stream starts when the task cannot run anything,
     // so those errors keep their status.
-    rt.check_can_exec(&id).await?;
+    let (admitted, stdin) = rt.admit_run(&id, req).await?;
     let (tx, rx) = tokio::sync::mpsc::channel(64);
-    let rt = rt.0.clone();
     tokio::spawn(async move {
         let mut chan = Stream { stdin, events: tx.clone(), exit: None };
-        let last = match rt.exec(&id, &actor, start, &mut chan).await {
+        let last = match admitted.exec(&actor, &mut chan).await {
             Ok(()) => chan.exit.map(|exit| Sse::default().event("exit").json_data(run::answer(exit, &[], &[], false))),
             Err(e) => {
                 let e = ApiError::from(e);

@@ -12,9 +12,8 @@ use axum::extract::{Path, Query};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::Response;
 use axum::Json;
-use cairn_api::files::{CopiedIn, DirListing, Written};
+use cairn_api::files::{CopiedIn, DirListing, Links, Written};
 use cairn_api::ErrorBody;
-use cairn_sandbox::files::LinkPolicy;
 use futures_util::TryStreamExt;
 use serde::Deserialize;
 
@@ -76,8 +75,8 @@ struct TarInQuery {
 )]
 async fn download(rt: Rt, Path(id): Path<String>, headers: HeaderMap, Query(q): Query<FileQuery>) -> Result<Response, ApiError> {
     let links = match q.links.as_deref() {
-        None => LinkPolicy::Refuse,
-        Some(l) => LinkPolicy::parse(l).ok_or_else(|| ApiError::bad_request(format!("links={l:?}: expected refuse, keep or follow")))?,
+        None => Links::Refuse,
+        Some(l) => Links::parse(l).ok_or_else(|| ApiError::bad_request(format!("links={l:?}: expected refuse, keep or follow")))?,
     };
     let tar = cairn_runtime::files::download(rt.0.clone(), &id, q.path, links, actor(&headers)).await?;
     Response::builder()

@@ -5,9 +5,10 @@ use axum::extract::{Path, Query};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use cairn_api::waits::{ApproveRequest, Delivered};
+use cairn_api::waits::Delivered;
 use cairn_api::ErrorBody;
 use cairn_runtime::gateway::webhook::{WebhookHeaders, MAX_BODY};
+use cairn_runtime::intake::LinkDecision;
 use serde::Deserialize;
 
 use super::waits::delivered;
@@ -69,6 +70,7 @@ fn error_page(e: cairn_runtime::Error) -> Response {
         cairn_api::ErrorCode::Forbidden => "Link not valid",
         cairn_api::ErrorCode::NotFound => "Not found",
         cairn_api::ErrorCode::Conflict => "Already decided",
+        cairn_api::ErrorCode::Invalid => "Bad request",
         _ => "Failed",
     };
     html(e.status(), page::render_error(title, &e.message))
@@ -117,19 +119,9 @@ struct ApprovalForm {
     )
 )]
 async fn approval_form(rt: Rt, Path(wait): Path<String>, form: axum::Form<ApprovalForm>) -> Response {
-    let w = match rt.linked_wait(&wait, form.exp, &form.sig).await {
-        Ok(l) => l.wait,
-        Err(e) => return error_page(e),
-    };
-    let approve = match form.decision.as_str() {
-        "approve" => true,
-        "reject" => false,
-        other => return html(StatusCode::BAD_REQUEST, page::render_error("Bad request", &format!("unknown decision {other:?}"))),
-    };
-    let comment = form.comment.clone().filter(|c| !c.trim().is_empty());
-    let req = ApproveRequest { approve, comment: comment.clone() };
-    match rt.approve_wait(&w.task, req, "approval-page").await {
-        Ok(_) => html(StatusCode::OK, page::render_done(w.task.as_str(), &form.decision, comment.as_deref())),
+    let link = LinkDecision { wait: &wait, exp: form.exp, sig: &form.sig, decision: &form.decision, comment: form.comment.clone() };
+    match rt.approve_by_link(link, "approval-page").await {
+        Ok(done) => html(StatusCode::OK, page::render_done(done.task.as_str(), &form.decision, done.comment.as_deref())),
         Err(e) => error_page(e),
     }
 }

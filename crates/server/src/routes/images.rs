@@ -127,10 +127,7 @@ struct PullQuery {
     )
 )]
 async fn pull_progress(rt: Rt, Query(q): Query<PullQuery>) -> Result<Json<PullProgress>, ApiError> {
-    match rt.pulls.get(&q.name) {
-        Some(p) => Ok(Json(p)),
-        None => Err(cairn_runtime::Error::not_found(format!("no pull of {:?} is going on", q.name)).into()),
-    }
+    Ok(Json(rt.pull_progress(&q.name)?))
 }
 
 #[utoipa::path(

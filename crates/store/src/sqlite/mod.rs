@@ -144,10 +144,11 @@ impl TaskStore for SqliteStore {
 
     async fn idle_tasks(&self, now_ms: i64) -> Result<Vec<Task>> {
         let rows = sqlx::query(
-            "SELECT * FROM tasks WHERE state = 'running'
+            "SELECT * FROM tasks WHERE state = ?
                AND json_extract(config, '$.idle_suspend_ms') IS NOT NULL
                AND last_activity_ms + json_extract(config, '$.idle_suspend_ms') <= ?",
         )
+        .bind(TaskState::Running.as_str())
         .bind(now_ms)
         .fetch_all(&self.pool)
         .await
@@ -314,11 +315,11 @@ impl SandboxStore for SqliteStore {
             .execute(&mut *tx)
             .await
             .map_err(q)?;
-        let state: Option<String> = sqlx::query("SELECT state FROM tasks WHERE id = ?").bind(id.as_str()).fetch_optional(&mut *tx).await.map_err(q)?.map(|r| r.get(0));
-        if state.as_deref() == Some(TaskState::Created.as_str()) {
+        if task_state_in(&mut tx, id, "record sandbox start").await? == Some(TaskState::Created) {
             transition_in(&mut tx, id, TaskState::Created, Transition::Start).await?;
         }
-        let updated = sqlx::query("UPDATE tasks SET sandbox_state = 'ready', sandbox_note = NULL, last_activity_ms = ? WHERE id = ?")
+        let updated = sqlx::query("UPDATE tasks SET sandbox_state = ?, sandbox_note = NULL, last_activity_ms = ? WHERE id = ?")
+        .bind(SandboxState::Ready.as_str())
         .bind(now_ms())
         .bind(id.as_str())
         .execute(&mut *tx)
@@ -393,14 +394,21 @@ pub(crate) async fn transition_in(conn: &mut sqlx::SqliteConnection, id: &TaskId
     if res.rows_affected() == 1 {
         return Ok(to);
     }
-    let found: Option<String> = sqlx::query("SELECT state FROM tasks WHERE id = ?").bind(id.as_str()).fetch_optional(&mut *conn).await.map_err(q)?.map(|r| r.get(0));
-    match found {
+    match task_state_in(conn, id, "change task state").await? {
         None => Err(Error::UnknownTask(id.to_string())),
-        Some(f) => {
-            let found = f.parse().map_err(|e| Error::Corrupt("task state", e))?;
-            Err(Error::StateChanged { task: id.to_string(), expected: from, found, action: t.action() })
-        }
+        Some(found) => Err(Error::StateChanged { task: id.to_string(), expected: from, found, action: t.action() }),
     }
+}
+
+/// The state of task `id` as stored, or `None` when there is no such task.
+pub(crate) async fn task_state_in(conn: &mut sqlx::SqliteConnection, id: &TaskId, what: &'static str) -> Result<Option<TaskState>> {
+    let found: Option<String> = sqlx::query("SELECT state FROM tasks WHERE id = ?")
+        .bind(id.as_str())
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(|e| Error::Query(what, e))?
+        .map(|r| r.get(0));
+    found.map(|s| s.parse().map_err(|e| Error::Corrupt("task state", e))).transpose()
 }
 
 /// Inserts a task's row (a taken name is [`Error::NameTaken`]).

@@ -4,11 +4,11 @@
 use std::str::FromStr;
 
 use async_trait::async_trait;
-use cairn_core::{EventSource, InboxEvent, NewEvent, TaskId, TaskState, Transition, Wait, WaitFor, WaitId};
+use cairn_core::{EventSource, InboxEvent, NewEvent, SandboxState, TaskId, TaskState, Transition, Wait, WaitFor, WaitId};
 use sqlx::sqlite::SqliteRow;
 use sqlx::Row;
 
-use super::{insert_event, transition_in, SqliteStore};
+use super::{insert_event, task_state_in, transition_in, SqliteStore};
 use crate::{now_ms, Delivered, Error, Result, WaitStore};
 
 #[async_trait]
@@ -71,13 +71,7 @@ impl WaitStore for SqliteStore {
                 return Ok(Delivered { satisfied: first.wait.clone(), event: first, duplicate: true, wake: false });
             }
         }
-        let state: Option<String> = sqlx::query("SELECT state FROM tasks WHERE id = ?")
-            .bind(ev.task.as_str())
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(q)?
-            .map(|r| r.get(0));
-        let state = state.ok_or_else(|| Error::UnknownTask(ev.task.to_string()))?;
+        let state = task_state_in(&mut tx, &ev.task, "deliver event").await?.ok_or_else(|| Error::UnknownTask(ev.task.to_string()))?;
         sqlx::query("INSERT INTO inbox (id, task_id, source, name, delivery, data, received_ms) VALUES (?, ?, ?, ?, ?, ?, ?)")
             .bind(ev.id.as_str())
             .bind(ev.task.as_str())
@@ -96,7 +90,7 @@ impl WaitStore for SqliteStore {
         if let Some(w) = pending.filter(|w| ev.matches(w)) {
             satisfy(&mut tx, w.id.as_str(), &mut event).await.map_err(q)?;
             satisfied = Some(w.id.clone());
-            if state == TaskState::Suspended.as_str() {
+            if state == TaskState::Suspended {
                 transition_in(&mut tx, &ev.task, TaskState::Suspended, Transition::Wake).await?;
                 wake = true;
             }
@@ -129,7 +123,8 @@ impl WaitStore for SqliteStore {
         };
         let done = if satisfied { Transition::SuspendedIntoWake } else { Transition::Suspended };
         let state = transition_in(&mut tx, task, TaskState::Suspending, done).await?;
-        sqlx::query("UPDATE tasks SET sandbox_state = 'none', sandbox_note = NULL WHERE id = ?")
+        sqlx::query("UPDATE tasks SET sandbox_state = ?, sandbox_note = NULL WHERE id = ?")
+            .bind(SandboxState::None.as_str())
             .bind(task.as_str())
             .execute(&mut *tx)
             .await
@@ -163,9 +158,9 @@ impl WaitStore for SqliteStore {
             .map_err(q)?;
         wait.satisfied_ms = Some(now);
         wait.cancelled_ms = Some(now);
-        let state: String = sqlx::query("SELECT state FROM tasks WHERE id = ?").bind(task.as_str()).fetch_one(&mut *tx).await.map_err(q)?.get(0);
+        let state = task_state_in(&mut tx, task, "cancel wait").await?.ok_or_else(|| Error::UnknownTask(task.to_string()))?;
         let mut wake = false;
-        if state == TaskState::Suspended.as_str() {
+        if state == TaskState::Suspended {
             transition_in(&mut tx, task, TaskState::Suspended, Transition::Wake).await?;
             wake = true;
         }
