@@ -203,7 +203,7 @@ marg_cold = (m["fork100-cold"] - m["fork10-cold"]) / 90
 marg_warm = (m["fork100-warm"] - m["fork10-warm"]) / 90
 p(f"From 10 to 100 forks each further fork cost {t(marg_cold)} (making the base) and {t(marg_warm)} (base")
 p("kept): a task row with its `branch` snapshot in SQLite, a disk (from the pool while it lasts, here")
-p(f"{meta['disk_pool']} ready, else formatted on the spot) and a sandbox started on the base, 8 at a time. Making")
+p(f"{meta['disk_pool']} ready, else a sparse copy of a blank formatted image) and a sandbox started on the base, 8 at a time. Making")
 p("the base is the part that grows with the snapshot: for 10 forks, the difference between the two")
 p(f"lines, {t(m['fork10-cold'] - m['fork10-warm'])}.")
 p("")
