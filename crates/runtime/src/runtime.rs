@@ -73,7 +73,8 @@ pub struct Runtime {
     pub(crate) fork_bases: tokio::sync::RwLock<()>,
 }
 
-/// Marks a task busy while a command runs; the end of it counts as activity.
+/// Marks a task busy while a command runs (the exec records its end as
+/// activity before the guard drops).
 #[derive(Debug)]
 pub(crate) struct BusyGuard {
     cell: Arc<crate::cell::TaskCell>,
