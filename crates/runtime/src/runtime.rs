@@ -41,6 +41,8 @@ pub fn limits_view(l: &Limits) -> LimitsView {
 
 #[derive(Debug)]
 pub struct Runtime {
+    /// `$CAIRN_HOME` (the store may be elsewhere: `--store`).
+    pub(crate) home: PathBuf,
     pub(crate) store: SharedStore,
     pub(crate) images: ImageStore,
     pub(crate) driver: Arc<dyn SandboxDriver>,
@@ -125,6 +127,7 @@ impl Runtime {
         let cells = Arc::new(crate::cell::Cells::default());
         cells.follow(store.as_ref());
         Ok(Runtime {
+            home: home.root().to_owned(),
             store,
             images,
             driver,
@@ -144,6 +147,11 @@ impl Runtime {
             fork_bases: tokio::sync::RwLock::new(()),
             default_egress: config.egress.default_rules.clone(),
         })
+    }
+
+    /// The task database's URL, without its password.
+    pub fn store_location(&self) -> String {
+        self.store.location()
     }
 
     pub fn base_url(&self) -> String {
