@@ -39,6 +39,9 @@ use sqlx::{PgConnection, PgPool, Row};
 
 use crate::{now_ms, ChangeListener, Error, EventStore, Result, SandboxRow, SandboxStore, Store, TaskStore};
 
+/// How long connecting, and waiting for a free connection of the pool, may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// The change listener, shared by every clone of the store.
 #[derive(Clone, Default)]
 struct Listener(std::sync::Arc<std::sync::RwLock<Option<ChangeListener>>>);
@@ -68,13 +71,22 @@ impl PostgresStore {
     pub async fn connect(url: &str) -> Result<PostgresStore> {
         let location = crate::url::redact(url);
         let opts = PgConnectOptions::from_str(url).map_err(|e| Error::Url(location.clone(), e.to_string()))?;
+        let connect_error = |e| Error::Connect(location.clone(), e);
+        // One connection first, for the migrations: a server that refuses
+        // or cannot be reached fails the start at once (a pool would retry
+        // until its acquire timeout), one that does not answer after a while.
+        let mut conn = tokio::time::timeout(CONNECT_TIMEOUT, <PgConnection as sqlx::Connection>::connect_with(&opts))
+            .await
+            .map_err(|_| connect_error(sqlx::Error::Io(std::io::Error::new(std::io::ErrorKind::TimedOut, "no answer within 30 s"))))?
+            .map_err(connect_error)?;
+        sqlx::migrate!("./migrations/postgres").run(&mut conn).await.map_err(|e| Error::MigrateServer(location.clone(), e))?;
+        sqlx::Connection::close(conn).await.map_err(connect_error)?;
         let pool = PgPoolOptions::new()
             .max_connections(8)
-            .acquire_timeout(Duration::from_secs(30))
+            .acquire_timeout(CONNECT_TIMEOUT)
             .connect_with(opts)
             .await
-            .map_err(|e| Error::Connect(location.clone(), e))?;
-        sqlx::migrate!("./migrations/postgres").run(&pool).await.map_err(|e| Error::MigrateServer(location.clone(), e))?;
+            .map_err(connect_error)?;
         Ok(PostgresStore { pool, location, listener: Listener::default() })
     }
 
