@@ -109,7 +109,10 @@ impl Runtime {
     /// the runtime's own tests). Images other than the ones in `home` are
     /// the caller's to import.
     pub async fn with_driver(home: &Home, config: &Config, driver: Arc<dyn SandboxDriver>, own: std::net::SocketAddr) -> Result<Runtime, OpenError> {
-        let store: SharedStore = Arc::new(SqliteStore::open(&home.db()).await?);
+        let store: SharedStore = match &config.store {
+            Some(url) => url.open().await?,
+            None => Arc::new(SqliteStore::open(&home.db()).await?),
+        };
         let images = ImageStore::new(home.images());
         let blobs = home.blobs();
         let repo = tokio::task::spawn_blocking(move || -> Result<_, cairn_blob::Error> {
