@@ -167,6 +167,10 @@ struct ServeArgs {
     /// Formatted task disks kept ready.
     #[arg(long)]
     disk_pool: Option<usize>,
+    /// The task database: sqlite://PATH or postgres://USER@HOST/DATABASE
+    /// (default: SQLite, $CAIRN_HOME/cairn.db).
+    #[arg(long, value_name = "URL")]
+    store: Option<String>,
 }
 
 fn main() -> ExitCode {
@@ -220,6 +224,9 @@ fn serve(args: ServeArgs) -> Result<u8> {
     }
     if let Some(n) = args.disk_pool {
         config.disk_pool = n;
+    }
+    if let Some(url) = &args.store {
+        config.store = Some(cairn_runtime::config::parse_store(url).map_err(|e| anyhow!("--store: {e}"))?);
     }
     let helper_exe = std::env::current_exe().context("cannot find the cairn executable")?;
     let home = client::home();

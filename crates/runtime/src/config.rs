@@ -5,6 +5,9 @@
 //! listen = "127.0.0.1:7878"   # --listen
 //! disk_pool = 2               # --disk-pool: formatted task disks kept ready
 //!
+//! [store]                     # the task database (--store)
+//! url = "postgres://cairn@db.example/cairn"   # or "sqlite:///PATH"; default: SQLite, $CAIRN_HOME/cairn.db
+//!
 //! [defaults]                  # limits of tasks created without flags
 //! memory = "512M"
 //! cpus = "1"
@@ -47,6 +50,8 @@ use serde::Deserialize;
 pub struct Config {
     pub listen: SocketAddr,
     pub disk_pool: usize,
+    /// The task database; `None`: SQLite in the home (`cairn.db`).
+    pub store: Option<cairn_store::StoreUrl>,
     pub defaults: Limits,
     pub retention: Retention,
     /// Commands matching one of these take a `pre-risk` snapshot first.
@@ -132,6 +137,7 @@ impl Default for Config {
         Config {
             listen: SocketAddr::from(([127, 0, 0, 1], 7878)),
             disk_pool: 2,
+            store: None,
             defaults: Limits::default(),
             retention: Retention::default(),
             risky_patterns: DEFAULT_RISK_PATTERNS.iter().map(|p| (*p).to_owned()).collect(),
@@ -148,11 +154,19 @@ struct File {
     listen: Option<String>,
     disk_pool: Option<usize>,
     #[serde(default)]
+    store: StoreFile,
+    #[serde(default)]
     defaults: Defaults,
     #[serde(default)]
     snapshots: Snapshots,
     #[serde(default)]
     egress: EgressFile,
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct StoreFile {
+    url: Option<String>,
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -239,6 +253,9 @@ impl Config {
         if let Some(n) = file.disk_pool {
             c.disk_pool = n;
         }
+        if let Some(u) = file.store.url {
+            c.store = Some(parse_store(&u).map_err(|e| format!("store.url: {e}"))?);
+        }
         let d = file.defaults;
         if let Some(m) = d.memory {
             c.defaults.set_memory(&m).map_err(|e| format!("defaults.memory: {e}"))?;
@@ -322,6 +339,11 @@ impl Config {
     }
 }
 
+/// A store URL: `sqlite://PATH` or `postgres://...`.
+pub fn parse_store(s: &str) -> Result<cairn_store::StoreUrl, String> {
+    s.parse().map_err(|e: cairn_store::Error| e.to_string())
+}
+
 pub fn parse_listen(s: &str) -> Result<SocketAddr, String> {
     s.parse().map_err(|_| format!("invalid listen address {s:?}: expected IP:PORT like 127.0.0.1:7878"))
 }
@@ -343,6 +365,20 @@ mod tests {
         assert_eq!(c.risky_patterns.last().map(String::as_str), Some("terraform apply"));
         assert!(Config::parse("[snapshots]\nrisky_patterns = [\"(\"]").unwrap_err().contains("risk pattern"));
         assert!(Config::parse("[snapshots.retention]\nexpire_after = \"soon\"").unwrap_err().contains("expire_after"));
+    }
+
+    #[test]
+    fn the_store_is_sqlite_in_the_home_unless_a_url_says_otherwise() {
+        assert_eq!(Config::default().store, None);
+        let c = Config::parse("[store]\nurl = \"postgres://cairn:pw@db.example:5432/cairn\"\n").unwrap();
+        assert_eq!(c.store, Some(cairn_store::StoreUrl::Postgres("postgres://cairn:pw@db.example:5432/cairn".into())));
+        let c = Config::parse("[store]\nurl = \"sqlite:///srv/cairn.db\"\n").unwrap();
+        assert_eq!(c.store, Some(cairn_store::StoreUrl::Sqlite("/srv/cairn.db".into())));
+        for bad in ["[store]\nurl = \"mysql://x/y\"", "[store]\nurl = \"postgres://u:pw@h:port/d\""] {
+            let err = Config::parse(bad).unwrap_err();
+            assert!(err.contains("store.url") && !err.contains(":pw@"), "{bad}: {err}");
+        }
+        assert!(Config::parse("[store]\npath = \"x\"").unwrap_err().contains("path"));
     }
 
     #[test]

@@ -126,10 +126,9 @@ impl Runtime {
             m.tasks.get_or_create(&StateLabel { state: state.to_string() }).set(n as i64);
         }
         m.live_sandboxes.set(self.cells.all().iter().filter(|(_, c)| c.live().is_some()).count() as i64);
-        if let Some(home) = self.store.path().parent().map(ToOwned::to_owned) {
-            let bytes = tokio::task::spawn_blocking(move || tree_bytes(&home.join("blobs"))).await?;
-            m.blob_bytes.set(bytes as i64);
-        }
+        let blobs = self.home.join("blobs");
+        let bytes = tokio::task::spawn_blocking(move || tree_bytes(&blobs)).await?;
+        m.blob_bytes.set(bytes as i64);
         m.encode()
     }
 }

@@ -41,6 +41,8 @@ pub fn limits_view(l: &Limits) -> LimitsView {
 
 #[derive(Debug)]
 pub struct Runtime {
+    /// `$CAIRN_HOME` (the store may be elsewhere: `--store`).
+    pub(crate) home: PathBuf,
     pub(crate) store: SharedStore,
     pub(crate) images: ImageStore,
     pub(crate) driver: Arc<dyn SandboxDriver>,
@@ -108,7 +110,10 @@ impl Runtime {
     /// the runtime's own tests). Images other than the ones in `home` are
     /// the caller's to import.
     pub async fn with_driver(home: &Home, config: &Config, driver: Arc<dyn SandboxDriver>, own: std::net::SocketAddr) -> Result<Runtime, OpenError> {
-        let store: SharedStore = Arc::new(SqliteStore::open(&home.db()).await?);
+        let store: SharedStore = match &config.store {
+            Some(url) => url.open().await?,
+            None => Arc::new(SqliteStore::open(&home.db()).await?),
+        };
         let images = ImageStore::new(home.images());
         let blobs = home.blobs();
         let repo = tokio::task::spawn_blocking(move || -> Result<_, cairn_blob::Error> {
@@ -126,6 +131,7 @@ impl Runtime {
         let cells = Arc::new(crate::cell::Cells::default());
         cells.follow(store.as_ref());
         Ok(Runtime {
+            home: home.root().to_owned(),
             store,
             images,
             driver,
@@ -145,6 +151,11 @@ impl Runtime {
             fork_bases: tokio::sync::RwLock::new(()),
             default_egress: config.egress.default_rules.clone(),
         })
+    }
+
+    /// The task database's URL, without its password.
+    pub fn store_location(&self) -> String {
+        self.store.location()
     }
 
     pub fn base_url(&self) -> String {
