@@ -60,6 +60,9 @@ pub struct Config {
     /// Suspend tasks idle this long, unless they say otherwise.
     pub idle_suspend: Option<Duration>,
     pub egress: EgressConfig,
+    /// This daemon's node name (`--node`, `[node] name`); `None`: the host
+    /// name.
+    pub node: Option<String>,
 }
 
 /// The `[egress]` table, checked.
@@ -144,6 +147,7 @@ impl Default for Config {
             gc_grace: Duration::from_secs(3600),
             idle_suspend: None,
             egress: EgressConfig::default(),
+            node: None,
         }
     }
 }
@@ -161,6 +165,23 @@ struct File {
     snapshots: Snapshots,
     #[serde(default)]
     egress: EgressFile,
+    #[serde(default)]
+    node: NodeFile,
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct NodeFile {
+    name: Option<String>,
+}
+
+/// Checks a node name: 1 to 63 characters, letters, digits, `-`, `_`, `.`.
+pub fn parse_node_name(s: &str) -> Result<String, String> {
+    let ok = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.');
+    if s.is_empty() || s.len() > 63 || !s.chars().all(ok) {
+        return Err(format!("{s:?} is not a node name (1 to 63 letters, digits, '-', '_', '.')"));
+    }
+    Ok(s.to_owned())
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -292,6 +313,9 @@ impl Config {
             c.retention.expire_after = parse_expiry(&e).map_err(|e| format!("snapshots.retention.expire_after: {e}"))?;
         }
         c.egress = Self::parse_egress(file.egress)?;
+        if let Some(n) = file.node.name {
+            c.node = Some(parse_node_name(&n).map_err(|e| format!("node.name: {e}"))?);
+        }
         Ok(c)
     }
 
