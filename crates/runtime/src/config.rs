@@ -406,6 +406,17 @@ mod tests {
     }
 
     #[test]
+    fn the_node_name_is_the_host_name_unless_the_config_names_it() {
+        assert_eq!(Config::default().node, None);
+        assert_eq!(Config::parse("[node]\nname = \"alpha-1.rack_2\"\n").unwrap().node.as_deref(), Some("alpha-1.rack_2"));
+        for bad in ["[node]\nname = \"\"", "[node]\nname = \"a b\"", "[node]\nname = \"a/b\""] {
+            assert!(Config::parse(bad).unwrap_err().contains("node.name"), "{bad}");
+        }
+        assert!(Config::parse("[node]\nid = \"x\"").unwrap_err().contains("id"));
+        assert!(crate::config::parse_node_name(&crate::nodes::default_node_name()).is_ok());
+    }
+
+    #[test]
     fn egress_section_is_checked_normalised_and_described() {
         let c = Config::default();
         assert!(c.egress.exceptions().is_empty() && c.egress.allow_private.is_empty() && c.egress.default_rules.allow.is_empty());
