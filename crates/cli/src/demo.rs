@@ -315,6 +315,15 @@ async fn raw_file_and_metrics(d: &mut Demo) -> Result<()> {
         bail!("/metrics lacks some of {wanted:?}: {text}");
     }
     d.say("Prometheus metrics (GET /metrics)", t.elapsed(), &lines.join("\n"));
+
+    let t = Instant::now();
+    let nodes: Vec<cairn_api::nodes::Node> = d.client.get("/v1/nodes").await?;
+    let here = match nodes.as_slice() {
+        [n] if n.tasks.contains(&d.task.to_string()) => n,
+        _ => bail!("expected this daemon alone, running task {}: {nodes:?}", d.task),
+    };
+    let said = format!("{} {}, heartbeat {} ms ago, {} task(s) live, at {}", here.name, here.state.as_str(), here.heartbeat_age_ms, here.load, here.url);
+    d.say("the node registry (cairn node list)", t.elapsed(), &said);
     Ok(())
 }
 
