@@ -251,7 +251,7 @@ impl ObjectStoreBackend {
         let listed = backend.run(async move { probe.list_with_delimiter(root.as_ref()).await })?;
         if let Err(e) = listed {
             let why = match &e {
-                object_store::Error::NotFound { .. } => format!("bucket {bucket} not found"),
+                object_store::Error::NotFound { .. } => format!("bucket {bucket} not found (NoSuchBucket)"),
                 e => error_chain(e),
             };
             return Err(fail(format!("cannot list the bucket at endpoint {endpoint}: {why}")));
@@ -379,7 +379,25 @@ fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
         }
         cur = e.source();
     }
-    one_line(&line)
+    let line = one_line(&line);
+    s3_error_summary(&line).unwrap_or(line)
+}
+
+/// An S3 error response quoted in `line` (its XML body), as its status,
+/// code and message: `404 Not Found: NoSuchBucket: The specified bucket does
+/// not exist`.
+fn s3_error_summary(line: &str) -> Option<String> {
+    let tag = |name: &str| -> Option<String> {
+        let start = line.find(&format!("<{name}>"))? + name.len() + 2;
+        let len = line[start..].find(&format!("</{name}>"))?;
+        Some(line[start..start + len].to_string())
+    };
+    let code = tag("Code")?;
+    let status = line.find("status code: ").map(|i| &line[i + 13..]).and_then(|rest| rest.split(':').next()).unwrap_or("error");
+    Some(match tag("Message") {
+        Some(message) => format!("{status}: {code}: {message}"),
+        None => format!("{status}: {code}"),
+    })
 }
 
 impl Drop for ObjectStoreBackend {
@@ -569,5 +587,59 @@ mod tests {
         assert!(is_no_space(&err));
         let other = object_store::Error::Generic { store: "x", source: "permission denied".into() };
         assert!(!is_no_space(&other));
+    }
+
+    #[test]
+    fn s3_objects_are_keyed_under_the_prefix_as_locally() {
+        let moto = crate::moto::Moto::shared();
+        moto.create_bucket("cairn-keys");
+        let settings = moto.settings();
+        let settings: Vec<(&str, &str)> = settings.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let b = ObjectStoreBackend::s3("s3://cairn-keys/a/b/", &settings).unwrap();
+        assert_eq!((b.location(), b.concurrency()), ("s3://cairn-keys/a/b/".to_string(), S3_CONCURRENCY));
+        let id = "ab".repeat(32);
+        b.write(Kind::Pack, &id, Bytes::from_static(b"hello world")).unwrap();
+        b.write(Kind::Index, &id, Bytes::from_static(b"i")).unwrap();
+        let mut keys = moto.keys("cairn-keys", "");
+        keys.sort();
+        assert_eq!(keys, vec![format!("a/b/index/{id}"), format!("a/b/packs/ab/{id}")]);
+        assert_eq!(&b.read_range(Kind::Pack, &id, 6, 5).unwrap()[..], b"world");
+        let err = b.read_range(Kind::Pack, &id, 5, 10).unwrap_err();
+        assert!(matches!(&err, Error::Corrupt(Kind::Pack, _, why) if why.contains("truncated")), "{err}");
+        let listed = b.list(Kind::Pack).unwrap();
+        assert_eq!((listed.len(), listed[0].size), (1, 11));
+        b.delete(Kind::Pack, &id).unwrap();
+        b.delete(Kind::Pack, &id).unwrap();
+        assert!(matches!(b.read(Kind::Pack, &id), Err(Error::Missing(Kind::Pack, _))));
+        assert!(!b.exists(Kind::Pack, &id).unwrap());
+    }
+
+    #[test]
+    fn s3_failures_are_one_line_naming_the_url() {
+        let moto = crate::moto::Moto::shared();
+        let settings = moto.settings();
+        let mut settings: Vec<(&str, &str)> = settings.iter().map(|(k, v)| (*k, v.as_str())).collect();
+
+        let err = ObjectStoreBackend::s3("s3://no-such-bucket/x", &settings).unwrap_err().to_string();
+        assert!(err.starts_with("backend s3://no-such-bucket/x: cannot list the bucket at endpoint http://127.0.0.1:"), "{err}");
+        assert!(err.ends_with("404 Not Found: NoSuchBucket: The specified bucket does not exist") || err.ends_with("(NoSuchBucket)"), "{err}");
+
+        for bad in ["s3://Bad_Bucket/x", "http://example.com/x", "s3://ok-bucket/../x"] {
+            let err = ObjectStoreBackend::s3(bad, &settings).unwrap_err().to_string();
+            assert!(err.starts_with(&format!("backend {bad}: ")), "{err}");
+        }
+        let err = ObjectStoreBackend::s3("s3://ok-bucket", &[("aws_no_such_thing", "1")]).unwrap_err().to_string();
+        assert!(err.contains("aws_no_such_thing"), "{err}");
+
+        // Nothing listens on the port: a quick, clear failure.
+        let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+        let endpoint = format!("http://{closed}");
+        settings.retain(|(k, _)| *k != "aws_endpoint_url");
+        settings.push(("aws_endpoint_url", &endpoint));
+        let started = std::time::Instant::now();
+        let err = ObjectStoreBackend::s3("s3://ok-bucket/p", &settings).unwrap_err().to_string();
+        assert!(started.elapsed() < Duration::from_secs(20), "took {:?}", started.elapsed());
+        assert!(err.starts_with("backend s3://ok-bucket/p: cannot list the bucket at endpoint http://127.0.0.1:") && !err.contains('\n'), "{err}");
+        assert!(err.to_lowercase().contains("connect"), "{err}");
     }
 }

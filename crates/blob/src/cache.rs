@@ -448,3 +448,175 @@ impl WriteBackend for CachedBackend {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testutil::{noise, Fixture, Store};
+    use crate::{RepoOptions, Repository};
+
+    /// Chunks of 60 KB in packs of about 128 KB: a few chunks per pack.
+    fn fill(repo: &Arc<Repository>, n: u64) -> Vec<(ObjectId, Vec<u8>)> {
+        let mut w = repo.writer();
+        let chunks: Vec<_> = (0..n).map(|i| noise(500 + i, 60_000)).map(|c| (w.add_chunk(&c).unwrap().0, c)).collect();
+        w.finish().unwrap();
+        chunks
+    }
+
+    fn cached(f: &Fixture, max: u64) -> (Arc<CachedBackend>, Arc<Repository>) {
+        let cache = Arc::new(CachedBackend::open(f.raw(), &f.cache_dir(), max).unwrap());
+        let repo = Repository::open_with(cache.clone(), RepoOptions { pack_target: 128 * 1024 }).unwrap();
+        (cache, repo)
+    }
+
+    fn stats(c: &CachedBackend) -> CacheStats {
+        c.cache_stats().unwrap()
+    }
+
+    #[test]
+    fn written_packs_are_cached_and_a_warm_cache_downloads_nothing() {
+        let f = Fixture::with_own_server(Store::S3);
+        let (cache, repo) = cached(&f, DEFAULT_CACHE_BYTES);
+        let chunks = fill(&repo, 12);
+        let packs = repo.stats().packs;
+        assert!(packs >= 4, "{packs} packs");
+        assert_eq!(stats(&cache).objects, packs, "every pack written is kept");
+        drop((cache, repo));
+
+        // As after a restart: the copies are found again and nothing is
+        // fetched, which the server's own request log confirms.
+        let (cache, repo) = cached(&f, DEFAULT_CACHE_BYTES);
+        f.moto().start_recording();
+        for (id, data) in &chunks {
+            assert_eq!(&repo.read_chunk(id).unwrap(), data);
+        }
+        let requests = f.moto().stop_recording();
+        assert!(!requests.iter().any(|r| r.path.contains("/packs/")), "{requests:?}");
+        let s = stats(&cache);
+        assert_eq!((s.downloads, s.misses, s.hits), (0, 0, chunks.len() as u64), "{s:?}");
+    }
+
+    #[test]
+    fn a_cold_cache_downloads_each_pack_once_and_prefetch_does_it_at_once() {
+        let f = Fixture::with_own_server(Store::S3);
+        let chunks = fill(&Repository::open_with(f.raw(), RepoOptions { pack_target: 128 * 1024 }).unwrap(), 12);
+        let (cache, repo) = cached(&f, DEFAULT_CACHE_BYTES);
+        let packs = repo.stats().packs;
+        // Concurrent readers of one pack share a download.
+        std::thread::scope(|s| {
+            for _ in 0..4 {
+                s.spawn(|| {
+                    for (id, data) in &chunks {
+                        assert_eq!(&repo.read_chunk(id).unwrap(), data);
+                    }
+                });
+            }
+        });
+        assert_eq!(stats(&cache).downloads, packs);
+
+        std::fs::remove_dir_all(f.cache_dir()).unwrap();
+        let (cache, repo) = cached(&f, DEFAULT_CACHE_BYTES);
+        assert_eq!(stats(&cache).objects, 0);
+        let got = repo.prefetch(chunks.iter().map(|(id, _)| id));
+        assert_eq!((got.objects, got.cached, got.skipped), (packs, 0, 0), "{got:?}");
+        assert_eq!(got.bytes, repo.stats().stored_bytes);
+        f.moto().start_recording();
+        for (id, data) in &chunks {
+            assert_eq!(&repo.read_chunk(id).unwrap(), data);
+        }
+        assert!(!f.moto().stop_recording().iter().any(|r| r.path.contains("/packs/")));
+        assert_eq!(repo.prefetch(chunks.iter().map(|(id, _)| id)).cached, packs);
+    }
+
+    #[test]
+    fn the_cache_stays_within_its_bound_dropping_the_least_recently_used() {
+        let f = Fixture::new(Store::S3);
+        let chunks = fill(&Repository::open_with(f.raw(), RepoOptions { pack_target: 128 * 1024 }).unwrap(), 12);
+        let (cache, repo) = cached(&f, 1);
+        let packs: Vec<(ObjectId, u64)> = {
+            let idx = repo.read_index();
+            let mut p: Vec<_> = idx.packs.iter().map(|(id, s)| (*id, s.size)).collect();
+            p.sort();
+            p
+        };
+        drop((cache, repo));
+        // Room for two packs and a bit.
+        let max = packs.iter().map(|p| p.1).max().unwrap() * 2 + 1000;
+        let (cache, repo) = cached(&f, max);
+        let pack_of = |c: &ObjectId| repo.read_index().chunks[c].pack;
+        for (id, data) in &chunks {
+            assert_eq!(&repo.read_chunk(id).unwrap(), data);
+            assert!(stats(&cache).bytes <= max);
+        }
+        let s = stats(&cache);
+        assert!(s.evictions > 0 && s.objects <= 2, "{s:?}");
+        // The last pack read is kept; reading it again downloads nothing.
+        let last = pack_of(&chunks.last().unwrap().0);
+        assert!(f.cached_path(&last).is_file());
+        let before = stats(&cache).downloads;
+        repo.read_chunk(&chunks.last().unwrap().0).unwrap();
+        assert_eq!(stats(&cache).downloads, before);
+
+        // A prefetch fills at most half the cache.
+        let got = repo.prefetch(chunks.iter().map(|(id, _)| id));
+        assert!(got.skipped > 0 && got.objects <= 1, "{got:?}");
+
+        // Reopened smaller: trimmed to the bound; a stray temporary file is gone.
+        drop((cache, repo));
+        std::fs::write(f.cache_dir().join("tmp/leftover"), b"x").unwrap();
+        let (cache, _repo) = cached(&f, max / 2);
+        assert!(stats(&cache).bytes <= max / 2 && stats(&cache).objects <= 1);
+        assert!(!f.cache_dir().join("tmp/leftover").exists());
+        // A pack larger than the whole cache is served, not kept.
+        let (cache, repo) = cached(&f, 10);
+        assert_eq!(&repo.read_chunk(&chunks[0].0).unwrap(), &chunks[0].1);
+        assert_eq!(stats(&cache).objects, 0);
+    }
+
+    #[test]
+    fn a_damaged_cached_copy_is_dropped_and_read_again_from_the_store() {
+        let f = Fixture::new(Store::S3);
+        let (cache, repo) = cached(&f, DEFAULT_CACHE_BYTES);
+        let chunks = fill(&repo, 3);
+        let pack = repo.read_index().chunks[&chunks[0].0].pack;
+        let entry = repo.read_index().chunks[&chunks[0].0].entry;
+        let path = f.cached_path(&pack);
+        let mut data = std::fs::read(&path).unwrap();
+        data[entry.offset as usize + 10] ^= 0xff;
+        std::fs::write(&path, &data).unwrap();
+
+        assert_eq!(repo.read_chunk(&chunks[0].0).unwrap(), chunks[0].1);
+        assert_eq!(stats(&cache).downloads, 1, "read again from the store, and cached afresh");
+        let fresh = std::fs::read(&path).unwrap();
+        assert_eq!(ObjectId::of(&fresh), pack);
+
+        // A copy cut short (as by a crash before it reached the disk).
+        std::fs::write(&path, &fresh[..100]).unwrap();
+        assert_eq!(repo.read_chunk(&chunks[0].0).unwrap(), chunks[0].1);
+        // A store copy that does not match its id is served (each chunk is
+        // still verified) but never cached.
+        std::fs::remove_file(&path).unwrap();
+        let mut bad = fresh.clone();
+        let other = repo.read_index().chunks[&chunks[1].0].entry;
+        bad[other.offset as usize] ^= 0xff;
+        f.write_object(Kind::Pack, &pack, &bad);
+        let (_cache, repo) = cached(&f, DEFAULT_CACHE_BYTES);
+        assert_eq!(repo.read_chunk(&chunks[0].0).unwrap(), chunks[0].1);
+        assert!(!path.exists());
+        assert!(matches!(repo.read_chunk(&chunks[1].0), Err(Error::Corrupt(Kind::Pack, ..))));
+    }
+
+    #[test]
+    fn gc_deletes_cached_copies_too() {
+        let f = Fixture::new(Store::S3);
+        let (cache, repo) = cached(&f, DEFAULT_CACHE_BYTES);
+        let chunks = fill(&repo, 3);
+        let pack = repo.read_index().chunks[&chunks[0].0].pack;
+        assert!(f.cached_path(&pack).is_file());
+        let none = std::collections::HashSet::new();
+        let report = repo.gc(&none, &none, Duration::ZERO, false).unwrap();
+        assert!(report.packs_deleted > 0);
+        assert!(!f.cached_path(&pack).exists());
+        assert_eq!(stats(&cache).objects, 0);
+    }
+}

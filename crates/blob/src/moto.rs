@@ -10,11 +10,12 @@ use std::io::{Read, Write};
 use std::net::{Ipv4Addr, TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::sync::{mpsc, Arc, Mutex, OnceLock, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
 /// A running moto server. Dropping it kills the server (also when the test
-/// that started it fails); the server is also killed if the thread that
-/// started it dies without dropping it.
+/// that started it fails, as the test unwinds); a test process killed
+/// outright takes the server with it (a parent-death signal).
 #[derive(Debug)]
 pub struct Moto {
     child: Child,
@@ -39,6 +40,20 @@ pub const SECRET_KEY: &str = "test";
 pub const REGION: &str = "us-east-1";
 
 impl Moto {
+    /// A server shared by the tests of this process that run at the same
+    /// time (each should use its own bucket): started by the first, stopped
+    /// when the last one holding it drops it.
+    pub fn shared() -> Arc<Moto> {
+        static SHARED: Mutex<Weak<Moto>> = Mutex::new(Weak::new());
+        let mut slot = SHARED.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(m) = slot.upgrade() {
+            return m;
+        }
+        let m = Arc::new(Moto::start());
+        *slot = Arc::downgrade(&m);
+        m
+    }
+
     /// Starts the server and waits until it answers. Panics, saying how to
     /// install it, when moto is missing: the S3 tests never skip.
     pub fn start() -> Moto {
@@ -74,18 +89,7 @@ impl Moto {
             .stdin(Stdio::null())
             .stdout(log_file.try_clone().map_err(|e| e.to_string())?)
             .stderr(log_file);
-        {
-            use std::os::unix::process::CommandExt;
-            // SAFETY: prctl is async-signal-safe and touches no memory of
-            // the parent; it runs in the child between fork and exec.
-            unsafe {
-                cmd.pre_exec(|| {
-                    libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0);
-                    Ok(())
-                });
-            }
-        }
-        let child = cmd.spawn().map_err(|e| format!("cannot run python3 -m moto.server: {e}"))?;
+        let child = spawn_tied(cmd).map_err(|e| format!("cannot run python3 -m moto.server: {e}"))?;
         let mut moto = Moto { child, port, endpoint: format!("http://127.0.0.1:{port}"), log, recording };
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
@@ -189,6 +193,39 @@ impl Moto {
         }
         Ok((status, body))
     }
+}
+
+/// Spawns `cmd` with a parent-death signal (SIGKILL). The signal follows
+/// the thread that forks, not the process, and test threads end with their
+/// tests: so every server is forked by one thread that lives as long as the
+/// process.
+fn spawn_tied(mut cmd: Command) -> std::io::Result<Child> {
+    use std::os::unix::process::CommandExt;
+    type Job = (Command, mpsc::Sender<std::io::Result<Child>>);
+    static KEEPER: OnceLock<Mutex<mpsc::Sender<Job>>> = OnceLock::new();
+    // SAFETY: prctl is async-signal-safe and touches no memory of the
+    // parent; it runs in the child between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0);
+            Ok(())
+        });
+    }
+    let keeper = KEEPER.get_or_init(|| {
+        let (tx, rx) = mpsc::channel::<Job>();
+        std::thread::Builder::new()
+            .name("moto-keeper".into())
+            .spawn(move || {
+                for (mut cmd, reply) in rx {
+                    let _ = reply.send(cmd.spawn());
+                }
+            })
+            .unwrap();
+        Mutex::new(tx)
+    });
+    let (reply, answer) = mpsc::channel();
+    keeper.lock().unwrap_or_else(PoisonError::into_inner).send((cmd, reply)).map_err(|_| std::io::Error::other("the spawning thread is gone"))?;
+    answer.recv().map_err(|_| std::io::Error::other("the spawning thread is gone"))?
 }
 
 fn dechunk(mut b: &[u8]) -> Vec<u8> {

@@ -257,7 +257,7 @@ impl Repository {
     // A panic while holding the lock cannot leave the index half-updated in
     // a harmful way (each update is a few map operations), so poisoning is
     // ignored.
-    fn read_index(&self) -> RwLockReadGuard<'_, MemIndex> {
+    pub(crate) fn read_index(&self) -> RwLockReadGuard<'_, MemIndex> {
         self.index.read().unwrap_or_else(PoisonError::into_inner)
     }
 

@@ -255,6 +255,10 @@ fn pack_worker(
             .map_err(|e| Error::Writer(format!("cannot start a pack write thread: {e}")))?;
         uploaders.push(uploader);
     }
+    // Only the write threads hold the receiving end: once they have all
+    // stopped (on errors), a pack sent to them fails instead of waiting
+    // forever for a reader.
+    drop(to_write);
     let built = build_packs(jobs, target, &full, &abort, &upload_failed);
     drop(full);
     let mut written = Vec::new();
