@@ -285,9 +285,8 @@ fn copy_sparse(src: &Path, dest: &Path) -> Result<()> {
             let (mut at_in, mut at_out) = (start, start);
             while at_in < end {
                 let want = usize::try_from(end - at_in).unwrap_or(usize::MAX);
-                match copy_file_range(&from, Some(&mut at_in), &to, Some(&mut at_out), want)? {
-                    0 => return Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "blank image shrank while copied")),
-                    _ => {}
+                if copy_file_range(&from, Some(&mut at_in), &to, Some(&mut at_out), want)? == 0 {
+                    return Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "blank image shrank while copied"));
                 }
             }
             pos = end;
