@@ -56,6 +56,21 @@ fn count_files(dir: &Path) -> usize {
     n
 }
 
+/// A sample of `GET /metrics`.
+fn metric(d: &Daemon, name: &str) -> f64 {
+    let token = std::fs::read_to_string(d.home().join("token")).unwrap();
+    let mut cmd = std::process::Command::new("curl");
+    cmd.args(["-sf", "-H", &format!("authorization: Bearer {}", token.trim()), &format!("{}/metrics", d.url)]);
+    let out = common::output_within(&mut cmd, Duration::from_secs(60));
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    text.lines()
+        .find_map(|l| l.strip_prefix(name).and_then(|rest| rest.strip_prefix(' ')))
+        .unwrap_or_else(|| panic!("no sample {name} in:\n{text}"))
+        .trim()
+        .parse()
+        .unwrap()
+}
+
 /// Suspends the task and removes its local disk, so that the next wake
 /// restores it from the blob store, as a node that never ran it would.
 fn suspend_and_drop_disk(d: &Daemon, id: &str) {
@@ -114,6 +129,8 @@ fn snapshots_suspend_wake_rollback_fork_gc_and_check_on_s3() {
     assert!(pack_gets(&cold) > 0, "a cold cache fetched nothing: {cold:?}");
     assert_eq!(files(&d, &id), original);
     assert!(count_files(&cache) > 0, "the wake filled the cache");
+    let downloaded = metric(&d, "cairn_blob_cache_downloaded_bytes_total");
+    assert!(downloaded >= 6_000_000.0, "{downloaded}");
 
     // Again, with the cache warm: not one request for a pack.
     suspend_and_drop_disk(&d, &id);
@@ -123,6 +140,9 @@ fn snapshots_suspend_wake_rollback_fork_gc_and_check_on_s3() {
     assert_eq!(wake["args"]["from_cache"], false, "{wake}");
     assert!(wake["args"]["restore"]["files_written"].as_u64().unwrap() >= 3, "{wake}");
     assert_eq!(pack_gets(&warm), 0, "a warm cache still fetched packs: {warm:?}");
+    assert_eq!(metric(&d, "cairn_blob_cache_downloaded_bytes_total"), downloaded, "the daemon counts no download either");
+    assert!(metric(&d, "cairn_blob_cache_hits_total") > 0.0);
+    assert!(metric(&d, "cairn_blob_cache_bytes") > 0.0 && metric(&d, "cairn_blob_store_bytes") >= 6_000_000.0);
     assert_eq!(files(&d, &id), original);
 
     // Fork from the milestone.
