@@ -26,7 +26,7 @@
 //! Whole reads (`check --read-data`) and everything but packs go to the
 //! store itself, so `check` verifies what the store holds.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::io::{ErrorKind, Write};
 use std::os::unix::fs::FileExt;
@@ -59,6 +59,10 @@ pub struct CachedBackend {
     /// One lock per pack being downloaded, so that concurrent readers of a
     /// pack wait for one download instead of each making their own.
     inflight: Mutex<HashMap<String, Arc<Mutex<()>>>>,
+    /// Packs downloaded once that could not be kept (larger than the
+    /// cache, or not matching their id): read by ranges from then on, not
+    /// downloaded whole for every chunk.
+    uncacheable: Mutex<HashSet<String>>,
     hits: AtomicU64,
     misses: AtomicU64,
     downloads: AtomicU64,
@@ -96,6 +100,8 @@ enum Fetched {
     /// Downloaded but not cached (larger than the cache, not matching its
     /// id, or the cache could not be written): these are its bytes.
     Uncached(Bytes),
+    /// Known not to be cacheable: read it by ranges.
+    Uncacheable,
 }
 
 impl CachedBackend {
@@ -140,6 +146,7 @@ impl CachedBackend {
             max_bytes,
             state: Mutex::new(state),
             inflight: Mutex::default(),
+            uncacheable: Mutex::default(),
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
             downloads: AtomicU64::new(0),
@@ -225,11 +232,18 @@ impl CachedBackend {
             let _one_at_a_time = gate.lock().unwrap_or_else(PoisonError::into_inner);
             if self.state().entries.contains_key(id) {
                 Ok((Fetched::Cached, false))
+            } else if self.is_uncacheable(id) {
+                Ok((Fetched::Uncacheable, false))
             } else {
                 self.inner.read(Kind::Pack, id).map(|data| {
                     self.downloads.fetch_add(1, Ordering::Relaxed);
                     self.downloaded_bytes.fetch_add(data.len() as u64, Ordering::Relaxed);
-                    let fetched = if self.insert(id, &data) { Fetched::Cached } else { Fetched::Uncached(data) };
+                    let fetched = if self.insert(id, &data) {
+                        Fetched::Cached
+                    } else {
+                        self.uncacheable.lock().unwrap_or_else(PoisonError::into_inner).insert(id.to_string());
+                        Fetched::Uncached(data)
+                    };
                     (fetched, true)
                 })
             }
@@ -239,6 +253,10 @@ impl CachedBackend {
             inflight.remove(id);
         }
         result
+    }
+
+    fn is_uncacheable(&self, id: &str) -> bool {
+        self.uncacheable.lock().unwrap_or_else(PoisonError::into_inner).contains(id)
     }
 
     /// Puts a pack's bytes in the cache when they hash to its id and fit;
@@ -346,8 +364,12 @@ impl ReadBackend for CachedBackend {
             return Ok(b);
         }
         self.misses.fetch_add(1, Ordering::Relaxed);
+        if self.is_uncacheable(id) {
+            return self.inner.read_range(kind, id, offset, len);
+        }
         match self.fetch(id)?.0 {
             Fetched::Uncached(data) => slice(kind, id, &data, offset, len),
+            Fetched::Uncacheable => self.inner.read_range(kind, id, offset, len),
             // Read back from the copy (or, had it gone again meanwhile, from the store).
             Fetched::Cached => match self.read_cached(id, offset, len) {
                 Some(b) => Ok(b),
@@ -435,6 +457,7 @@ impl WriteBackend for CachedBackend {
     fn write(&self, kind: Kind, id: &str, data: Bytes) -> Result<()> {
         self.inner.write(kind, id, data.clone())?;
         if self.cached(kind) {
+            self.uncacheable.lock().unwrap_or_else(PoisonError::into_inner).remove(id);
             self.insert(id, &data);
         }
         Ok(())
@@ -567,10 +590,13 @@ mod tests {
         let (cache, _repo) = cached(&f, max / 2);
         assert!(stats(&cache).bytes <= max / 2 && stats(&cache).objects <= 1);
         assert!(!f.cache_dir().join("tmp/leftover").exists());
-        // A pack larger than the whole cache is served, not kept.
+        // A pack larger than the whole cache is served, not kept, and read
+        // by ranges after that first download.
         let (cache, repo) = cached(&f, 10);
-        assert_eq!(&repo.read_chunk(&chunks[0].0).unwrap(), &chunks[0].1);
-        assert_eq!(stats(&cache).objects, 0);
+        for (id, data) in &chunks[..3] {
+            assert_eq!(&repo.read_chunk(id).unwrap(), data);
+        }
+        assert_eq!((stats(&cache).objects, stats(&cache).downloads), (0, 1));
     }
 
     #[test]
