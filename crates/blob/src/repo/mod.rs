@@ -168,8 +168,19 @@ impl Repository {
     /// the pack and chunk when it does not (never returns wrong data). A
     /// chunk that fails the check in a locally cached copy of its pack is
     /// read once more from the store, with the copy dropped.
+    ///
+    /// A chunk the in-memory index does not know makes it load the index
+    /// files written since (by another process or node sharing the store)
+    /// before it is reported unknown.
     pub fn read_chunk(&self, id: &ObjectId) -> Result<Vec<u8>> {
-        let loc: Location = self.read_index().chunks.get(id).copied().ok_or_else(|| Error::UnknownChunk(id.to_hex()))?;
+        let known = self.read_index().chunks.get(id).copied();
+        let loc: Location = match known {
+            Some(loc) => loc,
+            None => {
+                self.refresh_index()?;
+                self.read_index().chunks.get(id).copied().ok_or_else(|| Error::UnknownChunk(id.to_hex()))?
+            }
+        };
         let pack = loc.pack.to_hex();
         match self.read_chunk_at(&loc, &pack) {
             Err(Error::Corrupt(..)) if self.backend.evict(Kind::Pack, &pack) => {
@@ -195,6 +206,13 @@ impl Repository {
     /// before reading its chunks one by one). Does nothing for a local
     /// store. Unknown chunks are skipped (their read reports them).
     pub fn prefetch<'a>(&self, chunks: impl IntoIterator<Item = &'a ObjectId>) -> FetchStats {
+        let chunks: Vec<&ObjectId> = chunks.into_iter().collect();
+        // Chunks written by another node since the index was loaded.
+        if chunks.iter().any(|c| !self.has_chunk(c)) {
+            if let Err(e) = self.refresh_index() {
+                tracing::warn!(error = %e, "cannot load new index files before a restore");
+            }
+        }
         let mut seen = HashSet::new();
         let packs: Vec<(String, u64)> = {
             let idx = self.read_index();

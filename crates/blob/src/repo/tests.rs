@@ -478,3 +478,21 @@ fn on_s3_the_objects_land_under_the_prefix_in_the_local_layout() {
     assert!(keys.iter().all(|k| k.starts_with("nodes/shared/")), "{keys:?}");
     assert_eq!(keys.iter().filter(|k| k.contains("/packs/")).count() as u64, repo.stats().packs);
 }
+
+#[test]
+fn a_node_reads_chunks_another_node_wrote_after_it_opened_the_store() {
+    let f = Fixture::new(Store::S3Cached);
+    let (a, b) = (f.open(SMALL_PACKS), Repository::open_with(f.raw(), RepoOptions { pack_target: SMALL_PACKS }).unwrap());
+    let chunks = sample_chunks(11, 20);
+    let (ids, _) = store(&a, &chunks);
+    assert!(!b.has_chunk(&ids[0]), "not loaded yet");
+    assert_eq!(b.prefetch(&ids).objects, 0, "no cache on this one, nothing to fetch");
+    assert!(b.has_chunk(&ids[0]), "the prefetch loaded the new index file");
+    let c = Repository::open_with(f.raw(), RepoOptions { pack_target: SMALL_PACKS }).unwrap();
+    let (more, _) = store(&a, &sample_chunks(12, 5));
+    for (id, chunk) in ids.iter().zip(&chunks) {
+        assert_eq!(&b.read_chunk(id).unwrap(), chunk);
+    }
+    assert_eq!(c.read_chunk(&more[0]).unwrap(), sample_chunks(12, 5)[0], "an unknown chunk loads the index first");
+    assert!(matches!(c.read_chunk(&ObjectId::of(b"nowhere")), Err(Error::UnknownChunk(_))));
+}
