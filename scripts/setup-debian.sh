@@ -7,7 +7,7 @@ if [[ $(id -u) != 0 ]]; then
   echo "setup-debian.sh: run as root (Cairn builds namespaces, mounts and cgroups)" >&2
   exit 1
 fi
-pkgs=(e2fsprogs iproute2 util-linux procps python3 python3-pip busybox-static bubblewrap runc hyperfine curl ca-certificates build-essential pkg-config chromium git sqlite3 docker-registry skopeo apache2-utils)
+pkgs=(e2fsprogs iproute2 util-linux procps python3 python3-pip busybox-static bubblewrap runc hyperfine curl ca-certificates build-essential pkg-config chromium git sqlite3 docker-registry skopeo apache2-utils postgresql)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -21,6 +21,12 @@ fi
 # service on :5000 is not needed.
 if command -v systemctl >/dev/null && systemctl is-enabled docker-registry >/dev/null 2>&1; then
   systemctl disable --now docker-registry >/dev/null 2>&1 || true
+fi
+# The store tests start a PostgreSQL server of their own (initdb into a
+# temporary directory); the cluster the package just created and started is
+# not needed.
+if [[ " ${missing[*]:-} " == *" postgresql "* ]] && command -v systemctl >/dev/null; then
+  systemctl disable --now postgresql >/dev/null 2>&1 || true
 fi
 # The tests sign webhooks with the reference Standard Webhooks client.
 if ! python3 -c 'import standardwebhooks' 2>/dev/null; then

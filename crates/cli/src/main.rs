@@ -178,6 +178,10 @@ struct ServeArgs {
     /// 2G; 0 turns it off).
     #[arg(long, value_name = "SIZE")]
     blob_cache_size: Option<String>,
+    /// The task database: sqlite://PATH or postgres://USER@HOST/DATABASE
+    /// (default: SQLite, $CAIRN_HOME/cairn.db).
+    #[arg(long, value_name = "URL")]
+    store: Option<String>,
 }
 
 fn main() -> ExitCode {
@@ -237,6 +241,9 @@ fn serve(args: ServeArgs) -> Result<u8> {
     }
     if let Some(size) = &args.blob_cache_size {
         config.blob.set_cache_size(size).map_err(|e| anyhow!(e))?;
+    }
+    if let Some(url) = &args.store {
+        config.store = Some(cairn_runtime::config::parse_store(url).map_err(|e| anyhow!("--store: {e}"))?);
     }
     let helper_exe = std::env::current_exe().context("cannot find the cairn executable")?;
     let home = client::home();

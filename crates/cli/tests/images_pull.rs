@@ -1,18 +1,24 @@
 //! `cairn image pull` against a real registry on loopback: Debian's
 //! `docker-registry`, started by each test on 127.0.0.1:0 with its storage
 //! in a temporary directory, fed with OCI layouts the tests write and push
-//! with `skopeo`. Needs root, busybox (the images' shell), and the
-//! `docker-registry`, `skopeo` and `apache2-utils` packages.
+//! with `skopeo`; the token-auth test runs a token server of its own. Needs
+//! root, busybox (the images' shell), and the `docker-registry`, `skopeo`
+//! and `apache2-utils` packages.
 
 #![allow(clippy::unwrap_used)]
 
 mod common;
 
 use std::fs;
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
+use base64::Engine as _;
 
 use cairn_sandbox::image::testing::{for_platform, host_arch, tagged, LayerBlob, LayerTar, OciLayout};
 use common::Daemon;
@@ -94,6 +100,178 @@ impl Drop for Registry {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// The `service` and `issuer` of the token server and its registry.
+const TOKEN_SERVICE: &str = "cairn-test-registry";
+const TOKEN_ISSUER: &str = "cairn-test-token-issuer";
+
+/// What the token server did: the scopes of each token it issued (joined
+/// by spaces), the tokens themselves, and how many requests it refused.
+#[derive(Default)]
+struct TokenLog {
+    issued: Vec<String>,
+    tokens: Vec<String>,
+    refused: usize,
+}
+
+/// A registry token server (the registry's `auth: token:` scheme) on
+/// 127.0.0.1: `GET /token?service=..&scope=repository:NAME:ACTIONS`
+/// with the right Basic credentials answers a JWT (ES256, its certificate
+/// in the `x5c` header) granting the actions the scopes ask for; no or
+/// wrong credentials get a 401. The registry trusts the certificate
+/// through `rootcertbundle`. Its thread serves until the test ends.
+struct TokenServer {
+    port: u16,
+    cert_pem: String,
+    log: Arc<Mutex<TokenLog>>,
+}
+
+impl TokenServer {
+    fn start(user: &str, password: &str) -> TokenServer {
+        // rcgen makes a P-256 key by default; ring signs with it in the
+        // fixed r||s form JWS wants.
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(vec!["cairn-test-token-issuer".to_owned()]).unwrap().self_signed(&key).unwrap();
+        let rng = ring::rand::SystemRandom::new();
+        let signer = ring::signature::EcdsaKeyPair::from_pkcs8(&ring::signature::ECDSA_P256_SHA256_FIXED_SIGNING, &key.serialize_der(), &rng).unwrap();
+        let header = serde_json::json!({"typ": "JWT", "alg": "ES256", "x5c": [STANDARD.encode(cert.der())]});
+        let header = URL_SAFE_NO_PAD.encode(serde_json::to_vec(&header).unwrap());
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let log = Arc::new(Mutex::new(TokenLog::default()));
+        let expected = format!("Basic {}", STANDARD.encode(format!("{user}:{password}")));
+        let (user, served) = (user.to_owned(), log.clone());
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                let sign = |claims: &serde_json::Value| {
+                    let input = format!("{header}.{}", URL_SAFE_NO_PAD.encode(serde_json::to_vec(claims).unwrap()));
+                    let sig = signer.sign(&rng, input.as_bytes()).unwrap();
+                    format!("{input}.{}", URL_SAFE_NO_PAD.encode(sig.as_ref()))
+                };
+                serve_token(stream, &expected, &user, &served, sign);
+            }
+        });
+        TokenServer { port, cert_pem: cert.pem(), log }
+    }
+
+    fn realm(&self) -> String {
+        format!("http://127.0.0.1:{}/token", self.port)
+    }
+
+    /// The registry config's `auth:` section for this server, its
+    /// certificate written to `bundle`.
+    fn registry_auth(&self, bundle: &Path) -> String {
+        fs::write(bundle, &self.cert_pem).unwrap();
+        format!(
+            "auth:\n  token:\n    realm: {}\n    service: {TOKEN_SERVICE}\n    issuer: {TOKEN_ISSUER}\n    rootcertbundle: {}\n",
+            self.realm(),
+            bundle.display()
+        )
+    }
+
+    fn issued(&self) -> Vec<String> {
+        self.log.lock().unwrap().issued.clone()
+    }
+
+    fn tokens(&self) -> Vec<String> {
+        self.log.lock().unwrap().tokens.clone()
+    }
+
+    fn refused(&self) -> usize {
+        self.log.lock().unwrap().refused
+    }
+}
+
+/// Answers one request of the token server (then closes the connection).
+fn serve_token(mut stream: TcpStream, expected: &str, user: &str, log: &Mutex<TokenLog>, sign: impl Fn(&serde_json::Value) -> String) {
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
+    let mut request = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+        match stream.read(&mut buf) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => request.extend_from_slice(&buf[..n]),
+        }
+    }
+    let request = String::from_utf8_lossy(&request).into_owned();
+    let mut lines = request.split("\r\n");
+    let target = lines.next().unwrap_or_default().split(' ').nth(1).unwrap_or_default().to_owned();
+    let authorization = lines.find_map(|l| {
+        let (name, value) = l.split_once(':')?;
+        name.eq_ignore_ascii_case("authorization").then(|| value.trim().to_owned())
+    });
+    let (path, query) = target.split_once('?').unwrap_or((&target, ""));
+    let params: Vec<(String, String)> =
+        query.split('&').filter_map(|kv| kv.split_once('=')).map(|(k, v)| (percent_decode(k), percent_decode(v))).collect();
+    let service = params.iter().find(|(k, _)| k == "service").map(|(_, v)| v.as_str());
+    let scopes: Vec<&str> = params.iter().filter(|(k, _)| k == "scope").map(|(_, v)| v.as_str()).collect();
+
+    let reply = if path != "/token" || service != Some(TOKEN_SERVICE) {
+        (400, String::new(), r#"{"details":"not a token request for this service"}"#.to_owned())
+    } else if authorization.as_deref() != Some(expected) {
+        log.lock().unwrap().refused += 1;
+        (401, "WWW-Authenticate: Basic realm=\"cairn-test-token\"\r\n".to_owned(), r#"{"details":"incorrect username or password"}"#.to_owned())
+    } else {
+        // Grants each scope what it asks: `repository:NAME:ACTIONS`.
+        let access: Vec<serde_json::Value> = scopes
+            .iter()
+            .flat_map(|s| s.split(' '))
+            .filter_map(|s| {
+                let (kind, rest) = s.split_once(':')?;
+                let (name, actions) = rest.rsplit_once(':')?;
+                Some(serde_json::json!({"type": kind, "name": name, "actions": actions.split(',').collect::<Vec<_>>()}))
+            })
+            .collect();
+        let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs();
+        let mut log = log.lock().unwrap();
+        let claims = serde_json::json!({
+            "iss": TOKEN_ISSUER,
+            "sub": user,
+            "aud": TOKEN_SERVICE,
+            "exp": now + 300,
+            "nbf": now - 10,
+            "iat": now,
+            "jti": format!("cairn-test-{}", log.tokens.len()),
+            "access": access,
+        });
+        let token = sign(&claims);
+        log.issued.push(scopes.join(" "));
+        log.tokens.push(token.clone());
+        (200, String::new(), serde_json::json!({"token": token, "access_token": token, "expires_in": 300}).to_string())
+    };
+    let (status, extra, body) = reply;
+    let reason = match status {
+        200 => "OK",
+        401 => "Unauthorized",
+        _ => "Bad Request",
+    };
+    let _ = write!(
+        stream,
+        "HTTP/1.1 {status} {reason}\r\n{extra}Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+}
+
+/// `%XX` and `+` of a query string decoded.
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = bytes.get(i + 1..i + 3).and_then(|h| u8::from_str_radix(std::str::from_utf8(h).ok()?, 16).ok());
+        match (bytes[i], hex) {
+            (b'%', Some(b)) => {
+                out.push(b);
+                i += 3;
+                continue;
+            }
+            (b'+', _) => out.push(b' '),
+            (b, _) => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 fn busybox() -> Vec<u8> {
@@ -268,7 +446,7 @@ fn a_registry_with_basic_auth_refuses_without_credentials_and_pulls_with_them() 
     let reference = format!("{}/test/auth:v1", reg.host());
 
     let err = d.fails(&["image", "pull", "--insecure", &reference]);
-    assert!(err.contains("refused access"), "{err}");
+    assert!(err.contains("refused access without authentication (401 Unauthorized)") && err.contains("--username"), "{err}");
     let err = d.fails(&["image", "pull", "--insecure", "--username", "user", &reference]);
     assert!(err.contains("password"), "{err}");
     // A wrong password, then the right one on stdin.
@@ -277,7 +455,9 @@ fn a_registry_with_basic_auth_refuses_without_credentials_and_pulls_with_them() 
         Duration::from_secs(60),
     );
     assert!(!wrong.status.success());
-    assert_eq!(String::from_utf8_lossy(&wrong.stderr).trim().lines().count(), 1, "{}", String::from_utf8_lossy(&wrong.stderr));
+    let wrong = String::from_utf8_lossy(&wrong.stderr).trim().to_owned();
+    assert_eq!(wrong.lines().count(), 1, "{wrong}");
+    assert!(wrong.contains("refused access with the credentials given (401 Unauthorized)"), "{wrong}");
     assert_eq!(images_stored(&d).iter().filter(|n| n.contains("auth")).count(), 0);
 
     let mut child = d
@@ -288,7 +468,6 @@ fn a_registry_with_basic_auth_refuses_without_credentials_and_pulls_with_them() 
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    use std::io::Write;
     child.stdin.take().unwrap().write_all(b"s3cret\n").unwrap();
     let began = Instant::now();
     let out = child.wait_with_output().unwrap();
@@ -304,6 +483,75 @@ fn a_registry_with_basic_auth_refuses_without_credentials_and_pulls_with_them() 
         found |= json.contains("test/auth:v1");
     }
     assert!(found);
+}
+
+#[test]
+fn a_registry_with_token_auth_refuses_without_credentials_and_pulls_with_a_bearer_token() {
+    common::require_root();
+    let tmp = tempfile::tempdir().unwrap();
+    let tokens = TokenServer::start("user", "t0ken-s3cret");
+    let reg = Registry::start_with(&tokens.registry_auth(&tmp.path().join("token-certs.pem")));
+    let d = Daemon::start();
+    let (_tl, dir) = layout_dir("token");
+    OciLayout::single(&dir, &[base_layer()]);
+    // skopeo does the token dance itself, with the same server.
+    reg.push(&dir, "latest", "test/token:v1", Some("user:t0ken-s3cret"));
+    assert!(tokens.issued().iter().any(|s| s.contains("repository:test/token:pull,push")), "{:?}", tokens.issued());
+    let reference = format!("{}/test/token:v1", reg.host());
+    let (issued_before, refused_before) = (tokens.issued().len(), tokens.refused());
+
+    // No credentials: the token server refuses, and so does the registry.
+    let err = d.fails(&["image", "pull", "--insecure", &reference]);
+    assert!(err.contains("refused access without authentication (401 Unauthorized)") && err.contains("--username"), "{err}");
+    let err = d.fails(&["image", "pull", "--insecure", "--username", "user", &reference]);
+    assert!(err.contains("password"), "{err}");
+    // A wrong password: one line with the token server's refusal.
+    let wrong = common::output_within(
+        d.cmd().args(["image", "pull", "--insecure", "--username", "user", &reference]).env("CAIRN_REGISTRY_PASSWORD", "wrong").stdin(Stdio::null()),
+        Duration::from_secs(60),
+    );
+    assert!(!wrong.status.success());
+    let wrong = String::from_utf8_lossy(&wrong.stderr).trim().to_owned();
+    assert_eq!(wrong.lines().count(), 1, "{wrong}");
+    assert!(wrong.contains("refused access with the credentials given (authentication failed at its token server: "), "{wrong}");
+    assert!(wrong.contains("incorrect username or password") && !wrong.contains("--username"), "{wrong}");
+    assert_eq!(tokens.issued().len(), issued_before, "a token for no or wrong credentials: {:?}", tokens.issued());
+    assert!(tokens.refused() >= refused_before + 2, "the pulls did not ask the token server");
+    assert_eq!(images_stored(&d).iter().filter(|n| n.contains("token")).count(), 0);
+    assert_eq!(layers_stored(&d), Vec::<String>::new());
+
+    // The right password on stdin: one token, for pulling that repository
+    // only, serves the whole pull (manifest, config, layers).
+    let mut child = d
+        .cmd()
+        .args(["image", "pull", "--insecure", "--username", "user", "--password-stdin", &reference])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(b"t0ken-s3cret\n").unwrap();
+    let began = Instant::now();
+    let out = child.wait_with_output().unwrap();
+    assert!(began.elapsed() < Duration::from_secs(120));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with(&format!("pulled {reference} (")), "{}", String::from_utf8_lossy(&out.stdout));
+    assert_eq!(tokens.issued()[issued_before..], ["repository:test/token:pull".to_owned()]);
+    // Neither the password nor the token is logged or stored.
+    let token = tokens.tokens().pop().unwrap();
+    assert!(!d.log().contains("t0ken-s3cret") && !d.log().contains(&token));
+    let mut found = false;
+    for name in images_stored(&d) {
+        let json = fs::read_to_string(d.home().join("images").join(&name).join("image.json")).unwrap_or_default();
+        assert!(!json.contains("t0ken-s3cret") && !json.contains(&token));
+        found |= json.contains("test/token:v1");
+    }
+    assert!(found);
+    assert_eq!(layers_stored(&d).len(), 1);
+
+    let id = d.create(&["--image", &reference]);
+    assert_eq!(must(&d, &id, "cat /etc/a /etc/b"), "base a\nbase b\n");
+    d.ok(&["destroy", &id]);
 }
 
 #[test]

@@ -5,6 +5,9 @@
 //! listen = "127.0.0.1:7878"   # --listen
 //! disk_pool = 2               # --disk-pool: formatted task disks kept ready
 //!
+//! [store]                     # the task database (--store)
+//! url = "postgres://cairn@db.example/cairn"   # or "sqlite:///PATH"; default: SQLite, $CAIRN_HOME/cairn.db
+//!
 //! [defaults]                  # limits of tasks created without flags
 //! memory = "512M"
 //! cpus = "1"
@@ -54,6 +57,8 @@ use serde::Deserialize;
 pub struct Config {
     pub listen: SocketAddr,
     pub disk_pool: usize,
+    /// The task database; `None`: SQLite in the home (`cairn.db`).
+    pub store: Option<cairn_store::StoreUrl>,
     pub defaults: Limits,
     pub retention: Retention,
     /// Commands matching one of these take a `pre-risk` snapshot first.
@@ -171,6 +176,7 @@ impl Default for Config {
         Config {
             listen: SocketAddr::from(([127, 0, 0, 1], 7878)),
             disk_pool: 2,
+            store: None,
             defaults: Limits::default(),
             retention: Retention::default(),
             risky_patterns: DEFAULT_RISK_PATTERNS.iter().map(|p| (*p).to_owned()).collect(),
@@ -188,6 +194,8 @@ struct File {
     listen: Option<String>,
     disk_pool: Option<usize>,
     #[serde(default)]
+    store: StoreFile,
+    #[serde(default)]
     defaults: Defaults,
     #[serde(default)]
     snapshots: Snapshots,
@@ -202,6 +210,12 @@ struct File {
 struct BlobFile {
     url: Option<String>,
     cache_size: Option<String>,
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct StoreFile {
+    url: Option<String>,
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -287,6 +301,9 @@ impl Config {
         }
         if let Some(n) = file.disk_pool {
             c.disk_pool = n;
+        }
+        if let Some(u) = file.store.url {
+            c.store = Some(parse_store(&u).map_err(|e| format!("store.url: {e}"))?);
         }
         let d = file.defaults;
         if let Some(m) = d.memory {
@@ -377,6 +394,11 @@ impl Config {
     }
 }
 
+/// A store URL: `sqlite://PATH` or `postgres://...`.
+pub fn parse_store(s: &str) -> Result<cairn_store::StoreUrl, String> {
+    s.parse().map_err(|e: cairn_store::Error| e.to_string())
+}
+
 pub fn parse_listen(s: &str) -> Result<SocketAddr, String> {
     s.parse().map_err(|_| format!("invalid listen address {s:?}: expected IP:PORT like 127.0.0.1:7878"))
 }
@@ -418,6 +440,20 @@ mod tests {
             let err = Config::parse(bad).unwrap_err();
             assert!(err.contains(says), "{bad}: {err}");
         }
+    }
+
+    #[test]
+    fn the_store_is_sqlite_in_the_home_unless_a_url_says_otherwise() {
+        assert_eq!(Config::default().store, None);
+        let c = Config::parse("[store]\nurl = \"postgres://cairn:pw@db.example:5432/cairn\"\n").unwrap();
+        assert_eq!(c.store, Some(cairn_store::StoreUrl::Postgres("postgres://cairn:pw@db.example:5432/cairn".into())));
+        let c = Config::parse("[store]\nurl = \"sqlite:///srv/cairn.db\"\n").unwrap();
+        assert_eq!(c.store, Some(cairn_store::StoreUrl::Sqlite("/srv/cairn.db".into())));
+        for bad in ["[store]\nurl = \"mysql://x/y\"", "[store]\nurl = \"postgres://u:pw@h:port/d\""] {
+            let err = Config::parse(bad).unwrap_err();
+            assert!(err.contains("store.url") && !err.contains(":pw@"), "{bad}: {err}");
+        }
+        assert!(Config::parse("[store]\npath = \"x\"").unwrap_err().contains("path"));
     }
 
     #[test]

@@ -10,7 +10,9 @@
 //! again) and publishes the image. Whatever fails, the staging files are
 //! deleted and no image nor unused layer is left.
 //!
-//! Credentials are used for the one pull: never stored, never logged.
+//! Credentials are used for the one pull: never stored, never logged. The
+//! client authenticates as the registry's challenge asks: basic auth, or a
+//! bearer token fetched from the registry's token server with them.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -23,6 +25,7 @@ use oci_client::client::{ClientConfig, ClientProtocol};
 use oci_client::errors::OciDistributionError;
 use oci_client::manifest::{ImageIndexEntry, OciDescriptor};
 use oci_client::secrets::RegistryAuth;
+use oci_client::RegistryOperation;
 use oci_client::{Client, Reference};
 use sha2::Digest;
 use tokio::io::AsyncWriteExt;
@@ -120,11 +123,20 @@ impl Runtime {
         let _tracked = Tracked { pulls: &self.pulls, name: name.clone() };
         let what = |e: String| format!("cannot pull {}: {e}", req.reference);
         let client = client(&reference, req.insecure);
+        let credentials = !matches!(auth, RegistryAuth::Anonymous);
         tracing::info!(reference = req.reference, image = name, "pulling image");
-        let (manifest, digest, config) = client.pull_manifest_and_config(&reference, &auth).await.map_err(|e| registry_error(&req.reference, e))?;
+        if credentials {
+            // Authenticates first: a token server that refuses the
+            // credentials is then the error. Left to the pull, the client
+            // would go on without a token and only the registry's bare 401
+            // would say what went wrong. The token it gets serves the pull.
+            client.auth(&reference, &auth, RegistryOperation::Pull).await.map_err(|e| registry_error(&req.reference, e, credentials))?;
+        }
+        let (manifest, digest, config) =
+            client.pull_manifest_and_config(&reference, &auth).await.map_err(|e| registry_error(&req.reference, e, credentials))?;
         let manifest_json = serde_json::to_vec(&manifest).map_err(Error::internal_from)?;
         let chosen = cairn_sandbox::image::image_from_documents(&digest, &manifest_json, config.as_bytes()).map_err(|e| Error::invalid(what(e)))?;
-        let staged = self.download(&client, &reference, &req.reference, &name, &chosen).await?;
+        let staged = self.download(&client, &reference, &req.reference, &name, &chosen, credentials).await?;
         self.pulls.update(&name, |p| p.unpacking = true);
         let images = self.images.clone();
         let r = req.reference.clone();
@@ -143,7 +155,15 @@ impl Runtime {
     }
 
     /// Downloads the layers of `chosen` not in the layer store yet.
-    async fn download(&self, client: &Client, reference: &Reference, given: &str, name: &str, chosen: &OciImage) -> Result<Staged, Error> {
+    async fn download(
+        &self,
+        client: &Client,
+        reference: &Reference,
+        given: &str,
+        name: &str,
+        chosen: &OciImage,
+        credentials: bool,
+    ) -> Result<Staged, Error> {
         let store = self.images.layer_store();
         let mut wanted = Vec::new();
         for want in &chosen.layers {
@@ -167,7 +187,7 @@ impl Runtime {
                 ..OciDescriptor::default()
             };
             let fail = |m: String| Error::invalid(format!("cannot pull {given}: layer {}: {m}", want.blob_digest));
-            let mut stream = client.pull_blob_stream(reference, &desc).await.map_err(|e| registry_error(given, e))?;
+            let mut stream = client.pull_blob_stream(reference, &desc).await.map_err(|e| registry_error(given, e, credentials))?;
             let mut file = tokio::fs::File::create(&path).await.map_err(|e| io_error(given, &path, e))?;
             let mut hasher = sha2::Sha256::new();
             let mut got: u64 = 0;
@@ -223,8 +243,19 @@ fn client(reference: &Reference, insecure: bool) -> Client {
     })
 }
 
-/// A registry client's error as one line naming what was wrong.
-fn registry_error(given: &str, e: OciDistributionError) -> Error {
+/// A registry client's error as one line naming what was wrong;
+/// `credentials` says whether the pull gave any (a refusal then means they
+/// were wrong, not missing).
+fn registry_error(given: &str, e: OciDistributionError, credentials: bool) -> Error {
+    let refused = |detail: &str| {
+        if credentials {
+            Error::invalid(format!("cannot pull {given}: the registry refused access with the credentials given ({detail})"))
+        } else {
+            Error::invalid(format!(
+                "cannot pull {given}: the registry refused access without authentication ({detail}); give --username and --password-stdin"
+            ))
+        }
+    };
     let arch = cairn_sandbox::image::host_arch();
     match e {
         OciDistributionError::ImageManifestNotFoundError(m) if m.contains("platform") => {
@@ -238,19 +269,22 @@ fn registry_error(given: &str, e: OciDistributionError) -> Error {
             if codes.iter().any(|c| c.contains("Unknown")) {
                 Error::not_found(format!("cannot pull {given}: the registry has no such image ({text})"))
             } else if codes.iter().any(|c| c.contains("Unauthorized") || c.contains("Denied")) {
-                Error::invalid(format!("cannot pull {given}: the registry refused access ({text}); give --username and --password-stdin"))
+                refused(&text)
             } else {
                 Error::invalid(format!("cannot pull {given}: the registry answered: {text}"))
             }
         }
-        OciDistributionError::AuthenticationFailure(m) | OciDistributionError::UnauthorizedError { url: m } => Error::invalid(format!(
-            "cannot pull {given}: the registry refused access ({}); give --username and --password-stdin",
-            one_line(&m)
-        )),
-        OciDistributionError::ServerError { code: 404, .. } => Error::not_found(format!("cannot pull {given}: the registry has no such image")),
-        OciDistributionError::ServerError { code: 401 | 403, .. } => {
-            Error::invalid(format!("cannot pull {given}: the registry refused access; give --username and --password-stdin"))
+        // The registry's token server refused the token request (its body
+        // says why, cut to a line).
+        OciDistributionError::AuthenticationFailure(m) => {
+            let m = one_line(&m);
+            let m: String = if m.is_empty() { "no reason given".to_owned() } else { m.chars().take(200).collect() };
+            refused(&format!("authentication failed at its token server: {m}"))
         }
+        OciDistributionError::UnauthorizedError { .. } => refused("401 Unauthorized"),
+        OciDistributionError::ServerError { code: 404, .. } => Error::not_found(format!("cannot pull {given}: the registry has no such image")),
+        OciDistributionError::ServerError { code: 401, .. } => refused("401 Unauthorized"),
+        OciDistributionError::ServerError { code: 403, .. } => refused("403 Forbidden"),
         OciDistributionError::RequestError(e) => {
             let mut msg = e.to_string();
             let mut src = std::error::Error::source(&e);
@@ -323,7 +357,7 @@ mod tests {
     #[test]
     fn registry_errors_are_one_line() {
         assert_eq!(one_line("a\n  b\tc "), "a b c");
-        let e = registry_error("x:y", OciDistributionError::ServerError { code: 404, url: "u".into(), message: "m".into() });
+        let e = registry_error("x:y", OciDistributionError::ServerError { code: 404, url: "u".into(), message: "m".into() }, false);
         assert!(matches!(e, Error::NotFound(_)) && e.to_string().starts_with("cannot pull x:y"), "{e}");
     }
 }

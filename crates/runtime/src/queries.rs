@@ -39,7 +39,7 @@ pub struct LinkedWait {
 
 impl Runtime {
     pub fn health(&self) -> Health {
-        Health { version: env!("CARGO_PKG_VERSION"), home: self.store.path().parent().map(ToOwned::to_owned) }
+        Health { version: env!("CARGO_PKG_VERSION"), home: Some(self.home.clone()) }
     }
 
     pub async fn list(&self) -> Result<Vec<TaskView>, Error> {

@@ -41,6 +41,8 @@ pub fn limits_view(l: &Limits) -> LimitsView {
 
 #[derive(Debug)]
 pub struct Runtime {
+    /// `$CAIRN_HOME` (the store may be elsewhere: `--store`).
+    pub(crate) home: PathBuf,
     pub(crate) store: SharedStore,
     pub(crate) images: ImageStore,
     pub(crate) driver: Arc<dyn SandboxDriver>,
@@ -73,7 +75,8 @@ pub struct Runtime {
     pub(crate) fork_bases: tokio::sync::RwLock<()>,
 }
 
-/// Marks a task busy while a command runs; the end of it counts as activity.
+/// Marks a task busy while a command runs (the exec records its end as
+/// activity before the guard drops).
 #[derive(Debug)]
 pub(crate) struct BusyGuard {
     cell: Arc<crate::cell::TaskCell>,
@@ -107,7 +110,10 @@ impl Runtime {
     /// the runtime's own tests). Images other than the ones in `home` are
     /// the caller's to import.
     pub async fn with_driver(home: &Home, config: &Config, driver: Arc<dyn SandboxDriver>, own: std::net::SocketAddr) -> Result<Runtime, OpenError> {
-        let store: SharedStore = Arc::new(SqliteStore::open(&home.db()).await?);
+        let store: SharedStore = match &config.store {
+            Some(url) => url.open().await?,
+            None => Arc::new(SqliteStore::open(&home.db()).await?),
+        };
         let images = ImageStore::new(home.images());
         let url = config.blob.url.clone().unwrap_or_else(|| cairn_blob::BlobUrl::Local(home.blobs()));
         let (cache, cache_size) = (home.blob_cache(), config.blob.cache_size);
@@ -130,6 +136,7 @@ impl Runtime {
         let cells = Arc::new(crate::cell::Cells::default());
         cells.follow(store.as_ref());
         Ok(Runtime {
+            home: home.root().to_owned(),
             store,
             images,
             driver,
@@ -149,6 +156,11 @@ impl Runtime {
             fork_bases: tokio::sync::RwLock::new(()),
             default_egress: config.egress.default_rules.clone(),
         })
+    }
+
+    /// The task database's URL, without its password.
+    pub fn store_location(&self) -> String {
+        self.store.location()
     }
 
     pub fn base_url(&self) -> String {

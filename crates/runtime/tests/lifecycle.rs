@@ -169,6 +169,12 @@ async fn exec_runs_in_the_task_and_a_failed_exec_leaves_it_running() {
     assert!(w.sh(&t, "true").await.is_err());
     assert_eq!(w.state(&t).await, (TaskState::Running, SandboxState::Ready));
     assert_eq!(w.sh(&t, "cat notes.txt").await.unwrap().1, "hello\n", "the next command runs");
+
+    // The end of a command is activity: an idle suspend counts from there.
+    let started = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64;
+    w.sh(&t, "sleep 0.3").await.unwrap();
+    let last = w.rt.show(&t).await.unwrap().task.last_activity_ms;
+    assert!(last >= started + 300, "last activity {} ms after the command started", last - started);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -155,7 +155,7 @@ impl Daemon {
         let url = format!("http://{addr}");
         runtime.bring_up(url.clone()).await;
         home.write_url(&url)?;
-        tracing::info!(%url, home = %home.root().display(), "cairn daemon listening");
+        tracing::info!(%url, home = %home.root().display(), store = %runtime.store_location(), "cairn daemon listening");
         let app = routes::router(runtime.clone(), token.clone());
         let (tx, rx) = oneshot::channel::<()>();
         let served = tokio::spawn(async move {

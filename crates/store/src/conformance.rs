@@ -4,8 +4,10 @@
 //! A backend takes part with a [`TestDatabase`] (a fresh, empty database
 //! per case) and one line at the end of this file:
 //! `conformance_suite!(name, TheTestDatabase);`. Each case is then a test
-//! named `name::case`. What only one backend has (SQLite's triggers, its
+//! named `name::case`. What only one backend has (its triggers, SQLite's
 //! file format from before the ledger) is tested next to that backend.
+//! The PostgreSQL cases run against a private server the tests start
+//! (`src/testing/postgres.rs`), a database per case.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -68,6 +70,7 @@ macro_rules! conformance_suite {
 }
 
 conformance_suite!(sqlite, crate::sqlite::TempSqlite);
+conformance_suite!(postgres, crate::testing::postgres::TempPostgres);
 
 fn task(name: Option<&str>) -> Task {
     Task::new(TaskId::random(), name.map(str::to_owned), TaskConfig { limits: Limits::default(), ..TaskConfig::default() }, now_ms())

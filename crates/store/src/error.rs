@@ -10,6 +10,15 @@ pub enum Error {
     Open(PathBuf, sqlx::Error),
     #[error("cannot migrate task database {0}: {1}")]
     Migrate(PathBuf, sqlx::migrate::MigrateError),
+    /// A store URL that names no backend Cairn has, or is malformed.
+    #[error("invalid store URL {0:?}: {1}")]
+    Url(String, String),
+    /// A database server that could not be reached or refused the
+    /// connection; the URL is shown without its password.
+    #[error("cannot connect to task database {0}: {1}")]
+    Connect(String, sqlx::Error),
+    #[error("cannot migrate task database {0}: {1}")]
+    MigrateServer(String, sqlx::migrate::MigrateError),
     #[error("task database, {0}: {1}")]
     Query(&'static str, sqlx::Error),
     #[error("unknown task {0:?} (see `cairn task list`)")]

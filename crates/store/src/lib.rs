@@ -11,21 +11,28 @@
 //! writes are one transaction, state changes are a compare-and-set over
 //! core's transition table, a task's log never forks.
 //!
-//! [`SqliteStore`] (`src/sqlite/`) is the one backend today: a file under
-//! `$CAIRN_HOME`, for a single daemon. A server-backed one (PostgreSQL,
-//! for several daemons sharing their tasks) goes next to it as
-//! `src/postgres/`, implementing the same traits, and runs the same
-//! conformance suite (`src/conformance.rs`) by adding one line there.
+//! Two backends implement it, chosen by a [`StoreUrl`]:
+//! [`SqliteStore`] (`src/sqlite/`, the default), a file under
+//! `$CAIRN_HOME` for a single daemon, and [`PostgresStore`]
+//! (`src/postgres/`), a database server several daemons can reach. Both
+//! run the same conformance suite (`src/conformance.rs`), the PostgreSQL
+//! one against a private server the tests start (`src/testing/`).
 
 mod error;
+mod postgres;
 mod sqlite;
 mod store;
+mod url;
 
 #[cfg(test)]
 mod conformance;
+#[cfg(test)]
+mod testing;
 
 pub use error::{Error, Result};
+pub use postgres::PostgresStore;
 pub use sqlite::SqliteStore;
+pub use url::StoreUrl;
 pub use store::{
     now_ms, ChangeListener, CheckpointStore, Delivered, EventStore, SandboxRow, SandboxStore, SharedStore, SnapshotStore, Store,
     TaskStore, WaitStore,

@@ -14,7 +14,6 @@
 //! a task's event log is append-only and hash-chained (`cairn_ledger`), with
 //! no two entries on the same sequence number under concurrent writers.
 
-use std::path::Path;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -65,9 +64,10 @@ pub struct Delivered {
 /// The whole task database: every concern, plus what a handle on it is.
 #[async_trait]
 pub trait Store: TaskStore + EventStore + SandboxStore + SnapshotStore + WaitStore + CheckpointStore + std::fmt::Debug {
-    /// The database file. The daemon reports its home as this file's
-    /// directory.
-    fn path(&self) -> &Path;
+    /// Where the database is, as a store URL without its password
+    /// (`sqlite:///var/lib/cairn/cairn.db`, `postgres://cairn@db/cairn`), for
+    /// people reading logs.
+    fn location(&self) -> String;
 
     /// Calls `listener` with the id of each task whose state, events or
     /// waits changed, right after the change is committed through this

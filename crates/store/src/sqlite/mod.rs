@@ -66,6 +66,11 @@ impl SqliteStore {
         Ok(SqliteStore { pool, path: path.to_owned(), listener: Listener::default() })
     }
 
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
     /// Tells the listener, if any, that `task` changed.
     pub(crate) fn notify_change(&self, task: &TaskId) {
         if let Some(listener) = self.listener.0.read().unwrap_or_else(|e| e.into_inner()).as_ref() {
@@ -104,8 +109,8 @@ impl SqliteStore {
 
 #[async_trait]
 impl Store for SqliteStore {
-    fn path(&self) -> &Path {
-        &self.path
+    fn location(&self) -> String {
+        format!("sqlite://{}", self.path.display())
     }
 
     fn on_change(&self, listener: ChangeListener) {

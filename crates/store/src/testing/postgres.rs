@@ -1,0 +1,277 @@
+//! A private PostgreSQL server for this test binary, and a fresh database
+//! in it for each test ([`TempPostgres`]).
+//!
+//! The first test that asks starts the server: `initdb` into a temporary
+//! directory (as the `postgres` user when the tests run as root, which
+//! `initdb` refuses to be), then `postgres` itself listening on a unix
+//! socket in that directory and on a free loopback port, without fsync
+//! (nothing here needs to survive a power cut). The system's cluster and
+//! its service are never used.
+//!
+//! The server is stopped and its directory removed when the test binary
+//! exits (an `atexit` handler: libtest returns from `main` or calls
+//! `process::exit`, both run it, also after failed tests). Should the
+//! binary die without running it (killed), the server still goes: it is
+//! started with a parent-death signal from a thread that lives as long as
+//! the process, so it shuts down when the process ends.
+//!
+//! Without PostgreSQL's programs the tests fail, saying what to install;
+//! they are never skipped.
+
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use crate::conformance::TestDatabase;
+use crate::{PostgresStore, SharedStore};
+
+const INSTALL: &str = "install PostgreSQL's server (Debian: `apt-get install postgresql`, as scripts/setup-debian.sh does), \
+                       or set CAIRN_PG_BIN to the directory holding its initdb, postgres and pg_isready";
+
+/// The running server, as tests reach it.
+#[derive(Debug)]
+struct Server {
+    port: u16,
+}
+
+/// What the exit handler stops and removes.
+struct Running {
+    postgres: Child,
+    dir: tempfile::TempDir,
+}
+
+static SERVER: OnceLock<Server> = OnceLock::new();
+static RUNNING: Mutex<Option<Running>> = Mutex::new(None);
+
+/// An empty database of its own on the private server, for one test.
+#[derive(Debug)]
+pub(crate) struct TempPostgres {
+    url: String,
+}
+
+impl TempPostgres {
+    /// A handle that can also run raw SQL (`pool`).
+    pub(crate) async fn open_postgres(&self) -> PostgresStore {
+        PostgresStore::connect(&self.url).await.expect("connect to the test database")
+    }
+
+    pub(crate) fn url(&self) -> &str {
+        &self.url
+    }
+}
+
+impl TestDatabase for TempPostgres {
+    async fn create() -> Self {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        // Started on a thread of its own (it takes a few seconds the first
+        // time), not on the test's runtime.
+        let port = match tokio::task::spawn_blocking(|| server().port).await {
+            Ok(port) => port,
+            Err(e) => std::panic::resume_unwind(e.into_panic()),
+        };
+        let name = format!("cairn_test_{}", NEXT.fetch_add(1, Ordering::Relaxed));
+        let admin = format!("postgres://postgres@127.0.0.1:{port}/postgres");
+        let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(&admin).await.expect("connect to the test server");
+        sqlx::query(&format!("CREATE DATABASE {name}")).execute(&mut conn).await.expect("create a test database");
+        <sqlx::PgConnection as sqlx::Connection>::close(conn).await.ok();
+        TempPostgres { url: format!("postgres://postgres@127.0.0.1:{port}/{name}") }
+    }
+
+    async fn open(&self) -> SharedStore {
+        std::sync::Arc::new(self.open_postgres().await)
+    }
+}
+
+/// The server, started on first use.
+fn server() -> &'static Server {
+    SERVER.get_or_init(|| {
+        let bin = bin_dir();
+        let (tx, rx) = std::sync::mpsc::channel();
+        // The thread that spawns the server is its "parent" for the death
+        // signal: it must live as long as the process, not as one test.
+        std::thread::Builder::new()
+            .name("test-postgres".into())
+            .spawn(move || {
+                let started = start(&bin);
+                let _ = tx.send(started);
+                loop {
+                    std::thread::park();
+                }
+            })
+            .expect("spawn the thread of the test PostgreSQL server");
+        match rx.recv() {
+            Ok(Ok(server)) => server,
+            Ok(Err(why)) => panic!("cannot start a PostgreSQL server for the tests: {why}"),
+            Err(_) => panic!("the thread starting the test PostgreSQL server died"),
+        }
+    })
+}
+
+fn start(bin: &Path) -> Result<Server, String> {
+    let owner = owner()?;
+    let dir = tempfile::Builder::new().prefix("cairn-pg-").tempdir().map_err(|e| format!("temporary directory: {e}"))?;
+    if let Some((uid, gid)) = owner {
+        std::os::unix::fs::chown(dir.path(), Some(uid), Some(gid)).map_err(|e| format!("chown {}: {e}", dir.path().display()))?;
+    }
+    let data = dir.path().join("data");
+    let out = as_owner(Command::new(bin.join("initdb")), owner)
+        .arg("-D")
+        .arg(&data)
+        .args(["-U", "postgres", "--auth=trust", "--encoding=UTF8", "--locale=C", "--no-sync"])
+        .output()
+        .map_err(|e| format!("run {}: {e}", bin.join("initdb").display()))?;
+    if !out.status.success() {
+        return Err(format!("initdb failed: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)));
+    }
+    let port = free_port()?;
+    let log_path = dir.path().join("postgres.log");
+    let log = std::fs::File::create(&log_path).map_err(|e| format!("{}: {e}", log_path.display()))?;
+    let mut cmd = as_owner(Command::new(bin.join("postgres")), owner);
+    cmd.arg("-D")
+        .arg(&data)
+        .arg("-k")
+        .arg(dir.path())
+        .args(["-h", "127.0.0.1", "-p", &port.to_string()])
+        .args(["-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off", "-c", "max_connections=400"])
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().map_err(|e| e.to_string())?)
+        .stderr(log);
+    // SAFETY: runs in the child between fork and exec, and only makes one
+    // async-signal-safe system call (prctl).
+    unsafe {
+        cmd.pre_exec(|| {
+            // After the switch to the owner (which clears the setting), so
+            // that it holds for the server: it stops when this process ends.
+            nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGINT).map_err(std::io::Error::from)
+        });
+    }
+    let postgres = cmd.spawn().map_err(|e| format!("run {}: {e}", bin.join("postgres").display()))?;
+    let pid = postgres.id();
+    {
+        let mut running = RUNNING.lock().unwrap_or_else(|e| e.into_inner());
+        *running = Some(Running { postgres, dir });
+    }
+    // SAFETY: registers a plain `extern "C"` function without arguments,
+    // as atexit expects.
+    if unsafe { libc::atexit(stop_at_exit) } != 0 {
+        stop();
+        return Err("cannot register the server's stop at exit".into());
+    }
+    wait_ready(bin, port, pid, &log_path)?;
+    Ok(Server { port })
+}
+
+/// Waits until the server accepts connections.
+fn wait_ready(bin: &Path, port: u16, pid: u32, log: &Path) -> Result<(), String> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let ready = Command::new(bin.join("pg_isready"))
+            .args(["-q", "-h", "127.0.0.1", "-p", &port.to_string(), "-U", "postgres"])
+            .status()
+            .map_err(|e| format!("run pg_isready: {e}"))?;
+        if ready.success() {
+            return Ok(());
+        }
+        let exited = RUNNING
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_mut()
+            .is_some_and(|r| r.postgres.try_wait().ok().flatten().is_some());
+        if exited || Instant::now() > deadline {
+            let text = std::fs::read_to_string(log).unwrap_or_default();
+            stop();
+            let what = if exited { "exited" } else { "was not ready within a minute" };
+            return Err(format!("postgres (pid {pid}) {what}; its log:\n{text}"));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+extern "C" fn stop_at_exit() {
+    stop();
+}
+
+/// Stops the server (a fast shutdown: clients are disconnected) and
+/// removes its directory. Runs at most once; never panics (it runs at exit).
+fn stop() {
+    let running = match RUNNING.lock() {
+        Ok(mut r) => r.take(),
+        Err(e) => e.into_inner().take(),
+    };
+    let Some(Running { mut postgres, dir }) = running else {
+        return;
+    };
+    if let Ok(pid) = i32::try_from(postgres.id()) {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGINT);
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        match postgres.try_wait() {
+            Ok(Some(_)) | Err(_) => break,
+            Ok(None) if Instant::now() > deadline => {
+                let _ = postgres.kill();
+                let _ = postgres.wait();
+                break;
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(20)),
+        }
+    }
+    drop(dir);
+}
+
+/// The user that owns and runs the server: `postgres` (uid, gid) when the
+/// tests run as root, else the tests' own user (`None`).
+fn owner() -> Result<Option<(u32, u32)>, String> {
+    if !nix::unistd::geteuid().is_root() {
+        return Ok(None);
+    }
+    match nix::unistd::User::from_name("postgres") {
+        Ok(Some(u)) => Ok(Some((u.uid.as_raw(), u.gid.as_raw()))),
+        Ok(None) => Err(format!("the tests run as root and there is no `postgres` user to run the server as: {INSTALL}")),
+        Err(e) => Err(format!("look up the postgres user: {e}")),
+    }
+}
+
+fn as_owner(mut cmd: Command, owner: Option<(u32, u32)>) -> Command {
+    if let Some((uid, gid)) = owner {
+        // std drops root's supplementary groups when it switches users.
+        cmd.uid(uid).gid(gid);
+    }
+    cmd.env_remove("PGDATA").env("LC_ALL", "C");
+    cmd
+}
+
+/// A loopback port no one listens on right now.
+fn free_port() -> Result<u16, String> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| format!("find a free port: {e}"))?;
+    l.local_addr().map(|a| a.port()).map_err(|e| e.to_string())
+}
+
+/// The directory of PostgreSQL's server programs: `CAIRN_PG_BIN`, else
+/// Debian's newest `/usr/lib/postgresql/<major>/bin`, else `PATH`.
+fn bin_dir() -> PathBuf {
+    let complete = |d: &Path| ["initdb", "postgres", "pg_isready"].iter().all(|p| d.join(p).is_file());
+    if let Some(d) = std::env::var_os("CAIRN_PG_BIN") {
+        let d = PathBuf::from(d);
+        assert!(complete(&d), "CAIRN_PG_BIN={} holds no initdb, postgres and pg_isready: {INSTALL}", d.display());
+        return d;
+    }
+    let mut debian: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| Some((e.file_name().to_str()?.parse().ok()?, e.path().join("bin"))))
+        .filter(|(_, bin)| complete(bin))
+        .collect();
+    debian.sort();
+    if let Some((_, bin)) = debian.pop() {
+        return bin;
+    }
+    if let Some(d) = std::env::var_os("PATH").iter().flat_map(std::env::split_paths).find(|d| complete(d)) {
+        return d;
+    }
+    panic!("the PostgreSQL store tests need a PostgreSQL server to run against, and none is installed: {INSTALL}");
+}
