@@ -13,6 +13,7 @@ pub mod files;
 pub mod health;
 pub mod images;
 pub mod ledger;
+pub mod nodes;
 pub mod snapshots;
 pub mod tasks;
 pub mod waits;

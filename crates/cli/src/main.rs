@@ -146,6 +146,9 @@ enum Cmd {
     /// A task's egress: the decision log of its proxy.
     #[command(subcommand)]
     Egress(verbs::egress::EgressCmd),
+    /// The nodes (daemons) sharing the task database.
+    #[command(subcommand)]
+    Node(verbs::node::NodeCmd),
     /// Serve the Model Context Protocol on stdin and stdout, for MCP
     /// clients that start their servers as programs: a bridge to the
     /// daemon's /mcp (see docs/mcp.md).
@@ -182,6 +185,10 @@ struct ServeArgs {
     /// (default: SQLite, $CAIRN_HOME/cairn.db).
     #[arg(long, value_name = "URL")]
     store: Option<String>,
+    /// This daemon's name among the nodes sharing the store (default: the
+    /// host name).
+    #[arg(long, value_name = "NAME")]
+    node: Option<String>,
 }
 
 fn main() -> ExitCode {
@@ -245,6 +252,9 @@ fn serve(args: ServeArgs) -> Result<u8> {
     if let Some(url) = &args.store {
         config.store = Some(cairn_runtime::config::parse_store(url).map_err(|e| anyhow!("--store: {e}"))?);
     }
+    if let Some(n) = &args.node {
+        config.node = Some(cairn_runtime::config::parse_node_name(n).map_err(|e| anyhow!("--node: {e}"))?);
+    }
     let helper_exe = std::env::current_exe().context("cannot find the cairn executable")?;
     let home = client::home();
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
@@ -285,6 +295,7 @@ async fn client_command(cmd: Cmd, json_out: bool) -> Result<u8> {
         Cmd::Task(c) => verbs::task::run(&client, c, out).await,
         Cmd::Deliver(a) => deliver::cli(&client, a, out).await,
         Cmd::Egress(c) => verbs::egress::run(&client, c, out).await,
+        Cmd::Node(c) => verbs::node::run(&client, c, out).await,
         Cmd::Exec(a) => exec::cli(&client, a, json_out).await,
         Cmd::Cp { src, dst, follow_links, keep_links } => cp::cli(&client, &src, &dst, follow_links, keep_links, out).await,
         Cmd::Log { task, verify, checkpoint } => ledger::log(&client, &task, verify, checkpoint, out).await,

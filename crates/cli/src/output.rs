@@ -112,6 +112,19 @@ pub fn task_table(tasks: &[TaskView]) -> String {
     table(&["ID", "NAME", "STATE", "SANDBOX", "IMAGE", "STEP", "CREATED"], rows)
 }
 
+/// `cairn node list`: one row per node, its heartbeat as an age.
+pub fn node_table(nodes: &[cairn_api::nodes::Node]) -> String {
+    let rows = nodes
+        .iter()
+        .map(|n| {
+            let age = format!("{:.1}s ago", n.heartbeat_age_ms as f64 / 1000.0);
+            let tasks = if n.tasks.is_empty() { "-".to_owned() } else { n.tasks.join(",") };
+            vec![n.name.clone(), n.state.as_str().to_owned(), age, n.load.to_string(), n.url.clone(), tasks]
+        })
+        .collect();
+    table(&["NAME", "STATE", "HEARTBEAT", "LOAD", "URL", "TASKS"], rows)
+}
+
 pub fn task_detail(v: &TaskView) -> String {
     let (t, l) = (&v.task, &v.limits);
     let env: Vec<String> = t.config.env.iter().map(|e| format!("{}={}", e.key, e.value)).collect();

@@ -68,6 +68,9 @@ pub struct Config {
     pub idle_suspend: Option<Duration>,
     pub egress: EgressConfig,
     pub blob: BlobConfig,
+    /// This daemon's node name (`--node`, `[node] name`); `None`: the host
+    /// name.
+    pub node: Option<String>,
 }
 
 /// The `[blob]` table: where snapshots' packs, index files and manifests
@@ -184,6 +187,7 @@ impl Default for Config {
             idle_suspend: None,
             egress: EgressConfig::default(),
             blob: BlobConfig::default(),
+            node: None,
         }
     }
 }
@@ -203,6 +207,8 @@ struct File {
     egress: EgressFile,
     #[serde(default)]
     blob: BlobFile,
+    #[serde(default)]
+    node: NodeFile,
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -210,6 +216,21 @@ struct File {
 struct BlobFile {
     url: Option<String>,
     cache_size: Option<String>,
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct NodeFile {
+    name: Option<String>,
+}
+
+/// Checks a node name: 1 to 63 characters, letters, digits, `-`, `_`, `.`.
+pub fn parse_node_name(s: &str) -> Result<String, String> {
+    let ok = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.');
+    if s.is_empty() || s.len() > 63 || !s.chars().all(ok) {
+        return Err(format!("{s:?} is not a node name (1 to 63 letters, digits, '-', '_', '.')"));
+    }
+    Ok(s.to_owned())
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -347,6 +368,9 @@ impl Config {
         if let Some(size) = file.blob.cache_size {
             c.blob.set_cache_size(&size).map_err(|e| format!("blob.cache_size: {e}"))?;
         }
+        if let Some(n) = file.node.name {
+            c.node = Some(parse_node_name(&n).map_err(|e| format!("node.name: {e}"))?);
+        }
         Ok(c)
     }
 
@@ -454,6 +478,17 @@ mod tests {
             assert!(err.contains("store.url") && !err.contains(":pw@"), "{bad}: {err}");
         }
         assert!(Config::parse("[store]\npath = \"x\"").unwrap_err().contains("path"));
+    }
+
+    #[test]
+    fn the_node_name_is_the_host_name_unless_the_config_names_it() {
+        assert_eq!(Config::default().node, None);
+        assert_eq!(Config::parse("[node]\nname = \"alpha-1.rack_2\"\n").unwrap().node.as_deref(), Some("alpha-1.rack_2"));
+        for bad in ["[node]\nname = \"\"", "[node]\nname = \"a b\"", "[node]\nname = \"a/b\""] {
+            assert!(Config::parse(bad).unwrap_err().contains("node.name"), "{bad}");
+        }
+        assert!(Config::parse("[node]\nid = \"x\"").unwrap_err().contains("id"));
+        assert!(crate::config::parse_node_name(&crate::nodes::default_node_name()).is_ok());
     }
 
     #[test]

@@ -47,6 +47,7 @@ pub mod ledger;
 pub mod lifecycle;
 mod materialise;
 pub mod metrics;
+pub mod nodes;
 pub mod pull;
 mod queries;
 mod reaper;

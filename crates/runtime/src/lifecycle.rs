@@ -159,7 +159,7 @@ impl Runtime {
                 if task.state == TaskState::Created {
                     task.state.start()?;
                 }
-                self.store.record_sandbox_ready(&task.id, init.pid, init.start_time, &event).await?;
+                self.store.record_sandbox_ready(&task.id, &self.node.name, init.pid, init.start_time, &event).await?;
                 let live = Live { init, ids };
                 self.set_live(&task.id, Some(live));
                 self.serve_egress(task, live).await;

@@ -73,6 +73,8 @@ pub struct Runtime {
     /// base until a task or a template names it; exclusive while unused
     /// bases are removed, so none is removed under it.
     pub(crate) fork_bases: tokio::sync::RwLock<()>,
+    /// This daemon as a node of the store's cluster.
+    pub(crate) node: crate::nodes::NodeId,
 }
 
 /// Marks a task busy while a command runs (the exec records its end as
@@ -155,6 +157,10 @@ impl Runtime {
             timer_added: tokio::sync::Notify::new(),
             fork_bases: tokio::sync::RwLock::new(()),
             default_egress: config.egress.default_rules.clone(),
+            node: crate::nodes::NodeId {
+                name: config.node.clone().unwrap_or_else(crate::nodes::default_node_name),
+                started_ms: cairn_store::now_ms(),
+            },
         })
     }
 
@@ -260,6 +266,7 @@ impl Runtime {
         }
         self.clone().spawn_background();
         let _ = self.base_url.set(base_url);
+        self.join_cluster().await;
         self.spawn_wakes();
         // Wake, recover, fire timers: after the URL is known (links).
         self.recover_all().await;

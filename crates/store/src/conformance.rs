@@ -18,7 +18,7 @@ use cairn_core::{
 };
 use cairn_ledger::{verify_chain, Checkpoint, NodeKeys, SignedCheckpoint, GENESIS};
 
-use crate::{now_ms, Error, SharedStore, Store};
+use crate::{now_ms, Error, NodeRow, SharedStore, Store};
 
 /// A database for one test case, empty when created and gone when dropped.
 pub(crate) trait TestDatabase: Sized {
@@ -55,6 +55,7 @@ macro_rules! conformance_suite {
                 a_delivery_retried_concurrently_takes_effect_once,
                 timers_and_finishing_a_suspend,
                 checkpoints_are_kept_in_order,
+                nodes_register_heartbeat_and_carry_the_tasks_they_run,
             );
         }
     };
@@ -301,7 +302,7 @@ pub(crate) async fn every_insert_path_extends_one_chain(db: &impl TestDatabase) 
     store.append_events(&[ev(EventKind::Egress, serde_json::json!({"host": "a"})), ev(EventKind::Egress, serde_json::json!({"host": "b"}))]).await.unwrap();
     store.set_config(id, &TaskConfig::default(), &ev(EventKind::PolicyUpdate, serde_json::json!({}))).await.unwrap();
     store.claim_sandbox_slot(id).await.unwrap();
-    store.record_sandbox_ready(id, 1, 2, &ev(EventKind::SandboxStart, serde_json::json!({}))).await.unwrap();
+    store.record_sandbox_ready(id, "n1", 1, 2, &ev(EventKind::SandboxStart, serde_json::json!({}))).await.unwrap();
     let s = Snapshot { step: 1, ..snap(id, SnapshotKind::Milestone) };
     store.insert_snapshot(&s, "base", None, &ev(EventKind::Snapshot, serde_json::json!({"freeze_ms": 0.25}))).await.unwrap();
     let note = RollbackNote { from: None, to: s.id.clone(), from_step: 1, reason: "r".into(), time_ms: 1 };
@@ -411,7 +412,7 @@ pub(crate) async fn sandbox_slots_are_unique_and_reused(db: &impl TestDatabase) 
     store.insert_task(&t5).await.unwrap();
     assert_eq!(store.claim_sandbox_slot_from(&t5.id, 1).await.unwrap(), 3, "skips taken slots from the minimum");
     let ev = event(&t4.id, EventKind::SandboxStart);
-    assert_eq!(store.record_sandbox_ready(&t4.id, 4242, 99, &ev).await.unwrap(), 1);
+    assert_eq!(store.record_sandbox_ready(&t4.id, "n1", 4242, 99, &ev).await.unwrap(), 1);
     let back = store.find_task(t4.id.as_str()).await.unwrap();
     assert_eq!((back.state, back.sandbox), (TaskState::Running, SandboxState::Ready));
     let row = store.sandbox(&t4.id).await.unwrap().unwrap();
@@ -702,4 +703,56 @@ pub(crate) async fn checkpoints_are_kept_in_order(db: &impl TestDatabase) {
     let ghost = SignedCheckpoint::sign(&keys, Checkpoint { task: TaskId::random().to_string(), ..cp(1) });
     assert!(matches!(store.insert_checkpoint(&ghost, "x").await, Err(Error::UnknownTask(_))));
     assert_eq!(store.checkpoints(&t.id).await.unwrap().len(), 2);
+}
+
+pub(crate) async fn nodes_register_heartbeat_and_carry_the_tasks_they_run(db: &impl TestDatabase) {
+    let store = db.open().await;
+    assert!(store.list_nodes().await.unwrap().is_empty());
+    let node = |name: &str, at: i64| NodeRow {
+        name: name.into(),
+        url: format!("http://{name}:7070"),
+        started_ms: at,
+        heartbeat_ms: at,
+        version: "0.1.0".into(),
+    };
+    store.register_node(&node("beta", 10)).await.unwrap();
+    store.register_node(&node("alpha", 20)).await.unwrap();
+    assert_eq!(store.list_nodes().await.unwrap(), [node("alpha", 20), node("beta", 10)], "by name");
+
+    // A heartbeat moves only the heartbeat; a restart replaces the row.
+    store.heartbeat_node(&NodeRow { url: "http://elsewhere".into(), ..node("alpha", 20) }, 25).await.unwrap();
+    assert_eq!(store.list_nodes().await.unwrap()[0], NodeRow { heartbeat_ms: 25, ..node("alpha", 20) });
+    store.register_node(&NodeRow { version: "0.2.0".into(), ..node("alpha", 30) }).await.unwrap();
+    assert_eq!(store.list_nodes().await.unwrap()[0], NodeRow { version: "0.2.0".into(), ..node("alpha", 30) });
+    // A heartbeat of a node whose row is gone registers it again.
+    store.heartbeat_node(&node("gamma", 40), 41).await.unwrap();
+    assert_eq!(store.list_nodes().await.unwrap()[2], NodeRow { heartbeat_ms: 41, ..node("gamma", 40) });
+    // Another handle (another daemon) sees the same registry.
+    assert_eq!(db.open().await.list_nodes().await.unwrap().len(), 3);
+
+    // A task's node: set with its sandbox up, cleared when it goes.
+    let ts: Vec<Task> = (0..4).map(|_| task(None)).collect();
+    for t in &ts {
+        store.insert_task(t).await.unwrap();
+        store.claim_sandbox_slot(&t.id).await.unwrap();
+    }
+    assert!(store.node_tasks().await.unwrap().is_empty(), "a claimed slot is not a sandbox up");
+    let on = ["beta", "alpha", "alpha", "beta"];
+    for (t, n) in ts.iter().zip(on) {
+        store.record_sandbox_ready(&t.id, n, 1, 2, &event(&t.id, EventKind::SandboxStart)).await.unwrap();
+    }
+    let mut want: Vec<(String, TaskId)> = ts.iter().zip(on).map(|(t, n)| (n.to_owned(), t.id.clone())).collect();
+    want.sort();
+    assert_eq!(store.node_tasks().await.unwrap(), want);
+    // Back to ready (a sandbox that survived a restart) keeps the node.
+    store.set_sandbox_state(&ts[0].id, SandboxState::Ready, None).await.unwrap();
+    // Lost, released (destroy), suspended: no node.
+    store.set_sandbox_state(&ts[1].id, SandboxState::Lost, Some("gone")).await.unwrap();
+    store.release_sandbox(&ts[2].id).await.unwrap();
+    store.transition(&ts[3].id, TaskState::Running, Transition::Suspend).await.unwrap();
+    store.finish_suspend(&ts[3].id, None, &event(&ts[3].id, EventKind::Suspend)).await.unwrap();
+    assert_eq!(store.node_tasks().await.unwrap(), [("beta".to_owned(), ts[0].id.clone())]);
+    // And a sandbox up again after the loss takes the node it is on now.
+    store.record_sandbox_ready(&ts[1].id, "gamma", 3, 4, &event(&ts[1].id, EventKind::SandboxStart)).await.unwrap();
+    assert_eq!(store.node_tasks().await.unwrap(), [("beta".to_owned(), ts[0].id.clone()), ("gamma".to_owned(), ts[1].id.clone())]);
 }

@@ -6,7 +6,8 @@
 //! so that the database behind it can change with the runtime changing
 //! only the line that opens it.
 //! `Store` joins one trait per concern ([`TaskStore`], [`EventStore`],
-//! [`SandboxStore`], [`SnapshotStore`], [`WaitStore`], [`CheckpointStore`]);
+//! [`SandboxStore`], [`SnapshotStore`], [`WaitStore`], [`CheckpointStore`],
+//! [`NodeStore`]);
 //! `src/store.rs` states the contract every backend keeps: multi-part
 //! writes are one transaction, state changes are a compare-and-set over
 //! core's transition table, a task's log never forks.
@@ -34,6 +35,6 @@ pub use postgres::PostgresStore;
 pub use sqlite::SqliteStore;
 pub use url::StoreUrl;
 pub use store::{
-    now_ms, ChangeListener, CheckpointStore, Delivered, EventStore, SandboxRow, SandboxStore, SharedStore, SnapshotStore, Store,
+    now_ms, ChangeListener, CheckpointStore, Delivered, EventStore, NodeRow, NodeStore, SandboxRow, SandboxStore, SharedStore, SnapshotStore, Store,
     TaskStore, WaitStore,
 };

@@ -1,8 +1,8 @@
 //! What the rest of Cairn asks of the task database, whatever keeps it.
 //!
 //! The contract is split by concern ([`TaskStore`], [`EventStore`],
-//! [`SandboxStore`], [`SnapshotStore`], [`WaitStore`], [`CheckpointStore`])
-//! so that a backend implements it one file at a time, and [`Store`] joins
+//! [`SandboxStore`], [`SnapshotStore`], [`WaitStore`], [`CheckpointStore`],
+//! [`NodeStore`]) so that a backend implements it one file at a time, and [`Store`] joins
 //! them into the one object the runtime holds ([`SharedStore`]). The traits
 //! are object-safe (`async_trait` boxes each call's future) because the
 //! runtime picks a backend at start, not at compile time.
@@ -63,7 +63,9 @@ pub struct Delivered {
 
 /// The whole task database: every concern, plus what a handle on it is.
 #[async_trait]
-pub trait Store: TaskStore + EventStore + SandboxStore + SnapshotStore + WaitStore + CheckpointStore + std::fmt::Debug {
+pub trait Store:
+    TaskStore + EventStore + SandboxStore + SnapshotStore + WaitStore + CheckpointStore + NodeStore + std::fmt::Debug
+{
     /// Where the database is, as a store URL without its password
     /// (`sqlite:///var/lib/cairn/cairn.db`, `postgres://cairn@db/cairn`), for
     /// people reading logs.
@@ -171,17 +173,21 @@ pub trait SandboxStore: Send + Sync {
     /// when another sandbox holds it.
     async fn try_claim_sandbox_slot(&self, task: &TaskId, slot: u32) -> Result<bool>;
 
-    /// Records, in one transaction, that the sandbox of `id` is up: its
-    /// init, the task state (`running` when it was `created`), the sandbox
-    /// state, and the start event. Returns the event's sequence number.
-    async fn record_sandbox_ready(&self, id: &TaskId, pid: i32, start_time: u64, ev: &NewEvent) -> Result<u64>;
+    /// Records, in one transaction, that the sandbox of `id` is up on
+    /// `node`: its init, the task state (`running` when it was `created`),
+    /// the sandbox state, the task's node, and the start event. Returns the
+    /// event's sequence number. The task's node is cleared when its sandbox
+    /// goes: [`Self::release_sandbox`], a sandbox state other than `ready`,
+    /// the end of a suspend.
+    async fn record_sandbox_ready(&self, id: &TaskId, node: &str, pid: i32, start_time: u64, ev: &NewEvent) -> Result<u64>;
 
     async fn sandbox(&self, id: &TaskId) -> Result<Option<SandboxRow>>;
 
     /// Every live sandbox, by uid slot.
     async fn sandboxes(&self) -> Result<Vec<SandboxRow>>;
 
-    /// Forgets the sandbox of `id`, freeing its uid slot. Absent is fine.
+    /// Forgets the sandbox of `id`, freeing its uid slot, and clears the
+    /// task's node. Absent is fine.
     async fn release_sandbox(&self, id: &TaskId) -> Result<()>;
 
     /// Remembers the slot a suspended task's sandbox had, so that a wake
@@ -289,4 +295,40 @@ pub trait CheckpointStore: Send + Sync {
 
     /// A task's newest checkpoint.
     async fn latest_checkpoint(&self, task: &TaskId) -> Result<Option<SignedCheckpoint>>;
+}
+
+/// A daemon sharing this database, as it last announced itself.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeRow {
+    /// Unique among the daemons of a database (`cairn serve --node`).
+    pub name: String,
+    /// Its API's base URL.
+    pub url: String,
+    /// When it started (ms since the epoch).
+    pub started_ms: i64,
+    /// Its latest heartbeat (ms since the epoch).
+    pub heartbeat_ms: i64,
+    /// Its Cairn version.
+    pub version: String,
+}
+
+/// The node registry: which daemons share the database, when each last
+/// said it was alive, and which tasks' sandboxes each runs. Whether a node
+/// is up (how old a heartbeat may be) is the reader's call.
+#[async_trait]
+pub trait NodeStore: Send + Sync {
+    /// Registers a node at its start: inserts its row, or replaces every
+    /// field of the row its name already has (a restart).
+    async fn register_node(&self, node: &NodeRow) -> Result<()>;
+
+    /// Records a heartbeat of `node` at `now_ms`. A node whose row is gone
+    /// (deleted by hand) is registered again, with `started_ms` as given.
+    async fn heartbeat_node(&self, node: &NodeRow, now_ms: i64) -> Result<()>;
+
+    /// Every node, by name.
+    async fn list_nodes(&self) -> Result<Vec<NodeRow>>;
+
+    /// The tasks whose sandbox is up on a node, as `(node, task)` pairs,
+    /// by node then task id.
+    async fn node_tasks(&self) -> Result<Vec<(String, TaskId)>>;
 }

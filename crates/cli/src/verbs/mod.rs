@@ -4,6 +4,7 @@
 
 pub mod egress;
 pub mod image;
+pub mod node;
 pub mod snapshot;
 pub mod task;
 pub mod waits;

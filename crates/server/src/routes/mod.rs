@@ -11,6 +11,7 @@
 //! | method | path | what |
 //! |---|---|---|
 //! | GET | /v1/health | daemon version and home |
+//! | GET | /v1/nodes | the nodes sharing the task database: state, load, tasks |
 //! | GET | /metrics | Prometheus metrics (OpenMetrics text) |
 //! | GET, POST | /v1/tasks | list, create |
 //! | GET, DELETE | /v1/tasks/{id} | show, destroy |
@@ -64,6 +65,7 @@ mod files;
 mod gateway;
 mod images;
 pub(crate) mod mcp;
+mod nodes;
 pub mod openapi;
 mod served;
 mod snapshots;
@@ -99,6 +101,7 @@ pub fn router(rt: Arc<Runtime>, token: String) -> Router {
 fn routes(token: Arc<String>) -> Routes {
     let private = Routes::new()
         .merge(admin::routes())
+        .merge(nodes::routes())
         .merge(tasks::routes())
         .merge(exec::routes())
         .merge(files::routes())

@@ -14,7 +14,7 @@ use utoipa::openapi::{ContentBuilder, Ref, RefOr, ResponseBuilder, Schema};
 use utoipa::{Modify, OpenApi};
 
 use super::served::Routes;
-use super::{admin, deliver, egress, exec, files, gateway, images, mcp, snapshots, tasks, waits};
+use super::{admin, deliver, egress, exec, files, gateway, images, mcp, nodes, snapshots, tasks, waits};
 
 #[derive(Debug, OpenApi)]
 #[openapi(
@@ -25,6 +25,7 @@ use super::{admin, deliver, egress, exec, files, gateway, images, mcp, snapshots
     paths(
         serve,
         admin::health, admin::metrics, admin::gc, admin::check,
+        nodes::list,
         tasks::list, tasks::create, tasks::show, tasks::destroy, tasks::events, tasks::watch,
         exec::exec, exec::run,
         files::download, files::upload, files::read_one, files::write_one, files::list_dir,
@@ -44,6 +45,7 @@ use super::{admin, deliver, egress, exec, files, gateway, images, mcp, snapshots
     security(("bearer" = [])),
     tags(
         (name = "daemon", description = "The daemon: health, metrics, this document, the blob store's gc and check"),
+        (name = "nodes", description = "The daemons sharing the task database"),
         (name = "tasks", description = "Tasks and their event log"),
         (name = "exec", description = "Commands in a task"),
         (name = "files", description = "Files in and out of a task's sandbox"),

@@ -26,6 +26,7 @@
 //! `sqlite/`.
 
 mod ledger;
+mod nodes;
 mod snapshots;
 mod waits;
 
@@ -196,9 +197,11 @@ impl TaskStore for PostgresStore {
     async fn set_sandbox_state(&self, id: &TaskId, state: SandboxState, note: Option<&str>) -> Result<()> {
         self.exec_one(
             "set sandbox state",
-            sqlx::query("UPDATE tasks SET sandbox_state = $1, sandbox_note = $2 WHERE id = $3")
+            // A sandbox that is not up runs on no node; one that is keeps its node.
+            sqlx::query("UPDATE tasks SET sandbox_state = $1, sandbox_note = $2, node = CASE WHEN $3 THEN node END WHERE id = $4")
                 .bind(state.as_str())
                 .bind(note)
+                .bind(state == SandboxState::Ready)
                 .bind(id.as_str()),
             id,
         )
@@ -342,7 +345,7 @@ impl SandboxStore for PostgresStore {
         }
     }
 
-    async fn record_sandbox_ready(&self, id: &TaskId, pid: i32, start_time: u64, ev: &NewEvent) -> Result<u64> {
+    async fn record_sandbox_ready(&self, id: &TaskId, node: &str, pid: i32, start_time: u64, ev: &NewEvent) -> Result<u64> {
         let q = |e| Error::Query("record sandbox start", e);
         let mut tx = self.begin().await.map_err(q)?;
         let state = locked_state(&mut tx, id, "record sandbox start").await?;
@@ -356,8 +359,9 @@ impl SandboxStore for PostgresStore {
         if state == Some(TaskState::Created) {
             transition_in(&mut tx, id, TaskState::Created, Transition::Start).await?;
         }
-        let updated = sqlx::query("UPDATE tasks SET sandbox_state = $1, sandbox_note = NULL, last_activity_ms = $2 WHERE id = $3")
+        let updated = sqlx::query("UPDATE tasks SET sandbox_state = $1, sandbox_note = NULL, node = $2, last_activity_ms = $3 WHERE id = $4")
             .bind(SandboxState::Ready.as_str())
+            .bind(node)
             .bind(now_ms())
             .bind(id.as_str())
             .execute(&mut *tx)
@@ -389,12 +393,12 @@ impl SandboxStore for PostgresStore {
     }
 
     async fn release_sandbox(&self, id: &TaskId) -> Result<()> {
-        sqlx::query("DELETE FROM sandboxes WHERE task_id = $1")
-            .bind(id.as_str())
-            .execute(&self.pool)
-            .await
-            .map_err(|e| Error::Query("release sandbox", e))?;
-        Ok(())
+        let q = |e| Error::Query("release sandbox", e);
+        let mut tx = self.begin().await.map_err(q)?;
+        // The task's row first, as every transaction that writes for a task locks it.
+        sqlx::query("UPDATE tasks SET node = NULL WHERE id = $1").bind(id.as_str()).execute(&mut *tx).await.map_err(q)?;
+        sqlx::query("DELETE FROM sandboxes WHERE task_id = $1").bind(id.as_str()).execute(&mut *tx).await.map_err(q)?;
+        tx.commit().await.map_err(q)
     }
 
     async fn set_last_uid_slot(&self, task: &TaskId, slot: Option<u32>) -> Result<()> {

@@ -135,7 +135,7 @@ impl WaitStore for PostgresStore {
         };
         let done = if satisfied { Transition::SuspendedIntoWake } else { Transition::Suspended };
         let state = transition_in(&mut tx, task, TaskState::Suspending, done).await?;
-        sqlx::query("UPDATE tasks SET sandbox_state = $1, sandbox_note = NULL WHERE id = $2")
+        sqlx::query("UPDATE tasks SET sandbox_state = $1, sandbox_note = NULL, node = NULL WHERE id = $2")
             .bind(SandboxState::None.as_str())
             .bind(task.as_str())
             .execute(&mut *tx)

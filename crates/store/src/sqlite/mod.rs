@@ -11,6 +11,7 @@
 //! checkpoints in the submodules, one per concern of the contract.
 
 mod ledger;
+mod nodes;
 mod snapshots;
 mod waits;
 
@@ -171,9 +172,11 @@ impl TaskStore for SqliteStore {
     async fn set_sandbox_state(&self, id: &TaskId, state: SandboxState, note: Option<&str>) -> Result<()> {
         self.exec_one(
             "set sandbox state",
-            sqlx::query("UPDATE tasks SET sandbox_state = ?, sandbox_note = ? WHERE id = ?")
+            // A sandbox that is not up runs on no node; one that is keeps its node.
+            sqlx::query("UPDATE tasks SET sandbox_state = ?, sandbox_note = ?, node = CASE WHEN ? THEN node END WHERE id = ?")
                 .bind(state.as_str())
                 .bind(note)
+                .bind(state == SandboxState::Ready)
                 .bind(id.as_str()),
             id,
         )
@@ -310,7 +313,7 @@ impl SandboxStore for SqliteStore {
         }
     }
 
-    async fn record_sandbox_ready(&self, id: &TaskId, pid: i32, start_time: u64, ev: &NewEvent) -> Result<u64> {
+    async fn record_sandbox_ready(&self, id: &TaskId, node: &str, pid: i32, start_time: u64, ev: &NewEvent) -> Result<u64> {
         let q = |e| Error::Query("record sandbox start", e);
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(q)?;
         sqlx::query("UPDATE sandboxes SET init_pid = ?, init_start_time = ? WHERE task_id = ?")
@@ -323,8 +326,9 @@ impl SandboxStore for SqliteStore {
         if task_state_in(&mut tx, id, "record sandbox start").await? == Some(TaskState::Created) {
             transition_in(&mut tx, id, TaskState::Created, Transition::Start).await?;
         }
-        let updated = sqlx::query("UPDATE tasks SET sandbox_state = ?, sandbox_note = NULL, last_activity_ms = ? WHERE id = ?")
+        let updated = sqlx::query("UPDATE tasks SET sandbox_state = ?, sandbox_note = NULL, node = ?, last_activity_ms = ? WHERE id = ?")
         .bind(SandboxState::Ready.as_str())
+        .bind(node)
         .bind(now_ms())
         .bind(id.as_str())
         .execute(&mut *tx)
@@ -356,12 +360,11 @@ impl SandboxStore for SqliteStore {
     }
 
     async fn release_sandbox(&self, id: &TaskId) -> Result<()> {
-        sqlx::query("DELETE FROM sandboxes WHERE task_id = ?")
-            .bind(id.as_str())
-            .execute(&self.pool)
-            .await
-            .map_err(|e| Error::Query("release sandbox", e))?;
-        Ok(())
+        let q = |e| Error::Query("release sandbox", e);
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(q)?;
+        sqlx::query("DELETE FROM sandboxes WHERE task_id = ?").bind(id.as_str()).execute(&mut *tx).await.map_err(q)?;
+        sqlx::query("UPDATE tasks SET node = NULL WHERE id = ?").bind(id.as_str()).execute(&mut *tx).await.map_err(q)?;
+        tx.commit().await.map_err(q)
     }
 
     async fn set_last_uid_slot(&self, task: &TaskId, slot: Option<u32>) -> Result<()> {

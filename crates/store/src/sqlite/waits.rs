@@ -123,7 +123,7 @@ impl WaitStore for SqliteStore {
         };
         let done = if satisfied { Transition::SuspendedIntoWake } else { Transition::Suspended };
         let state = transition_in(&mut tx, task, TaskState::Suspending, done).await?;
-        sqlx::query("UPDATE tasks SET sandbox_state = ?, sandbox_note = NULL WHERE id = ?")
+        sqlx::query("UPDATE tasks SET sandbox_state = ?, sandbox_note = NULL, node = NULL WHERE id = ?")
             .bind(SandboxState::None.as_str())
             .bind(task.as_str())
             .execute(&mut *tx)

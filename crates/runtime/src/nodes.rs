@@ -1,0 +1,110 @@
+//! This daemon as a node of the cluster sharing its store: it registers at
+//! start (name, API URL, version), heartbeats every [`HEARTBEAT`] from a
+//! background task, and answers `GET /v1/nodes` from the registry. A node
+//! is up while its latest heartbeat is younger than [`DOWN_AFTER`] (three
+//! periods), by the clock of the node that answers.
+//!
+//! Only the registry and each task's node (the store sets it when the
+//! task's sandbox comes up and clears it when the sandbox goes) exist so
+//! far; leases with fencing tokens, and recovery of a down node's tasks,
+//! build on them (`docs/architecture.md`, "Nodes").
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use cairn_api::nodes::{Node, NodeState};
+use cairn_store::{now_ms, NodeRow};
+
+use crate::runtime::Runtime;
+use crate::Error;
+
+/// How often a node heartbeats.
+pub const HEARTBEAT: Duration = Duration::from_secs(2);
+
+/// How old a heartbeat may be for its node to be up.
+pub const DOWN_AFTER: Duration = Duration::from_secs(3 * HEARTBEAT.as_secs());
+
+/// The node name a daemon takes without `--node` or `[node] name`: the host
+/// name (or `localhost` when it has none that is valid).
+pub fn default_node_name() -> String {
+    nix::unistd::gethostname()
+        .ok()
+        .and_then(|h| h.into_string().ok())
+        .and_then(|h| crate::config::parse_node_name(&h).ok())
+        .unwrap_or_else(|| "localhost".to_owned())
+}
+
+impl Runtime {
+    /// This daemon's node name.
+    pub fn node_name(&self) -> &str {
+        &self.node.name
+    }
+
+    /// This node's row as it announces it.
+    fn node_row(&self) -> NodeRow {
+        NodeRow {
+            name: self.node.name.clone(),
+            url: self.base_url(),
+            started_ms: self.node.started_ms,
+            heartbeat_ms: now_ms(),
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+        }
+    }
+
+    /// Registers this node (once the API's URL is known) and starts its
+    /// heartbeats. A registration that fails is logged: the heartbeat
+    /// registers it again.
+    pub(crate) async fn join_cluster(self: &Arc<Self>) {
+        if let Err(e) = self.store.register_node(&self.node_row()).await {
+            tracing::error!(node = %self.node.name, "cannot register the node: {e}");
+        }
+        let rt = self.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(HEARTBEAT);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            tick.tick().await;
+            loop {
+                tick.tick().await;
+                if let Err(e) = rt.store.heartbeat_node(&rt.node_row(), now_ms()).await {
+                    tracing::warn!(node = %rt.node.name, "heartbeat: {e}");
+                }
+            }
+        });
+    }
+
+    /// Every node of the store, with its state, load and tasks.
+    pub async fn nodes(&self) -> Result<Vec<Node>, Error> {
+        let rows = self.store.list_nodes().await?;
+        let mut tasks: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for (node, task) in self.store.node_tasks().await? {
+            tasks.entry(node).or_default().push(task.to_string());
+        }
+        let now = now_ms();
+        Ok(rows
+            .into_iter()
+            .map(|r| {
+                let age = (now - r.heartbeat_ms).max(0);
+                let state = if age < DOWN_AFTER.as_millis() as i64 { NodeState::Up } else { NodeState::Down };
+                let tasks = tasks.remove(&r.name).unwrap_or_default();
+                Node {
+                    name: r.name,
+                    url: r.url,
+                    state,
+                    heartbeat_age_ms: age,
+                    started_ms: r.started_ms,
+                    version: r.version,
+                    load: tasks.len(),
+                    tasks,
+                }
+            })
+            .collect())
+    }
+}
+
+/// This daemon's identity as a node.
+#[derive(Debug)]
+pub(crate) struct NodeId {
+    pub(crate) name: String,
+    pub(crate) started_ms: i64,
+}

@@ -1,0 +1,77 @@
+//! The node registry ([`NodeStore`]) in SQLite. One daemon per SQLite file,
+//! so it has one node; the table is the same as PostgreSQL's all the same.
+
+use async_trait::async_trait;
+use cairn_core::TaskId;
+use sqlx::sqlite::SqliteRow;
+use sqlx::Row;
+
+use super::SqliteStore;
+use crate::{Error, NodeRow, NodeStore, Result};
+
+#[async_trait]
+impl NodeStore for SqliteStore {
+    async fn register_node(&self, node: &NodeRow) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO nodes (name, url, started_ms, heartbeat_ms, version) VALUES (?, ?, ?, ?, ?)
+             ON CONFLICT (name) DO UPDATE SET url = excluded.url, started_ms = excluded.started_ms,
+                 heartbeat_ms = excluded.heartbeat_ms, version = excluded.version",
+        )
+        .bind(&node.name)
+        .bind(&node.url)
+        .bind(node.started_ms)
+        .bind(node.heartbeat_ms)
+        .bind(&node.version)
+        .execute(&self.pool)
+        .await
+        .map_err(|e| Error::Query("register node", e))?;
+        Ok(())
+    }
+
+    async fn heartbeat_node(&self, node: &NodeRow, now_ms: i64) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO nodes (name, url, started_ms, heartbeat_ms, version) VALUES (?, ?, ?, ?, ?)
+             ON CONFLICT (name) DO UPDATE SET heartbeat_ms = excluded.heartbeat_ms",
+        )
+        .bind(&node.name)
+        .bind(&node.url)
+        .bind(node.started_ms)
+        .bind(now_ms)
+        .bind(&node.version)
+        .execute(&self.pool)
+        .await
+        .map_err(|e| Error::Query("record node heartbeat", e))?;
+        Ok(())
+    }
+
+    async fn list_nodes(&self) -> Result<Vec<NodeRow>> {
+        let rows = sqlx::query("SELECT * FROM nodes ORDER BY name")
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| Error::Query("list nodes", e))?;
+        Ok(rows.iter().map(node_from_row).collect())
+    }
+
+    async fn node_tasks(&self) -> Result<Vec<(String, TaskId)>> {
+        let rows = sqlx::query("SELECT node, id FROM tasks WHERE node IS NOT NULL AND sandbox_state = 'ready' ORDER BY node, id")
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| Error::Query("list the tasks of nodes", e))?;
+        rows.iter()
+            .map(|r| {
+                let id: String = r.get(1);
+                Ok((r.get(0), id.parse().map_err(|_| Error::Corrupt("task id", id.clone()))?))
+            })
+            .collect()
+    }
+}
+
+fn node_from_row(r: &SqliteRow) -> NodeRow {
+    NodeRow {
+        name: r.get("name"),
+        url: r.get("url"),
+        started_ms: r.get("started_ms"),
+        heartbeat_ms: r.get("heartbeat_ms"),
+        version: r.get("version"),
+    }
+}
