@@ -63,6 +63,12 @@ if ! python3 -c 'import mcp.client.stdio, mcp.client.streamable_http' 2>/dev/nul
   echo "installing the mcp Python package"
   python3 -m pip install -q mcp 2>/dev/null || python3 -m pip install -q --break-system-packages mcp
 fi
+# The tests of the blob store on S3-compatible storage start moto's S3
+# server on loopback.
+if ! python3 -c 'import moto.server, flask, flask_cors' 2>/dev/null; then
+  echo "installing the moto[server] Python package"
+  python3 -m pip install -q 'moto[server]' 2>/dev/null || python3 -m pip install -q --break-system-packages 'moto[server]'
+fi
 if ! command -v cargo >/dev/null; then
   if [[ -x $HOME/.cargo/bin/cargo ]]; then
     export PATH=$HOME/.cargo/bin:$PATH

@@ -3,13 +3,15 @@
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use futures_util::TryStreamExt;
+use object_store::aws::{AmazonS3, AmazonS3Builder, AmazonS3ConfigKey};
 use object_store::local::LocalFileSystem;
 use object_store::path::Path as StorePath;
-use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
+use object_store::{BackoffConfig, ClientConfigKey, ObjectStore, ObjectStoreExt, PutPayload, RetryConfig};
+use serde::Serialize;
 
 use crate::{Error, Result};
 
@@ -54,6 +56,36 @@ pub struct ObjectInfo {
     pub modified: SystemTime,
 }
 
+/// What a [`ReadBackend::prefetch`] did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct FetchStats {
+    /// Objects downloaded into the local cache.
+    pub objects: u64,
+    pub bytes: u64,
+    /// Objects already there.
+    pub cached: u64,
+    /// Objects left to be read when needed: beyond the share of the cache
+    /// a prefetch may fill, or failed (the read that needs them reports why).
+    pub skipped: u64,
+}
+
+/// Counters of a local cache in front of a remote store, since it was opened.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct CacheStats {
+    /// Ranges read from a cached copy.
+    pub hits: u64,
+    /// Ranges whose object was not cached.
+    pub misses: u64,
+    /// Whole objects downloaded, and their bytes.
+    pub downloads: u64,
+    pub downloaded_bytes: u64,
+    pub evictions: u64,
+    /// What the cache holds now, and its bound.
+    pub objects: u64,
+    pub bytes: u64,
+    pub max_bytes: u64,
+}
+
 pub trait ReadBackend: Send + Sync + std::fmt::Debug {
     /// A short description for messages (`local /path`, `s3://bucket/prefix`).
     fn location(&self) -> String;
@@ -61,6 +93,35 @@ pub trait ReadBackend: Send + Sync + std::fmt::Debug {
     fn read_range(&self, kind: Kind, id: &str, offset: u64, len: u64) -> Result<Bytes>;
     fn list(&self, kind: Kind) -> Result<Vec<ObjectInfo>>;
     fn exists(&self, kind: Kind, id: &str) -> Result<bool>;
+
+    /// How many transfers to run at once against this backend: pack
+    /// uploads of one writer, and reads or deletes of many objects.
+    fn concurrency(&self) -> usize {
+        LOCAL_CONCURRENCY
+    }
+
+    /// Makes `objects` (id, size) quick to read: a backend that keeps a
+    /// local cache of a remote store downloads the ones it lacks,
+    /// [`ReadBackend::concurrency`] at a time. Others do nothing. Never
+    /// fails: an object that could not be fetched is read (and its error
+    /// reported) when it is needed.
+    fn prefetch(&self, kind: Kind, objects: &[(String, u64)]) -> FetchStats {
+        let _ = (kind, objects);
+        FetchStats::default()
+    }
+
+    /// Drops the local copy of an object (one whose content was found not to
+    /// match its id); true when there was one, so that reading again goes to
+    /// the store itself.
+    fn evict(&self, kind: Kind, id: &str) -> bool {
+        let _ = (kind, id);
+        false
+    }
+
+    /// The local cache's counters, for a backend that has one.
+    fn cache_stats(&self) -> Option<CacheStats> {
+        None
+    }
 }
 
 pub trait WriteBackend: ReadBackend {
@@ -69,6 +130,14 @@ pub trait WriteBackend: ReadBackend {
     fn write(&self, kind: Kind, id: &str, data: Bytes) -> Result<()>;
     fn delete(&self, kind: Kind, id: &str) -> Result<()>;
 }
+
+/// Transfers at once on a local directory: two pack writes in flight hide
+/// each other's fsync latency.
+pub const LOCAL_CONCURRENCY: usize = 2;
+/// Transfers at once on S3-compatible storage, whose requests take
+/// milliseconds each: enough to hide that latency, few enough to bound the
+/// memory of packs in flight (a writer holds up to this many 16 MiB packs).
+pub const S3_CONCURRENCY: usize = 8;
 
 /// The `object_store` backend.
 ///
@@ -80,6 +149,7 @@ pub struct ObjectStoreBackend {
     location: String,
     /// Key prefix under which every object lives (empty: the store's root).
     prefix: String,
+    concurrency: usize,
     /// For a store that is a local directory without its own fsync: the
     /// directory, so that written objects are fsync'd here.
     sync_root: Option<PathBuf>,
@@ -125,7 +195,71 @@ impl ObjectStoreBackend {
             .enable_all()
             .build()
             .map_err(|e| Error::Backend(location.clone(), format!("cannot start its runtime: {e}")))?;
-        Ok(ObjectStoreBackend { store, location, prefix: String::new(), sync_root, runtime: Some(runtime) })
+        Ok(ObjectStoreBackend { store, location, prefix: String::new(), concurrency: LOCAL_CONCURRENCY, sync_root, runtime: Some(runtime) })
+    }
+
+    /// Runs up to `n` transfers at once (see [`ReadBackend::concurrency`]).
+    pub fn with_concurrency(mut self, n: usize) -> ObjectStoreBackend {
+        self.concurrency = n.max(1);
+        self
+    }
+
+    /// S3-compatible storage at `url`, `s3://BUCKET/PREFIX` (the prefix may
+    /// be empty). Configured from the standard environment (`AWS_ENDPOINT_URL`,
+    /// `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`,
+    /// `AWS_REGION`, `AWS_ALLOW_HTTP=true` for a plain-HTTP endpoint, ...),
+    /// then from `settings`, `object_store` configuration keys such as
+    /// `aws_endpoint_url` that win over the environment. Transient errors
+    /// (connection failures, timeouts, 5xx, 429) are retried with
+    /// exponential backoff for up to a minute.
+    ///
+    /// Lists the prefix once before returning, so a bad URL, an unreachable
+    /// endpoint, a missing bucket or refused credentials fail here, in one
+    /// line naming the URL.
+    pub fn s3(url: &str, settings: &[(&str, &str)]) -> Result<ObjectStoreBackend> {
+        let fail = |why: String| Error::Backend(url.to_string(), why);
+        let (bucket, prefix) = parse_s3_url(url).map_err(fail)?;
+        // reqwest's rustls comes without a crypto provider; the workspace's
+        // is ring. Installing fails harmlessly when one already is.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let builder = |retry: RetryConfig| -> Result<(AmazonS3, String)> {
+            let mut b = AmazonS3Builder::from_env();
+            for (key, value) in settings {
+                let key: AmazonS3ConfigKey = key.parse().map_err(|_| fail(format!("unknown S3 setting {key:?}")))?;
+                b = b.with_config(key, *value);
+            }
+            // A 16 MiB pack over a slow link takes longer than the default 30 s.
+            let b = b.with_bucket_name(bucket.clone()).with_retry(retry).with_config(AmazonS3ConfigKey::Client(ClientConfigKey::Timeout), "300s");
+            let endpoint = b.get_config_value(&AmazonS3ConfigKey::Endpoint).unwrap_or_else(|| "AWS S3".to_string());
+            let store = b.build().map_err(|e| fail(format!("{} (endpoint {endpoint})", error_chain(&e))))?;
+            Ok((store, endpoint))
+        };
+        let (store, _) = builder(RetryConfig {
+            backoff: BackoffConfig { init_backoff: Duration::from_millis(100), max_backoff: Duration::from_secs(5), base: 2.0 },
+            max_retries: 8,
+            retry_timeout: Duration::from_secs(60),
+        })?;
+        // The first contact retries little: a daemon pointed at the wrong
+        // place should say so in seconds, not after a minute.
+        let (probe, endpoint) = builder(RetryConfig {
+            backoff: BackoffConfig { init_backoff: Duration::from_millis(100), max_backoff: Duration::from_secs(1), base: 2.0 },
+            max_retries: 2,
+            retry_timeout: Duration::from_secs(10),
+        })?;
+        let backend = Self::build(Arc::new(store), url.to_string(), None)?.with_prefix(&prefix).with_concurrency(S3_CONCURRENCY);
+        let root = (!prefix.is_empty()).then(|| StorePath::from(prefix.as_str()));
+        let listed = backend.run(async move { probe.list_with_delimiter(root.as_ref()).await })?;
+        if let Err(e) = listed {
+            let why = match &e {
+                object_store::Error::NotFound { .. } => format!("bucket {bucket} not found (NoSuchBucket)"),
+                // An answer from the server says what it refused; a failure
+                // to get one is best told by its innermost cause (connection
+                // refused, no such host, a certificate not trusted).
+                e => s3_error_summary(&raw_chain(e)).unwrap_or_else(|| root_cause(e)),
+            };
+            return Err(fail(format!("cannot list the bucket at endpoint {endpoint}: {why}")));
+        }
+        Ok(backend)
     }
 
     /// The key of an object, relative to the store's root.
@@ -167,7 +301,7 @@ impl ObjectStoreBackend {
         match err {
             object_store::Error::NotFound { .. } => Error::Missing(kind, id.to_string()),
             err if is_no_space(&err) => Error::NoSpace(self.location.clone()),
-            err => Error::Backend(self.location.clone(), format!("{op} {} {id}: {}", kind.dir(), one_line(&err.to_string()))),
+            err => Error::Backend(self.location.clone(), format!("{op} {} {id}: {}", kind.dir(), error_chain(&err))),
         }
     }
 
@@ -217,6 +351,72 @@ fn one_line(s: &str) -> String {
     s.replace('\n', " ")
 }
 
+/// `s3://BUCKET/PREFIX` → (bucket, prefix without surrounding slashes).
+pub(crate) fn parse_s3_url(url: &str) -> std::result::Result<(String, String), String> {
+    let rest = url.strip_prefix("s3://").ok_or_else(|| "not an S3 URL: expected s3://BUCKET/PREFIX".to_string())?;
+    let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+    let valid_bucket = (3..=63).contains(&bucket.len())
+        && bucket.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'.' || b == b'-')
+        && bucket.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && bucket.ends_with(|c: char| c.is_ascii_alphanumeric());
+    if !valid_bucket {
+        return Err(format!("{bucket:?} is not a bucket name (3 to 63 lowercase letters, digits, dots and hyphens)"));
+    }
+    let prefix = prefix.trim_matches('/');
+    if prefix.split('/').any(|seg| seg == "." || seg == "..") || prefix.contains("//") || prefix.contains(['?', '#', '\\']) {
+        return Err(format!("{prefix:?} is not a usable key prefix"));
+    }
+    Ok((bucket.to_string(), prefix.to_string()))
+}
+
+/// An error and its sources on one line, without repeating a source whose
+/// text its parent already includes (object_store's errors often do).
+fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
+    let line = raw_chain(err);
+    s3_error_summary(&line).unwrap_or(line)
+}
+
+/// An error and its sources on one line, an S3 error response included whole.
+fn raw_chain(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut line = err.to_string();
+    let mut cur = err.source();
+    while let Some(e) = cur {
+        let text = e.to_string();
+        if !line.contains(&text) {
+            line.push_str(": ");
+            line.push_str(&text);
+        }
+        cur = e.source();
+    }
+    one_line(&line)
+}
+
+/// The innermost error of a chain, on one line.
+fn root_cause(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut cur = err;
+    while let Some(next) = cur.source() {
+        cur = next;
+    }
+    one_line(&cur.to_string())
+}
+
+/// An S3 error response quoted in `line` (its XML body), as its status,
+/// code and message: `404 Not Found: NoSuchBucket: The specified bucket does
+/// not exist`.
+fn s3_error_summary(line: &str) -> Option<String> {
+    let tag = |name: &str| -> Option<String> {
+        let start = line.find(&format!("<{name}>"))? + name.len() + 2;
+        let len = line[start..].find(&format!("</{name}>"))?;
+        Some(line[start..start + len].to_string())
+    };
+    let code = tag("Code")?;
+    let status = line.find("status code: ").map(|i| &line[i + 13..]).and_then(|rest| rest.split(':').next()).unwrap_or("error");
+    Some(match tag("Message") {
+        Some(message) => format!("{status}: {code}: {message}"),
+        None => format!("{status}: {code}"),
+    })
+}
+
 impl Drop for ObjectStoreBackend {
     fn drop(&mut self) {
         // Dropping a runtime blocks and panics inside another runtime's
@@ -231,6 +431,10 @@ impl Drop for ObjectStoreBackend {
 impl ReadBackend for ObjectStoreBackend {
     fn location(&self) -> String {
         self.location.clone()
+    }
+
+    fn concurrency(&self) -> usize {
+        self.concurrency
     }
 
     fn read(&self, kind: Kind, id: &str) -> Result<Bytes> {
@@ -270,7 +474,7 @@ impl ReadBackend for ObjectStoreBackend {
         let store = Arc::clone(&self.store);
         let metas = self
             .run(async move { store.list(Some(&prefix)).try_collect::<Vec<_>>().await })?
-            .map_err(|e| Error::Backend(self.location.clone(), format!("list {}: {}", kind.dir(), one_line(&e.to_string()))))?;
+            .map_err(|e| Error::Backend(self.location.clone(), format!("list {}: {}", kind.dir(), error_chain(&e))))?;
         Ok(metas
             .into_iter()
             .filter_map(|meta| {
@@ -400,5 +604,59 @@ mod tests {
         assert!(is_no_space(&err));
         let other = object_store::Error::Generic { store: "x", source: "permission denied".into() };
         assert!(!is_no_space(&other));
+    }
+
+    #[test]
+    fn s3_objects_are_keyed_under_the_prefix_as_locally() {
+        let moto = crate::moto::Moto::shared();
+        moto.create_bucket("cairn-keys");
+        let settings = moto.settings();
+        let settings: Vec<(&str, &str)> = settings.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let b = ObjectStoreBackend::s3("s3://cairn-keys/a/b/", &settings).unwrap();
+        assert_eq!((b.location(), b.concurrency()), ("s3://cairn-keys/a/b/".to_string(), S3_CONCURRENCY));
+        let id = "ab".repeat(32);
+        b.write(Kind::Pack, &id, Bytes::from_static(b"hello world")).unwrap();
+        b.write(Kind::Index, &id, Bytes::from_static(b"i")).unwrap();
+        let mut keys = moto.keys("cairn-keys", "");
+        keys.sort();
+        assert_eq!(keys, vec![format!("a/b/index/{id}"), format!("a/b/packs/ab/{id}")]);
+        assert_eq!(&b.read_range(Kind::Pack, &id, 6, 5).unwrap()[..], b"world");
+        let err = b.read_range(Kind::Pack, &id, 5, 10).unwrap_err();
+        assert!(matches!(&err, Error::Corrupt(Kind::Pack, _, why) if why.contains("truncated")), "{err}");
+        let listed = b.list(Kind::Pack).unwrap();
+        assert_eq!((listed.len(), listed[0].size), (1, 11));
+        b.delete(Kind::Pack, &id).unwrap();
+        b.delete(Kind::Pack, &id).unwrap();
+        assert!(matches!(b.read(Kind::Pack, &id), Err(Error::Missing(Kind::Pack, _))));
+        assert!(!b.exists(Kind::Pack, &id).unwrap());
+    }
+
+    #[test]
+    fn s3_failures_are_one_line_naming_the_url() {
+        let moto = crate::moto::Moto::shared();
+        let settings = moto.settings();
+        let mut settings: Vec<(&str, &str)> = settings.iter().map(|(k, v)| (*k, v.as_str())).collect();
+
+        let err = ObjectStoreBackend::s3("s3://no-such-bucket/x", &settings).unwrap_err().to_string();
+        assert!(err.starts_with("backend s3://no-such-bucket/x: cannot list the bucket at endpoint http://127.0.0.1:"), "{err}");
+        assert!(err.ends_with("404 Not Found: NoSuchBucket: The specified bucket does not exist") || err.ends_with("(NoSuchBucket)"), "{err}");
+
+        for bad in ["s3://Bad_Bucket/x", "http://example.com/x", "s3://ok-bucket/../x"] {
+            let err = ObjectStoreBackend::s3(bad, &settings).unwrap_err().to_string();
+            assert!(err.starts_with(&format!("backend {bad}: ")), "{err}");
+        }
+        let err = ObjectStoreBackend::s3("s3://ok-bucket", &[("aws_no_such_thing", "1")]).unwrap_err().to_string();
+        assert!(err.contains("aws_no_such_thing"), "{err}");
+
+        // Nothing listens on the port: a quick, clear failure.
+        let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+        let endpoint = format!("http://{closed}");
+        settings.retain(|(k, _)| *k != "aws_endpoint_url");
+        settings.push(("aws_endpoint_url", &endpoint));
+        let started = std::time::Instant::now();
+        let err = ObjectStoreBackend::s3("s3://ok-bucket/p", &settings).unwrap_err().to_string();
+        assert!(started.elapsed() < Duration::from_secs(20), "took {:?}", started.elapsed());
+        assert!(err.starts_with("backend s3://ok-bucket/p: cannot list the bucket at endpoint http://127.0.0.1:") && !err.contains('\n'), "{err}");
+        assert!(err.ends_with("Connection refused (os error 111)"), "{err}");
     }
 }

@@ -170,6 +170,17 @@ struct ServeArgs {
     /// Formatted task disks kept ready.
     #[arg(long)]
     disk_pool: Option<usize>,
+    /// Where snapshots are stored: a local path, file:///PATH, or
+    /// s3://BUCKET/PREFIX (S3-compatible storage, configured by
+    /// AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
+    /// AWS_REGION and AWS_ALLOW_HTTP=true for a plain-HTTP endpoint).
+    /// Default: the home's blobs directory.
+    #[arg(long, value_name = "URL")]
+    blob: Option<String>,
+    /// Bound of the local cache of a remote blob store's packs (default
+    /// 2G; 0 turns it off).
+    #[arg(long, value_name = "SIZE")]
+    blob_cache_size: Option<String>,
     /// The task database: sqlite://PATH or postgres://USER@HOST/DATABASE
     /// (default: SQLite, $CAIRN_HOME/cairn.db).
     #[arg(long, value_name = "URL")]
@@ -231,6 +242,12 @@ fn serve(args: ServeArgs) -> Result<u8> {
     }
     if let Some(n) = args.disk_pool {
         config.disk_pool = n;
+    }
+    if let Some(url) = &args.blob {
+        config.blob.set_url(url).map_err(|e| anyhow!(e))?;
+    }
+    if let Some(size) = &args.blob_cache_size {
+        config.blob.set_cache_size(size).map_err(|e| anyhow!(e))?;
     }
     if let Some(url) = &args.store {
         config.store = Some(cairn_runtime::config::parse_store(url).map_err(|e| anyhow!("--store: {e}"))?);

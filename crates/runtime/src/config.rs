@@ -25,6 +25,13 @@
 //! keep_milestones = true
 //! expire_after = "7d"         # or "never"
 //!
+//! [blob]                      # where snapshots' data is stored
+//! url = "s3://bucket/prefix"  # --blob: a local path, file:///PATH, or S3-compatible
+//!                             # storage (configured by AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID,
+//!                             # AWS_SECRET_ACCESS_KEY, AWS_REGION, AWS_ALLOW_HTTP);
+//!                             # default: the home's blobs directory
+//! cache_size = "2G"           # --blob-cache-size: local cache of a remote store's packs ("0": none)
+//!
 //! [egress]
 //! allow = ["packages.example.com"]        # default policy of tasks created without --allow/--deny
 //! deny = []
@@ -60,9 +67,41 @@ pub struct Config {
     /// Suspend tasks idle this long, unless they say otherwise.
     pub idle_suspend: Option<Duration>,
     pub egress: EgressConfig,
+    pub blob: BlobConfig,
     /// This daemon's node name (`--node`, `[node] name`); `None`: the host
     /// name.
     pub node: Option<String>,
+}
+
+/// The `[blob]` table: where snapshots' packs, index files and manifests
+/// are stored.
+#[derive(Debug, Clone)]
+pub struct BlobConfig {
+    /// `None`: the home's `blobs` directory.
+    pub url: Option<cairn_blob::BlobUrl>,
+    /// Bound of the local cache (`<home>/blob-cache`) of a remote store's
+    /// packs; 0 turns it off.
+    pub cache_size: u64,
+}
+
+impl Default for BlobConfig {
+    fn default() -> Self {
+        BlobConfig { url: None, cache_size: cairn_blob::DEFAULT_CACHE_BYTES }
+    }
+}
+
+impl BlobConfig {
+    /// `--blob URL`.
+    pub fn set_url(&mut self, url: &str) -> Result<(), String> {
+        self.url = Some(cairn_blob::BlobUrl::parse(url)?);
+        Ok(())
+    }
+
+    /// `--blob-cache-size SIZE`.
+    pub fn set_cache_size(&mut self, size: &str) -> Result<(), String> {
+        self.cache_size = cairn_core::parse_bytes(size).map_err(|e| format!("blob cache size: {e}"))?;
+        Ok(())
+    }
 }
 
 /// The `[egress]` table, checked.
@@ -147,6 +186,7 @@ impl Default for Config {
             gc_grace: Duration::from_secs(3600),
             idle_suspend: None,
             egress: EgressConfig::default(),
+            blob: BlobConfig::default(),
             node: None,
         }
     }
@@ -166,7 +206,16 @@ struct File {
     #[serde(default)]
     egress: EgressFile,
     #[serde(default)]
+    blob: BlobFile,
+    #[serde(default)]
     node: NodeFile,
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct BlobFile {
+    url: Option<String>,
+    cache_size: Option<String>,
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -313,6 +362,12 @@ impl Config {
             c.retention.expire_after = parse_expiry(&e).map_err(|e| format!("snapshots.retention.expire_after: {e}"))?;
         }
         c.egress = Self::parse_egress(file.egress)?;
+        if let Some(u) = file.blob.url {
+            c.blob.set_url(&u).map_err(|e| format!("blob.url: {e}"))?;
+        }
+        if let Some(size) = file.blob.cache_size {
+            c.blob.set_cache_size(&size).map_err(|e| format!("blob.cache_size: {e}"))?;
+        }
         if let Some(n) = file.node.name {
             c.node = Some(parse_node_name(&n).map_err(|e| format!("node.name: {e}"))?);
         }
@@ -389,6 +444,26 @@ mod tests {
         assert_eq!(c.risky_patterns.last().map(String::as_str), Some("terraform apply"));
         assert!(Config::parse("[snapshots]\nrisky_patterns = [\"(\"]").unwrap_err().contains("risk pattern"));
         assert!(Config::parse("[snapshots.retention]\nexpire_after = \"soon\"").unwrap_err().contains("expire_after"));
+    }
+
+    #[test]
+    fn blob_section_names_the_store_and_the_cache_bound() {
+        let c = Config::default();
+        assert_eq!((c.blob.url.as_ref(), c.blob.cache_size), (None, 2 << 30));
+        let c = Config::parse("[blob]\nurl = \"s3://cairn-snaps/node-pool\"\ncache_size = \"512M\"\n").unwrap();
+        assert_eq!(c.blob.url, Some(cairn_blob::BlobUrl::S3("s3://cairn-snaps/node-pool".into())));
+        assert_eq!(c.blob.cache_size, 512 << 20);
+        let c = Config::parse("[blob]\nurl = \"file:///srv/blobs\"\ncache_size = \"0\"\n").unwrap();
+        assert_eq!((c.blob.url, c.blob.cache_size), (Some(cairn_blob::BlobUrl::Local("/srv/blobs".into())), 0));
+        for (bad, says) in [
+            ("[blob]\nurl = \"gs://x/y\"", "blob.url"),
+            ("[blob]\nurl = \"s3://UPPER/y\"", "bucket name"),
+            ("[blob]\ncache_size = \"lots\"", "blob.cache_size"),
+            ("[blob]\nregion = \"eu\"", "region"),
+        ] {
+            let err = Config::parse(bad).unwrap_err();
+            assert!(err.contains(says), "{bad}: {err}");
+        }
     }
 
     #[test]

@@ -67,9 +67,14 @@ impl Home {
     pub fn images(&self) -> PathBuf {
         self.root.join("images")
     }
-    /// The blob store: packs, index files and manifests of every snapshot.
+    /// The blob store: packs, index files and manifests of every snapshot
+    /// (unless the daemon keeps them elsewhere, `--blob`).
     pub fn blobs(&self) -> PathBuf {
         self.root.join("blobs")
+    }
+    /// The local cache of a remote blob store's packs.
+    pub fn blob_cache(&self) -> PathBuf {
+        self.root.join("blob-cache")
     }
 
     fn ensure(&self) -> Result<(), HomeError> {

@@ -1,6 +1,7 @@
 //! Prometheus metrics (`GET /metrics`, OpenMetrics text): what the runtime
 //! counts and times as it works, and what is read at each scrape (tasks by
-//! state, live sandboxes, bytes in the blob store).
+//! state, live sandboxes, bytes in the blob store, the pack cache of a
+//! remote blob store).
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -36,6 +37,10 @@ pub struct Metrics {
     tasks: Family<StateLabel, Gauge>,
     live_sandboxes: Gauge,
     blob_bytes: Gauge,
+    blob_cache_bytes: Gauge,
+    blob_cache_hits: Counter,
+    blob_cache_misses: Counter,
+    blob_cache_downloaded_bytes: Counter,
     pub(crate) exec_seconds: Histogram,
     pub(crate) snapshot_seconds: Histogram,
     pub(crate) suspend_seconds: Histogram,
@@ -57,6 +62,10 @@ impl Default for Metrics {
             tasks: Family::default(),
             live_sandboxes: Gauge::default(),
             blob_bytes: Gauge::default(),
+            blob_cache_bytes: Gauge::default(),
+            blob_cache_hits: Counter::default(),
+            blob_cache_misses: Counter::default(),
+            blob_cache_downloaded_bytes: Counter::default(),
             exec_seconds: seconds(),
             snapshot_seconds: seconds(),
             suspend_seconds: seconds(),
@@ -69,6 +78,10 @@ impl Default for Metrics {
         registry.register("tasks", "Tasks by state", m.tasks.clone());
         registry.register("live_sandboxes", "Sandboxes running now", m.live_sandboxes.clone());
         registry.register("blob_store_bytes", "Bytes in the blob store (packs, index, manifests, deliverables)", m.blob_bytes.clone());
+        registry.register("blob_cache_bytes", "Bytes of a remote blob store's packs cached on this node", m.blob_cache_bytes.clone());
+        registry.register("blob_cache_hits", "Chunk reads served from the pack cache", m.blob_cache_hits.clone());
+        registry.register("blob_cache_misses", "Chunk reads whose pack was not cached", m.blob_cache_misses.clone());
+        registry.register("blob_cache_downloaded_bytes", "Bytes of packs downloaded into the pack cache", m.blob_cache_downloaded_bytes.clone());
         registry.register("exec_duration_seconds", "Commands, from start to exit", m.exec_seconds.clone());
         registry.register("snapshot_duration_seconds", "Snapshots, from freeze to recorded", m.snapshot_seconds.clone());
         registry.register("suspend_duration_seconds", "Suspends, from the request to the sandbox gone", m.suspend_seconds.clone());
@@ -126,9 +139,25 @@ impl Runtime {
             m.tasks.get_or_create(&StateLabel { state: state.to_string() }).set(n as i64);
         }
         m.live_sandboxes.set(self.cells.all().iter().filter(|(_, c)| c.live().is_some()).count() as i64);
-        let blobs = self.home.join("blobs");
-        let bytes = tokio::task::spawn_blocking(move || tree_bytes(&blobs)).await?;
-        m.blob_bytes.set(bytes as i64);
+        let backend = self.snaps.repo.backend();
+        match backend.location().strip_prefix("local ").map(std::path::PathBuf::from) {
+            Some(dir) => {
+                let bytes = tokio::task::spawn_blocking(move || tree_bytes(&dir)).await?;
+                m.blob_bytes.set(bytes as i64);
+            }
+            // A remote store is not walked: its packs as the index knows them.
+            None => {
+                m.blob_bytes.set(self.snaps.repo.stats().stored_bytes as i64);
+            }
+        }
+        if let Some(c) = backend.cache_stats() {
+            use std::sync::atomic::Ordering::Relaxed;
+            m.blob_cache_bytes.set(c.bytes as i64);
+            // Totals kept by the cache itself since it was opened.
+            m.blob_cache_hits.inner().store(c.hits, Relaxed);
+            m.blob_cache_misses.inner().store(c.misses, Relaxed);
+            m.blob_cache_downloaded_bytes.inner().store(c.downloaded_bytes, Relaxed);
+        }
         m.encode()
     }
 }
@@ -150,6 +179,7 @@ mod tests {
             "cairn_egress_decisions_total{verdict=\"denied\"} 1",
             "cairn_webhooks_total{result=\"accepted\"} 1",
             "cairn_snapshot_added_bytes_total 10",
+            "cairn_blob_cache_hits_total 0",
             "# TYPE cairn_wake_duration_seconds histogram",
             "# EOF",
         ] {

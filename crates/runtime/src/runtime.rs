@@ -117,10 +117,15 @@ impl Runtime {
             None => Arc::new(SqliteStore::open(&home.db()).await?),
         };
         let images = ImageStore::new(home.images());
-        let blobs = home.blobs();
+        let url = config.blob.url.clone().unwrap_or_else(|| cairn_blob::BlobUrl::Local(home.blobs()));
+        let (cache, cache_size) = (home.blob_cache(), config.blob.cache_size);
         let repo = tokio::task::spawn_blocking(move || -> Result<_, cairn_blob::Error> {
-            let backend = cairn_blob::ObjectStoreBackend::local(&blobs)?;
-            cairn_blob::Repository::open(Arc::new(backend))
+            let backend = url.open(&cache, cache_size)?;
+            if url.is_remote() {
+                let cache = if cache_size == 0 { "none".to_string() } else { format!("{} (up to {cache_size} bytes)", cache.display()) };
+                tracing::info!(blob = %url, %cache, "blob store on remote storage");
+            }
+            cairn_blob::Repository::open(backend)
         })
         .await
         .map_err(|e| OpenError::Sandbox(cairn_sandbox::Error::Helper(e.to_string())))??;

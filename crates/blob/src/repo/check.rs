@@ -8,6 +8,7 @@ use serde::Serialize;
 use super::{one_line, Repository};
 use crate::index::Location;
 use crate::pack;
+use crate::parallel::map_bounded;
 use crate::{Error, Kind, ObjectId, ObjectInfo, Result};
 
 /// The outcome of `check`.
@@ -106,24 +107,38 @@ impl Repository {
         }
         // Reading takes long: do not hold the index meanwhile.
         drop(idx);
-        for pack in present {
+        // Several packs are read and verified at once; each one's findings
+        // go into the report in the packs' order.
+        let conc = self.backend.concurrency();
+        let jobs: Vec<(ObjectId, Vec<Location>)> = present.into_iter().map(|p| (p, indexed_in.remove(&p).unwrap_or_default())).collect();
+        let verified = map_bounded(jobs, conc, |(pack, expected)| {
+            let mut part = CheckReport::default();
             match self.backend.read(Kind::Pack, &pack.to_hex()) {
                 Ok(data) => {
-                    report.bytes_read += data.len() as u64;
-                    let expected = indexed_in.remove(&pack).unwrap_or_default();
-                    verify_pack(&pack, &data, &expected, &mut report);
+                    part.bytes_read += data.len() as u64;
+                    verify_pack(&pack, &data, &expected, &mut part);
                 }
-                Err(Error::Missing(..)) => report.problems.push(format!("pack {pack}: missing")),
-                Err(e) => report.problems.push(format!("pack {pack}: unreadable: {}", one_line(&e.to_string()))),
+                Err(Error::Missing(..)) => part.problems.push(format!("pack {pack}: missing")),
+                Err(e) => part.problems.push(format!("pack {pack}: unreadable: {}", one_line(&e.to_string()))),
             }
+            part
+        });
+        for part in verified {
+            report.bytes_read += part.bytes_read;
+            report.chunks_verified += part.chunks_verified;
+            report.problems.extend(part.problems);
         }
-        for m in &manifests {
-            let Some(info) = stored_manifests.get(&m.to_hex()) else { continue };
-            match self.get_manifest(m) {
-                Ok(_) => report.bytes_read += info.size,
-                Err(Error::Corrupt(_, _, why)) => report.problems.push(format!("manifest {m}: {} (corrupted)", one_line(&why))),
-                Err(Error::Missing(..)) => report.problems.push(format!("manifest {m}: missing")),
-                Err(e) => report.problems.push(format!("manifest {m}: unreadable: {}", one_line(&e.to_string()))),
+        let stored: Vec<(ObjectId, u64)> = manifests.iter().filter_map(|m| Some((*m, stored_manifests.get(&m.to_hex())?.size))).collect();
+        let verified = map_bounded(stored, conc, |(m, size)| match self.get_manifest(&m) {
+            Ok(_) => Ok(size),
+            Err(Error::Corrupt(_, _, why)) => Err(format!("manifest {m}: {} (corrupted)", one_line(&why))),
+            Err(Error::Missing(..)) => Err(format!("manifest {m}: missing")),
+            Err(e) => Err(format!("manifest {m}: unreadable: {}", one_line(&e.to_string()))),
+        });
+        for v in verified {
+            match v {
+                Ok(size) => report.bytes_read += size,
+                Err(line) => report.problems.push(line),
             }
         }
         Ok(report)

@@ -8,6 +8,7 @@ use serde::Serialize;
 
 use super::Repository;
 use crate::index::{self, IndexedPack};
+use crate::parallel::try_map_bounded;
 use crate::{Error, Kind, ObjectId, ObjectInfo, Result};
 
 /// The outcome of `gc` (or what it would do, with `dry_run`).
@@ -51,15 +52,15 @@ impl Repository {
 
         // What each index file lists is the truth (the in-memory index keeps
         // one location per chunk, and other processes may have added files).
-        let mut files: Vec<(ObjectId, Vec<IndexedPack>)> = Vec::new();
-        for info in self.backend.list(Kind::Index)? {
-            let Ok(id) = info.id.parse::<ObjectId>() else { continue };
-            match self.backend.read(Kind::Index, &info.id) {
-                Ok(stored) => files.push((id, index::decode(&id, &stored)?)),
-                Err(Error::Missing(..)) => continue,
-                Err(e) => return Err(e),
-            }
-        }
+        let listed: Vec<(ObjectId, String)> =
+            self.backend.list(Kind::Index)?.into_iter().filter_map(|info| Some((info.id.parse::<ObjectId>().ok()?, info.id))).collect();
+        let conc = self.backend.concurrency();
+        let read = try_map_bounded(listed, conc, |(id, name)| match self.backend.read(Kind::Index, &name) {
+            Ok(stored) => Ok(Some((id, index::decode(&id, &stored)?))),
+            Err(Error::Missing(..)) => Ok(None),
+            Err(e) => Err(e),
+        })?;
+        let files: Vec<(ObjectId, Vec<IndexedPack>)> = read.into_iter().flatten().collect();
         let mut pack_chunks: HashMap<ObjectId, HashSet<ObjectId>> = HashMap::new();
         for (_, packs) in &files {
             for p in packs {
@@ -153,13 +154,11 @@ impl Repository {
             }
         }
         fail::fail_point!("gc.index_rewritten");
-        for (pack, _) in &delete_packs {
-            self.backend.delete(Kind::Pack, &pack.to_hex())?;
-        }
+        // Deletes of one kind go together, several at once; the order
+        // between the phases is kept.
+        try_map_bounded(delete_packs, conc, |(pack, _)| self.backend.delete(Kind::Pack, &pack.to_hex()))?;
         fail::fail_point!("gc.packs_deleted");
-        for (manifest, _) in &delete_manifests {
-            self.backend.delete(Kind::Manifest, &manifest.to_hex())?;
-        }
+        try_map_bounded(delete_manifests, conc, |(manifest, _)| self.backend.delete(Kind::Manifest, &manifest.to_hex()))?;
         tracing::info!(
             packs = report.packs_deleted,
             manifests = report.manifests_deleted,

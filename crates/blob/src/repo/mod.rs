@@ -16,7 +16,8 @@ use serde::Serialize;
 
 use crate::index::{self, Location, MemIndex};
 use crate::pack::{self, COMPRESSION_LEVEL, TARGET_PACK_SIZE};
-use crate::{Error, Kind, ObjectId, Result, WriteBackend};
+use crate::parallel::map_bounded;
+use crate::{Error, FetchStats, Kind, ObjectId, Result, WriteBackend};
 
 pub use check::CheckReport;
 pub use gc::GcReport;
@@ -116,7 +117,7 @@ impl Repository {
             let idx = self.read_index();
             idx.files.keys().map(ObjectId::to_hex).chain(idx.unreadable.keys().cloned()).collect()
         };
-        let mut loaded = 0;
+        let mut todo = Vec::new();
         for info in listed {
             if known.contains(&info.id) {
                 continue;
@@ -125,8 +126,18 @@ impl Repository {
                 tracing::warn!(name = %info.id, "ignoring a file in the index directory that is not named by an id");
                 continue;
             };
-            let packs = match self.backend.read(Kind::Index, &info.id) {
-                Ok(stored) => index::decode(&id, &stored),
+            todo.push((id, info.id));
+        }
+        // Read and decoded several at once (a remote store answers each
+        // read in milliseconds), merged in the listing's order.
+        let read = map_bounded(todo, self.backend.concurrency(), |(id, name)| {
+            let packs = self.backend.read(Kind::Index, &name).map(|stored| index::decode(&id, &stored));
+            (id, name, packs)
+        });
+        let mut loaded = 0;
+        for (id, name, packs) in read {
+            let packs = match packs {
+                Ok(packs) => packs,
                 // Deleted by a concurrent gc after the listing.
                 Err(Error::Missing(..)) => continue,
                 Err(e) => return Err(e),
@@ -141,7 +152,7 @@ impl Repository {
                     // Keep going: the chunks it lists are merely re-stored by
                     // the next writer; check reports it and gc refuses to run.
                     tracing::warn!(index = %id, error = %e, "index file unreadable");
-                    idx.unreadable.insert(info.id.clone(), one_line(&e.to_string()));
+                    idx.unreadable.insert(name, one_line(&e.to_string()));
                 }
             }
         }
@@ -154,16 +165,72 @@ impl Repository {
     }
 
     /// Reads a chunk, decompressed; checks that it hashes to `id` and names
-    /// the pack and chunk when it does not (never returns wrong data).
+    /// the pack and chunk when it does not (never returns wrong data). A
+    /// chunk that fails the check in a locally cached copy of its pack is
+    /// read once more from the store, with the copy dropped.
+    ///
+    /// A chunk the in-memory index does not know makes it load the index
+    /// files written since (by another process or node sharing the store)
+    /// before it is reported unknown.
     pub fn read_chunk(&self, id: &ObjectId) -> Result<Vec<u8>> {
-        let loc: Location = self.read_index().chunks.get(id).copied().ok_or_else(|| Error::UnknownChunk(id.to_hex()))?;
+        let known = self.read_index().chunks.get(id).copied();
+        let loc: Location = match known {
+            Some(loc) => loc,
+            None => {
+                self.refresh_index()?;
+                self.read_index().chunks.get(id).copied().ok_or_else(|| Error::UnknownChunk(id.to_hex()))?
+            }
+        };
         let pack = loc.pack.to_hex();
+        match self.read_chunk_at(&loc, &pack) {
+            Err(Error::Corrupt(..)) if self.backend.evict(Kind::Pack, &pack) => {
+                tracing::warn!(%pack, chunk = %id, "a cached pack failed verification; read again from the store");
+                self.read_chunk_at(&loc, &pack)
+            }
+            other => other,
+        }
+    }
+
+    fn read_chunk_at(&self, loc: &Location, pack: &str) -> Result<Vec<u8>> {
         // Some stores refuse an empty range; an empty chunk needs no read.
         let stored = match loc.entry.length {
             0 => Bytes::new(),
-            len => self.backend.read_range(Kind::Pack, &pack, loc.entry.offset, len.into())?,
+            len => self.backend.read_range(Kind::Pack, pack, loc.entry.offset, len.into())?,
         };
-        pack::decode_chunk(&loc.entry, &stored).map_err(|why| Error::Corrupt(Kind::Pack, pack, why))
+        pack::decode_chunk(&loc.entry, &stored).map_err(|why| Error::Corrupt(Kind::Pack, pack.to_string(), why))
+    }
+
+    /// Gets the packs holding `chunks` ready to read, in the order the
+    /// chunks will be read: a backend with a local cache of a remote store
+    /// downloads the ones it lacks, several at once (a restore calls this
+    /// before reading its chunks one by one). Does nothing for a local
+    /// store. Unknown chunks are skipped (their read reports them).
+    pub fn prefetch<'a>(&self, chunks: impl IntoIterator<Item = &'a ObjectId>) -> FetchStats {
+        let chunks: Vec<&ObjectId> = chunks.into_iter().collect();
+        // Chunks written by another node since the index was loaded.
+        if chunks.iter().any(|c| !self.has_chunk(c)) {
+            if let Err(e) = self.refresh_index() {
+                tracing::warn!(error = %e, "cannot load new index files before a restore");
+            }
+        }
+        let mut seen = HashSet::new();
+        let packs: Vec<(String, u64)> = {
+            let idx = self.read_index();
+            chunks
+                .into_iter()
+                .filter_map(|c| idx.chunks.get(c).map(|loc| loc.pack))
+                .filter(|p| seen.insert(*p))
+                .filter_map(|p| idx.packs.get(&p).map(|summary| (p.to_hex(), summary.size)))
+                .collect()
+        };
+        if packs.is_empty() {
+            return FetchStats::default();
+        }
+        let stats = self.backend.prefetch(Kind::Pack, &packs);
+        if stats.objects > 0 {
+            tracing::debug!(packs = stats.objects, bytes = stats.bytes, cached = stats.cached, "prefetched packs");
+        }
+        stats
     }
 
     /// Stores a manifest (any bytes; compressed here) under the hash of its
@@ -208,7 +275,7 @@ impl Repository {
     // A panic while holding the lock cannot leave the index half-updated in
     // a harmful way (each update is a few map operations), so poisoning is
     // ignored.
-    fn read_index(&self) -> RwLockReadGuard<'_, MemIndex> {
+    pub(crate) fn read_index(&self) -> RwLockReadGuard<'_, MemIndex> {
         self.index.read().unwrap_or_else(PoisonError::into_inner)
     }
 

@@ -18,9 +18,6 @@ use crate::{Error, Kind, ObjectId, Result, WriteBackend};
 /// New chunks waiting for the pack worker; bounds the memory a fast reader
 /// can pile up (chunks are at most a MiB each from the chunker).
 const WORKER_QUEUE: usize = 32;
-/// Packs written at once: each write ends in fsyncs whose latency a second
-/// write in flight hides.
-const PACK_WRITERS: usize = 2;
 
 /// What one writer added.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
@@ -224,9 +221,11 @@ impl Drop for PackWriter {
 }
 
 /// The background half of a writer: compresses chunks into packs on this
-/// thread and hands each full pack (and the last one, on `Finish`) to
-/// [`PACK_WRITERS`] threads that write them, so compressing the next pack
-/// overlaps with writing and syncing the previous ones.
+/// thread and hands each full pack (and the last one, on `Finish`) to the
+/// backend's [`concurrency`](crate::ReadBackend::concurrency) of threads
+/// that write them (two on a local disk, whose fsyncs a second write in
+/// flight hides; more on remote storage, whose requests take long), so
+/// compressing the next pack overlaps with writing the previous ones.
 fn pack_worker(
     backend: Arc<dyn WriteBackend>,
     jobs: Receiver<Job>,
@@ -239,8 +238,9 @@ fn pack_worker(
     let (full, to_write) = sync_channel::<FinishedPack>(1);
     let to_write = Arc::new(Mutex::new(to_write));
     let upload_failed = Arc::new(AtomicBool::new(false));
-    let mut uploaders = Vec::with_capacity(PACK_WRITERS);
-    for _ in 0..PACK_WRITERS {
+    let writers = backend.concurrency().max(1);
+    let mut uploaders = Vec::with_capacity(writers);
+    for _ in 0..writers {
         let (backend, to_write, progress) = (Arc::clone(&backend), Arc::clone(&to_write), Arc::clone(&progress));
         let (abort, failed) = (Arc::clone(&abort), Arc::clone(&upload_failed));
         let uploader = std::thread::Builder::new()
@@ -255,6 +255,10 @@ fn pack_worker(
             .map_err(|e| Error::Writer(format!("cannot start a pack write thread: {e}")))?;
         uploaders.push(uploader);
     }
+    // Only the write threads hold the receiving end: once they have all
+    // stopped (on errors), a pack sent to them fails instead of waiting
+    // forever for a reader.
+    drop(to_write);
     let built = build_packs(jobs, target, &full, &abort, &upload_failed);
     drop(full);
     let mut written = Vec::new();

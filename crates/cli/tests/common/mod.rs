@@ -121,6 +121,19 @@ impl Daemon {
         Self::start_prepared(|_| {}, extra)
     }
 
+    /// Starts a daemon with `extra` arguments and `env` added to its
+    /// environment (e.g. the settings of an S3-compatible store).
+    pub fn start_with_env(extra: &[&str], env: &[(&str, &str)]) -> Daemon {
+        require_root();
+        become_subreaper();
+        let home = tempfile::Builder::new().prefix("cairn-test-").tempdir_in("/var/tmp").expect("temp home");
+        let mut d = Daemon { home, child: None, url: String::new() };
+        if let Err(e) = d.try_spawn_with_env(extra, env) {
+            panic!("{e}");
+        }
+        d
+    }
+
     /// Starts a daemon on a new home that `prepare` has set up first.
     pub fn start_prepared(prepare: impl FnOnce(&Path), extra: &[&str]) -> Daemon {
         require_root();
