@@ -225,13 +225,12 @@ async fn run<C: ExecChannel>(tasks: &Arc<Runtime>, id: &str, actor: &str, start:
     args["signal"] = json!(outcome.signal);
     args["oom_killed"] = json!(outcome.oom_killed);
     args["timed_out"] = json!(outcome.timed_out);
-    // The end of a command counts as activity, recorded while the task still
-    // counts as busy: the idle suspender measures from here, not from the
-    // command's start.
-    tasks.store.touch(&task.id).await?;
+    // The end of a command counts as activity, recorded with its event while
+    // the task still counts as busy: the idle suspender measures from here,
+    // not from the command's start.
     tasks
         .store
-        .append_event(&NewEvent {
+        .end_command(&NewEvent {
             task: task.id.clone(),
             kind: EventKind::Exec,
             actor: actor.to_owned(),

@@ -362,8 +362,12 @@ pub(crate) async fn task_fields_change_through_their_own_writes(db: &impl TestDa
     assert!(store.idle_tasks(since + 999).await.unwrap().is_empty(), "not idle for its idle time yet");
     let idle_ids: Vec<TaskId> = store.idle_tasks(since + 1000).await.unwrap().into_iter().map(|t| t.id).collect();
     assert_eq!(idle_ids, std::slice::from_ref(&t.id), "a task without an idle time never goes idle");
-    store.touch(&t.id).await.unwrap();
-    assert!(store.find_task(t.id.as_str()).await.unwrap().last_activity_ms >= since);
+    // The end of a command is activity, logged with it.
+    let since = store.find_task(never.id.as_str()).await.unwrap().last_activity_ms;
+    let before = store.events(&never.id).await.unwrap().len();
+    store.end_command(&event(&never.id, EventKind::Exec)).await.unwrap();
+    assert!(store.find_task(never.id.as_str()).await.unwrap().last_activity_ms >= since);
+    assert_eq!(store.events(&never.id).await.unwrap().len(), before + 1, "the command's end is logged with it");
 
     assert_eq!(store.bump_step(&t.id).await.unwrap(), 1);
     assert_eq!(store.bump_step(&t.id).await.unwrap(), 2);

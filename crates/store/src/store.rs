@@ -129,8 +129,10 @@ pub trait TaskStore: Send + Sync {
     /// Replaces a task's config and logs why, in one transaction.
     async fn set_config(&self, id: &TaskId, config: &TaskConfig, ev: &NewEvent) -> Result<()>;
 
-    /// Marks activity (the end of a long command counts as activity).
-    async fn touch(&self, task: &TaskId) -> Result<()>;
+    /// Logs the end of a command and marks it as the task's latest
+    /// activity (an idle suspend counts from there), in one transaction;
+    /// returns the event's sequence number.
+    async fn end_command(&self, ev: &NewEvent) -> Result<u64>;
 
     /// Marks a recovered task running again with its recovery note, in one
     /// transaction with the `recovered` event.

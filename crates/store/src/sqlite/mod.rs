@@ -211,14 +211,18 @@ impl TaskStore for SqliteStore {
         self.commit(tx, [id]).await.map_err(q)
     }
 
-    async fn touch(&self, task: &TaskId) -> Result<()> {
+    async fn end_command(&self, ev: &NewEvent) -> Result<u64> {
+        let q = |e| Error::Query("log a command's end", e);
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(q)?;
+        let seq = insert_event(&mut tx, ev).await.map_err(q)?;
         sqlx::query("UPDATE tasks SET last_activity_ms = ? WHERE id = ?")
             .bind(now_ms())
-            .bind(task.as_str())
-            .execute(&self.pool)
+            .bind(ev.task.as_str())
+            .execute(&mut *tx)
             .await
-            .map_err(|e| Error::Query("touch task", e))?;
-        Ok(())
+            .map_err(q)?;
+        self.commit(tx, [&ev.task]).await.map_err(q)?;
+        Ok(seq)
     }
 
     async fn record_recovery(&self, task: &TaskId, from: TaskState, step: u64, memory: &str, note: &str, ev: &NewEvent) -> Result<()> {
