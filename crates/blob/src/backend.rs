@@ -122,6 +122,12 @@ pub trait ReadBackend: Send + Sync + std::fmt::Debug {
     fn cache_stats(&self) -> Option<CacheStats> {
         None
     }
+
+    /// The directory holding every object, for a store that is a local
+    /// directory (its size can then be measured on disk).
+    fn local_dir(&self) -> Option<PathBuf> {
+        None
+    }
 }
 
 pub trait WriteBackend: ReadBackend {
@@ -153,6 +159,8 @@ pub struct ObjectStoreBackend {
     /// For a store that is a local directory without its own fsync: the
     /// directory, so that written objects are fsync'd here.
     sync_root: Option<PathBuf>,
+    /// For [`ObjectStoreBackend::local`]: its directory.
+    local_dir: Option<PathBuf>,
     /// An `Option` only so that `Drop` can take it out and shut it down
     /// without blocking.
     runtime: Option<tokio::runtime::Runtime>,
@@ -170,7 +178,9 @@ impl ObjectStoreBackend {
         let store = LocalFileSystem::new_with_prefix(root)
             .map_err(|e| Error::Backend(location.clone(), e.to_string()))?
             .with_fsync(true);
-        Self::build(Arc::new(store), location, None)
+        let mut backend = Self::build(Arc::new(store), location, None)?;
+        backend.local_dir = Some(root.to_path_buf());
+        Ok(backend)
     }
 
     /// Any `object_store` store. `location` describes it in messages
@@ -185,6 +195,7 @@ impl ObjectStoreBackend {
     /// Puts every object under `prefix` (`a/b`) inside the store.
     pub fn with_prefix(mut self, prefix: &str) -> ObjectStoreBackend {
         self.prefix = prefix.trim_matches('/').to_string();
+        self.local_dir = self.local_dir.take().map(|d| d.join(&self.prefix));
         self
     }
 
@@ -195,7 +206,7 @@ impl ObjectStoreBackend {
             .enable_all()
             .build()
             .map_err(|e| Error::Backend(location.clone(), format!("cannot start its runtime: {e}")))?;
-        Ok(ObjectStoreBackend { store, location, prefix: String::new(), concurrency: LOCAL_CONCURRENCY, sync_root, runtime: Some(runtime) })
+        Ok(ObjectStoreBackend { store, location, prefix: String::new(), concurrency: LOCAL_CONCURRENCY, sync_root, local_dir: None, runtime: Some(runtime) })
     }
 
     /// Runs up to `n` transfers at once (see [`ReadBackend::concurrency`]).
@@ -433,6 +444,10 @@ impl ReadBackend for ObjectStoreBackend {
         self.location.clone()
     }
 
+    fn local_dir(&self) -> Option<PathBuf> {
+        self.local_dir.clone()
+    }
+
     fn concurrency(&self) -> usize {
         self.concurrency
     }
@@ -583,6 +598,15 @@ mod tests {
         b.write(Kind::Manifest, &id, Bytes::from_static(b"m")).unwrap();
         assert!(dir.path().join("repos/one/manifests/ef").join(&id).is_file());
         assert_eq!(b.list(Kind::Manifest).unwrap().len(), 1);
+    }
+
+    #[test]
+    fn only_a_local_directory_names_its_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let local = ObjectStoreBackend::local(dir.path()).unwrap().with_prefix("repo");
+        assert_eq!(local.local_dir(), Some(dir.path().join("repo")));
+        let store = Arc::new(LocalFileSystem::new_with_prefix(dir.path()).unwrap());
+        assert_eq!(ObjectStoreBackend::from_store(store, "test".into(), None).unwrap().local_dir(), None);
     }
 
     #[test]

@@ -140,7 +140,7 @@ impl Runtime {
         }
         m.live_sandboxes.set(self.cells.all().iter().filter(|(_, c)| c.live().is_some()).count() as i64);
         let backend = self.snaps.repo.backend();
-        match backend.location().strip_prefix("local ").map(std::path::PathBuf::from) {
+        match backend.local_dir() {
             Some(dir) => {
                 let bytes = tokio::task::spawn_blocking(move || tree_bytes(&dir)).await?;
                 m.blob_bytes.set(bytes as i64);
