@@ -290,6 +290,9 @@ pub struct Task {
     pub recovery_note: Option<String>,
     /// The Standard Webhooks secret (`whsec_...`) senders sign with.
     pub webhook_secret: Option<String>,
+    /// The node whose daemon runs the task's sandbox, while one is up.
+    #[serde(default)]
+    pub node: Option<String>,
 }
 
 impl Task {
@@ -309,6 +312,7 @@ impl Task {
             rollback_note: None,
             recovery_note: None,
             webhook_secret: None,
+            node: None,
         }
     }
 }

@@ -18,7 +18,7 @@ use cairn_core::{
 };
 use cairn_ledger::{verify_chain, Checkpoint, NodeKeys, SignedCheckpoint, GENESIS};
 
-use crate::{now_ms, Error, NodeRow, SharedStore, Store};
+use crate::{now_ms, Error, NodeRow, SharedStore, Store, Unheld};
 
 /// A database for one test case, empty when created and gone when dropped.
 pub(crate) trait TestDatabase: Sized {
@@ -56,6 +56,10 @@ macro_rules! conformance_suite {
                 timers_and_finishing_a_suspend,
                 checkpoints_are_kept_in_order,
                 nodes_register_heartbeat_and_carry_the_tasks_they_run,
+                a_lease_is_one_nodes_and_fences_off_the_node_that_lost_it,
+                a_suspend_or_an_end_drops_the_lease,
+                unheld_tasks_are_taken_by_exactly_one_node,
+                the_first_nodes_secret_is_every_nodes,
             );
         }
     };
@@ -759,4 +763,109 @@ pub(crate) async fn nodes_register_heartbeat_and_carry_the_tasks_they_run(db: &i
     // And a sandbox up again after the loss takes the node it is on now.
     store.record_sandbox_ready(&ts[1].id, "gamma", 3, 4, &event(&ts[1].id, EventKind::SandboxStart)).await.unwrap();
     assert_eq!(store.node_tasks().await.unwrap(), [("beta".to_owned(), ts[0].id.clone()), ("gamma".to_owned(), ts[1].id.clone())]);
+}
+
+/// Long enough not to run out during a test.
+const TTL: i64 = 600_000;
+
+pub(crate) async fn a_lease_is_one_nodes_and_fences_off_the_node_that_lost_it(db: &impl TestDatabase) {
+    let (a, t) = store_with_running_task(db).await;
+    let b = db.open().await;
+    let first = a.acquire_lease(&t, "a", TTL).await.unwrap().expect("a free lease is taken");
+    assert_eq!((first.node.as_deref(), first.token), (Some("a"), 1));
+    assert_eq!(b.acquire_lease(&t, "b", TTL).await.unwrap(), None, "a's lease is live");
+    assert_eq!(a.acquire_lease(&t, "a", TTL).await.unwrap().map(|l| l.token), Some(1), "its own again: the token stays");
+    // Without the lease, b adds to the task's log (intake) but does not move it.
+    b.append_event(&event(&t, EventKind::EventReceived)).await.expect("intake by another node");
+    let refused = b.transition(&t, TaskState::Running, Transition::Suspend).await.unwrap_err();
+    assert!(matches!(&refused, Error::Leased { node, .. } if node == "a"), "{refused}");
+    assert!(matches!(b.set_sandbox_state(&t, SandboxState::Lost, None).await, Err(Error::Leased { .. })));
+    // a stalls: its lease runs out (a renewal in the past stands for that), b takes the task.
+    a.acquire_lease(&t, "a", -1).await.unwrap().unwrap();
+    let taken = b.acquire_lease(&t, "b", TTL).await.unwrap().expect("an expired lease is taken");
+    assert_eq!(taken.token, 2, "a new holder, a new token");
+    // Whatever a writes late is refused, and changes nothing.
+    let before = a.events(&t).await.unwrap().len();
+    for refused in [
+        a.append_event(&event(&t, EventKind::Exec)).await.map(drop),
+        a.transition(&t, TaskState::Running, Transition::Suspend).await.map(drop),
+        a.record_sandbox_ready(&t, "a", 1, 1, &event(&t, EventKind::SandboxStart)).await.map(drop),
+        a.insert_snapshot(&snap(&t, SnapshotKind::Manual), "cd", None, &event(&t, EventKind::Snapshot)).await,
+    ] {
+        assert!(matches!(&refused, Err(Error::LeaseLost { holder: Some(h), .. }) if h == "b"), "{refused:?}");
+    }
+    assert_eq!(a.events(&t).await.unwrap().len(), before);
+    assert_eq!(a.find_task(t.as_str()).await.unwrap().state, TaskState::Running);
+    // a's heartbeat finds out and forgets the lease; from then on it is a node without it.
+    assert_eq!(a.renew_leases("a", TTL).await.unwrap(), std::slice::from_ref(&t));
+    a.append_event(&event(&t, EventKind::EventReceived)).await.expect("intake again");
+    assert!(matches!(a.transition(&t, TaskState::Running, Transition::Suspend).await, Err(Error::Leased { .. })));
+    // The holder works on.
+    b.transition(&t, TaskState::Running, Transition::Suspend).await.unwrap();
+    assert!(b.renew_leases("b", TTL).await.unwrap().is_empty());
+    assert_chain(&*b, &t, before + 1).await;
+}
+
+pub(crate) async fn a_suspend_or_an_end_drops_the_lease(db: &impl TestDatabase) {
+    let (a, t) = store_with_running_task(db).await;
+    let b = db.open().await;
+    a.acquire_lease(&t, "a", TTL).await.unwrap().unwrap();
+    a.transition(&t, TaskState::Running, Transition::Suspend).await.unwrap();
+    let end = event_with(&t, EventKind::Suspend, serde_json::json!({"phase": "end"}));
+    assert_eq!(a.finish_suspend(&t, None, &end).await.unwrap(), TaskState::Suspended);
+    let dropped = a.lease(&t).await.unwrap();
+    assert_eq!((dropped.node, dropped.expires_ms, dropped.token), (None, None, 1), "dropped with the suspend; the token stays");
+    assert!(a.renew_leases("a", TTL).await.unwrap().is_empty(), "dropping its own lease is not losing it");
+    // Any node wakes it: the event's node moves it, then takes the lease.
+    assert!(b.begin_wake(&t).await.unwrap());
+    assert_eq!(b.acquire_lease(&t, "b", TTL).await.unwrap().map(|l| l.token), Some(2));
+    b.finish_wake(&t, &event(&t, EventKind::Wake)).await.unwrap();
+    b.transition(&t, TaskState::Running, Transition::Destroy).await.unwrap();
+    assert_eq!(b.lease(&t).await.unwrap().node, None, "an ended task holds no lease");
+    // A lease given back by hand.
+    let u = running_task(&*a).await;
+    a.acquire_lease(&u, "a", TTL).await.unwrap().unwrap();
+    a.release_lease(&u).await.unwrap();
+    assert_eq!(b.acquire_lease(&u, "b", TTL).await.unwrap().map(|l| l.token), Some(2));
+    a.release_lease(&u).await.unwrap();
+    assert_eq!(b.lease(&u).await.unwrap().node.as_deref(), Some("b"), "releasing what one no longer holds changes nothing");
+}
+
+pub(crate) async fn unheld_tasks_are_taken_by_exactly_one_node(db: &impl TestDatabase) {
+    let a = db.open().await;
+    let b = db.open().await;
+    let held = running_task(&*a).await;
+    a.acquire_lease(&held, "a", TTL).await.unwrap().unwrap();
+    let lost = running_task(&*a).await;
+    a.acquire_lease(&lost, "a", -1).await.unwrap().unwrap();
+    let waking = running_task(&*a).await;
+    a.transition(&waking, TaskState::Running, Transition::Suspend).await.unwrap();
+    a.transition(&waking, TaskState::Suspending, Transition::Suspended).await.unwrap();
+    assert!(a.begin_wake(&waking).await.unwrap());
+    let suspended = running_task(&*a).await;
+    a.transition(&suspended, TaskState::Running, Transition::Suspend).await.unwrap();
+    a.transition(&suspended, TaskState::Suspending, Transition::Suspended).await.unwrap();
+    let unheld = b.unheld_tasks(now_ms()).await.unwrap();
+    assert_eq!(
+        unheld,
+        [
+            Unheld { task: lost.clone(), state: TaskState::Running, last_node: Some("a".into()) },
+            Unheld { task: waking.clone(), state: TaskState::Waking, last_node: None },
+        ],
+        "a held, or suspended, task needs no node"
+    );
+    for t in [&lost, &waking] {
+        let (x, y) = tokio::join!(a.acquire_lease(t, "a2", TTL), b.acquire_lease(t, "b", TTL));
+        let won: Vec<_> = [x.unwrap(), y.unwrap()].into_iter().flatten().collect();
+        assert_eq!(won.len(), 1, "one node takes {t}: {won:?}");
+    }
+    assert!(b.unheld_tasks(now_ms()).await.unwrap().is_empty());
+}
+
+pub(crate) async fn the_first_nodes_secret_is_every_nodes(db: &impl TestDatabase) {
+    let a = db.open().await;
+    let b = db.open().await;
+    assert_eq!(a.cluster_secret("token", "from-a").await.unwrap(), "from-a");
+    assert_eq!(b.cluster_secret("token", "from-b").await.unwrap(), "from-a");
+    assert_eq!(b.cluster_secret("approval-key", "k-b").await.unwrap(), "k-b", "each secret by its name");
 }

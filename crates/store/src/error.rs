@@ -38,6 +38,14 @@ pub enum Error {
     /// Not a transition of the table (`TaskState::apply`).
     #[error("task {task} is {from}; it cannot {action}")]
     Transition { task: String, from: cairn_core::TaskState, action: &'static str },
+    /// A write by a node whose lease on the task was taken over by another
+    /// node (it stalled past its expiry): fenced off.
+    #[error("node {node} no longer holds the lease of task {task}{}; its write was refused", holder.as_deref().map(|h| format!(" (held by {h})")).unwrap_or_default())]
+    LeaseLost { task: String, node: String, holder: Option<String> },
+    /// A state change or sandbox record for a task whose lease another
+    /// node holds.
+    #[error("task {task} runs on node {node}")]
+    Leased { task: String, node: String },
     #[error("task database holds a malformed {0}: {1}")]
     Corrupt(&'static str, String),
 }

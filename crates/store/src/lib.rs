@@ -7,7 +7,7 @@
 //! only the line that opens it.
 //! `Store` joins one trait per concern ([`TaskStore`], [`EventStore`],
 //! [`SandboxStore`], [`SnapshotStore`], [`WaitStore`], [`CheckpointStore`],
-//! [`NodeStore`]);
+//! [`NodeStore`], [`LeaseStore`]);
 //! `src/store.rs` states the contract every backend keeps: multi-part
 //! writes are one transaction, state changes are a compare-and-set over
 //! core's transition table, a task's log never forks.
@@ -20,6 +20,7 @@
 //! one against a private server the tests start (`src/testing/`).
 
 mod error;
+mod lease;
 mod postgres;
 mod sqlite;
 mod store;
@@ -31,10 +32,12 @@ mod conformance;
 mod testing;
 
 pub use error::{Error, Result};
+pub use lease::Lease;
 pub use postgres::PostgresStore;
 pub use sqlite::SqliteStore;
 pub use url::StoreUrl;
 pub use store::{
-    now_ms, ChangeListener, CheckpointStore, Delivered, EventStore, NodeRow, NodeStore, SandboxRow, SandboxStore, SharedStore, SnapshotStore, Store,
+    now_ms, ChangeListener, CheckpointStore, Delivered, EventStore, LeaseStore, NodeRow, NodeStore, SandboxRow, SandboxStore, SharedStore, SnapshotStore, Store,
+    Unheld,
     TaskStore, WaitStore,
 };

@@ -2,7 +2,7 @@
 //!
 //! The contract is split by concern ([`TaskStore`], [`EventStore`],
 //! [`SandboxStore`], [`SnapshotStore`], [`WaitStore`], [`CheckpointStore`],
-//! [`NodeStore`]) so that a backend implements it one file at a time, and [`Store`] joins
+//! [`NodeStore`], [`LeaseStore`]) so that a backend implements it one file at a time, and [`Store`] joins
 //! them into the one object the runtime holds ([`SharedStore`]). The traits
 //! are object-safe (`async_trait` boxes each call's future) because the
 //! runtime picks a backend at start, not at compile time.
@@ -24,7 +24,7 @@ use cairn_core::{
 };
 use cairn_ledger::SignedCheckpoint;
 
-use crate::{Error, Result};
+use crate::{Error, Lease, Result};
 
 /// The store as the runtime holds it: shared by every request and
 /// background loop, whichever backend it is.
@@ -64,7 +64,7 @@ pub struct Delivered {
 /// The whole task database: every concern, plus what a handle on it is.
 #[async_trait]
 pub trait Store:
-    TaskStore + EventStore + SandboxStore + SnapshotStore + WaitStore + CheckpointStore + NodeStore + std::fmt::Debug
+    TaskStore + EventStore + SandboxStore + SnapshotStore + WaitStore + CheckpointStore + NodeStore + LeaseStore + std::fmt::Debug
 {
     /// Where the database is, as a store URL without its password
     /// (`sqlite:///var/lib/cairn/cairn.db`, `postgres://cairn@db/cairn`), for
@@ -333,4 +333,47 @@ pub trait NodeStore: Send + Sync {
     /// The tasks whose sandbox is up on a node, as `(node, task)` pairs,
     /// by node then task id.
     async fn node_tasks(&self) -> Result<Vec<(String, TaskId)>>;
+}
+
+/// A task that no live node holds but that needs one: waking (an event
+/// came for it), or running or half-suspended on a node whose lease ran
+/// out (a node lost).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Unheld {
+    pub task: TaskId,
+    pub state: TaskState,
+    /// The node whose lease ran out, if one held it.
+    pub last_node: Option<String>,
+}
+
+/// Task leases: which node may run a task, with fencing tokens (see
+/// `lease.rs`). A lease is dropped in the transaction that makes the task
+/// `suspended` or ends it.
+#[async_trait]
+pub trait LeaseStore: Send + Sync {
+    /// Takes the lease of `task` for `node` for `ttl_ms` when it is free,
+    /// expired, or `node`'s already (then the token stays). `None` while
+    /// another node's lease is live. From then on this handle's writes for
+    /// the task carry the token.
+    async fn acquire_lease(&self, task: &TaskId, node: &str, ttl_ms: i64) -> Result<Option<Lease>>;
+
+    /// Extends every lease `node` holds through this handle by `ttl_ms`
+    /// from now. Returns the tasks whose lease another node took meanwhile
+    /// (this handle forgets them: their writes are refused).
+    async fn renew_leases(&self, node: &str, ttl_ms: i64) -> Result<Vec<TaskId>>;
+
+    /// Drops the lease this handle holds on `task` (a no-op when it holds
+    /// none or lost it).
+    async fn release_lease(&self, task: &TaskId) -> Result<()>;
+
+    /// The lease of `task` as stored.
+    async fn lease(&self, task: &TaskId) -> Result<Lease>;
+
+    /// Tasks that need a node and have no live lease at `now_ms`, oldest
+    /// first.
+    async fn unheld_tasks(&self, now_ms: i64) -> Result<Vec<Unheld>>;
+
+    /// A secret every node of the database shares: `proposed` when none is
+    /// stored under `name` yet (the first node's own), else the stored one.
+    async fn cluster_secret(&self, name: &str, proposed: &str) -> Result<String>;
 }

@@ -25,6 +25,7 @@
 //! checkpoints in the submodules, one per concern of the contract, as in
 //! `sqlite/`.
 
+mod leases;
 mod ledger;
 mod nodes;
 mod snapshots;
@@ -38,6 +39,7 @@ use cairn_core::{Event, EventKind, NewEvent, SandboxState, Task, TaskConfig, Tas
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgRow};
 use sqlx::{PgConnection, PgPool, Row};
 
+use crate::lease::{drops_lease, Fence, Fences};
 use crate::{now_ms, ChangeListener, Error, EventStore, Result, SandboxRow, SandboxStore, Store, TaskStore};
 
 /// How long connecting, and waiting for a free connection of the pool, may take.
@@ -62,6 +64,8 @@ pub struct PostgresStore {
     /// Called after every committed change to a task's state, events or
     /// waits, so that waiters are woken by the change instead of polling.
     listener: Listener,
+    /// The leases taken through this handle, which its writes carry.
+    pub(crate) fences: std::sync::Arc<Fences>,
 }
 
 impl PostgresStore {
@@ -88,7 +92,7 @@ impl PostgresStore {
             .connect_with(opts)
             .await
             .map_err(connect_error)?;
-        Ok(PostgresStore { pool, location, listener: Listener::default() })
+        Ok(PostgresStore { pool, location, listener: Listener::default(), fences: Default::default() })
     }
 
     /// Tells the listener, if any, that `task` changed.
@@ -114,20 +118,6 @@ impl PostgresStore {
                 told.push(t);
             }
         }
-        Ok(())
-    }
-
-    async fn exec_one<'q>(
-        &self,
-        what: &'static str,
-        q: sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
-        id: &TaskId,
-    ) -> Result<()> {
-        let res = q.execute(&self.pool).await.map_err(|e| Error::Query(what, e))?;
-        if res.rows_affected() == 0 {
-            return Err(Error::UnknownTask(id.to_string()));
-        }
-        self.notify_change(id);
         Ok(())
     }
 }
@@ -188,34 +178,48 @@ impl TaskStore for PostgresStore {
     }
 
     async fn transition(&self, id: &TaskId, from: TaskState, t: Transition) -> Result<TaskState> {
-        let mut conn = self.pool.acquire().await.map_err(|e| Error::Query("change task state", e))?;
-        let to = transition_in(&mut conn, id, from, t).await?;
-        self.notify_change(id);
+        let q = |e| Error::Query("change task state", e);
+        let mut tx = self.begin().await.map_err(q)?;
+        self.fence(&mut tx, id, Fence::Owner).await?;
+        let to = transition_in(&mut tx, id, from, t).await?;
+        self.commit(tx, [id]).await.map_err(q)?;
+        if drops_lease(to) {
+            self.fences.forget(id);
+        }
         Ok(to)
     }
 
     async fn set_sandbox_state(&self, id: &TaskId, state: SandboxState, note: Option<&str>) -> Result<()> {
-        self.exec_one(
-            "set sandbox state",
-            // A sandbox that is not up runs on no node; one that is keeps its node.
-            sqlx::query("UPDATE tasks SET sandbox_state = $1, sandbox_note = $2, node = CASE WHEN $3 THEN node END WHERE id = $4")
-                .bind(state.as_str())
-                .bind(note)
-                .bind(state == SandboxState::Ready)
-                .bind(id.as_str()),
-            id,
-        )
-        .await
+        let q = |e| Error::Query("set sandbox state", e);
+        let mut tx = self.begin().await.map_err(q)?;
+        self.fence(&mut tx, id, Fence::Owner).await?;
+        // A sandbox that is not up runs on no node; one that is keeps its node.
+        let done = sqlx::query("UPDATE tasks SET sandbox_state = $1, sandbox_note = $2, node = CASE WHEN $3 THEN node END WHERE id = $4")
+            .bind(state.as_str())
+            .bind(note)
+            .bind(state == SandboxState::Ready)
+            .bind(id.as_str())
+            .execute(&mut *tx)
+            .await
+            .map_err(q)?;
+        if done.rows_affected() == 0 {
+            return Err(Error::UnknownTask(id.to_string()));
+        }
+        self.commit(tx, [id]).await.map_err(q)
     }
 
     async fn bump_step(&self, id: &TaskId) -> Result<u64> {
+        let q = |e| Error::Query("bump step", e);
+        let mut tx = self.begin().await.map_err(q)?;
+        self.fence(&mut tx, id, Fence::Writer).await?;
         let row = sqlx::query("UPDATE tasks SET step = step + 1, last_activity_ms = $1 WHERE id = $2 RETURNING step")
             .bind(now_ms())
             .bind(id.as_str())
-            .fetch_optional(&self.pool)
+            .fetch_optional(&mut *tx)
             .await
-            .map_err(|e| Error::Query("bump step", e))?
+            .map_err(q)?
             .ok_or_else(|| Error::UnknownTask(id.to_string()))?;
+        tx.commit().await.map_err(q)?;
         Ok(row.get::<i64, _>(0) as u64)
     }
 
@@ -223,6 +227,7 @@ impl TaskStore for PostgresStore {
         let q = |e| Error::Query("set task config", e);
         let text = serde_json::to_string(config).map_err(|e| Error::Corrupt("config", e.to_string()))?;
         let mut tx = self.begin().await.map_err(q)?;
+        self.fence(&mut tx, id, Fence::Writer).await?;
         let done = sqlx::query("UPDATE tasks SET config = $1 WHERE id = $2")
             .bind(text)
             .bind(id.as_str())
@@ -239,6 +244,7 @@ impl TaskStore for PostgresStore {
     async fn end_command(&self, ev: &NewEvent) -> Result<u64> {
         let q = |e| Error::Query("log a command's end", e);
         let mut tx = self.begin().await.map_err(q)?;
+        self.fence(&mut tx, &ev.task, Fence::Writer).await?;
         let seq = insert_event(&mut tx, ev).await.map_err(q)?;
         sqlx::query("UPDATE tasks SET last_activity_ms = $1 WHERE id = $2")
             .bind(now_ms())
@@ -253,6 +259,7 @@ impl TaskStore for PostgresStore {
     async fn record_recovery(&self, task: &TaskId, from: TaskState, step: u64, memory: &str, note: &str, ev: &NewEvent) -> Result<()> {
         let q = |e| Error::Query("record recovery", e);
         let mut tx = self.begin().await.map_err(q)?;
+        self.fence(&mut tx, task, Fence::Owner).await?;
         transition_in(&mut tx, task, from, Transition::Recover).await?;
         sqlx::query("UPDATE tasks SET step = $1, memory = $2, recovery_note = $3, last_activity_ms = $4 WHERE id = $5")
             .bind(step as i64)
@@ -273,6 +280,7 @@ impl EventStore for PostgresStore {
     async fn append_event(&self, ev: &NewEvent) -> Result<u64> {
         let q = |e| Error::Query("append event", e);
         let mut tx = self.begin().await.map_err(q)?;
+        self.fence(&mut tx, &ev.task, Fence::Writer).await?;
         let seq = insert_event(&mut tx, ev).await.map_err(q)?;
         self.commit(tx, [&ev.task]).await.map_err(q)?;
         Ok(seq)
@@ -283,6 +291,7 @@ impl EventStore for PostgresStore {
         let mut tx = self.begin().await.map_err(q)?;
         lock_tasks(&mut tx, events.iter().map(|e| &e.task)).await.map_err(q)?;
         for ev in events {
+            self.fence(&mut tx, &ev.task, Fence::Writer).await?;
             insert_event(&mut tx, ev).await.map_err(q)?;
         }
         self.commit(tx, events.iter().map(|e| &e.task)).await.map_err(q)
@@ -352,6 +361,7 @@ impl SandboxStore for PostgresStore {
     async fn record_sandbox_ready(&self, id: &TaskId, node: &str, pid: i32, start_time: u64, ev: &NewEvent) -> Result<u64> {
         let q = |e| Error::Query("record sandbox start", e);
         let mut tx = self.begin().await.map_err(q)?;
+        self.fence(&mut tx, id, Fence::Owner).await?;
         let state = locked_state(&mut tx, id, "record sandbox start").await?;
         sqlx::query("UPDATE sandboxes SET init_pid = $1, init_start_time = $2 WHERE task_id = $3")
             .bind(pid)
@@ -399,6 +409,7 @@ impl SandboxStore for PostgresStore {
     async fn release_sandbox(&self, id: &TaskId) -> Result<()> {
         let q = |e| Error::Query("release sandbox", e);
         let mut tx = self.begin().await.map_err(q)?;
+        self.fence(&mut tx, id, Fence::Owner).await?;
         // The task's row first, as every transaction that writes for a task locks it.
         sqlx::query("UPDATE tasks SET node = NULL WHERE id = $1").bind(id.as_str()).execute(&mut *tx).await.map_err(q)?;
         sqlx::query("DELETE FROM sandboxes WHERE task_id = $1").bind(id.as_str()).execute(&mut *tx).await.map_err(q)?;
@@ -406,13 +417,16 @@ impl SandboxStore for PostgresStore {
     }
 
     async fn set_last_uid_slot(&self, task: &TaskId, slot: Option<u32>) -> Result<()> {
+        let q = |e| Error::Query("set last uid slot", e);
+        let mut tx = self.begin().await.map_err(q)?;
+        self.fence(&mut tx, task, Fence::Owner).await?;
         sqlx::query("UPDATE tasks SET last_uid_slot = $1 WHERE id = $2")
             .bind(slot.map(i64::from))
             .bind(task.as_str())
-            .execute(&self.pool)
+            .execute(&mut *tx)
             .await
-            .map_err(|e| Error::Query("set last uid slot", e))?;
-        Ok(())
+            .map_err(q)?;
+        tx.commit().await.map_err(q)
     }
 
     async fn last_uid_slot(&self, task: &TaskId) -> Result<Option<u32>> {
@@ -457,11 +471,18 @@ pub(crate) async fn lock_tasks<'a>(conn: &mut PgConnection, ids: impl IntoIterat
 pub(crate) async fn transition_in(conn: &mut PgConnection, id: &TaskId, from: TaskState, t: Transition) -> Result<TaskState> {
     let to = from.apply(t).map_err(|_| Error::Transition { task: id.to_string(), from, action: t.action() })?;
     let q = |e| Error::Query("change task state", e);
-    let res = sqlx::query("UPDATE tasks SET state = $1, last_activity_ms = $2 WHERE id = $3 AND state = $4")
+    // Suspended or ended, the task needs no node: its lease goes with the move.
+    let res = sqlx::query(
+        "UPDATE tasks SET state = $1, last_activity_ms = $2,
+             lease_node = CASE WHEN $5 THEN NULL ELSE lease_node END,
+             lease_expires_ms = CASE WHEN $5 THEN NULL ELSE lease_expires_ms END
+         WHERE id = $3 AND state = $4",
+    )
         .bind(to.as_str())
         .bind(now_ms())
         .bind(id.as_str())
         .bind(from.as_str())
+        .bind(drops_lease(to))
         .execute(&mut *conn)
         .await
         .map_err(q)?;
@@ -591,6 +612,7 @@ fn task_from_row(r: &PgRow) -> Result<Task> {
         sandbox_note: r.get("sandbox_note"),
         recovery_note: r.get("recovery_note"),
         webhook_secret: r.get("webhook_secret"),
+        node: r.get("node"),
         rollback_note: r
             .get::<Option<String>, _>("rollback_note")
             .map(|n| serde_json::from_str(&n).map_err(|e| Error::Corrupt("rollback note", e.to_string())))

@@ -9,6 +9,7 @@ use sqlx::postgres::PgRow;
 use sqlx::{PgConnection, Row};
 
 use super::{insert_event, insert_task_row, lock_tasks, PostgresStore};
+use crate::lease::Fence;
 use crate::{Error, Result, SnapshotStore};
 
 #[async_trait]
@@ -17,6 +18,7 @@ impl SnapshotStore for PostgresStore {
         let q = |e| Error::Query("insert snapshot", e);
         let mut tx = self.begin().await.map_err(q)?;
         lock_tasks(&mut tx, [&s.task, &ev.task]).await.map_err(q)?;
+        self.fence(&mut tx, &s.task, Fence::Owner).await?;
         insert_snapshot_row(&mut tx, s, baseline, memory).await?;
         insert_event(&mut tx, ev).await.map_err(q)?;
         self.commit(tx, [&s.task]).await.map_err(q)
@@ -79,13 +81,16 @@ impl SnapshotStore for PostgresStore {
     }
 
     async fn set_baseline(&self, task: &TaskId, baseline: Option<&str>) -> Result<()> {
+        let q = |e| Error::Query("set baseline", e);
+        let mut tx = self.begin().await.map_err(q)?;
+        self.fence(&mut tx, task, Fence::Owner).await?;
         sqlx::query("UPDATE tasks SET baseline = $1 WHERE id = $2")
             .bind(baseline)
             .bind(task.as_str())
-            .execute(&self.pool)
+            .execute(&mut *tx)
             .await
-            .map_err(|e| Error::Query("set baseline", e))?;
-        Ok(())
+            .map_err(q)?;
+        tx.commit().await.map_err(q)
     }
 
     async fn record_rollback(&self, task: &TaskId, to: &Snapshot, note: &RollbackNote, baseline: &str, ev: &NewEvent) -> Result<()> {
@@ -93,6 +98,7 @@ impl SnapshotStore for PostgresStore {
         let note = serde_json::to_string(note).map_err(|e| Error::Corrupt("rollback note", e.to_string()))?;
         let mut tx = self.begin().await.map_err(q)?;
         lock_tasks(&mut tx, [task, &ev.task]).await.map_err(q)?;
+        self.fence(&mut tx, task, Fence::Owner).await?;
         sqlx::query("UPDATE tasks SET step = $1, memory = $2, baseline = $3, rollback_note = $4, last_activity_ms = $5 WHERE id = $6")
             .bind(to.step as i64)
             .bind(&to.memory)
@@ -115,6 +121,7 @@ impl SnapshotStore for PostgresStore {
             sqlx::query("DELETE FROM snapshots WHERE id = $1").bind(id.as_str()).execute(&mut *tx).await.map_err(q)?;
         }
         for ev in events {
+            self.fence(&mut tx, &ev.task, Fence::Writer).await?;
             insert_event(&mut tx, ev).await.map_err(q)?;
         }
         self.commit(tx, events.iter().map(|e| &e.task)).await.map_err(q)

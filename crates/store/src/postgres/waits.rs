@@ -14,6 +14,7 @@ use sqlx::postgres::PgRow;
 use sqlx::{PgConnection, Row};
 
 use super::{insert_event, lock_task, locked_state, transition_in, PostgresStore};
+use crate::lease::{drops_lease, Fence};
 use crate::{now_ms, Delivered, Error, Result, WaitStore};
 
 #[async_trait]
@@ -27,6 +28,7 @@ impl WaitStore for PostgresStore {
         };
         let mut tx = self.begin().await.map_err(q)?;
         lock_task(&mut tx, &w.task).await.map_err(q)?;
+        self.fence(&mut tx, &w.task, Fence::Writer).await?;
         let res = sqlx::query("INSERT INTO waits (id, task_id, what, kind, fire_at_ms, created_ms) VALUES ($1, $2, $3, $4, $5, $6)")
             .bind(w.id.as_str())
             .bind(w.task.as_str())
@@ -67,6 +69,7 @@ impl WaitStore for PostgresStore {
         // Locked before the check for a repeated delivery, so that of two
         // concurrent retries the second finds the first.
         let state = locked_state(&mut tx, &ev.task, "deliver event").await?;
+        self.fence(&mut tx, &ev.task, Fence::Writer).await?;
         if let Some(d) = &ev.delivery {
             let seen = sqlx::query("SELECT * FROM inbox WHERE task_id = $1 AND source = $2 AND delivery = $3")
                 .bind(ev.task.as_str())
@@ -123,6 +126,7 @@ impl WaitStore for PostgresStore {
         // Locked first: a delivery that satisfies the wait either committed
         // before (and is read below) or runs after (and sees `suspended`).
         lock_task(&mut tx, task).await.map_err(q)?;
+        self.fence(&mut tx, task, Fence::Owner).await?;
         let satisfied = match waiting_for {
             Some(w) => sqlx::query("SELECT satisfied_ms IS NOT NULL FROM waits WHERE id = $1")
                 .bind(w.as_str())
@@ -143,12 +147,16 @@ impl WaitStore for PostgresStore {
             .map_err(q)?;
         insert_event(&mut tx, ev).await.map_err(q)?;
         self.commit(tx, [task]).await.map_err(q)?;
+        if drops_lease(state) {
+            self.fences.forget(task);
+        }
         Ok(state)
     }
 
     async fn finish_wake(&self, task: &TaskId, ev: &NewEvent) -> Result<()> {
         let q = |e| Error::Query("finish wake", e);
         let mut tx = self.begin().await.map_err(q)?;
+        self.fence(&mut tx, task, Fence::Owner).await?;
         transition_in(&mut tx, task, TaskState::Waking, Transition::Woke).await?;
         insert_event(&mut tx, ev).await.map_err(q)?;
         self.commit(tx, [task]).await.map_err(q)
@@ -158,6 +166,7 @@ impl WaitStore for PostgresStore {
         let q = |e| Error::Query("cancel wait", e);
         let mut tx = self.begin().await.map_err(q)?;
         let state = locked_state(&mut tx, task, "cancel wait").await?;
+        self.fence(&mut tx, task, Fence::Writer).await?;
         let Some(mut wait) = pending_wait_in(&mut tx, task).await? else {
             return Ok(None);
         };

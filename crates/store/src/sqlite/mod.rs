@@ -10,6 +10,7 @@
 //! Tasks, events and sandbox slots are here; snapshots, waits and
 //! checkpoints in the submodules, one per concern of the contract.
 
+mod leases;
 mod ledger;
 mod nodes;
 mod snapshots;
@@ -24,6 +25,7 @@ use cairn_core::{Event, EventKind, NewEvent, SandboxState, Task, TaskConfig, Tas
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow, SqliteSynchronous};
 use sqlx::{Row, SqlitePool};
 
+use crate::lease::{drops_lease, Fence, Fences};
 use crate::{now_ms, ChangeListener, Error, EventStore, Result, SandboxRow, SandboxStore, Store, TaskStore};
 
 /// Handle on the SQLite task database; clones share the connection pool.
@@ -44,6 +46,8 @@ pub struct SqliteStore {
     /// Bumped after every committed change to a task's state, events or
     /// waits, so that waiters are woken by the change instead of polling.
     listener: Listener,
+    /// The leases taken through this handle, which its writes carry.
+    pub(crate) fences: std::sync::Arc<Fences>,
 }
 
 impl SqliteStore {
@@ -64,7 +68,7 @@ impl SqliteStore {
             .map_err(|e| Error::Open(path.to_owned(), e))?;
         sqlx::migrate!("./migrations").run(&pool).await.map_err(|e| Error::Migrate(path.to_owned(), e))?;
         ledger::backfill(&pool).await?;
-        Ok(SqliteStore { pool, path: path.to_owned(), listener: Listener::default() })
+        Ok(SqliteStore { pool, path: path.to_owned(), listener: Listener::default(), fences: Default::default() })
     }
 
     /// The database file.
@@ -90,20 +94,6 @@ impl SqliteStore {
                 told.push(t);
             }
         }
-        Ok(())
-    }
-
-    async fn exec_one<'q>(
-        &self,
-        what: &'static str,
-        q: sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments<'q>>,
-        id: &TaskId,
-    ) -> Result<()> {
-        let res = q.execute(&self.pool).await.map_err(|e| Error::Query(what, e))?;
-        if res.rows_affected() == 0 {
-            return Err(Error::UnknownTask(id.to_string()));
-        }
-        self.notify_change(id);
         Ok(())
     }
 }
@@ -163,34 +153,48 @@ impl TaskStore for SqliteStore {
     }
 
     async fn transition(&self, id: &TaskId, from: TaskState, t: Transition) -> Result<TaskState> {
-        let mut conn = self.pool.acquire().await.map_err(|e| Error::Query("change task state", e))?;
-        let to = transition_in(&mut conn, id, from, t).await?;
-        self.notify_change(id);
+        let q = |e| Error::Query("change task state", e);
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(q)?;
+        self.fence(&mut tx, id, Fence::Owner).await?;
+        let to = transition_in(&mut tx, id, from, t).await?;
+        self.commit(tx, [id]).await.map_err(q)?;
+        if drops_lease(to) {
+            self.fences.forget(id);
+        }
         Ok(to)
     }
 
     async fn set_sandbox_state(&self, id: &TaskId, state: SandboxState, note: Option<&str>) -> Result<()> {
-        self.exec_one(
-            "set sandbox state",
-            // A sandbox that is not up runs on no node; one that is keeps its node.
-            sqlx::query("UPDATE tasks SET sandbox_state = ?, sandbox_note = ?, node = CASE WHEN ? THEN node END WHERE id = ?")
-                .bind(state.as_str())
-                .bind(note)
-                .bind(state == SandboxState::Ready)
-                .bind(id.as_str()),
-            id,
-        )
-        .await
+        let q = |e| Error::Query("set sandbox state", e);
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(q)?;
+        self.fence(&mut tx, id, Fence::Owner).await?;
+        // A sandbox that is not up runs on no node; one that is keeps its node.
+        let done = sqlx::query("UPDATE tasks SET sandbox_state = ?, sandbox_note = ?, node = CASE WHEN ? THEN node END WHERE id = ?")
+            .bind(state.as_str())
+            .bind(note)
+            .bind(state == SandboxState::Ready)
+            .bind(id.as_str())
+            .execute(&mut *tx)
+            .await
+            .map_err(q)?;
+        if done.rows_affected() == 0 {
+            return Err(Error::UnknownTask(id.to_string()));
+        }
+        self.commit(tx, [id]).await.map_err(q)
     }
 
     async fn bump_step(&self, id: &TaskId) -> Result<u64> {
+        let q = |e| Error::Query("bump step", e);
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(q)?;
+        self.fence(&mut tx, id, Fence::Writer).await?;
         let row = sqlx::query("UPDATE tasks SET step = step + 1, last_activity_ms = ? WHERE id = ? RETURNING step")
             .bind(now_ms())
             .bind(id.as_str())
-            .fetch_optional(&self.pool)
+            .fetch_optional(&mut *tx)
             .await
-            .map_err(|e| Error::Query("bump step", e))?
+            .map_err(q)?
             .ok_or_else(|| Error::UnknownTask(id.to_string()))?;
+        tx.commit().await.map_err(q)?;
         Ok(row.get::<i64, _>(0) as u64)
     }
 
@@ -198,6 +202,7 @@ impl TaskStore for SqliteStore {
         let q = |e| Error::Query("set task config", e);
         let text = serde_json::to_string(config).map_err(|e| Error::Corrupt("config", e.to_string()))?;
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(q)?;
+        self.fence(&mut tx, id, Fence::Writer).await?;
         let done = sqlx::query("UPDATE tasks SET config = ? WHERE id = ?")
             .bind(text)
             .bind(id.as_str())
@@ -214,6 +219,7 @@ impl TaskStore for SqliteStore {
     async fn end_command(&self, ev: &NewEvent) -> Result<u64> {
         let q = |e| Error::Query("log a command's end", e);
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(q)?;
+        self.fence(&mut tx, &ev.task, Fence::Writer).await?;
         let seq = insert_event(&mut tx, ev).await.map_err(q)?;
         sqlx::query("UPDATE tasks SET last_activity_ms = ? WHERE id = ?")
             .bind(now_ms())
@@ -228,6 +234,7 @@ impl TaskStore for SqliteStore {
     async fn record_recovery(&self, task: &TaskId, from: TaskState, step: u64, memory: &str, note: &str, ev: &NewEvent) -> Result<()> {
         let q = |e| Error::Query("record recovery", e);
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(q)?;
+        self.fence(&mut tx, task, Fence::Owner).await?;
         transition_in(&mut tx, task, from, Transition::Recover).await?;
         sqlx::query("UPDATE tasks SET step = ?, memory = ?, recovery_note = ?, last_activity_ms = ? WHERE id = ?")
             .bind(step as i64)
@@ -249,6 +256,7 @@ impl EventStore for SqliteStore {
         let q = |e| Error::Query("append event", e);
         // IMMEDIATE: the chain's head is read and extended under the write lock.
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(q)?;
+        self.fence(&mut tx, &ev.task, Fence::Writer).await?;
         let seq = insert_event(&mut tx, ev).await.map_err(q)?;
         self.commit(tx, [&ev.task]).await.map_err(q)?;
         Ok(seq)
@@ -258,6 +266,7 @@ impl EventStore for SqliteStore {
         let q = |e| Error::Query("append events", e);
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(q)?;
         for ev in events {
+            self.fence(&mut tx, &ev.task, Fence::Writer).await?;
             insert_event(&mut tx, ev).await.map_err(q)?;
         }
         self.commit(tx, events.iter().map(|e| &e.task)).await.map_err(q)
@@ -320,6 +329,7 @@ impl SandboxStore for SqliteStore {
     async fn record_sandbox_ready(&self, id: &TaskId, node: &str, pid: i32, start_time: u64, ev: &NewEvent) -> Result<u64> {
         let q = |e| Error::Query("record sandbox start", e);
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(q)?;
+        self.fence(&mut tx, id, Fence::Owner).await?;
         sqlx::query("UPDATE sandboxes SET init_pid = ?, init_start_time = ? WHERE task_id = ?")
             .bind(pid)
             .bind(start_time as i64)
@@ -366,19 +376,23 @@ impl SandboxStore for SqliteStore {
     async fn release_sandbox(&self, id: &TaskId) -> Result<()> {
         let q = |e| Error::Query("release sandbox", e);
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(q)?;
+        self.fence(&mut tx, id, Fence::Owner).await?;
         sqlx::query("DELETE FROM sandboxes WHERE task_id = ?").bind(id.as_str()).execute(&mut *tx).await.map_err(q)?;
         sqlx::query("UPDATE tasks SET node = NULL WHERE id = ?").bind(id.as_str()).execute(&mut *tx).await.map_err(q)?;
         tx.commit().await.map_err(q)
     }
 
     async fn set_last_uid_slot(&self, task: &TaskId, slot: Option<u32>) -> Result<()> {
+        let q = |e| Error::Query("set last uid slot", e);
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(q)?;
+        self.fence(&mut tx, task, Fence::Owner).await?;
         sqlx::query("UPDATE tasks SET last_uid_slot = ? WHERE id = ?")
             .bind(slot.map(i64::from))
             .bind(task.as_str())
-            .execute(&self.pool)
+            .execute(&mut *tx)
             .await
-            .map_err(|e| Error::Query("set last uid slot", e))?;
-        Ok(())
+            .map_err(q)?;
+        tx.commit().await.map_err(q)
     }
 
     async fn last_uid_slot(&self, task: &TaskId) -> Result<Option<u32>> {
@@ -395,9 +409,17 @@ impl SandboxStore for SqliteStore {
 pub(crate) async fn transition_in(conn: &mut sqlx::SqliteConnection, id: &TaskId, from: TaskState, t: Transition) -> Result<TaskState> {
     let to = from.apply(t).map_err(|_| Error::Transition { task: id.to_string(), from, action: t.action() })?;
     let q = |e| Error::Query("change task state", e);
-    let res = sqlx::query("UPDATE tasks SET state = ?, last_activity_ms = ? WHERE id = ? AND state = ?")
+    // Suspended or ended, the task needs no node: its lease goes with the move.
+    let res = sqlx::query(
+        "UPDATE tasks SET state = ?, last_activity_ms = ?,
+             lease_node = CASE WHEN ? THEN NULL ELSE lease_node END,
+             lease_expires_ms = CASE WHEN ? THEN NULL ELSE lease_expires_ms END
+         WHERE id = ? AND state = ?",
+    )
         .bind(to.as_str())
         .bind(now_ms())
+        .bind(drops_lease(to))
+        .bind(drops_lease(to))
         .bind(id.as_str())
         .bind(from.as_str())
         .execute(&mut *conn)
@@ -527,6 +549,7 @@ fn task_from_row(r: &SqliteRow) -> Result<Task> {
         sandbox_note: r.get("sandbox_note"),
         recovery_note: r.get("recovery_note"),
         webhook_secret: r.get("webhook_secret"),
+        node: r.get("node"),
         rollback_note: r
             .get::<Option<String>, _>("rollback_note")
             .map(|n| serde_json::from_str(&n).map_err(|e| Error::Corrupt("rollback note", e.to_string())))

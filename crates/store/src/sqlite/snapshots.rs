@@ -8,6 +8,7 @@ use sqlx::sqlite::SqliteRow;
 use sqlx::Row;
 
 use super::{insert_event, insert_task_row, SqliteStore};
+use crate::lease::Fence;
 use crate::{Error, Result, SnapshotStore};
 
 #[async_trait]
@@ -15,6 +16,7 @@ impl SnapshotStore for SqliteStore {
     async fn insert_snapshot(&self, s: &Snapshot, baseline: &str, memory: Option<&str>, ev: &NewEvent) -> Result<()> {
         let q = |e| Error::Query("insert snapshot", e);
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(q)?;
+        self.fence(&mut tx, &s.task, Fence::Owner).await?;
         insert_snapshot_row(&mut tx, s, baseline, memory).await?;
         insert_event(&mut tx, ev).await.map_err(q)?;
         self.commit(tx, [&s.task]).await.map_err(q)
@@ -75,19 +77,23 @@ impl SnapshotStore for SqliteStore {
     }
 
     async fn set_baseline(&self, task: &TaskId, baseline: Option<&str>) -> Result<()> {
+        let q = |e| Error::Query("set baseline", e);
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(q)?;
+        self.fence(&mut tx, task, Fence::Owner).await?;
         sqlx::query("UPDATE tasks SET baseline = ? WHERE id = ?")
             .bind(baseline)
             .bind(task.as_str())
-            .execute(&self.pool)
+            .execute(&mut *tx)
             .await
-            .map_err(|e| Error::Query("set baseline", e))?;
-        Ok(())
+            .map_err(q)?;
+        tx.commit().await.map_err(q)
     }
 
     async fn record_rollback(&self, task: &TaskId, to: &Snapshot, note: &RollbackNote, baseline: &str, ev: &NewEvent) -> Result<()> {
         let q = |e| Error::Query("record rollback", e);
         let note = serde_json::to_string(note).map_err(|e| Error::Corrupt("rollback note", e.to_string()))?;
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(q)?;
+        self.fence(&mut tx, task, Fence::Owner).await?;
         sqlx::query("UPDATE tasks SET step = ?, memory = ?, baseline = ?, rollback_note = ?, last_activity_ms = ? WHERE id = ?")
             .bind(to.step as i64)
             .bind(&to.memory)
@@ -109,6 +115,7 @@ impl SnapshotStore for SqliteStore {
             sqlx::query("DELETE FROM snapshots WHERE id = ?").bind(id.as_str()).execute(&mut *tx).await.map_err(q)?;
         }
         for ev in events {
+            self.fence(&mut tx, &ev.task, Fence::Writer).await?;
             insert_event(&mut tx, ev).await.map_err(q)?;
         }
         self.commit(tx, events.iter().map(|e| &e.task)).await.map_err(q)

@@ -1,0 +1,18 @@
+-- A task runs on at most one node at a time: the node holding its lease.
+-- The lease is taken before a sandbox is built for the task (create, wake,
+-- recovery, fork), renewed with the node's heartbeats and dropped when
+-- the task is suspended or ends. The token grows by one at each
+-- acquisition by a node that did not hold a live lease, never on renewal,
+-- and stays when the lease is dropped: a write carrying an older token is
+-- refused (fencing).
+ALTER TABLE tasks ADD COLUMN lease_node TEXT;
+ALTER TABLE tasks ADD COLUMN lease_token INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE tasks ADD COLUMN lease_expires_ms INTEGER;
+
+-- Secrets every node of a cluster shares (the API token, the key that
+-- signs approval links): the first node to start writes its own, the
+-- others adopt them.
+CREATE TABLE cluster_secrets (
+    name   TEXT PRIMARY KEY,
+    value  TEXT NOT NULL
+);

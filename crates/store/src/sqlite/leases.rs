@@ -1,0 +1,156 @@
+//! Task leases ([`LeaseStore`]) and cluster secrets in SQLite, with the
+//! fence every write for a task passes (`lease.rs` says what it checks).
+//! Writes begin `IMMEDIATE`, so the lease read by the fence cannot change
+//! before the write commits.
+
+use async_trait::async_trait;
+use cairn_core::{TaskId, TaskState};
+use sqlx::sqlite::SqliteRow;
+use sqlx::{Row, SqliteConnection};
+
+use super::SqliteStore;
+use crate::lease::Fence;
+use crate::{now_ms, Error, Lease, LeaseStore, Result, Unheld};
+
+impl SqliteStore {
+    /// Refuses a write for `task` that its lease does not allow, inside the
+    /// writer's transaction. An unknown task passes (the write itself then
+    /// says so).
+    pub(crate) async fn fence(&self, conn: &mut SqliteConnection, task: &TaskId, fence: Fence) -> Result<()> {
+        match lease_in(conn, task).await? {
+            Some(stored) => self.fences.check(&stored, fence, now_ms()),
+            None => Ok(()),
+        }
+    }
+}
+
+async fn lease_in(conn: &mut SqliteConnection, task: &TaskId) -> Result<Option<Lease>> {
+    let row = sqlx::query("SELECT id, lease_node, lease_token, lease_expires_ms FROM tasks WHERE id = ?")
+        .bind(task.as_str())
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(|e| Error::Query("read task lease", e))?;
+    row.map(|r| lease_from_row(&r)).transpose()
+}
+
+fn lease_from_row(r: &SqliteRow) -> Result<Lease> {
+    let id: String = r.get("id");
+    Ok(Lease {
+        task: id.parse().map_err(|_| Error::Corrupt("task id", id.clone()))?,
+        node: r.get("lease_node"),
+        token: r.get::<i64, _>("lease_token") as u64,
+        expires_ms: r.get("lease_expires_ms"),
+    })
+}
+
+#[async_trait]
+impl LeaseStore for SqliteStore {
+    async fn acquire_lease(&self, task: &TaskId, node: &str, ttl_ms: i64) -> Result<Option<Lease>> {
+        let now = now_ms();
+        let row = sqlx::query(
+            "UPDATE tasks SET
+                 lease_token = CASE WHEN lease_node = ?1 AND lease_expires_ms >= ?2 THEN lease_token ELSE lease_token + 1 END,
+                 lease_node = ?1, lease_expires_ms = ?2 + ?3
+             WHERE id = ?4 AND (lease_node IS NULL OR lease_node = ?1 OR lease_expires_ms < ?2)
+             RETURNING id, lease_node, lease_token, lease_expires_ms",
+        )
+        .bind(node)
+        .bind(now)
+        .bind(ttl_ms)
+        .bind(task.as_str())
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(|e| Error::Query("acquire task lease", e))?;
+        let Some(row) = row else {
+            // Held by another node, or no such task.
+            self.lease(task).await?;
+            return Ok(None);
+        };
+        let lease = lease_from_row(&row)?;
+        self.fences.hold(task, node, lease.token);
+        Ok(Some(lease))
+    }
+
+    async fn renew_leases(&self, node: &str, ttl_ms: i64) -> Result<Vec<TaskId>> {
+        let q = |e| Error::Query("renew task leases", e);
+        let mut gone = Vec::new();
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(q)?;
+        for (task, token) in self.fences.of_node(node) {
+            let done = sqlx::query("UPDATE tasks SET lease_expires_ms = ? WHERE id = ? AND lease_node = ? AND lease_token = ?")
+                .bind(now_ms() + ttl_ms)
+                .bind(task.as_str())
+                .bind(node)
+                .bind(token as i64)
+                .execute(&mut *tx)
+                .await
+                .map_err(q)?;
+            if done.rows_affected() == 0 {
+                gone.push((task, token));
+            }
+        }
+        tx.commit().await.map_err(q)?;
+        let mut lost = Vec::new();
+        for (task, token) in gone {
+            self.fences.forget(&task);
+            // Dropped by ourselves (the task was suspended or ended) leaves
+            // the token as it was; a lost lease has a newer one.
+            if self.lease(&task).await.map(|l| l.token != token).unwrap_or(true) {
+                lost.push(task);
+            }
+        }
+        Ok(lost)
+    }
+
+    async fn release_lease(&self, task: &TaskId) -> Result<()> {
+        let Some((node, token)) = self.fences.of_task(task) else { return Ok(()) };
+        sqlx::query("UPDATE tasks SET lease_node = NULL, lease_expires_ms = NULL WHERE id = ? AND lease_node = ? AND lease_token = ?")
+            .bind(task.as_str())
+            .bind(node)
+            .bind(token as i64)
+            .execute(&self.pool)
+            .await
+            .map_err(|e| Error::Query("release task lease", e))?;
+        self.fences.forget(task);
+        Ok(())
+    }
+
+    async fn lease(&self, task: &TaskId) -> Result<Lease> {
+        let mut conn = self.pool.acquire().await.map_err(|e| Error::Query("read task lease", e))?;
+        lease_in(&mut conn, task).await?.ok_or_else(|| Error::UnknownTask(task.to_string()))
+    }
+
+    async fn unheld_tasks(&self, now_ms: i64) -> Result<Vec<Unheld>> {
+        let rows = sqlx::query(
+            "SELECT id, state, lease_node FROM tasks
+             WHERE state IN ('running', 'suspending', 'waking') AND (lease_node IS NULL OR lease_expires_ms < ?)
+             ORDER BY created_ms, id",
+        )
+        .bind(now_ms)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(|e| Error::Query("list tasks without a node", e))?;
+        rows.iter()
+            .map(|r| {
+                let id: String = r.get(0);
+                let state: String = r.get(1);
+                Ok(Unheld {
+                    task: id.parse().map_err(|_| Error::Corrupt("task id", id.clone()))?,
+                    state: state.parse::<TaskState>().map_err(|e| Error::Corrupt("task state", e))?,
+                    last_node: r.get(2),
+                })
+            })
+            .collect()
+    }
+
+    async fn cluster_secret(&self, name: &str, proposed: &str) -> Result<String> {
+        let q = |e| Error::Query("read cluster secret", e);
+        sqlx::query("INSERT INTO cluster_secrets (name, value) VALUES (?, ?) ON CONFLICT (name) DO NOTHING")
+            .bind(name)
+            .bind(proposed)
+            .execute(&self.pool)
+            .await
+            .map_err(q)?;
+        let row = sqlx::query("SELECT value FROM cluster_secrets WHERE name = ?").bind(name).fetch_one(&self.pool).await.map_err(q)?;
+        Ok(row.get(0))
+    }
+}
