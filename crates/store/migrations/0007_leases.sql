@@ -6,6 +6,9 @@
 -- and stays when the lease is dropped: a write carrying an older token is
 -- refused (fencing).
 ALTER TABLE tasks ADD COLUMN lease_node TEXT;
+-- The node that took the lease last (kept when the lease is dropped): a
+-- node's local copy of the task's disk is current only if it was this one.
+ALTER TABLE tasks ADD COLUMN last_node TEXT;
 ALTER TABLE tasks ADD COLUMN lease_token INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE tasks ADD COLUMN lease_expires_ms INTEGER;
 

@@ -818,7 +818,9 @@ pub(crate) async fn a_suspend_or_an_end_drops_the_lease(db: &impl TestDatabase) 
     assert!(a.renew_leases("a", TTL).await.unwrap().is_empty(), "dropping its own lease is not losing it");
     // Any node wakes it: the event's node moves it, then takes the lease.
     assert!(b.begin_wake(&t).await.unwrap());
-    assert_eq!(b.acquire_lease(&t, "b", TTL).await.unwrap().map(|l| l.token), Some(2));
+    let taken = b.acquire_lease(&t, "b", TTL).await.unwrap().unwrap();
+    assert_eq!((taken.token, taken.last_node.as_deref()), (2, Some("a")), "told who had it before (whose disk is current)");
+    assert_eq!(b.lease(&t).await.unwrap().last_node.as_deref(), Some("b"));
     b.finish_wake(&t, &event(&t, EventKind::Wake)).await.unwrap();
     b.transition(&t, TaskState::Running, Transition::Destroy).await.unwrap();
     assert_eq!(b.lease(&t).await.unwrap().node, None, "an ended task holds no lease");

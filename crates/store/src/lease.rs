@@ -29,6 +29,10 @@ pub struct Lease {
     pub token: u64,
     /// When the lease runs out unless renewed (ms since the epoch).
     pub expires_ms: Option<i64>,
+    /// The node that took the lease last before (as returned by an
+    /// acquisition: the previous taker, possibly the same node), or now
+    /// (as read). `None` for a task no node has leased yet.
+    pub last_node: Option<String>,
 }
 
 impl Lease {
@@ -112,7 +116,7 @@ mod tests {
     use super::*;
 
     fn lease(task: &TaskId, node: Option<&str>, token: u64, expires_ms: Option<i64>) -> Lease {
-        Lease { task: task.clone(), node: node.map(str::to_owned), token, expires_ms }
+        Lease { task: task.clone(), node: node.map(str::to_owned), token, expires_ms, last_node: None }
     }
 
     #[test]

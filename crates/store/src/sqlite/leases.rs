@@ -25,7 +25,7 @@ impl SqliteStore {
 }
 
 async fn lease_in(conn: &mut SqliteConnection, task: &TaskId) -> Result<Option<Lease>> {
-    let row = sqlx::query("SELECT id, lease_node, lease_token, lease_expires_ms FROM tasks WHERE id = ?")
+    let row = sqlx::query("SELECT id, lease_node, lease_token, lease_expires_ms, last_node FROM tasks WHERE id = ?")
         .bind(task.as_str())
         .fetch_optional(&mut *conn)
         .await
@@ -40,35 +40,36 @@ fn lease_from_row(r: &SqliteRow) -> Result<Lease> {
         node: r.get("lease_node"),
         token: r.get::<i64, _>("lease_token") as u64,
         expires_ms: r.get("lease_expires_ms"),
+        last_node: r.get("last_node"),
     })
 }
 
 #[async_trait]
 impl LeaseStore for SqliteStore {
     async fn acquire_lease(&self, task: &TaskId, node: &str, ttl_ms: i64) -> Result<Option<Lease>> {
+        let q = |e| Error::Query("acquire task lease", e);
         let now = now_ms();
-        let row = sqlx::query(
-            "UPDATE tasks SET
-                 lease_token = CASE WHEN lease_node = ?1 AND lease_expires_ms >= ?2 THEN lease_token ELSE lease_token + 1 END,
-                 lease_node = ?1, lease_expires_ms = ?2 + ?3
-             WHERE id = ?4 AND (lease_node IS NULL OR lease_node = ?1 OR lease_expires_ms < ?2)
-             RETURNING id, lease_node, lease_token, lease_expires_ms",
-        )
-        .bind(node)
-        .bind(now)
-        .bind(ttl_ms)
-        .bind(task.as_str())
-        .fetch_optional(&self.pool)
-        .await
-        .map_err(|e| Error::Query("acquire task lease", e))?;
-        let Some(row) = row else {
-            // Held by another node, or no such task.
-            self.lease(task).await?;
-            return Ok(None);
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(q)?;
+        let stored = lease_in(&mut tx, task).await?.ok_or_else(|| Error::UnknownTask(task.to_string()))?;
+        let token = match stored.live_holder(now) {
+            Some(holder) if holder == node => stored.token,
+            Some(_) => return Ok(None),
+            // Free, or run out: a new holder, a new token (also for the
+            // node whose own lease ran out: its late writes are refused).
+            None => stored.token + 1,
         };
-        let lease = lease_from_row(&row)?;
-        self.fences.hold(task, node, lease.token);
-        Ok(Some(lease))
+        sqlx::query("UPDATE tasks SET lease_node = ?, lease_token = ?, lease_expires_ms = ?, last_node = ? WHERE id = ?")
+            .bind(node)
+            .bind(token as i64)
+            .bind(now + ttl_ms)
+            .bind(node)
+            .bind(task.as_str())
+            .execute(&mut *tx)
+            .await
+            .map_err(q)?;
+        tx.commit().await.map_err(q)?;
+        self.fences.hold(task, node, token);
+        Ok(Some(Lease { task: task.clone(), node: Some(node.to_owned()), token, expires_ms: Some(now + ttl_ms), last_node: stored.last_node }))
     }
 
     async fn renew_leases(&self, node: &str, ttl_ms: i64) -> Result<Vec<TaskId>> {
