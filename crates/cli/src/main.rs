@@ -189,6 +189,10 @@ struct ServeArgs {
     /// host name).
     #[arg(long, value_name = "NAME")]
     node: Option<String>,
+    /// The most sandboxes this node runs at once; a full node leaves wakes
+    /// and recoveries to the other nodes (default: no limit).
+    #[arg(long, value_name = "N")]
+    capacity: Option<usize>,
 }
 
 fn main() -> ExitCode {
@@ -254,6 +258,9 @@ fn serve(args: ServeArgs) -> Result<u8> {
     }
     if let Some(n) = &args.node {
         config.node = Some(cairn_runtime::config::parse_node_name(n).map_err(|e| anyhow!("--node: {e}"))?);
+    }
+    if let Some(n) = args.capacity {
+        config.capacity = Some(n);
     }
     let helper_exe = std::env::current_exe().context("cannot find the cairn executable")?;
     let home = client::home();

@@ -133,6 +133,7 @@ pub fn task_detail(v: &TaskView) -> String {
         format!("name:          {}", or_dash(t.name.as_ref())),
         format!("state:         {}", t.state),
         format!("sandbox:       {}{}", t.sandbox, t.sandbox_note.as_ref().map(|n| format!(" ({n})")).unwrap_or_default()),
+        format!("node:          {}", or_dash(t.node.as_ref())),
         format!("image:         {}", t.config.image),
         format!("limits:        memory {}, cpus {}, pids {}, disk {}", l.memory, l.cpus, l.pids, l.disk),
         format!("workdir:       {}", t.config.workdir),

@@ -71,6 +71,10 @@ pub struct Config {
     /// This daemon's node name (`--node`, `[node] name`); `None`: the host
     /// name.
     pub node: Option<String>,
+    /// How many sandboxes this node runs at most (`--capacity`, `[node]
+    /// capacity`); `None`: no limit but the host's. A full node wakes and
+    /// recovers no more tasks: another node of the cluster does.
+    pub capacity: Option<usize>,
 }
 
 /// The `[blob]` table: where snapshots' packs, index files and manifests
@@ -188,6 +192,7 @@ impl Default for Config {
             egress: EgressConfig::default(),
             blob: BlobConfig::default(),
             node: None,
+            capacity: None,
         }
     }
 }
@@ -222,6 +227,7 @@ struct BlobFile {
 #[serde(deny_unknown_fields)]
 struct NodeFile {
     name: Option<String>,
+    capacity: Option<usize>,
 }
 
 /// Checks a node name: 1 to 63 characters, letters, digits, `-`, `_`, `.`.
@@ -370,6 +376,9 @@ impl Config {
         }
         if let Some(n) = file.node.name {
             c.node = Some(parse_node_name(&n).map_err(|e| format!("node.name: {e}"))?);
+        }
+        if let Some(n) = file.node.capacity {
+            c.capacity = Some(n);
         }
         Ok(c)
     }

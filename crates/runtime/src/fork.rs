@@ -147,6 +147,11 @@ impl Runtime {
         // The task with its branch snapshot, in one step; the disk is made
         // from the branch next.
         self.store.insert_fork(&task, &created, &branch, &snapshotted).await?;
+        // Running without a node until now: taken before another node's
+        // heartbeat could take it over as lost.
+        if !self.take_lease(&task.id).await? {
+            return Err(Error::conflict(format!("fork {} was taken over by another node", task.id)));
+        }
         fail::fail_point!("fork.recorded");
         let slot = self.claim_slot(&task.id).await?;
         let source = DiskSource::Snapshot { manifest: &empty.1, base: None };

@@ -180,8 +180,11 @@ impl Runtime {
                 }
                 // Until the next timer is due, or a new timer comes first;
                 // at most a minute, in case the clock jumped.
+                // On a store other daemons share, at most a heartbeat: their
+                // timers are this node's too once they are gone.
+                let most = if self.store.shared() { crate::nodes::HEARTBEAT.as_millis() as i64 } else { 60_000 };
                 let next = self.store.next_timer_ms().await.ok().flatten();
-                let sleep = next.map(|t| (t - now_ms()).clamp(5, 60_000)).unwrap_or(60_000);
+                let sleep = next.map(|t| (t - now_ms()).clamp(5, most)).unwrap_or(most);
                 tokio::select! {
                     _ = tokio::time::sleep(Duration::from_millis(sleep as u64)) => {}
                     _ = self.timer_added.notified() => {}

@@ -43,6 +43,7 @@ pub mod gateway;
 pub mod gc;
 pub mod home;
 pub mod intake;
+pub mod lease;
 pub mod ledger;
 pub mod lifecycle;
 mod materialise;

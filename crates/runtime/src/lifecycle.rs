@@ -109,6 +109,8 @@ impl Runtime {
         let mut task = Task::new(id, req.name.clone(), config, now);
         task.webhook_secret = Some(crate::gateway::webhook::new_secret());
         self.store.insert_task(&task).await?;
+        // New: nobody else can hold it.
+        self.take_lease(&task.id).await?;
         self.store
             .append_event(&NewEvent {
                 task: task.id.clone(),
@@ -309,6 +311,13 @@ impl Runtime {
         let mut lost = std::collections::HashSet::new();
         for row in self.store.sandboxes().await? {
             let Some(task) = tasks.iter().find(|t| t.id == row.task) else { continue };
+            // Another node's sandbox (several daemons share the store).
+            if !self.ran_here(task).await? {
+                continue;
+            }
+            if !task.state.is_terminal() && !self.take_lease(&task.id).await? {
+                continue;
+            }
             let init = row.init_pid.zip(row.init_start_time).map(|(pid, start_time)| InitProcess { pid, start_time });
             let driver = self.driver.clone();
             let id = task.id.to_string();
@@ -345,7 +354,13 @@ impl Runtime {
         }
         // Tasks that believe they have a sandbox but have no row for it.
         for t in &tasks {
-            if t.sandbox == SandboxState::Ready && !keep.contains(&t.id) && !lost.contains(&t.id) && self.store.sandbox(&t.id).await?.is_none() {
+            if t.sandbox == SandboxState::Ready
+                && !keep.contains(&t.id)
+                && !lost.contains(&t.id)
+                && self.ran_here(t).await?
+                && self.store.sandbox(&t.id).await?.is_none()
+                && self.take_lease(&t.id).await?
+            {
                 self.mark_lost(t, None, "the daemon stopped while the sandbox was being built").await?;
             }
         }
@@ -371,6 +386,16 @@ impl Runtime {
             }
         }
         Ok(())
+    }
+
+    /// True when this node's daemon ran the task's latest sandbox: it is
+    /// the task's node, or the task has none and this node leased it last
+    /// (or no node ever did: a store from before nodes).
+    pub(crate) async fn ran_here(&self, task: &Task) -> Result<bool, Error> {
+        Ok(match &task.node {
+            Some(n) => *n == self.node.name,
+            None => self.store.lease(&task.id).await?.last_node.is_none_or(|n| n == self.node.name),
+        })
     }
 
     pub(crate) async fn mark_lost(&self, task: &Task, init: Option<InitProcess>, why: &str) -> Result<(), Error> {

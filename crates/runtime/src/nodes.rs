@@ -4,10 +4,8 @@
 //! is up while its latest heartbeat is younger than [`DOWN_AFTER`] (three
 //! periods), by the clock of the node that answers.
 //!
-//! Only the registry and each task's node (the store sets it when the
-//! task's sandbox comes up and clears it when the sandbox goes) exist so
-//! far; leases with fencing tokens, and recovery of a down node's tasks,
-//! build on them (`docs/architecture.md`, "Nodes").
+//! Each heartbeat also tends this node's task leases (`lease.rs`): renews
+//! them, and takes over the tasks no live node holds.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -69,8 +67,37 @@ impl Runtime {
                 if let Err(e) = rt.store.heartbeat_node(&rt.node_row(), now_ms()).await {
                     tracing::warn!(node = %rt.node.name, "heartbeat: {e}");
                 }
+                rt.tend_leases().await;
             }
         });
+    }
+
+    /// The API URL of the node running the task (`id_or_name`) when that
+    /// is another node that is up: requests for the task are forwarded
+    /// there. `None` for a task this node runs, no node runs, that does not
+    /// exist, or on a store no other daemon shares.
+    pub async fn runs_elsewhere(&self, id_or_name: &str) -> Result<Option<String>, Error> {
+        if !self.store.shared() {
+            return Ok(None);
+        }
+        let task = match self.store.find_task(id_or_name).await {
+            Ok(t) => t,
+            Err(cairn_store::Error::UnknownTask(_)) => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        let now = now_ms();
+        let lease = self.store.lease(&task.id).await?;
+        let Some(holder) = lease.live_holder(now).filter(|h| *h != self.node.name) else { return Ok(None) };
+        let up_after = now - DOWN_AFTER.as_millis() as i64;
+        let node = self.store.list_nodes().await?.into_iter().find(|n| n.name == holder && n.heartbeat_ms > up_after);
+        match node {
+            Some(n) => Ok(Some(n.url)),
+            None => Err(Error::Unavailable(format!(
+                "task {} runs on node {holder}, which is not answering; it is recovered elsewhere once its lease runs out (within {} s)",
+                task.id,
+                crate::lease::LEASE_TTL.as_secs()
+            ))),
+        }
     }
 
     /// Every node of the store, with its state, load and tasks.

@@ -75,6 +75,8 @@ pub struct Runtime {
     pub(crate) fork_bases: tokio::sync::RwLock<()>,
     /// This daemon as a node of the store's cluster.
     pub(crate) node: crate::nodes::NodeId,
+    /// The most sandboxes this node runs (`None`: no limit of its own).
+    pub(crate) capacity: Option<usize>,
 }
 
 /// Marks a task busy while a command runs (the exec records its end as
@@ -131,8 +133,17 @@ impl Runtime {
         .map_err(|e| OpenError::Sandbox(cairn_sandbox::Error::Helper(e.to_string())))??;
         let risk = cairn_core::RiskPolicy::new(config.risky_patterns.iter().map(String::as_str))
             .map_err(|e| OpenError::Config(e.to_string()))?;
-        let link_key = crate::gateway::approval::LinkKey::load_or_create(&home.root().join("approval.key"))
-            .map_err(|e| OpenError::Config(e.to_string()))?;
+        let key_path = home.root().join("approval.key");
+        let mut link_key = crate::gateway::approval::LinkKey::load_or_create(&key_path).map_err(|e| OpenError::Config(e.to_string()))?;
+        if store.shared() {
+            // Every node signs and checks approval links with one key: a
+            // link made on one node is answered on any.
+            let own = link_key.to_hex();
+            let shared = store.cluster_secret("approval-key", &own).await?;
+            if shared != own {
+                link_key = crate::gateway::approval::LinkKey::adopt_hex(&key_path, &shared).map_err(|e| OpenError::Config(e.to_string()))?;
+            }
+        }
         let keys = cairn_ledger::NodeKeys::load_or_create(&home.root().join("keys"))?;
         // Subscribed before anything writes: waiters see every change.
         let cells = Arc::new(crate::cell::Cells::default());
@@ -161,7 +172,24 @@ impl Runtime {
                 name: config.node.clone().unwrap_or_else(crate::nodes::default_node_name),
                 started_ms: cairn_store::now_ms(),
             },
+            capacity: config.capacity,
         })
+    }
+
+    /// The API token every node of a shared store accepts: this home's own
+    /// when it is the first node (or the store is not shared), else the
+    /// first node's, which then replaces the one in this home (the CLI
+    /// reads it there).
+    pub async fn cluster_token(&self, home: &Home, own: String) -> Result<String, Error> {
+        if !self.store.shared() {
+            return Ok(own);
+        }
+        let shared = self.store.cluster_secret("api-token", &own).await?;
+        if shared != own {
+            crate::home::write_atomic(&home.token_path(), shared.as_bytes(), 0o600).map_err(|e| Error::internal(e.to_string()))?;
+            tracing::info!("this node uses the cluster's API token (written to {})", home.token_path().display());
+        }
+        Ok(shared)
     }
 
     /// The task database's URL, without its password.

@@ -54,6 +54,15 @@ impl Runtime {
         if task.state != TaskState::Waking {
             return Ok(());
         }
+        if self.live(&task.id).is_none() && (!self.has_room() || !self.can_run(&task.config.image).await) {
+            // Left `waking` for a node with room (and the image) to take.
+            tracing::info!(task = %task.id, node = %self.node.name, "no room or no image here: another node wakes it");
+            return Ok(());
+        }
+        if !self.take_lease(&task.id).await? {
+            tracing::info!(task = %task.id, "another node wakes it");
+            return Ok(());
+        }
         if self.live(&task.id).is_some() {
             // A daemon that died after the new sandbox started, before the
             // task was marked running: the sandbox survived the restart.
@@ -133,6 +142,9 @@ impl Runtime {
         if !matches!(task.state, TaskState::Running | TaskState::Suspending) || self.live(id).is_some() {
             return Ok(());
         }
+        if !self.take_lease(id).await? {
+            return Err(Error::conflict(format!("task {} runs on another node", task.id)));
+        }
         let _no_gc = self.snaps.repo.gc_lock().read().await;
         let begun = Instant::now();
         let image = self.image(&task.config.image).await?;
@@ -158,7 +170,12 @@ impl Runtime {
                 } else {
                     "nothing was lost".to_owned()
                 };
-                (format!("recovered from snapshot {} (step {}) after the sandbox was lost; {lost}", s.id, s.step), s.step, s.memory.clone())
+                let why = task.sandbox_note.as_deref().map(|n| format!(" ({n})")).unwrap_or_default();
+                (
+                    format!("recovered from snapshot {} (step {}) on node {} after the sandbox was lost{why}; {lost}", s.id, s.step, self.node.name),
+                    s.step,
+                    s.memory.clone(),
+                )
             }
             None => (
                 format!("the sandbox was lost and the task has no snapshot: restarted on its writable layer as it was left (step {})", task.step),
@@ -195,7 +212,12 @@ impl Runtime {
                     self.store.transition(&t.id, TaskState::Suspending, Transition::CancelSuspend).await.map(drop).map_err(Error::from)
                 }
                 (TaskState::Running | TaskState::Suspending, SandboxState::Lost | SandboxState::None) if self.live(&t.id).is_none() => {
-                    self.recover(&t.id).await
+                    // Another node's lost sandbox is that node's to rebuild,
+                    // or, once its lease runs out, any node's (`lease.rs`).
+                    match self.ran_here(&t).await {
+                        Ok(true) => self.recover(&t.id).await,
+                        other => other.map(drop),
+                    }
                 }
                 _ => Ok(()),
             };

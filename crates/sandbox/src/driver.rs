@@ -78,6 +78,10 @@ pub trait SandboxDriver: Send + Sync + fmt::Debug + 'static {
     /// it instead of restoring).
     fn has_disk(&self, task: &str) -> bool;
 
+    /// Removes the task's disk kept on this host, which is stale once
+    /// another node ran the task. Only for a task without a sandbox here.
+    fn discard_disk(&self, task: &str) -> Result<()>;
+
     // --- a sandbox's life ---
 
     /// Builds and starts the sandbox of `task` on `image`, with the ids of

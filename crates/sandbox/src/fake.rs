@@ -531,6 +531,14 @@ impl SandboxDriver for FakeDriver {
         self.disk_dir(task).exists()
     }
 
+    fn discard_disk(&self, task: &str) -> Result<()> {
+        let dir = self.disk_dir(task);
+        match fs::remove_dir_all(&dir) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(Error::Io(dir.display().to_string(), e)),
+            _ => Ok(()),
+        }
+    }
+
     /// Fails, like a real start, when the task holds no uid slot.
     fn start(&self, task: &str, config: &TaskConfig, _image: &Image, slot: u32, ahead: Option<Prestarted>) -> Result<InitProcess> {
         let ahead = ahead.filter(|p| p.task == task).map(|_| ", prestarted").unwrap_or_default();

@@ -242,6 +242,13 @@ impl SandboxDriver for NativeDriver {
         self.paths(task).disk_image.exists()
     }
 
+    fn discard_disk(&self, task: &str) -> Result<()> {
+        let paths = self.paths(task);
+        disk::unmount(&paths.disk_mount)?;
+        disk::detach_backing(&paths.disk_image)?;
+        remove_path(&paths.disk_image)
+    }
+
     fn start(&self, task: &str, config: &TaskConfig, image: &Image, slot: u32, ahead: Option<Prestarted>) -> Result<InitProcess> {
         let ahead = ahead.filter(|p| p.task == task);
         let result = self.start_inner(task, config, image, slot, ahead);

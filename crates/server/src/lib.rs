@@ -9,6 +9,7 @@
 //! [`Daemon::start`] runs everything on the caller's tokio runtime, so the
 //! same code serves `cairn serve` and the embedded daemon of `cairn demo`.
 
+mod forward;
 mod error;
 pub mod gateway;
 pub mod routes;
@@ -34,6 +35,10 @@ pub enum StartError {
     Runtime(#[from] cairn_runtime::OpenError),
     #[error("cannot listen on {0}: {1}{hint}", hint = listen_hint(.1))]
     Listen(SocketAddr, std::io::Error),
+    /// The secrets the nodes of a shared store have in common could not be
+    /// read or adopted.
+    #[error("cannot join the cluster's secrets: {0}")]
+    Cluster(String),
 }
 
 /// What to do about an address that is taken: every daemon listens on
@@ -152,6 +157,7 @@ impl Daemon {
             tracing::warn!("{line}");
         }
         let runtime = Arc::new(Runtime::open(home, &opts.config, opts.helper_exe.clone(), addr).await?);
+        let token = runtime.cluster_token(home, token).await.map_err(|e| StartError::Cluster(e.to_string()))?;
         let url = format!("http://{addr}");
         runtime.bring_up(url.clone()).await;
         home.write_url(&url)?;

@@ -71,6 +71,12 @@ pub trait Store:
     /// people reading logs.
     fn location(&self) -> String;
 
+    /// True for a database several daemons can share (a server): then
+    /// other nodes' work can become this one's (their timers, their tasks).
+    fn shared(&self) -> bool {
+        false
+    }
+
     /// Calls `listener` with the id of each task whose state, events or
     /// waits changed, right after the change is committed through this
     /// store, so that waiters are woken by the change instead of polling. A

@@ -50,6 +50,26 @@ impl LinkKey {
         LinkKey(bytes)
     }
 
+    /// The key as hex, to share with the other nodes through the store.
+    pub(crate) fn to_hex(&self) -> String {
+        self.0.iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    /// The key a cluster shares (see [`LinkKey::to_hex`]), written over the
+    /// one at `path` (mode 0600) so that this home keeps using it.
+    pub(crate) fn adopt_hex(path: &Path, hex: &str) -> Result<LinkKey, ApprovalError> {
+        let bad = || ApprovalError::KeyFileSize { path: path.to_owned(), len: hex.len() as u64 / 2 };
+        if hex.len() != 2 * KEY_LEN || !hex.is_ascii() {
+            return Err(bad());
+        }
+        let mut key = [0u8; KEY_LEN];
+        for (i, b) in key.iter_mut().enumerate() {
+            *b = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).map_err(|_| bad())?;
+        }
+        crate::home::write_atomic(path, &key, 0o600).map_err(|e| ApprovalError::KeyFile { path: path.to_owned(), source: std::io::Error::other(e.to_string()) })?;
+        Ok(LinkKey(key))
+    }
+
     /// Reads the key at `path`, or makes one there (32 random bytes, mode
     /// 0600) if there is none. A key of the wrong size or one others can read
     /// is refused rather than fixed: either means something else touched it.

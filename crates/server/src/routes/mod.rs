@@ -93,6 +93,7 @@ pub fn router(rt: Arc<Runtime>, token: String) -> Router {
     routes(Arc::new(token))
         .into_router()
         .fallback(|| async { ApiError::not_found("no such API endpoint") })
+        .layer(middleware::from_fn_with_state(rt.clone(), crate::forward::forward_to_owner))
         .with_state(rt)
 }
 

@@ -128,6 +128,10 @@ impl Store for PostgresStore {
         self.location.clone()
     }
 
+    fn shared(&self) -> bool {
+        true
+    }
+
     fn on_change(&self, listener: ChangeListener) {
         *self.listener.0.write().unwrap_or_else(|e| e.into_inner()) = Some(listener);
     }

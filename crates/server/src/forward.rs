@@ -1,0 +1,103 @@
+//! Forwarding: a request about a task that another node runs goes to that
+//! node, as it came (method, path, headers, body; a WebSocket exec's
+//! upgrade too), and its answer comes back as that node gave it. The
+//! client talks to any node and never learns where its task runs.
+//!
+//! A forwarded request carries [`FORWARDED`]; a node serves such a request
+//! itself whatever it thinks of the task, so a request never travels
+//! twice (a lease that moves meanwhile makes the other node answer with
+//! the store's conflict, not with another hop).
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{HeaderValue, StatusCode, Uri};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use cairn_runtime::Runtime;
+use hyper_util::rt::TokioIo;
+
+use crate::ApiError;
+
+/// Marks a request one node forwarded to another (its value: the sender).
+pub const FORWARDED: &str = "cairn-forwarded-by";
+
+/// The task a request path is about: `/v1/tasks/{id}` and everything
+/// under it.
+fn task_of(path: &str) -> Option<&str> {
+    let rest = path.strip_prefix("/v1/tasks/")?;
+    let id = rest.split('/').next()?;
+    (!id.is_empty()).then_some(id)
+}
+
+/// Serves the request here, or forwards it to the node that runs its task.
+pub(crate) async fn forward_to_owner(State(rt): State<Arc<Runtime>>, req: Request, next: Next) -> Response {
+    let Some(task) = task_of(req.uri().path()) else { return next.run(req).await };
+    // Unauthenticated requests are refused here, not forwarded (nor told
+    // where a task runs).
+    if req.headers().contains_key(FORWARDED) || !req.headers().contains_key(axum::http::header::AUTHORIZATION) {
+        return next.run(req).await;
+    }
+    match rt.runs_elsewhere(task).await {
+        Ok(None) => next.run(req).await,
+        Ok(Some(base)) => match forward(req, &base, rt.node_name()).await {
+            Ok(resp) => resp,
+            Err(e) => ApiError::from(cairn_runtime::Error::Unavailable(format!("forwarding to {base}: {e}"))).into_response(),
+        },
+        Err(e) => ApiError::from(e).into_response(),
+    }
+}
+
+/// Sends `req` to the node at `base` over a new HTTP/1.1 connection and
+/// relays its answer; after a `101 Switching Protocols` (a WebSocket
+/// exec), relays the bytes both ways until either side closes.
+async fn forward(mut req: Request, base: &str, from: &str) -> Result<Response, String> {
+    let target: Uri = base.parse().map_err(|e| format!("bad node URL {base:?}: {e}"))?;
+    let authority = target.authority().ok_or_else(|| format!("node URL {base:?} has no host"))?.to_string();
+    let stream = tokio::net::TcpStream::connect(&authority).await.map_err(|e| e.to_string())?;
+    let _ = stream.set_nodelay(true);
+    let (mut sender, conn) = hyper::client::conn::http1::handshake::<_, Body>(TokioIo::new(stream)).await.map_err(|e| e.to_string())?;
+    tokio::spawn(async move {
+        if let Err(e) = conn.with_upgrades().await {
+            tracing::debug!("forwarded connection: {e}");
+        }
+    });
+    let upgrading = req.headers().contains_key(axum::http::header::UPGRADE);
+    let client_side = upgrading.then(|| hyper::upgrade::on(&mut req));
+    let (mut parts, body) = req.into_parts();
+    let path = parts.uri.path_and_query().map(|p| p.as_str().to_owned()).unwrap_or_else(|| "/".into());
+    parts.uri = path.parse().map_err(|e| format!("{e}"))?;
+    parts.headers.insert(axum::http::header::HOST, HeaderValue::from_str(&authority).map_err(|e| e.to_string())?);
+    parts.headers.insert(FORWARDED, HeaderValue::from_str(from).map_err(|e| e.to_string())?);
+    let mut resp = sender.send_request(Request::from_parts(parts, body)).await.map_err(|e| e.to_string())?;
+    if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
+        if let Some(client_side) = client_side {
+            let node_side = hyper::upgrade::on(&mut resp);
+            tokio::spawn(async move {
+                match tokio::try_join!(client_side, node_side) {
+                    Ok((client, node)) => {
+                        let _ = tokio::io::copy_bidirectional(&mut TokioIo::new(client), &mut TokioIo::new(node)).await;
+                    }
+                    Err(e) => tracing::warn!("forwarded upgrade: {e}"),
+                }
+            });
+        }
+    }
+    Ok(resp.map(Body::new))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::task_of;
+
+    #[test]
+    fn requests_about_one_task_are_the_ones_forwarded() {
+        assert_eq!(task_of("/v1/tasks/t-1"), Some("t-1"));
+        assert_eq!(task_of("/v1/tasks/build/exec"), Some("build"));
+        assert_eq!(task_of("/v1/tasks/"), None);
+        assert_eq!(task_of("/v1/tasks"), None);
+        assert_eq!(task_of("/v1/nodes"), None);
+        assert_eq!(task_of("/v1/hooks/t-1/ci"), None, "events are taken in by any node");
+    }
+}
