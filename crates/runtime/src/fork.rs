@@ -42,7 +42,7 @@ impl Runtime {
                 Error::conflict(format!("task {} has no snapshot to fork from; take one with `cairn snapshot {}`", src.id, src.id))
             })?,
         };
-        let _no_gc = self.snaps.repo.gc_lock().read().await;
+        let _no_gc = self.hold_blobs().await?;
         let manifest = self.load_manifest(&snap.manifest).await?;
         self.precheck(&snap, &manifest).await?;
         let _base_kept = self.fork_bases.read().await;

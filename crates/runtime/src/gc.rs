@@ -33,7 +33,7 @@ impl Runtime {
             Some(g) => parse_duration(g)?,
             None => self.snaps.gc_grace,
         };
-        let _exclusive = self.snaps.repo.gc_lock().write().await;
+        let _exclusive = self.hold_blobs_for_gc().await?;
         let mut expired = Vec::new();
         for t in self.store.list_tasks().await? {
             expired.extend(self.apply_retention(&t.id, req.dry_run).await?);
@@ -85,7 +85,7 @@ impl Runtime {
     /// Verifies that everything the snapshots reference is stored, and with
     /// `read_data` that every byte hashes to its id.
     pub async fn check(&self, read_data: bool) -> Result<cairn_blob::CheckReport, Error> {
-        let _no_gc = self.snaps.repo.gc_lock().read().await;
+        let _no_gc = self.hold_blobs().await?;
         let live = self.live_manifests(&HashSet::new()).await?;
         let mut problems = Vec::new();
         let mut manifests = Vec::new();

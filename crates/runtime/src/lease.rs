@@ -68,6 +68,11 @@ impl Runtime {
             }
             Err(e) => tracing::warn!(node = %self.node.name, "renewing leases: {e}"),
         }
+        if self.store.shared() {
+            if let Err(e) = self.store.renew_blob_locks(&self.node.name, crate::blob_hold::HOLD_TTL.as_millis() as i64).await {
+                tracing::warn!(node = %self.node.name, "renewing blob store holds: {e}");
+            }
+        }
         let unheld = match self.store.unheld_tasks(now_ms()).await {
             Ok(u) => u,
             Err(e) => return tracing::warn!("listing tasks without a node: {e}"),
@@ -131,7 +136,7 @@ impl Runtime {
                 return Ok(());
             }
             let why = match last {
-                Some(n) if n != self.node.name => format!("node {n} stopped renewing its lease (node lost)"),
+                Some(n) if n != self.node.name => format!("node {n} stopped renewing its lease"),
                 _ => "the task's node was gone when its lease ran out".to_owned(),
             };
             tracing::warn!(task = %id, "{why}: recovering it on node {}", self.node.name);

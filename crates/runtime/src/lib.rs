@@ -29,6 +29,7 @@
 //! - `queries.rs`: reads for the front end, one per request.
 //! - [`metrics`]: Prometheus metrics, counted as the runtime works.
 
+mod blob_hold;
 mod cell;
 pub mod config;
 #[cfg(feature = "failpoints")]

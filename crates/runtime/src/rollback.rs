@@ -41,7 +41,7 @@ impl Runtime {
             _ => return Err(Error::invalid("give exactly one of --to SNAPSHOT and --last-healthy")),
         };
         // No gc may sweep the target's data or the new baseline meanwhile.
-        let _no_gc = self.snaps.repo.gc_lock().read().await;
+        let _no_gc = self.hold_blobs().await?;
         // Read the target and check that all its data is there before
         // touching anything: a damaged snapshot is refused while the sandbox
         // still runs.

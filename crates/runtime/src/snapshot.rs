@@ -226,7 +226,7 @@ impl Runtime {
         memory: Option<String>,
         actor: &str,
     ) -> Result<Snapshot, Error> {
-        let _no_gc = self.snaps.repo.gc_lock().read().await;
+        let _no_gc = self.hold_blobs().await?;
         let image = self.image(&task.config.image).await?;
         let layers = Self::layer_specs(&image);
         let baseline = self.baseline_manifest(&task.id).await;

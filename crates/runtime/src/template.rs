@@ -41,7 +41,7 @@ impl Runtime {
             Some(from) => self.snapshot_of(&task, from).await?,
             None => self.current_snapshot(&task, &req.name, actor).await?,
         };
-        let _no_gc = self.snaps.repo.gc_lock().read().await;
+        let _no_gc = self.hold_blobs().await?;
         let _base_kept = self.fork_bases.read().await;
         let manifest = self.load_manifest(&snap.manifest).await?;
         self.precheck(&snap, &manifest).await?;

@@ -71,7 +71,7 @@ impl Runtime {
             self.store.finish_wake(&task.id, &ev).await?;
             return Ok(());
         }
-        let _no_gc = self.snaps.repo.gc_lock().read().await;
+        let _no_gc = self.hold_blobs().await?;
         let begun = Instant::now();
         let snap = self.store.snapshots(&task.id).await?.pop();
         let image = self.image(&task.config.image).await?;
@@ -145,7 +145,7 @@ impl Runtime {
         if !self.take_lease(id).await? {
             return Err(Error::conflict(format!("task {} runs on another node", task.id)));
         }
-        let _no_gc = self.snaps.repo.gc_lock().read().await;
+        let _no_gc = self.hold_blobs().await?;
         let begun = Instant::now();
         let image = self.image(&task.config.image).await?;
         // After a rollback, the target: the task's record says it is there.

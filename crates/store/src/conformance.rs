@@ -60,6 +60,7 @@ macro_rules! conformance_suite {
                 a_suspend_or_an_end_drops_the_lease,
                 unheld_tasks_are_taken_by_exactly_one_node,
                 the_first_nodes_secret_is_every_nodes,
+                gc_and_snapshots_of_different_nodes_keep_apart,
             );
         }
     };
@@ -870,4 +871,24 @@ pub(crate) async fn the_first_nodes_secret_is_every_nodes(db: &impl TestDatabase
     assert_eq!(a.cluster_secret("token", "from-a").await.unwrap(), "from-a");
     assert_eq!(b.cluster_secret("token", "from-b").await.unwrap(), "from-a");
     assert_eq!(b.cluster_secret("approval-key", "k-b").await.unwrap(), "k-b", "each secret by its name");
+}
+
+pub(crate) async fn gc_and_snapshots_of_different_nodes_keep_apart(db: &impl TestDatabase) {
+    let a = db.open().await;
+    let b = db.open().await;
+    assert!(a.lock_blobs("snap-1", "a", false, TTL).await.unwrap());
+    assert!(a.lock_blobs("snap-2", "a", false, TTL).await.unwrap(), "shared holds go together");
+    assert!(b.lock_blobs("snap-3", "b", false, TTL).await.unwrap(), "also across nodes");
+    assert!(!b.lock_blobs("gc-b", "b", true, TTL).await.unwrap(), "gc waits for a's snapshots");
+    a.unlock_blobs("snap-1").await.unwrap();
+    a.unlock_blobs("snap-2").await.unwrap();
+    b.unlock_blobs("snap-3").await.unwrap();
+    assert!(b.lock_blobs("gc-b", "b", true, TTL).await.unwrap());
+    assert!(!a.lock_blobs("snap-4", "a", false, TTL).await.unwrap(), "a snapshot waits for b's gc");
+    assert!(!a.lock_blobs("gc-a", "a", true, TTL).await.unwrap(), "one gc at a time");
+    // b dies: its hold runs out (a renewal in the past stands for that).
+    b.renew_blob_locks("b", -1).await.unwrap();
+    assert!(a.lock_blobs("snap-4", "a", false, TTL).await.unwrap());
+    a.renew_blob_locks("a", TTL).await.unwrap();
+    assert!(!b.lock_blobs("gc-b2", "b", true, TTL).await.unwrap(), "a renewed hold still counts");
 }

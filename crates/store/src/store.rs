@@ -379,6 +379,18 @@ pub trait LeaseStore: Send + Sync {
     /// first.
     async fn unheld_tasks(&self, now_ms: i64) -> Result<Vec<Unheld>>;
 
+    /// Takes a shared (`exclusive` false: a snapshot, restore or fork) or an
+    /// exclusive (gc) hold on the blob store for `node` until `ttl_ms` from
+    /// now, named `id`. False, and nothing held, while another node holds
+    /// the other kind (or, for an exclusive one, any kind).
+    async fn lock_blobs(&self, id: &str, node: &str, exclusive: bool, ttl_ms: i64) -> Result<bool>;
+
+    /// Lets go of the hold named `id`.
+    async fn unlock_blobs(&self, id: &str) -> Result<()>;
+
+    /// Extends every hold of `node` by `ttl_ms` from now.
+    async fn renew_blob_locks(&self, node: &str, ttl_ms: i64) -> Result<()>;
+
     /// A secret every node of the database shares: `proposed` when none is
     /// stored under `name` yet (the first node's own), else the stored one.
     async fn cluster_secret(&self, name: &str, proposed: &str) -> Result<String>;

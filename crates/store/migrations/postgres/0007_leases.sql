@@ -21,3 +21,15 @@ CREATE TABLE cluster_secrets (
     name   TEXT PRIMARY KEY,
     value  TEXT NOT NULL
 );
+
+-- Who is using the blob store right now, cluster-wide: a snapshot, restore
+-- or fork holds a shared row, `cairn gc` an exclusive one, and neither
+-- begins while the other kind is held by another node (gc would delete
+-- the packs a snapshot is about to reference). Rows run out unless their
+-- node renews them, so a dead node's rows do not block forever.
+CREATE TABLE blob_locks (
+    id          TEXT PRIMARY KEY,
+    node        TEXT NOT NULL,
+    exclusive   BOOLEAN NOT NULL,
+    expires_ms  BIGINT NOT NULL
+);

@@ -144,6 +144,56 @@ impl LeaseStore for PostgresStore {
             .collect()
     }
 
+    async fn lock_blobs(&self, id: &str, node: &str, exclusive: bool, ttl_ms: i64) -> Result<bool> {
+        let q = |e| Error::Query("hold the blob store", e);
+        let now = now_ms();
+        let mut tx = self.begin().await.map_err(q)?;
+        // Holds are taken one at a time, cluster-wide: each sees the other.
+        sqlx::query("LOCK TABLE blob_locks IN EXCLUSIVE MODE").execute(&mut *tx).await.map_err(q)?;
+        // For a shared hold, only exclusive ones of other nodes are in the way.
+        let blocking: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM blob_locks WHERE node <> $1 AND expires_ms >= $2 AND (exclusive OR $3)",
+        )
+        .bind(node)
+        .bind(now)
+        .bind(exclusive)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(q)?;
+        if blocking > 0 {
+            return Ok(false);
+        }
+        sqlx::query("INSERT INTO blob_locks (id, node, exclusive, expires_ms) VALUES ($1, $2, $3, $4)")
+            .bind(id)
+            .bind(node)
+            .bind(exclusive)
+            .bind(now + ttl_ms)
+            .execute(&mut *tx)
+            .await
+            .map_err(q)?;
+        tx.commit().await.map_err(q)?;
+        Ok(true)
+    }
+
+    async fn unlock_blobs(&self, id: &str) -> Result<()> {
+        sqlx::query("DELETE FROM blob_locks WHERE id = $1")
+            .bind(id)
+            .execute(&self.pool)
+            .await
+            .map_err(|e| Error::Query("let go of the blob store", e))?;
+        Ok(())
+    }
+
+    async fn renew_blob_locks(&self, node: &str, ttl_ms: i64) -> Result<()> {
+        sqlx::query("UPDATE blob_locks SET expires_ms = $1 WHERE node = $2")
+            .bind(now_ms() + ttl_ms)
+            .bind(node)
+            .execute(&self.pool)
+            .await
+            .map_err(|e| Error::Query("renew blob store holds", e))?;
+        Ok(())
+    }
+
     async fn cluster_secret(&self, name: &str, proposed: &str) -> Result<String> {
         let q = |e| Error::Query("read cluster secret", e);
         sqlx::query("INSERT INTO cluster_secrets (name, value) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING")

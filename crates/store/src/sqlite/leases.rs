@@ -143,6 +143,54 @@ impl LeaseStore for SqliteStore {
             .collect()
     }
 
+    async fn lock_blobs(&self, id: &str, node: &str, exclusive: bool, ttl_ms: i64) -> Result<bool> {
+        let q = |e| Error::Query("hold the blob store", e);
+        let now = now_ms();
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(q)?;
+        // For a shared hold, only exclusive ones of other nodes are in the way.
+        let blocking: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM blob_locks WHERE node <> ? AND expires_ms >= ? AND (exclusive OR ?)",
+        )
+        .bind(node)
+        .bind(now)
+        .bind(exclusive)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(q)?;
+        if blocking > 0 {
+            return Ok(false);
+        }
+        sqlx::query("INSERT INTO blob_locks (id, node, exclusive, expires_ms) VALUES (?, ?, ?, ?)")
+            .bind(id)
+            .bind(node)
+            .bind(exclusive)
+            .bind(now + ttl_ms)
+            .execute(&mut *tx)
+            .await
+            .map_err(q)?;
+        tx.commit().await.map_err(q)?;
+        Ok(true)
+    }
+
+    async fn unlock_blobs(&self, id: &str) -> Result<()> {
+        sqlx::query("DELETE FROM blob_locks WHERE id = ?")
+            .bind(id)
+            .execute(&self.pool)
+            .await
+            .map_err(|e| Error::Query("let go of the blob store", e))?;
+        Ok(())
+    }
+
+    async fn renew_blob_locks(&self, node: &str, ttl_ms: i64) -> Result<()> {
+        sqlx::query("UPDATE blob_locks SET expires_ms = ? WHERE node = ?")
+            .bind(now_ms() + ttl_ms)
+            .bind(node)
+            .execute(&self.pool)
+            .await
+            .map_err(|e| Error::Query("renew blob store holds", e))?;
+        Ok(())
+    }
+
     async fn cluster_secret(&self, name: &str, proposed: &str) -> Result<String> {
         let q = |e| Error::Query("read cluster secret", e);
         sqlx::query("INSERT INTO cluster_secrets (name, value) VALUES (?, ?) ON CONFLICT (name) DO NOTHING")
