@@ -52,7 +52,7 @@ impl Runtime {
         let events = self.store.events(&task.id).await?;
         let report = verify_chain(&task.id, &events);
         let checkpoints = self.store.checkpoints(&task.id).await?;
-        let keys = self.verifying_keys();
+        let keys = self.verifying_keys().await?;
         let mut problem = report.problem.clone();
         if problem.is_none() {
             problem = checkpoints.iter().find_map(|c| match c.verify(&keys) {
@@ -100,23 +100,50 @@ impl Runtime {
         Envelope::sign(&self.node_keys(), payload_type, payload)
     }
 
-    /// Every public key the node has used, the current one first.
-    pub fn public_keys(&self) -> Vec<KeyInfo> {
-        self.node_keys().all()
+    /// Every public key this node has used, the current one first, then
+    /// those the other nodes sharing the store published (what a verifier
+    /// trusts: any node may have signed a task's records).
+    pub async fn public_keys(&self) -> Result<Vec<KeyInfo>, Error> {
+        let mut keys = self.node_keys().all();
+        for (_, k) in self.store.cluster_keys().await? {
+            if !keys.iter().any(|o| o.key_id == k.key_id) {
+                keys.push(k);
+            }
+        }
+        Ok(keys)
     }
 
-    /// Every public key the node has used with its id, to verify against.
-    pub fn verifying_keys(&self) -> Vec<(String, VerifyingKey)> {
-        self.node_keys().verifying_keys()
+    /// [`Runtime::public_keys`] with their ids, to verify against.
+    pub async fn verifying_keys(&self) -> Result<Vec<(String, VerifyingKey)>, Error> {
+        let mut keys = self.node_keys().verifying_keys();
+        for (node, k) in self.store.cluster_keys().await? {
+            if keys.iter().any(|(id, _)| *id == k.key_id) {
+                continue;
+            }
+            match cairn_ledger::parse_public_key(&k.public_key) {
+                Ok(parsed) => keys.extend(parsed),
+                Err(e) => tracing::warn!(%node, key = %k.key_id, "a published key does not parse: {e}"),
+            }
+        }
+        Ok(keys)
+    }
+
+    /// Publishes this node's public keys in the store, for the other nodes.
+    pub(crate) async fn publish_keys(&self) -> Result<(), Error> {
+        let keys = self.node_keys().all();
+        Ok(self.store.publish_keys(&self.node.name, &keys).await?)
     }
 
     /// Replaces the signing key; the old public key stays for verifying what
-    /// it signed. Returns the new key.
-    pub fn rotate_key(&self, actor: &str) -> Result<KeyInfo, Error> {
-        let mut keys = self.node_keys();
-        let old = keys.current().key_id;
-        let new = keys.rotate().map_err(Error::internal_from)?;
+    /// it signed. Returns the new key (published for the other nodes).
+    pub async fn rotate_key(&self, actor: &str) -> Result<KeyInfo, Error> {
+        let (old, new) = {
+            let mut keys = self.node_keys();
+            let old = keys.current().key_id;
+            (old, keys.rotate().map_err(Error::internal_from)?)
+        };
         tracing::warn!(%old, new = %new.key_id, %actor, "signing key rotated");
+        self.publish_keys().await?;
         Ok(new)
     }
 }

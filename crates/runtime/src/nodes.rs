@@ -57,6 +57,9 @@ impl Runtime {
         if let Err(e) = self.store.register_node(&self.node_row()).await {
             tracing::error!(node = %self.node.name, "cannot register the node: {e}");
         }
+        if let Err(e) = self.publish_keys().await {
+            tracing::error!(node = %self.node.name, "cannot publish the node's public keys: {e}");
+        }
         let rt = self.clone();
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(HEARTBEAT);

@@ -871,6 +871,14 @@ pub(crate) async fn the_first_nodes_secret_is_every_nodes(db: &impl TestDatabase
     assert_eq!(a.cluster_secret("token", "from-a").await.unwrap(), "from-a");
     assert_eq!(b.cluster_secret("token", "from-b").await.unwrap(), "from-a");
     assert_eq!(b.cluster_secret("approval-key", "k-b").await.unwrap(), "k-b", "each secret by its name");
+    // Public keys: each node's, kept as first published.
+    let key = |id: &str, created_ms| cairn_ledger::KeyInfo { key_id: id.into(), public_key: "ab".repeat(32), created_ms, current: true };
+    a.publish_keys("a", &[key("k1", 1)]).await.unwrap();
+    b.publish_keys("b", &[key("k2", 2), key("k3", 3)]).await.unwrap();
+    b.publish_keys("b", &[key("k1", 9)]).await.unwrap();
+    let all = b.cluster_keys().await.unwrap();
+    let seen: Vec<(&str, &str, i64, bool)> = all.iter().map(|(n, k)| (n.as_str(), k.key_id.as_str(), k.created_ms, k.current)).collect();
+    assert_eq!(seen, [("a", "k1", 1, false), ("b", "k3", 3, false), ("b", "k2", 2, false)]);
 }
 
 pub(crate) async fn gc_and_snapshots_of_different_nodes_keep_apart(db: &impl TestDatabase) {

@@ -336,6 +336,14 @@ pub trait NodeStore: Send + Sync {
     /// Every node, by name.
     async fn list_nodes(&self) -> Result<Vec<NodeRow>>;
 
+    /// Publishes the public keys `node` signs (or signed) with; a key
+    /// published before is kept as it is.
+    async fn publish_keys(&self, node: &str, keys: &[cairn_ledger::KeyInfo]) -> Result<()>;
+
+    /// Every node's published public keys, as `(node, key)` (`current` is
+    /// false: only the node itself knows which one it signs with now).
+    async fn cluster_keys(&self) -> Result<Vec<(String, cairn_ledger::KeyInfo)>>;
+
     /// The tasks whose sandbox is up on a node, as `(node, task)` pairs,
     /// by node then task id.
     async fn node_tasks(&self) -> Result<Vec<(String, TaskId)>>;

@@ -115,10 +115,10 @@ async fn checkpoint(rt: Rt, Path(id): Path<String>, headers: HeaderMap) -> Resul
     path = "/v1/keys",
     operation_id = "list_keys",
     tag = "deliveries",
-    responses((status = 200, description = "Every signing key the node has used, the current one first", body = [KeyInfo]))
+    responses((status = 200, description = "Every signing key the node has used, the current one first, then the other nodes' keys", body = [KeyInfo]))
 )]
-async fn keys(rt: Rt) -> Response {
-    Json(rt.public_keys()).into_response()
+async fn keys(rt: Rt) -> Result<Response, ApiError> {
+    Ok(Json(rt.public_keys().await?).into_response())
 }
 
 #[utoipa::path(
@@ -128,5 +128,5 @@ async fn keys(rt: Rt) -> Response {
     responses((status = 200, description = "The new current key (old public keys stay)", body = KeyInfo))
 )]
 async fn rotate_key(rt: Rt, headers: HeaderMap) -> Result<Response, ApiError> {
-    Ok(Json(rt.rotate_key(&actor(&headers))?).into_response())
+    Ok(Json(rt.rotate_key(&actor(&headers)).await?).into_response())
 }

@@ -33,3 +33,13 @@ CREATE TABLE blob_locks (
     exclusive   BOOLEAN NOT NULL,
     expires_ms  BIGINT NOT NULL
 );
+
+-- The public keys each node signs ledger checkpoints and delivery records
+-- with (its secret keys never leave it), so that any node verifies what
+-- any other signed.
+CREATE TABLE node_keys (
+    key_id      TEXT PRIMARY KEY,
+    node        TEXT NOT NULL,
+    public_key  TEXT NOT NULL,
+    created_ms  BIGINT NOT NULL
+);

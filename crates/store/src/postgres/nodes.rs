@@ -52,6 +52,31 @@ impl NodeStore for PostgresStore {
         Ok(rows.iter().map(node_from_row).collect())
     }
 
+    async fn publish_keys(&self, node: &str, keys: &[cairn_ledger::KeyInfo]) -> Result<()> {
+        for k in keys {
+            sqlx::query("INSERT INTO node_keys (key_id, node, public_key, created_ms) VALUES ($1, $2, $3, $4) ON CONFLICT (key_id) DO NOTHING")
+                .bind(&k.key_id)
+                .bind(node)
+                .bind(&k.public_key)
+                .bind(k.created_ms)
+                .execute(&self.pool)
+                .await
+                .map_err(|e| Error::Query("publish node keys", e))?;
+        }
+        Ok(())
+    }
+
+    async fn cluster_keys(&self) -> Result<Vec<(String, cairn_ledger::KeyInfo)>> {
+        let rows = sqlx::query("SELECT node, key_id, public_key, created_ms FROM node_keys ORDER BY node, created_ms DESC")
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| Error::Query("read node keys", e))?;
+        Ok(rows
+            .iter()
+            .map(|r| (r.get(0), cairn_ledger::KeyInfo { key_id: r.get(1), public_key: r.get(2), created_ms: r.get(3), current: false }))
+            .collect())
+    }
+
     async fn node_tasks(&self) -> Result<Vec<(String, TaskId)>> {
         let rows = sqlx::query("SELECT node, id FROM tasks WHERE node IS NOT NULL AND sandbox_state = 'ready' ORDER BY node, id")
             .fetch_all(&self.pool)
