@@ -206,8 +206,95 @@ async fn steps(d: &mut Demo, home: &Path, daemon_port: u16) -> Result<()> {
     raw_file_and_metrics(d).await?;
     python_sdk(d).await?;
     mcp(d).await?;
+    cluster(d, home).await?;
 
     deliver(d, home).await
+}
+
+/// Two more daemons, sharing one PostgreSQL store and one S3 bucket: a
+/// task suspended on one wakes on the other (restored from the bucket),
+/// and a call through either node reaches it wherever it runs.
+async fn cluster(d: &mut Demo, home: &Path) -> Result<()> {
+    let t = Instant::now();
+    let cluster = crate::demo_cluster::Cluster::start(&home.join("cluster"), &["demo-a", "demo-b"]).await?;
+    let (a, b) = (&cluster.nodes[0], &cluster.nodes[1]);
+    let nodes: Vec<api::nodes::Node> = b.client.get("/v1/nodes").await?;
+    if nodes.len() != 2 || nodes.iter().any(|n| n.state != api::nodes::NodeState::Up) {
+        bail!("expected two nodes up: {nodes:?}");
+    }
+    if a.token != b.token {
+        bail!("the second node did not adopt the first node's API token");
+    }
+    let mut said: Vec<String> = nodes.iter().map(|n| format!("{} {} at {}", n.name, n.state.as_str(), n.url)).collect();
+    said.push(format!("{} adopted the API token and link key of {}, the first node", b.name, a.name));
+    d.say("a cluster: two nodes on one PostgreSQL store and one S3 bucket", t.elapsed(), &said.join("\n"));
+    let mut task = None;
+    let result = cluster_steps(d, &cluster, &mut task).await;
+    if let Some(id) = task {
+        let _ = a.client.delete::<TaskView>(&format!("/v1/tasks/{id}")).await;
+    }
+    let t = Instant::now();
+    drop(cluster);
+    if result.is_ok() {
+        d.say("stop both nodes, PostgreSQL and the S3 server", t.elapsed(), "");
+    }
+    result
+}
+
+async fn cluster_steps(d: &mut Demo, cluster: &crate::demo_cluster::Cluster, task: &mut Option<String>) -> Result<()> {
+    let (a, b) = (&cluster.nodes[0], &cluster.nodes[1]);
+    let t = Instant::now();
+    let view: TaskView = a.client.post("/v1/tasks", &api::tasks::CreateRequest { name: Some("clustered".into()), ..Default::default() }).await?;
+    let id = view.task.id.to_string();
+    *task = Some(id.clone());
+    let run = |client: &Client, script: &str| {
+        let args = ExecArgs { task: id.clone(), argv: vec!["sh".into(), "-c".into(), script.into()], ..Default::default() };
+        let client = client.clone();
+        async move { exec::run(&client, &args, Sink::Capture).await }
+    };
+    let wrote = run(&a.client, "echo 'written on the first node' > /workspace/note.txt && cat /workspace/note.txt").await?;
+    let wait: WaitView = a.client.post(&format!("/v1/tasks/{id}/waits"), &api::waits::WaitRequest { approval: Some("go on?".into()), ..Default::default() }).await?;
+    let on_a: TaskView = a.client.get(&format!("/v1/tasks/{id}")).await?;
+    if wrote.code() != 0 || on_a.task.state != TaskState::Suspended {
+        bail!("the task on {} did not write its file and suspend: {:?}", a.name, on_a.task.state);
+    }
+    d.say(
+        &format!("on {}: a task writes a file, waits and suspends", a.name),
+        t.elapsed(),
+        &format!("task {id}, lease on {}, file {:?}; wait {} suspends it", a.name, text(&wrote).trim(), wait.id),
+    );
+    let t = Instant::now();
+    let _: serde_json::Value = b.client.post(&format!("/v1/tasks/{id}/approve"), &api::waits::ApproveRequest::default()).await?;
+    let deadline = Instant::now() + std::time::Duration::from_secs(60);
+    let woke = loop {
+        let v: TaskView = b.client.get(&format!("/v1/tasks/{id}")).await?;
+        if v.task.state == TaskState::Running {
+            break v;
+        }
+        if Instant::now() > deadline {
+            bail!("the task did not wake within 60 s: {:?}", v.task.state);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
+    if woke.task.node.as_deref() != Some(b.name.as_str()) {
+        bail!("the task woke on {:?}, not on {}", woke.task.node, b.name);
+    }
+    d.say(
+        &format!("approved through {}: it wakes there, restored from S3", b.name),
+        t.elapsed(),
+        &format!("task {id} now runs on {}", b.name),
+    );
+    let t = Instant::now();
+    let read = run(&a.client, "cat /workspace/note.txt; hostname").await?;
+    if read.code() != 0 || !text(&read).contains("written on the first node") {
+        bail!("the file did not come along: {}", text(&read));
+    }
+    d.say(
+        &format!("exec through {}: forwarded to {}, where the file is", a.name, b.name),
+        t.elapsed(),
+        text(&read).lines().next().unwrap_or_default(),
+    );
+    Ok(())
 }
 
 /// One JSON-RPC call to the daemon's `/mcp`, as an MCP client makes it.

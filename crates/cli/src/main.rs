@@ -14,6 +14,7 @@ mod client;
 mod cp;
 mod deliver;
 mod demo;
+mod demo_cluster;
 mod demo_oci;
 mod exec;
 mod ledger;
