@@ -73,6 +73,11 @@ impl Runtime {
                 tracing::warn!(node = %self.node.name, "renewing blob store holds: {e}");
             }
         }
+        if self.store.shared() {
+            if let Err(e) = self.sweep_leftovers().await {
+                tracing::warn!("removing what this node kept of tasks run elsewhere: {e}");
+            }
+        }
         let unheld = match self.store.unheld_tasks(now_ms()).await {
             Ok(u) => u,
             Err(e) => return tracing::warn!("listing tasks without a node: {e}"),
@@ -99,6 +104,40 @@ impl Runtime {
                 }
             }
         }
+    }
+
+    /// On a shared store, what this home keeps of tasks that other nodes
+    /// ran since: a destroyed task's leftovers go (the node that destroyed
+    /// it could not reach them), and the local disk of a task another
+    /// node ran last is stale and goes too. A task being worked on here,
+    /// or that this store does not know (a helper started ahead), is left
+    /// alone.
+    pub(crate) async fn sweep_leftovers(&self) -> Result<(), Error> {
+        let driver = self.driver.clone();
+        let names = tokio::task::spawn_blocking(move || driver.leftovers()).await??;
+        for name in names {
+            let Ok(id) = name.parse::<TaskId>() else { continue };
+            if self.live(&id).is_some() || !self.driver.has_local_state(&name) {
+                continue;
+            }
+            let cell = self.lock_of(&id);
+            let Some(_guard) = cell.try_lock() else { continue };
+            let task = match self.store.find_task(id.as_str()).await {
+                Ok(t) => t,
+                Err(cairn_store::Error::UnknownTask(_)) => continue,
+                Err(e) => return Err(e.into()),
+            };
+            let driver = self.driver.clone();
+            if task.state.is_terminal() {
+                tokio::task::spawn_blocking(move || driver.destroy(&name, None)).await??;
+                self.cells.remove(&id);
+                tracing::info!(task = %id, "removed what this node kept of a task ended elsewhere");
+            } else if self.store.lease(&id).await?.last_node.is_some_and(|n| n != self.node.name) && self.driver.has_disk(&name) {
+                tokio::task::spawn_blocking(move || driver.discard_disk(&name)).await??;
+                tracing::info!(task = %id, "dropped the local disk: another node ran the task since");
+            }
+        }
+        Ok(())
     }
 
     /// Another node took a task this node still runs (this one stalled past
