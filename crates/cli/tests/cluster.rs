@@ -286,6 +286,12 @@ impl Drop for Cluster {
         while [&self.a, &self.b].iter().any(|d| !common::leaks::scan(d.home(), &ids).is_empty()) && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(100));
         }
+        for (node, d) in [(NODE_A, &self.a), (NODE_B, &self.b)] {
+            let left = common::leaks::scan(d.home(), &ids);
+            if !left.is_empty() {
+                problems.push(format!("10 s after every task was destroyed, {node} ({}) still has: {}", d.home().display(), left.join("; ")));
+            }
+        }
         if !problems.is_empty() {
             // The daemons' own cleanup runs next and fails the test on what
             // is left; this says why it may be.
