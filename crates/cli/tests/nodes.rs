@@ -2,9 +2,7 @@
 //! itself under its `--node` name with its API URL, is up while it
 //! heartbeats, and its load is the tasks whose sandbox it runs.
 //!
-//! Two daemons sharing a PostgreSQL store are not tested here yet: the
-//! private PostgreSQL server the store's tests start is not available to
-//! other crates' tests.
+//! Two daemons sharing a PostgreSQL store are tested in `cluster.rs`.
 
 #![allow(clippy::unwrap_used)]
 

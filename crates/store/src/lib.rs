@@ -17,7 +17,8 @@
 //! `$CAIRN_HOME` for a single daemon, and [`PostgresStore`]
 //! (`src/postgres/`), a database server several daemons can reach. Both
 //! run the same conformance suite (`src/conformance.rs`), the PostgreSQL
-//! one against a private server the tests start (`src/testing/`).
+//! one against a private server the tests start (`src/testing/`), which
+//! the `test-util` feature makes public for other crates' tests.
 
 mod error;
 mod lease;
@@ -28,8 +29,8 @@ mod url;
 
 #[cfg(test)]
 mod conformance;
-#[cfg(test)]
-mod testing;
+#[cfg(any(test, feature = "test-util"))]
+pub mod testing;
 
 pub use error::{Error, Result};
 pub use lease::Lease;

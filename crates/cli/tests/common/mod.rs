@@ -76,6 +76,17 @@ pub struct Daemon {
     pub home: tempfile::TempDir,
     child: Option<Child>,
     pub url: String,
+    /// What [`Daemon::start_with_env`] started it with, so that it can be
+    /// started again the same way ([`Daemon::respawn`], and the cleanup of
+    /// a daemon the test killed: its store and blob store are in there).
+    launch: Option<Launch>,
+}
+
+/// The arguments and environment a daemon was started with.
+#[derive(Clone, Debug)]
+struct Launch {
+    args: Vec<String>,
+    env: Vec<(String, String)>,
 }
 
 /// Makes the test process a subreaper, so sandbox inits orphaned by a
@@ -127,11 +138,37 @@ impl Daemon {
         require_root();
         become_subreaper();
         let home = tempfile::Builder::new().prefix("cairn-test-").tempdir_in("/var/tmp").expect("temp home");
-        let mut d = Daemon { home, child: None, url: String::new() };
-        if let Err(e) = d.try_spawn_with_env(extra, env) {
+        let launch = Launch { args: extra.iter().map(|a| a.to_string()).collect(), env: env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect() };
+        let mut d = Daemon { home, child: None, url: String::new(), launch: Some(launch) };
+        if let Err(e) = d.try_respawn() {
             panic!("{e}");
         }
         d
+    }
+
+    /// Starts a daemon that [`Daemon::start_with_env`] started, and that
+    /// has stopped since (killed), again on its home with the same
+    /// arguments and environment.
+    pub fn respawn(&mut self) {
+        if let Err(e) = self.try_respawn() {
+            panic!("{e}");
+        }
+    }
+
+    /// [`Self::respawn`] that reports a daemon that does not start.
+    pub fn try_respawn(&mut self) -> Result<(), String> {
+        let launch = self.launch.clone().ok_or("only a daemon started by start_with_env can be respawned")?;
+        if self.is_running() {
+            return Err(format!("the daemon (pid {}) still runs", self.pid()));
+        }
+        let args: Vec<&str> = launch.args.iter().map(String::as_str).collect();
+        let env: Vec<(&str, &str)> = launch.env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        self.try_spawn_with_env(&args, &env)
+    }
+
+    /// Whether the daemon process runs (it may have exited by itself).
+    pub fn is_running(&mut self) -> bool {
+        self.child.as_mut().is_some_and(|c| matches!(c.try_wait(), Ok(None)))
     }
 
     /// Starts a daemon on a new home that `prepare` has set up first.
@@ -140,7 +177,7 @@ impl Daemon {
         become_subreaper();
         let home = tempfile::Builder::new().prefix("cairn-test-").tempdir_in("/var/tmp").expect("temp home");
         prepare(home.path());
-        let mut d = Daemon { home, child: None, url: String::new() };
+        let mut d = Daemon { home, child: None, url: String::new(), launch: None };
         d.spawn(extra);
         d
     }
@@ -340,6 +377,11 @@ impl Rng {
         Rng(seed)
     }
 
+    /// Numbers from a seed drawn from another [`Rng`] (one per thread).
+    pub fn from_seed(seed: u64) -> Rng {
+        Rng(seed)
+    }
+
     pub fn below(&mut self, n: u64) -> u64 {
         self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
         (self.0 >> 33) % n
@@ -351,7 +393,8 @@ impl Drop for Daemon {
         let mut problems = Vec::new();
         if self.child.is_none() && self.home.path().join("url").exists() {
             // The test killed it; bring it back to clean up.
-            if let Err(e) = self.try_spawn(&[]) {
+            let restarted = if self.launch.is_some() { self.try_respawn() } else { self.try_spawn(&[]) };
+            if let Err(e) = restarted {
                 problems.push(format!("restarting the daemon to clean up: {e}"));
             }
         }

@@ -1,3 +1,5 @@
-//! What the tests of this crate need besides the code under test.
+//! What tests need besides the code under test: this crate's own, and,
+//! with the `test-util` feature, other crates' (a PostgreSQL store shared
+//! by several daemons).
 
-pub(crate) mod postgres;
+pub mod postgres;

@@ -1,5 +1,7 @@
 //! A private PostgreSQL server for this test binary, and a fresh database
-//! in it for each test ([`TempPostgres`]).
+//! in it for each test: [`fresh_database`] (public with the `test-util`
+//! feature, for other crates' tests) and, for this crate's conformance
+//! suite, `TempPostgres`.
 //!
 //! The first test that asks starts the server: `initdb` into a temporary
 //! directory (as the `postgres` user when the tests run as root, which
@@ -25,9 +27,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use crate::conformance::TestDatabase;
-use crate::{PostgresStore, SharedStore};
-
 const INSTALL: &str = "install PostgreSQL's server (Debian: `apt-get install postgresql`, as scripts/setup-debian.sh does), \
                        or set CAIRN_PG_BIN to the directory holding its initdb, postgres and pg_isready";
 
@@ -46,16 +45,60 @@ struct Running {
 static SERVER: OnceLock<Server> = OnceLock::new();
 static RUNNING: Mutex<Option<Running>> = Mutex::new(None);
 
-/// An empty database of its own on the private server, for one test.
+/// An empty database of its own on the private server, for one test:
+/// connect to [`TempDatabase::url`]. Dropping it drops the database, ending
+/// any connection still open to it (a daemon that was killed, a pool not
+/// yet closed).
+#[derive(Debug)]
+pub struct TempDatabase {
+    /// `postgres://postgres@127.0.0.1:PORT/NAME`, with no password (the
+    /// server trusts loopback connections).
+    pub url: String,
+    name: String,
+    port: u16,
+}
+
+/// A fresh, empty database on this process's private PostgreSQL server,
+/// which the first call starts (a few seconds). Blocks; callable from a
+/// plain test or from an async runtime's thread alike. Panics, saying
+/// what to install, when PostgreSQL is missing.
+pub fn fresh_database() -> TempDatabase {
+    let port = server().port;
+    let name = next_database_name();
+    let admin = admin_url(port);
+    let sql = format!("CREATE DATABASE {name}");
+    if let Err(e) = on_own_runtime(async move { admin_sql(&admin, &sql).await }) {
+        panic!("create the test database {name}: {e}");
+    }
+    TempDatabase { url: database_url(port, &name), name, port }
+}
+
+impl Drop for TempDatabase {
+    fn drop(&mut self) {
+        // FORCE: a daemon killed by the test may still hold connections the
+        // server has not noticed are gone.
+        let sql = format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name);
+        let admin = admin_url(self.port);
+        if let Err(e) = on_own_runtime(async move { admin_sql(&admin, &sql).await }) {
+            // Not a panic in a drop: the database goes with the server anyway.
+            eprintln!("dropping the test database {}: {e}", self.name);
+        }
+    }
+}
+
+/// An empty database of its own on the private server, for one test of
+/// this crate. Left in place when dropped: it goes with the server.
+#[cfg(test)]
 #[derive(Debug)]
 pub(crate) struct TempPostgres {
     url: String,
 }
 
+#[cfg(test)]
 impl TempPostgres {
     /// A handle that can also run raw SQL (`pool`).
-    pub(crate) async fn open_postgres(&self) -> PostgresStore {
-        PostgresStore::connect(&self.url).await.expect("connect to the test database")
+    pub(crate) async fn open_postgres(&self) -> crate::PostgresStore {
+        crate::PostgresStore::connect(&self.url).await.expect("connect to the test database")
     }
 
     pub(crate) fn url(&self) -> &str {
@@ -63,25 +106,59 @@ impl TempPostgres {
     }
 }
 
-impl TestDatabase for TempPostgres {
+#[cfg(test)]
+impl crate::conformance::TestDatabase for TempPostgres {
     async fn create() -> Self {
-        static NEXT: AtomicU64 = AtomicU64::new(0);
         // Started on a thread of its own (it takes a few seconds the first
         // time), not on the test's runtime.
         let port = match tokio::task::spawn_blocking(|| server().port).await {
             Ok(port) => port,
             Err(e) => std::panic::resume_unwind(e.into_panic()),
         };
-        let name = format!("cairn_test_{}", NEXT.fetch_add(1, Ordering::Relaxed));
-        let admin = format!("postgres://postgres@127.0.0.1:{port}/postgres");
-        let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(&admin).await.expect("connect to the test server");
-        sqlx::query(&format!("CREATE DATABASE {name}")).execute(&mut conn).await.expect("create a test database");
-        <sqlx::PgConnection as sqlx::Connection>::close(conn).await.ok();
-        TempPostgres { url: format!("postgres://postgres@127.0.0.1:{port}/{name}") }
+        let name = next_database_name();
+        admin_sql(&admin_url(port), &format!("CREATE DATABASE {name}")).await.expect("create a test database");
+        TempPostgres { url: database_url(port, &name) }
     }
 
-    async fn open(&self) -> SharedStore {
+    async fn open(&self) -> crate::SharedStore {
         std::sync::Arc::new(self.open_postgres().await)
+    }
+}
+
+/// A database name no other test of this process has.
+fn next_database_name() -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    format!("cairn_test_{}", NEXT.fetch_add(1, Ordering::Relaxed))
+}
+
+fn admin_url(port: u16) -> String {
+    database_url(port, "postgres")
+}
+
+fn database_url(port: u16, name: &str) -> String {
+    format!("postgres://postgres@127.0.0.1:{port}/{name}")
+}
+
+/// Runs one statement (CREATE or DROP DATABASE, which cannot run in a
+/// transaction) on a connection of its own.
+async fn admin_sql(admin: &str, sql: &str) -> Result<(), sqlx::Error> {
+    let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(admin).await?;
+    let done = sqlx::query(sql).execute(&mut conn).await.map(drop);
+    <sqlx::PgConnection as sqlx::Connection>::close(conn).await.ok();
+    done
+}
+
+/// Runs `work` to completion on a runtime of its own, on a thread of its
+/// own: a runtime cannot be started (or blocked on) from a thread that
+/// already runs one, which is where a drop may happen.
+fn on_own_runtime<T: Send + 'static>(work: impl std::future::Future<Output = T> + Send + 'static) -> T {
+    let thread = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime for the test database");
+        rt.block_on(work)
+    });
+    match thread.join() {
+        Ok(v) => v,
+        Err(panic) => std::panic::resume_unwind(panic),
     }
 }
 
@@ -274,4 +351,42 @@ fn bin_dir() -> PathBuf {
         return d;
     }
     panic!("the PostgreSQL store tests need a PostgreSQL server to run against, and none is installed: {INSTALL}");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Whether the server has a database of that name.
+    fn exists(port: u16, name: &str) -> bool {
+        let (admin, name) = (admin_url(port), name.to_owned());
+        on_own_runtime(async move {
+            let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(&admin).await.expect("connect to the test server");
+            let found: Option<i32> = sqlx::query_scalar("SELECT 1 FROM pg_database WHERE datname = $1").bind(name).fetch_optional(&mut conn).await.expect("look up a database");
+            found.is_some()
+        })
+    }
+
+    #[test]
+    fn a_fresh_database_opens_as_a_store_and_goes_when_dropped_even_with_connections_open() {
+        let db = fresh_database();
+        let (port, name) = (db.port, db.name.clone());
+        assert!(exists(port, &name));
+        let url = db.url.clone();
+        // A store left connected, as a killed daemon's would be.
+        let (opened, keep) = std::sync::mpsc::channel();
+        let holder = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
+            rt.block_on(async {
+                let store = crate::PostgresStore::connect(&url).await.expect("the URL opens as a store");
+                opened.send(()).expect("the test waits");
+                tokio::time::sleep(Duration::from_secs(3)).await;
+                drop(store);
+            });
+        });
+        keep.recv().expect("the store opened");
+        drop(db);
+        assert!(!exists(port, &name), "the database is dropped with its handle");
+        holder.join().expect("the holding thread");
+    }
 }
