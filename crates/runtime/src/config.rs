@@ -43,6 +43,10 @@
 //!
 //! [egress.hosts]              # names the proxy resolves itself (tests, closed networks)
 //! "pkgs.internal" = "10.1.2.3"          # or "10.1.2.3:8080", or a list
+//!
+//! [node]                      # this daemon as a node of a cluster (a shared store)
+//! name = "alpha"              # --node; default: the host name
+//! capacity = 50               # --capacity: the most sandboxes it runs; default: no limit
 //! ```
 
 use std::net::SocketAddr;
