@@ -45,6 +45,20 @@ impl Lease {
     }
 }
 
+impl Lease {
+    /// The token `node` holds after taking this lease at `now_ms`: the same
+    /// when it holds it live already, the next one when the lease is free
+    /// or ran out (also its own: its late writes are then refused), `None`
+    /// while another node's is live.
+    pub(crate) fn token_for(&self, node: &str, now_ms: i64) -> Option<u64> {
+        match self.live_holder(now_ms) {
+            Some(holder) if holder == node => Some(self.token),
+            Some(_) => None,
+            None => Some(self.token + 1),
+        }
+    }
+}
+
 /// A task moving into `state` drops its lease (in the same transaction):
 /// it needs no node until it wakes.
 pub(crate) fn drops_lease(state: TaskState) -> bool {

@@ -51,13 +51,7 @@ impl LeaseStore for PostgresStore {
         let now = now_ms();
         let mut tx = self.begin().await.map_err(q)?;
         let stored = lease_in(&mut tx, task).await?.ok_or_else(|| Error::UnknownTask(task.to_string()))?;
-        let token = match stored.live_holder(now) {
-            Some(holder) if holder == node => stored.token,
-            Some(_) => return Ok(None),
-            // Free, or run out: a new holder, a new token (also for the
-            // node whose own lease ran out: its late writes are refused).
-            None => stored.token + 1,
-        };
+        let Some(token) = stored.token_for(node, now) else { return Ok(None) };
         sqlx::query("UPDATE tasks SET lease_node = $1, lease_token = $2, lease_expires_ms = $3, last_node = $4 WHERE id = $5")
             .bind(node)
             .bind(token as i64)

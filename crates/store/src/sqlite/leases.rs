@@ -51,13 +51,7 @@ impl LeaseStore for SqliteStore {
         let now = now_ms();
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(q)?;
         let stored = lease_in(&mut tx, task).await?.ok_or_else(|| Error::UnknownTask(task.to_string()))?;
-        let token = match stored.live_holder(now) {
-            Some(holder) if holder == node => stored.token,
-            Some(_) => return Ok(None),
-            // Free, or run out: a new holder, a new token (also for the
-            // node whose own lease ran out: its late writes are refused).
-            None => stored.token + 1,
-        };
+        let Some(token) = stored.token_for(node, now) else { return Ok(None) };
         sqlx::query("UPDATE tasks SET lease_node = ?, lease_token = ?, lease_expires_ms = ?, last_node = ? WHERE id = ?")
             .bind(node)
             .bind(token as i64)
