@@ -619,6 +619,24 @@ fn a_task_suspended_on_a_wakes_on_b_with_its_files() {
 }
 
 #[test]
+fn a_timer_set_on_a_lost_node_fires_on_the_other() {
+    let mut c = Cluster::start();
+    let id = c.a.create(&[]);
+    c.wait_running_on(NODE_A, &id, NODE_A, WAKE_LIMIT);
+    must(&c.a, &id, "echo before the timer > /workspace/state");
+    let w = c.a.json(&["wait", &id, "--timer", "6s"]);
+    assert_eq!(w["state"], "pending", "{w}");
+    wait_for_state(&c.a, &id, "suspended", WAKE_LIMIT);
+    // node-a goes before its timer is due; node-b's timer loop fires it.
+    c.lose(NODE_A);
+    let t = c.wait_running_on(NODE_B, &id, NODE_B, RECOVERY_LIMIT);
+    assert_eq!(must(&c.b, &id, "cat /workspace/state"), "before the timer\n", "{t}");
+    let log = c.b.json(&["log", &id]);
+    let fired = log.as_array().unwrap().iter().filter(|e| e["kind"] == "event_received" && e["args"]["source"] == "timer").count();
+    assert_eq!(fired, 1, "the timer fired once: {log}");
+}
+
+#[test]
 fn a_node_killed_with_its_sandboxes_is_recovered_by_the_other() {
     let mut c = Cluster::start();
     let id = c.a.create(&[]);
