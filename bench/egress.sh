@@ -49,7 +49,7 @@ if ((${#need[@]})); then
   # RUNLEVEL=1: the package's own nginx service is not started.
   apt-get update -qq && RUNLEVEL=1 DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
 fi
-[[ -x $ROOT/target/release/cairn ]] || (cd "$ROOT" && cargo build --release -p cairn-cli)
+(cd "$ROOT" && cargo build --release --locked -q -p cairn-cli)  # a no-op when the build is current
 STALE=0
 if [[ -n $(find "$ROOT/crates" "$ROOT/Cargo.lock" -newer "$ROOT/target/release/cairn" \( -name '*.rs' -o -name 'Cargo.*' \) -print -quit) ]]; then
   echo "note: target/release/cairn is older than the sources; rebuild it to measure them" >&2

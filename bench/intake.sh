@@ -34,7 +34,7 @@ if [[ -z $PGBIN ]]; then
   PGBIN=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
 fi
 python3 -c 'import standardwebhooks' 2>/dev/null || python3 -m pip install -q standardwebhooks
-[[ -x $ROOT/target/release/cairn ]] || (cd "$ROOT" && cargo build --release --locked -p cairn-cli)
+(cd "$ROOT" && cargo build --release --locked -q -p cairn-cli)  # a no-op when the build is current
 
 WORK=$(mktemp -d /var/tmp/cairn-intake.XXXXXX)
 chmod 755 "$WORK"

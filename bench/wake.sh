@@ -48,7 +48,7 @@ if ((${#need[@]})); then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
 fi
 python3 -c 'import standardwebhooks' 2>/dev/null || python3 -m pip install -q standardwebhooks
-[[ -x $ROOT/target/release/cairn ]] || (cd "$ROOT" && cargo build --release -p cairn-cli)
+(cd "$ROOT" && cargo build --release --locked -q -p cairn-cli)  # a no-op when the build is current
 
 WORK=$(mktemp -d /var/tmp/cairn-wakebench.XXXXXX)
 # A copy, so that a rebuild during the run does not mix two versions.

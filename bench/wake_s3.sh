@@ -26,7 +26,7 @@ for a in "$@"; do
 done
 python3 -c 'import moto.server, boto3' 2>/dev/null || python3 -m pip install -q 'moto[server]' 2>/dev/null \
   || python3 -m pip install -q --break-system-packages 'moto[server]'
-[[ -x $ROOT/target/release/cairn ]] || (cd "$ROOT" && cargo build --release --locked -p cairn-cli)
+(cd "$ROOT" && cargo build --release --locked -q -p cairn-cli)  # a no-op when the build is current
 
 WORK=$(mktemp -d /var/tmp/cairn-wake-s3.XXXXXX)
 cp "$ROOT/target/release/cairn" "$WORK/cairn"
