@@ -194,6 +194,11 @@ struct ServeArgs {
     /// and recoveries to the other nodes (default: no limit).
     #[arg(long, value_name = "N")]
     capacity: Option<usize>,
+    /// The URL other nodes (and webhook and approval links) reach this
+    /// daemon at, e.g. http://10.0.0.5:7878 (default: http:// and the
+    /// listen address).
+    #[arg(long, value_name = "URL")]
+    advertise: Option<String>,
 }
 
 fn main() -> ExitCode {
@@ -262,6 +267,9 @@ fn serve(args: ServeArgs) -> Result<u8> {
     }
     if let Some(n) = args.capacity {
         config.capacity = Some(n);
+    }
+    if let Some(u) = &args.advertise {
+        config.node_url = Some(cairn_runtime::config::parse_node_url(u).map_err(|e| anyhow!("--advertise: {e}"))?);
     }
     let helper_exe = std::env::current_exe().context("cannot find the cairn executable")?;
     let home = client::home();

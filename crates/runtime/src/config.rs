@@ -47,6 +47,8 @@
 //! [node]                      # this daemon as a node of a cluster (a shared store)
 //! name = "alpha"              # --node; default: the host name
 //! capacity = 50               # --capacity: the most sandboxes it runs; default: no limit
+//! url = "http://10.0.0.5:7878"  # --advertise: where other nodes and links reach it;
+//!                             # default: http:// and the listen address
 //! ```
 
 use std::net::SocketAddr;
@@ -79,6 +81,10 @@ pub struct Config {
     /// capacity`); `None`: no limit but the host's. A full node wakes and
     /// recovers no more tasks: another node of the cluster does.
     pub capacity: Option<usize>,
+    /// The URL other nodes and links reach this daemon at (`--advertise`,
+    /// `[node] url`); `None`: `http://` and the listen address, which is
+    /// right for one machine and for a listen address others can reach.
+    pub node_url: Option<String>,
 }
 
 /// The `[blob]` table: where snapshots' packs, index files and manifests
@@ -197,6 +203,7 @@ impl Default for Config {
             blob: BlobConfig::default(),
             node: None,
             capacity: None,
+            node_url: None,
         }
     }
 }
@@ -232,6 +239,7 @@ struct BlobFile {
 struct NodeFile {
     name: Option<String>,
     capacity: Option<usize>,
+    url: Option<String>,
 }
 
 /// Checks a node name: 1 to 63 characters, letters, digits, `-`, `_`, `.`.
@@ -384,6 +392,9 @@ impl Config {
         if let Some(n) = file.node.capacity {
             c.capacity = Some(n);
         }
+        if let Some(u) = file.node.url {
+            c.node_url = Some(parse_node_url(&u).map_err(|e| format!("node.url: {e}"))?);
+        }
         Ok(c)
     }
 
@@ -434,6 +445,18 @@ impl Config {
 /// A store URL: `sqlite://PATH` or `postgres://...`.
 pub fn parse_store(s: &str) -> Result<cairn_store::StoreUrl, String> {
     s.parse().map_err(|e: cairn_store::Error| e.to_string())
+}
+
+/// Checks the URL a node announces: `http://` (the daemon serves plain
+/// HTTP, and nodes forward to each other over it), a host, no path beyond
+/// `/` (a trailing one is dropped).
+pub fn parse_node_url(s: &str) -> Result<String, String> {
+    let rest = s.strip_prefix("http://");
+    let host = rest.map(|r| r.trim_end_matches('/')).unwrap_or_default();
+    if host.is_empty() || host.contains('/') || host.contains(char::is_whitespace) {
+        return Err(format!("{s:?} is not a node URL (http://HOST[:PORT])"));
+    }
+    Ok(s.trim_end_matches('/').to_owned())
 }
 
 pub fn parse_listen(s: &str) -> Result<SocketAddr, String> {
@@ -491,6 +514,16 @@ mod tests {
             assert!(err.contains("store.url") && !err.contains(":pw@"), "{bad}: {err}");
         }
         assert!(Config::parse("[store]\npath = \"x\"").unwrap_err().contains("path"));
+    }
+
+    #[test]
+    fn a_node_url_is_http_and_a_host() {
+        let c = Config::parse("[node]\nurl = \"http://10.0.0.5:7878/\"\ncapacity = 3\n").unwrap();
+        assert_eq!((c.node_url.as_deref(), c.capacity), (Some("http://10.0.0.5:7878"), Some(3)));
+        for bad in ["10.0.0.5:7878", "https://x", "ftp://x", "http://", "http://a/b", "http://a b"] {
+            assert!(parse_node_url(bad).unwrap_err().contains("not a node URL"), "{bad}");
+        }
+        assert!(Config::parse("[node]\nurl = \"x\"").unwrap_err().contains("node.url"));
     }
 
     #[test]

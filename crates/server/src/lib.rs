@@ -158,7 +158,7 @@ impl Daemon {
         }
         let runtime = Arc::new(Runtime::open(home, &opts.config, opts.helper_exe.clone(), addr).await?);
         let token = runtime.cluster_token(home, token).await.map_err(|e| StartError::Cluster(e.to_string()))?;
-        let url = format!("http://{addr}");
+        let url = opts.config.node_url.clone().unwrap_or_else(|| format!("http://{addr}"));
         runtime.bring_up(url.clone()).await;
         home.write_url(&url)?;
         tracing::info!(%url, home = %home.root().display(), store = %runtime.store_location(), "cairn daemon listening");
