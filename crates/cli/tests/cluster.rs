@@ -949,7 +949,20 @@ fn no_task_is_live_on_two_nodes_and_each_event_counts_once() {
                     break;
                 }
                 if Instant::now() > deadline {
-                    unsettled.push(format!("task {} has not settled {:?} after the load: {t}", task.id, RECOVERY_LIMIT + WAKE_LIMIT));
+                    let log = c.a.json(&["log", &task.id]);
+                    let all: Vec<String> = log.as_array().into_iter().flatten().filter(|e| e["kind"] != "event_received").map(|e| e.to_string()).collect();
+                    let last = &all[all.len().saturating_sub(12)..];
+                    let said: Vec<String> = [(NODE_A, &c.a), (NODE_B, &c.b)]
+                        .iter()
+                        .flat_map(|(n, d)| d.log().lines().filter(|l| l.contains(&task.id) || l.contains("ERROR") || l.contains("WARN") || l.contains("panick")).map(|l| format!("{n}: {l}")).collect::<Vec<_>>())
+                        .collect();
+                    unsettled.push(format!(
+                        "task {} has not settled {:?} after the load: {t}\nits last events:\n{}\nwhat the nodes logged of it:\n{}",
+                        task.id,
+                        RECOVERY_LIMIT + WAKE_LIMIT,
+                        last.join("\n"),
+                        said.join("\n")
+                    ));
                     break;
                 }
                 std::thread::sleep(Duration::from_millis(200));

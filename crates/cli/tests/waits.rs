@@ -408,3 +408,32 @@ fn a_host_reboot_recovers_tasks_from_their_latest_snapshot() {
     d.wait_for_state(&sleeper, "running", Duration::from_secs(10));
     assert_eq!(must(&d, &sleeper, "cat /workspace/z"), "zzz\n");
 }
+
+/// A client that goes away while its wait suspends the task (a closed
+/// terminal, or the node that forwarded the request lost) does not stop the
+/// suspend halfway: the daemon carries the request out, and the task ends
+/// `suspended` with its sandbox gone, not `suspending` with its lock free.
+#[test]
+fn a_client_gone_mid_suspend_leaves_the_task_suspended() {
+    let d = Daemon::start_with_env(&[], &[("CAIRN_PAUSE_AT", "suspend.snapshot_taken:1500")]);
+    let id = d.create(&[]);
+    must(&d, &id, "echo kept > /workspace/kept");
+    let init = d.task(&id)["sandbox_pid"].as_i64().unwrap() as i32;
+    let mut client = d.cmd().args(["wait", &id, "--timer", "1h"]).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+    // The snapshot is taken, the daemon pauses right after it: the client goes.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while d.state(&id) != "suspending" {
+        assert!(Instant::now() < deadline, "the wait did not begin to suspend");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    client.kill().unwrap();
+    client.wait().unwrap();
+    d.wait_for_state(&id, "suspended", Duration::from_secs(30));
+    let t = d.task(&id);
+    assert_eq!((t["sandbox"].as_str(), t["sandbox_pid"].as_i64()), (Some("none"), None), "{t}");
+    assert!(traces_besides_cache(&d, &id, init).is_empty(), "the sandbox is gone: {:?}", traces_besides_cache(&d, &id, init));
+    // Positive control: the wait stands and the task wakes with its files.
+    d.ok(&["wait", &id, "--cancel"]);
+    assert_eq!(must(&d, &id, "cat /workspace/kept"), "kept\n");
+}

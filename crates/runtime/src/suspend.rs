@@ -50,6 +50,7 @@ impl Runtime {
             Ok(s) => s,
             Err(e) => {
                 // Nothing was torn down: the task keeps running.
+                tracing::warn!(task = %task.id, "suspend: the snapshot failed, the task runs on: {e}");
                 self.store.transition(&task.id, TaskState::Suspending, Transition::CancelSuspend).await?;
                 self.log(&task.id, EventKind::Suspend, actor, json!({ "phase": "end", "error": e.to_string() }), Some(1), None).await;
                 return Err(e);

@@ -94,6 +94,7 @@ pub fn router(rt: Arc<Runtime>, token: String) -> Router {
         .into_router()
         .fallback(|| async { ApiError::not_found("no such API endpoint") })
         .layer(middleware::from_fn_with_state(rt.clone(), crate::forward::forward_to_owner))
+        .layer(middleware::from_fn(run_to_completion))
         .with_state(rt)
 }
 
@@ -114,6 +115,18 @@ fn routes(token: Arc<String>) -> Routes {
         .merge(mcp::routes())
         .wrap(|r| r.layer(middleware::from_fn(move |req, next| auth(token.clone(), req, next))));
     gateway::routes().merge(openapi::routes()).merge(private)
+}
+
+/// Carries out every request to its end on a task of its own, even when
+/// the client goes away meanwhile (a closed connection, a node that was
+/// forwarding it lost): a handler dropped at an await point would stop a
+/// lifecycle step halfway (a task left `suspending` with its lock
+/// released), which no client can ask for.
+async fn run_to_completion(req: Request, next: Next) -> Response {
+    match tokio::spawn(next.run(req)).await {
+        Ok(resp) => resp,
+        Err(e) => ApiError::from(cairn_runtime::Error::internal(format!("the request's handler failed: {e}"))).into_response(),
+    }
 }
 
 async fn auth(token: Arc<String>, req: Request, next: Next) -> Response {
