@@ -619,6 +619,44 @@ fn a_task_suspended_on_a_wakes_on_b_with_its_files() {
 }
 
 #[test]
+fn an_mcp_call_and_a_blocking_wait_reach_a_task_through_the_other_node() {
+    let c = Cluster::start();
+    let id = c.a.create(&[]);
+    c.wait_running_on(NODE_A, &id, NODE_A, WAKE_LIMIT);
+    must(&c.a, &id, "echo from-node-a > /workspace/where");
+    // An MCP tool call sent to node-b about a task node-a runs is carried
+    // out there (node-b has no sandbox of it).
+    let call = format!(r#"{{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{{"name":"run_command","arguments":{{"task":"{id}","cmd":["cat","/workspace/where"]}}}}}}"#);
+    let auth = format!("authorization: Bearer {}", std::fs::read_to_string(c.b.home().join("token")).unwrap().trim());
+    let mcp = |body: &str| {
+        curl(&["-X", "POST", "-H", &auth, "-H", "content-type: application/json", "-H", "accept: application/json, text/event-stream", "--data", body, &format!("{}/mcp", c.b.url)])
+    };
+    let (code, answer) = mcp(&call);
+    assert_eq!(code, 200, "{answer}");
+    let answer: Value = serde_json::from_str(&answer).unwrap();
+    assert_eq!(answer["result"]["isError"], false, "{answer}");
+    assert!(answer.to_string().contains("from-node-a"), "the command ran in node-a's sandbox: {answer}");
+    // Negative control: a call about a task no node has is answered where it arrives.
+    let (_, unknown) = mcp(r#"{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"run_command","arguments":{"task":"tnosuchtask0","cmd":["true"]}}}"#);
+    assert!(unknown.contains("not_found"), "{unknown}");
+
+    // A blocking wait through node-b sees an approval given through node-a:
+    // node-b is not told of node-a's writes, its heartbeat looks again.
+    let w = c.a.json(&["wait", &id, "--approval", "Go on?"]);
+    let wait_id = w["id"].as_str().unwrap().to_owned();
+    let url = format!("{}/v1/waits/{wait_id}?block_ms=30000", c.b.url);
+    let waiter = std::thread::spawn(move || curl(&["-H", &auth, &url]));
+    std::thread::sleep(Duration::from_millis(500));
+    let approved = Instant::now();
+    c.a.ok(&["approve", &id]);
+    let (code, seen) = waiter.join().unwrap();
+    assert_eq!(code, 200, "{seen}");
+    let seen: Value = serde_json::from_str(&seen).unwrap();
+    assert_eq!(seen["state"], "satisfied", "node-b's blocking wait ended with the approval: {seen}");
+    assert!(approved.elapsed() < Duration::from_secs(15), "node-b's waiter saw the approval late: {:?}", approved.elapsed());
+}
+
+#[test]
 fn a_timer_set_on_a_lost_node_fires_on_the_other() {
     let mut c = Cluster::start();
     let id = c.a.create(&[]);

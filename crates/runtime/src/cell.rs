@@ -152,6 +152,17 @@ impl Cells {
         self.map().iter().map(|(id, c)| (id.clone(), c.clone())).collect()
     }
 
+    /// Ticks every cell someone waits on. The store tells this node of its
+    /// own writes only: on a store other nodes share, what they change
+    /// reaches this node's waiters when each heartbeat looks again.
+    pub(crate) fn tick_watched(&self) {
+        for (_, c) in self.all() {
+            if c.changed.receiver_count() > 0 {
+                c.tick();
+            }
+        }
+    }
+
     /// Ticks the cell of each task the store reports changed, on the
     /// writer's own task (a task with no cell has no waiter; one without a
     /// subscriber costs a lock and a counter).

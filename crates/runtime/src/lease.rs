@@ -74,6 +74,7 @@ impl Runtime {
             }
         }
         if self.store.shared() {
+            self.cells.tick_watched();
             if let Err(e) = self.sweep_leftovers().await {
                 tracing::warn!("removing what this node kept of tasks run elsewhere: {e}");
             }

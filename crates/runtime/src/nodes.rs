@@ -75,6 +75,11 @@ impl Runtime {
         });
     }
 
+    /// True when other daemons may share this one's store (a cluster).
+    pub fn is_clustered(&self) -> bool {
+        self.store.shared()
+    }
+
     /// The API URL of the node running the task (`id_or_name`) when that
     /// is another node that is up: requests for the task are forwarded
     /// there. `None` for a task this node runs, no node runs, that does not

@@ -31,14 +31,45 @@ fn task_of(path: &str) -> Option<&str> {
     (!id.is_empty()).then_some(id)
 }
 
+/// The most an MCP message may be (as `/mcp` itself takes).
+const MCP_BODY_LIMIT: usize = 16 << 20;
+
+/// The task an MCP `tools/call` names in its `task` argument, if any.
+fn mcp_task(body: &[u8]) -> Option<String> {
+    let msg: serde_json::Value = serde_json::from_slice(body).ok()?;
+    if msg["method"] != "tools/call" {
+        return None;
+    }
+    msg["params"]["arguments"]["task"].as_str().map(str::to_owned)
+}
+
 /// Serves the request here, or forwards it to the node that runs its task.
 pub(crate) async fn forward_to_owner(State(rt): State<Arc<Runtime>>, req: Request, next: Next) -> Response {
-    let Some(task) = task_of(req.uri().path()) else { return next.run(req).await };
     // Unauthenticated requests are refused here, not forwarded (nor told
     // where a task runs).
     if req.headers().contains_key(FORWARDED) || !req.headers().contains_key(axum::http::header::AUTHORIZATION) {
         return next.run(req).await;
     }
+    // An MCP tool call is about the task in its arguments.
+    if req.uri().path() == "/mcp" && rt.is_clustered() {
+        let (parts, body) = req.into_parts();
+        let bytes = match axum::body::to_bytes(body, MCP_BODY_LIMIT).await {
+            Ok(b) => b,
+            Err(e) => return ApiError::bad_request(format!("reading the MCP message: {e}")).into_response(),
+        };
+        let task = mcp_task(&bytes);
+        let req = Request::from_parts(parts, Body::from(bytes));
+        return match task {
+            Some(task) => route(&rt, &task, req, next).await,
+            None => next.run(req).await,
+        };
+    }
+    let Some(task) = task_of(req.uri().path()).map(str::to_owned) else { return next.run(req).await };
+    route(&rt, &task, req, next).await
+}
+
+/// Serves `req` here unless `task` runs on another node, then forwards it there.
+async fn route(rt: &Runtime, task: &str, req: Request, next: Next) -> Response {
     match rt.runs_elsewhere(task).await {
         Ok(None) => next.run(req).await,
         Ok(Some(base)) => match forward(req, &base, rt.node_name()).await {
@@ -89,7 +120,18 @@ async fn forward(mut req: Request, base: &str, from: &str) -> Result<Response, S
 
 #[cfg(test)]
 mod tests {
-    use super::task_of;
+    use super::{mcp_task, task_of};
+
+    #[test]
+    fn an_mcp_tool_call_is_about_the_task_in_its_arguments() {
+        let call = br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"run_command","arguments":{"task":"t-1","command":"ls"}}}"#;
+        assert_eq!(mcp_task(call).as_deref(), Some("t-1"));
+        let list = br#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#;
+        assert_eq!(mcp_task(list), None);
+        let create = br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"create_task","arguments":{}}}"#;
+        assert_eq!(mcp_task(create), None);
+        assert_eq!(mcp_task(b"not json"), None);
+    }
 
     #[test]
     fn requests_about_one_task_are_the_ones_forwarded() {
