@@ -34,6 +34,9 @@ mod error;
 #[cfg(any(test, feature = "test-util"))]
 pub mod fake;
 pub mod files;
+// Used by the gvisor driver, in progress (issue 17): only its tests so far.
+#[allow(dead_code)]
+pub(crate) mod gvisor;
 pub mod image;
 mod native;
 pub(crate) mod net;
