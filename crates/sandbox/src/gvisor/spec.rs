@@ -169,4 +169,81 @@ mod tests {
         assert_eq!((bound[0]["type"].as_str(), bound[0]["source"].as_str()), (Some("bind"), Some("/srv/cairn/run/t0123456789a/proxy")));
         assert!(mounts.iter().any(|m| m["destination"] == "/proc"), "the usual mounts stay");
     }
+
+    /// Removes what [`runsc_starts_a_sandbox_from_the_spec`] made, also when it fails.
+    struct Lab {
+        dir: tempfile::TempDir,
+        netns: String,
+        id: String,
+    }
+
+    impl Lab {
+        fn runsc(&self) -> std::process::Command {
+            let mut c = std::process::Command::new("runsc");
+            c.arg("--root").arg(self.dir.path().join("state")).args(["--platform=ptrace", "--network=none"]);
+            c
+        }
+    }
+
+    impl Drop for Lab {
+        fn drop(&mut self) {
+            let _ = self.runsc().args(["delete", "-force", &self.id]).output();
+            let _ = std::process::Command::new("ip").args(["netns", "delete", &self.netns]).output();
+            // runsc removes the groups it made but not their parent; an
+            // empty parent goes too (a sandbox still using it keeps it).
+            let hierarchies: Vec<PathBuf> = std::fs::read_dir("/sys/fs/cgroup").into_iter().flatten().flatten().map(|h| h.path()).collect();
+            for h in hierarchies.iter().chain([&PathBuf::from("/sys/fs/cgroup")]) {
+                let _ = std::fs::remove_dir(h.join(CGROUP_PARENT).join(&self.id));
+                let _ = std::fs::remove_dir(h.join(CGROUP_PARENT));
+            }
+        }
+    }
+
+    /// The spec is one runsc takes: a sandbox starts from it, joins the
+    /// prepared namespace, sees only loopback, runs a command, and has the
+    /// task's memory limit on its cgroup. Needs root and runsc (Debian's
+    /// package, which scripts/setup-debian.sh installs).
+    #[test]
+    fn runsc_starts_a_sandbox_from_the_spec() {
+        assert!(nix::unistd::geteuid().is_root(), "this test needs root");
+        let found = std::process::Command::new("runsc").arg("--version").output();
+        assert!(found.is_ok_and(|o| o.status.success()), "runsc is missing: apt-get install runsc (scripts/setup-debian.sh does)");
+        let id = format!("gvspec{:08x}", std::process::id());
+        let lab = Lab { dir: tempfile::tempdir().unwrap(), netns: format!("cairn-{id}"), id: id.clone() };
+        let out = std::process::Command::new("ip").args(["netns", "add", &lab.netns]).output().unwrap();
+        assert!(out.status.success(), "ip netns add: {}", String::from_utf8_lossy(&out.stderr));
+        let root = lab.dir.path().join("root");
+        for d in ["bin", "proc", "dev", "sys", "tmp", "workspace", "run/cairn"] {
+            std::fs::create_dir_all(root.join(d)).unwrap();
+        }
+        std::fs::copy("/bin/busybox", root.join("bin/busybox")).expect("busybox-static (scripts/setup-debian.sh installs it)");
+        for applet in ["sh", "sleep", "cat", "ip", "echo"] {
+            std::os::unix::fs::symlink("busybox", root.join("bin").join(applet)).unwrap();
+        }
+        let proxy = lab.dir.path().join("proxy");
+        std::fs::create_dir_all(&proxy).unwrap();
+        std::fs::write(proxy.join("marker"), "bound in\n").unwrap();
+        let mut limits = Limits::default();
+        limits.set_memory("128M").unwrap();
+        let (init, env) = (vec!["/bin/sleep".to_owned(), "1000".to_owned()], vec!["PATH=/bin".to_owned()]);
+        let netns = PathBuf::from("/run/netns").join(&lab.netns);
+        let spec = SandboxSpec { task: &id, root: &root, init: &init, env: &env, workdir: "/workspace", limits: &limits, netns: &netns, proxy_dir: &proxy };
+        let bundle = lab.dir.path().join("bundle");
+        std::fs::create_dir_all(&bundle).unwrap();
+        runtime_spec(&spec).unwrap().save(bundle.join("config.json")).unwrap();
+        // Never piped: runsc's detached sandbox keeps the pipe open.
+        let log = std::fs::File::create(lab.dir.path().join("run.log")).unwrap();
+        let run = lab.runsc().args(["run", "-detach", "-bundle"]).arg(&bundle).arg(&id).stdout(log.try_clone().unwrap()).stderr(log).status().unwrap();
+        assert!(run.success(), "runsc run: {}", std::fs::read_to_string(lab.dir.path().join("run.log")).unwrap_or_default());
+        let exec = lab.runsc().args(["exec", &id, "/bin/sh", "-c", "pwd; cat /run/cairn/marker; ip -o link"]).output().unwrap();
+        let said = String::from_utf8_lossy(&exec.stdout).into_owned();
+        assert!(exec.status.success(), "runsc exec: {said}{}", String::from_utf8_lossy(&exec.stderr));
+        assert!(said.starts_with("/workspace\nbound in\n"), "{said}");
+        assert!(said.contains("lo") && said.lines().filter(|l| l.contains(": ")).count() == 1, "only loopback: {said}");
+        let limit = std::fs::read_to_string(Path::new("/sys/fs/cgroup/memory").join(CGROUP_PARENT).join(&id).join("memory.limit_in_bytes"))
+            .or_else(|_| std::fs::read_to_string(Path::new("/sys/fs/cgroup").join(CGROUP_PARENT).join(&id).join("memory.max")))
+            .expect("the sandbox's memory cgroup");
+        assert_eq!(limit.trim(), (128u64 << 20).to_string());
+    }
 }
+
