@@ -105,6 +105,21 @@ impl Fences {
         self.held().iter().filter(|(_, (n, _))| n == node).map(|(t, (_, tok))| (t.clone(), *tok)).collect()
     }
 
+    /// After a renewal that did not reach `gone` (task, token held):
+    /// forgets them, and returns those another node took since (a newer
+    /// token), not those this handle dropped itself by suspending or
+    /// ending the task (the token as it was).
+    pub(crate) async fn settle_unrenewed(&self, store: &dyn crate::LeaseStore, gone: Vec<(TaskId, u64)>) -> Vec<TaskId> {
+        let mut lost = Vec::new();
+        for (task, token) in gone {
+            self.forget(&task);
+            if store.lease(&task).await.map(|l| l.token != token).unwrap_or(true) {
+                lost.push(task);
+            }
+        }
+        lost
+    }
+
     /// Checks a write for `task` against its lease as stored (read under
     /// the transaction's lock on the task's row).
     pub(crate) fn check(&self, stored: &Lease, fence: Fence, now_ms: i64) -> Result<()> {

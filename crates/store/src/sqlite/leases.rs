@@ -84,16 +84,7 @@ impl LeaseStore for SqliteStore {
             }
         }
         tx.commit().await.map_err(q)?;
-        let mut lost = Vec::new();
-        for (task, token) in gone {
-            self.fences.forget(&task);
-            // Dropped by ourselves (the task was suspended or ended) leaves
-            // the token as it was; a lost lease has a newer one.
-            if self.lease(&task).await.map(|l| l.token != token).unwrap_or(true) {
-                lost.push(task);
-            }
-        }
-        Ok(lost)
+        Ok(self.fences.settle_unrenewed(self, gone).await)
     }
 
     async fn release_lease(&self, task: &TaskId) -> Result<()> {
