@@ -37,6 +37,13 @@ pub struct CreateRequest {
     pub allow: Vec<String>,
     #[serde(default)]
     pub deny: Vec<String>,
+    /// The isolation driver: `native` or `gvisor` (default: the daemon's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub isolation: Option<String>,
+    /// Whether suspends keep processes and memory (gvisor only; default:
+    /// yes for gvisor).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keep_memory: Option<bool>,
 }
 
 /// Limits as a user reads them.

@@ -1,5 +1,6 @@
 //! `cairn`: the daemon (`cairn serve`), every client subcommand, the demo,
-//! and the hidden sandbox helper (`cairn __sandbox-start`).
+//! and the hidden sandbox helpers (`cairn __sandbox-start`, and
+//! `cairn __gvisor-init`, which runs inside a gvisor sandbox).
 
 /// `println!` for the verbs' output: a closed pipe ends the process
 /// quietly instead of panicking (see [`output::write_stdout`]).
@@ -158,6 +159,9 @@ enum Cmd {
     Demo,
     #[command(name = "__sandbox-start", hide = true)]
     SandboxStart { cgroup_procs: Vec<PathBuf> },
+    /// The first process of a gvisor sandbox, run inside it.
+    #[command(name = "__gvisor-init", hide = true)]
+    GvisorInit,
 }
 
 #[derive(Args, Debug)]
@@ -199,6 +203,10 @@ struct ServeArgs {
     /// listen address).
     #[arg(long, value_name = "URL")]
     advertise: Option<String>,
+    /// The isolation driver of tasks created without --isolation: native
+    /// or gvisor.
+    #[arg(long, value_name = "DRIVER")]
+    isolation: Option<String>,
 }
 
 fn main() -> ExitCode {
@@ -206,6 +214,9 @@ fn main() -> ExitCode {
     if let Cmd::SandboxStart { cgroup_procs } = &cli.cmd {
         // Single-threaded on purpose: no runtime, no threads before fork.
         return ExitCode::from(cairn_sandbox::helper_main(cgroup_procs) as u8);
+    }
+    if let Cmd::GvisorInit = &cli.cmd {
+        return ExitCode::from(cairn_sandbox::gvisor_init_main() as u8);
     }
     let json_out = cli.json;
     let result = match cli.cmd {
@@ -268,6 +279,9 @@ fn serve(args: ServeArgs) -> Result<u8> {
     if let Some(n) = args.capacity {
         config.capacity = Some(n);
     }
+    if let Some(i) = &args.isolation {
+        config.isolation = i.parse().map_err(|e| anyhow!("--isolation: {e}"))?;
+    }
     if let Some(u) = &args.advertise {
         config.node_url = Some(cairn_runtime::config::parse_node_url(u).map_err(|e| anyhow!("--advertise: {e}"))?);
     }
@@ -329,7 +343,7 @@ async fn client_command(cmd: Cmd, json_out: bool) -> Result<u8> {
         Cmd::Check { read_data } => verbs::snapshot::check(&client, read_data, out).await,
         Cmd::Image(c) => verbs::image::run(&client, c, out).await,
         Cmd::Mcp => mcp::bridge(&client).await,
-        Cmd::Serve(_) | Cmd::Demo | Cmd::Verify { .. } | Cmd::SandboxStart { .. } => unreachable!("handled above"),
+        Cmd::Serve(_) | Cmd::Demo | Cmd::Verify { .. } | Cmd::SandboxStart { .. } | Cmd::GvisorInit => unreachable!("handled above"),
     }
 }
 

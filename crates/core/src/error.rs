@@ -35,6 +35,8 @@ pub enum Error {
     Id(&'static str, String),
     #[error("invalid event name {0:?}: expected 1-63 letters, digits, '-', '_' or '.'")]
     EventName(String),
+    #[error("invalid isolation {0:?}: expected native or gvisor")]
+    Isolation(String),
     #[error("task is {from}; it cannot {action}")]
     Transition { from: crate::TaskState, action: &'static str },
 }

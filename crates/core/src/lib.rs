@@ -24,6 +24,6 @@ pub use snapshot::{Retention, RollbackNote, Snapshot, SnapshotId, SnapshotKind};
 pub use wait::{check_event_name, EventSource, InboxEvent, InboxId, Wait, WaitFor, WaitId};
 pub use state::{SandboxState, TaskState, Transition};
 pub use task::{
-    check_image_name, check_name, check_user, check_workdir, EgressRules, EnvVar, ExecExit, ImageDefaults, Task,
+    check_image_name, check_name, check_user, check_workdir, EgressRules, EnvVar, ExecExit, ImageDefaults, Isolation, Task,
     TaskConfig, DEFAULT_IMAGE, DEFAULT_WORKDIR,
 };

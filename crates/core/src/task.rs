@@ -189,6 +189,57 @@ pub struct TaskConfig {
     /// The image's `Cmd`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub cmd: Vec<String>,
+    /// Which driver isolates the task's sandbox.
+    #[serde(default)]
+    pub isolation: Isolation,
+    /// Suspends keep the sandbox's processes and memory (a checkpoint
+    /// stored with the suspend snapshot), so a wake continues them; only a
+    /// gvisor sandbox can, and does unless told otherwise.
+    #[serde(default)]
+    pub keep_memory: bool,
+}
+
+/// The isolation driver of a task's sandbox.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Isolation {
+    /// Linux namespaces, cgroups and seccomp around the workload itself.
+    #[default]
+    Native,
+    /// gVisor's `runsc`: a second kernel between the workload and the
+    /// host's, which can checkpoint the whole sandbox, memory included.
+    Gvisor,
+}
+
+impl Isolation {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Isolation::Native => "native",
+            Isolation::Gvisor => "gvisor",
+        }
+    }
+
+    /// True when the driver can checkpoint a sandbox's processes.
+    pub fn keeps_memory(self) -> bool {
+        self == Isolation::Gvisor
+    }
+}
+
+impl std::fmt::Display for Isolation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for Isolation {
+    type Err = crate::Error;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "native" => Ok(Isolation::Native),
+            "gvisor" => Ok(Isolation::Gvisor),
+            other => Err(crate::Error::Isolation(other.to_owned())),
+        }
+    }
 }
 
 impl TaskConfig {
@@ -264,6 +315,8 @@ impl Default for TaskConfig {
             user: None,
             entrypoint: Vec::new(),
             cmd: Vec::new(),
+            isolation: Isolation::Native,
+            keep_memory: false,
         }
     }
 }

@@ -14,6 +14,7 @@
 //! pids = 256
 //! disk = "2G"
 //! idle_suspend = "30m"        # suspend tasks idle this long ("never", the default)
+//! isolation = "native"        # --isolation: the driver of tasks created without one ("gvisor")
 //!
 //! [snapshots]
 //! gc_grace = "1h"             # `cairn gc` keeps unreferenced objects younger than this
@@ -72,6 +73,8 @@ pub struct Config {
     pub gc_grace: Duration,
     /// Suspend tasks idle this long, unless they say otherwise.
     pub idle_suspend: Option<Duration>,
+    /// The isolation driver of tasks created without one.
+    pub isolation: cairn_core::Isolation,
     pub egress: EgressConfig,
     pub blob: BlobConfig,
     /// This daemon's node name (`--node`, `[node] name`); `None`: the host
@@ -199,6 +202,7 @@ impl Default for Config {
             risky_patterns: DEFAULT_RISK_PATTERNS.iter().map(|p| (*p).to_owned()).collect(),
             gc_grace: Duration::from_secs(3600),
             idle_suspend: None,
+            isolation: cairn_core::Isolation::Native,
             egress: EgressConfig::default(),
             blob: BlobConfig::default(),
             node: None,
@@ -316,6 +320,7 @@ struct Defaults {
     pids: Option<toml::Value>,
     disk: Option<String>,
     idle_suspend: Option<String>,
+    isolation: Option<String>,
 }
 
 fn value_text(v: &toml::Value) -> String {
@@ -356,6 +361,9 @@ impl Config {
         }
         if let Some(i) = d.idle_suspend {
             c.idle_suspend = parse_expiry(&i).map_err(|e| format!("defaults.idle_suspend: {e}"))?;
+        }
+        if let Some(i) = d.isolation {
+            c.isolation = i.parse().map_err(|e| format!("defaults.isolation: {e}"))?;
         }
         if let Some(s) = d.disk {
             c.defaults.set_disk(&s).map_err(|e| format!("defaults.disk: {e}"))?;

@@ -81,9 +81,22 @@ impl Runtime {
         } else {
             crate::config::egress_rules(&req.allow, &req.deny).map_err(|e| Error::invalid(e.to_string()))?
         };
+        let isolation = match &req.isolation {
+            Some(i) => i.parse::<cairn_core::Isolation>()?,
+            None => self.isolation_default,
+        };
+        self.driver.check_isolation(isolation).map_err(|e| Error::invalid(e.to_string()))?;
+        let keep_memory = req.keep_memory.unwrap_or(isolation.keeps_memory());
+        if keep_memory && !isolation.keeps_memory() {
+            return Err(Error::invalid(format!(
+                "--keep-memory needs --isolation gvisor: the {isolation} driver cannot checkpoint processes"
+            )));
+        }
         Ok(TaskConfig {
             image,
             limits,
+            isolation,
+            keep_memory,
             env,
             workdir,
             retention,
@@ -143,7 +156,7 @@ impl Runtime {
             Some(s) => s,
             None => self.claim_slot(&task.id).await?,
         };
-        let ids = self.driver.uid_range(slot)?;
+        let ids = self.driver.uid_range(slot, task.config.isolation)?;
         let driver = self.driver.clone();
         let (id, config, image2) = (task.id.to_string(), task.config.clone(), image.clone());
         let started = tokio::task::spawn_blocking(move || driver.start(&id, &config, &image2, slot, ahead)).await?;
@@ -335,7 +348,7 @@ impl Runtime {
                 _ => false,
             };
             if healthy {
-                let ids = self.driver.uid_range(row.uid_slot)?;
+                let ids = self.driver.uid_range(row.uid_slot, task.config.isolation)?;
                 if let Some(i) = init {
                     let _ = self.driver.adopt_slot(row.uid_slot, task.id.as_str(), i);
                 }

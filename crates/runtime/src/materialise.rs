@@ -79,7 +79,7 @@ impl Runtime {
         restored: impl AsyncFnOnce(Option<&Restored>) -> Result<(), Error>,
     ) -> Result<Materialised, Error> {
         let begun = Instant::now();
-        let ids = self.driver.uid_range(slot)?;
+        let ids = self.driver.uid_range(slot, task.config.isolation)?;
         let restore = match source {
             DiskSource::AsLeft => None,
             DiskSource::Snapshot { manifest, base } => match self.restore_disk(task, manifest, base, ids).await {

@@ -59,6 +59,7 @@ pub struct Runtime {
     pub(crate) defaults: Limits,
     pub(crate) retention: cairn_core::Retention,
     pub(crate) idle_suspend_default: Option<Duration>,
+    pub(crate) isolation_default: cairn_core::Isolation,
     pub(crate) egress: crate::egress::Egress,
     /// The image pulls going on, with their progress.
     pub(crate) pulls: crate::pull::Pulls,
@@ -163,6 +164,7 @@ impl Runtime {
             defaults: config.defaults,
             retention: config.retention.clone(),
             idle_suspend_default: config.idle_suspend,
+            isolation_default: config.isolation,
             egress: crate::egress::Egress::new(&config.egress, own),
             pulls: crate::pull::Pulls::default(),
             timer_added: tokio::sync::Notify::new(),

@@ -20,7 +20,7 @@ use std::os::fd::{OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 
-use cairn_core::TaskConfig;
+use cairn_core::{Isolation, TaskConfig};
 
 use crate::image::Image;
 use crate::process::spawn::process_start_time;
@@ -32,9 +32,19 @@ use crate::Result;
 pub trait SandboxDriver: Send + Sync + fmt::Debug + 'static {
     // --- uid slots (the host side; the store hands them out per home) ---
 
-    /// The host ids a sandbox on `slot` runs as. Restores own their files
-    /// by it, and copies into the sandbox use its root (`host_id(0)`).
-    fn uid_range(&self, slot: u32) -> Result<IdRange>;
+    /// The host ids a sandbox on `slot` runs as under `isolation`. Restores
+    /// own their files by it, and copies into the sandbox use its root
+    /// (`host_id(0)`).
+    fn uid_range(&self, slot: u32, isolation: Isolation) -> Result<IdRange>;
+
+    /// Whether this host can run sandboxes under `isolation`; the error
+    /// says why not.
+    fn check_isolation(&self, isolation: Isolation) -> Result<()> {
+        match isolation {
+            Isolation::Native => Ok(()),
+            Isolation::Gvisor => Err(crate::Error::Helper("this driver has no gvisor sandboxes".into())),
+        }
+    }
 
     /// Takes `slot` host-wide for `task` before anything is built with its
     /// ids. False when a sandbox of another daemon on this host holds it.
@@ -113,6 +123,22 @@ pub trait SandboxDriver: Send + Sync + fmt::Debug + 'static {
 
     /// Lets a frozen sandbox run again (harmless when it is not frozen).
     fn thaw(&self, task: &str) -> Result<()>;
+
+    // --- memory (gvisor) ---
+
+    /// Saves the sandbox's processes and memory into its disk, as the
+    /// layer `memory` (`<disk_dir>/memory/upper`), and stops the sandbox:
+    /// its writable layer holds still from here on. Only a sandbox that
+    /// can (gvisor) does.
+    fn checkpoint(&self, task: &str) -> Result<()> {
+        Err(crate::Error::Helper(format!("the sandbox of task {task} cannot be checkpointed")))
+    }
+
+    /// True when the task's disk holds a checkpoint: its next start
+    /// restores the processes instead of booting (and spends it).
+    fn has_checkpoint(&self, _task: &str) -> bool {
+        false
+    }
 
     /// A descriptor of the root directory of the sandbox whose init is
     /// `init`, for resolving paths inside it with [`crate::files`].

@@ -469,7 +469,7 @@ impl Drop for FakeDriver {
 impl SandboxDriver for FakeDriver {
     /// The current user's own id: restores and copies can own files by it
     /// without privileges.
-    fn uid_range(&self, slot: u32) -> Result<IdRange> {
+    fn uid_range(&self, slot: u32, _isolation: cairn_core::Isolation) -> Result<IdRange> {
         IdRange::for_slot(slot)?;
         Ok(IdRange { host_base: rustix::process::geteuid().as_raw(), count: 1 })
     }
@@ -765,7 +765,7 @@ mod tests {
         assert!(driver.start(TASK, &TaskConfig::default(), &image(), 2, None).is_err(), "not its slot");
         assert!(driver.reserve_slot(3, TASK).unwrap());
         assert!(driver.start(TASK, &TaskConfig::default(), &image(), 1, None).is_err(), "not the slot it reserved");
-        let ids = driver.uid_range(2).unwrap();
+        let ids = driver.uid_range(2, cairn_core::Isolation::Native).unwrap();
         assert_eq!((ids.host_base, ids.count), (rustix::process::geteuid().as_raw(), 1));
     }
 

@@ -34,8 +34,6 @@ mod error;
 #[cfg(any(test, feature = "test-util"))]
 pub mod fake;
 pub mod files;
-// Used by the gvisor driver, in progress (issue 17): only its tests so far.
-#[allow(dead_code)]
 pub(crate) mod gvisor;
 pub mod image;
 mod native;
@@ -48,6 +46,8 @@ mod slots;
 pub(crate) mod traces;
 pub(crate) mod uidmap;
 
+pub use gvisor::init::{init_main as gvisor_init_main, INIT_SUBCOMMAND as GVISOR_INIT_SUBCOMMAND};
+pub use gvisor::{MEMORY_LAYER, MEMORY_LAYER_AT};
 pub use driver::{InitProcess, Prestarted, RunningCommand, SandboxDriver};
 pub use error::{Error, Result};
 pub use image::Image;

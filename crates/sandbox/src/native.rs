@@ -17,7 +17,7 @@ use std::process::{Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use cairn_core::TaskConfig;
+use cairn_core::{Isolation, TaskConfig};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
@@ -28,6 +28,7 @@ use crate::image::Image;
 use crate::process::spawn::{process_start_time, HelperReport, SandboxSpec};
 use crate::proto::{self, ExecRequest, Reply, Request};
 use crate::slots::HostSlots;
+use crate::gvisor::{self, Gvisor};
 use crate::uidmap::IdRange;
 use crate::{Error, Result};
 
@@ -61,6 +62,11 @@ pub struct NativeDriver {
     slots: HostSlots,
     /// Set when the daemon stops: no more helpers are started ahead.
     closed: std::sync::atomic::AtomicBool,
+    /// Sandboxes under gVisor, or why this host cannot run them.
+    gvisor: std::result::Result<Gvisor, String>,
+    /// runsc's sandbox and gofer processes, reparented to the daemon (a
+    /// subreaper): reaped once they exited.
+    gvisor_processes: std::sync::Mutex<Vec<i32>>,
 }
 
 impl NativeDriver {
@@ -73,7 +79,13 @@ impl NativeDriver {
             fs::DirBuilder::new().recursive(true).mode(0o700).create(d).map_err(|e| Error::Io(d.display().to_string(), e))?;
         }
         let pool = DiskPool::new(disk_root.join("pool"), default_disk, pool_target)?;
+        let gvisor = Gvisor::detect(&helper, &run_root);
+        if let Err(why) = &gvisor {
+            tracing::info!("no gvisor sandboxes on this host: {why}");
+        }
         Ok(NativeDriver {
+            gvisor,
+            gvisor_processes: std::sync::Mutex::new(Vec::new()),
             slots: HostSlots::new(&run_root),
             run_root,
             disk_root,
@@ -144,6 +156,58 @@ impl NativeDriver {
             .map_err(|e| Error::Helper(format!("cannot run {}: {e}", self.helper.display())))
     }
 
+    /// The gvisor half, for a task whose sandbox runs under it (or ran:
+    /// its run directory says so).
+    fn gvisor_of(&self, task: &str) -> Option<&Gvisor> {
+        if !gvisor::is_gvisor(&self.paths(task).run_dir) {
+            return None;
+        }
+        self.gvisor.as_ref().ok()
+    }
+
+    fn gvisor_paths(&self, task: &str) -> Result<gvisor::SandboxPaths> {
+        let paths = self.paths(task);
+        let cgroup = self.cgroups.open(task)?;
+        Ok(gvisor::SandboxPaths {
+            run_dir: paths.run_dir,
+            disk: paths.disk_mount,
+            cgroup_procs: cgroup.paths().into_iter().map(|p| p.join("cgroup.procs")).collect(),
+        })
+    }
+
+    fn start_gvisor(&self, task: &str, config: &TaskConfig, image: &Image) -> Result<InitProcess> {
+        let g = self.gvisor.as_ref().map_err(|why| Error::Helper(format!("gvisor: {why}")))?;
+        self.prepare_disk(task, config.limits.disk_bytes)?;
+        // The sentry's own threads count against the pids limit.
+        let mut limits = config.limits;
+        limits.pids = limits.pids.saturating_add(gvisor::spec::SENTRY_PIDS);
+        let cgroup = self.cgroups.create(task, &limits)?;
+        let (init, _restored) = g.start(task, config, image, &self.gvisor_paths(task)?)?;
+        if let Ok(pids) = cgroup.pids() {
+            self.gvisor_processes.lock().unwrap_or_else(|e| e.into_inner()).extend(pids);
+        }
+        Ok(init)
+    }
+
+    /// Reaps runsc's processes that exited.
+    fn reap_gvisor(&self) {
+        let me = std::process::id() as i32;
+        self.gvisor_processes.lock().unwrap_or_else(|e| e.into_inner()).retain(|&pid| {
+            let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else { return false };
+            let Some(rest) = stat.rfind(')').map(|i| &stat[i + 2..]) else { return false };
+            let mut fields = rest.split(' ');
+            let (state, ppid) = (fields.next(), fields.next().and_then(|p| p.parse::<i32>().ok()));
+            if ppid != Some(me) {
+                return false;
+            }
+            if state == Some("Z") {
+                let _ = nix::sys::wait::waitpid(Pid::from_raw(pid), Some(nix::sys::wait::WaitPidFlag::WNOHANG));
+                return false;
+            }
+            true
+        });
+    }
+
     fn connect(&self, task: &str) -> Result<UnixStream> {
         let sock = self.paths(task).control_socket;
         UnixStream::connect(&sock).map_err(|e| match e.kind() {
@@ -154,8 +218,18 @@ impl NativeDriver {
 }
 
 impl SandboxDriver for NativeDriver {
-    fn uid_range(&self, slot: u32) -> Result<IdRange> {
-        IdRange::for_slot(slot)
+    fn uid_range(&self, slot: u32, isolation: Isolation) -> Result<IdRange> {
+        match isolation {
+            Isolation::Native => IdRange::for_slot(slot),
+            Isolation::Gvisor => Ok(gvisor::IDENTITY),
+        }
+    }
+
+    fn check_isolation(&self, isolation: Isolation) -> Result<()> {
+        match (isolation, &self.gvisor) {
+            (Isolation::Gvisor, Err(why)) => Err(Error::Helper(format!("this host cannot run gvisor sandboxes: {why}"))),
+            _ => Ok(()),
+        }
     }
 
     fn reserve_slot(&self, slot: u32, task: &str) -> Result<bool> {
@@ -251,7 +325,14 @@ impl SandboxDriver for NativeDriver {
 
     fn start(&self, task: &str, config: &TaskConfig, image: &Image, slot: u32, ahead: Option<Prestarted>) -> Result<InitProcess> {
         let ahead = ahead.filter(|p| p.task == task);
-        let result = self.start_inner(task, config, image, slot, ahead);
+        let result = match config.isolation {
+            Isolation::Native => self.start_inner(task, config, image, slot, ahead),
+            Isolation::Gvisor => {
+                // A helper started ahead is a native one: not used.
+                drop(ahead);
+                self.start_gvisor(task, config, image)
+            }
+        };
         match &result {
             Ok(init) => {
                 if let Err(e) = self.slots.record_init(slot, task, *init) {
@@ -266,6 +347,9 @@ impl SandboxDriver for NativeDriver {
     }
 
     fn ping(&self, task: &str) -> Result<i32> {
+        if let Some(g) = self.gvisor_of(task) {
+            return g.ping(task, &self.gvisor_paths(task)?);
+        }
         let conn = self.connect(task)?;
         conn.set_read_timeout(Some(Duration::from_secs(2))).map_err(Error::Control)?;
         proto::send(&conn, &Request::Ping, &[])?;
@@ -278,6 +362,9 @@ impl SandboxDriver for NativeDriver {
     /// The init bound the port in the sandbox's network namespace (see
     /// `net`) and hands the socket over.
     fn proxy_listener(&self, task: &str) -> Result<TcpListener> {
+        if let Some(g) = self.gvisor_of(task) {
+            return g.proxy_listener(task, &self.gvisor_paths(task)?);
+        }
         let conn = self.connect(task)?;
         conn.set_read_timeout(Some(Duration::from_secs(2))).map_err(Error::Control)?;
         proto::send(&conn, &Request::ProxyListener, &[])?;
@@ -292,6 +379,10 @@ impl SandboxDriver for NativeDriver {
     }
 
     fn exec(&self, task: &str, req: &ExecRequest, stdio: &[RawFd]) -> Result<std::result::Result<RunningCommand, String>> {
+        if let Some(g) = self.gvisor_of(task) {
+            let root = self.gvisor_root(task)?;
+            return g.exec(task, &self.gvisor_paths(task)?, &root, req, stdio);
+        }
         let conn = self.connect(task)?;
         proto::send(&conn, &Request::Exec(req.clone()), stdio)?;
         match proto::recv::<Reply>(&conn)? {
@@ -318,6 +409,12 @@ impl SandboxDriver for NativeDriver {
     }
 
     fn open_root(&self, task: &str, init: InitProcess) -> Result<OwnedFd> {
+        if self.gvisor_of(task).is_some() {
+            if !init.alive() {
+                return Err(Error::NotRunning(task.to_owned()));
+            }
+            return self.gvisor_root(task);
+        }
         // The /proc directory is opened first and the process checked
         // through it, so a pid recycled between the check and the open of
         // `root` cannot hand over another process's root (the host's).
@@ -343,6 +440,12 @@ impl SandboxDriver for NativeDriver {
     fn teardown(&self, task: &str, init: Option<InitProcess>, keep_disk: bool) -> Result<()> {
         let paths = self.paths(task);
         let cgroup = self.cgroups.open(task)?;
+        let under_gvisor = gvisor::is_gvisor(&paths.run_dir);
+        if under_gvisor {
+            if let Ok(pids) = cgroup.pids() {
+                self.gvisor_processes.lock().unwrap_or_else(|e| e.into_inner()).extend(pids);
+            }
+        }
         if cgroup.exists() {
             cgroup.kill_all()?;
         }
@@ -352,6 +455,13 @@ impl SandboxDriver for NativeDriver {
         if let Some(init) = init {
             wait_gone(init);
         }
+        if under_gvisor {
+            self.reap_gvisor();
+            match &self.gvisor {
+                Ok(g) => g.teardown(task, &self.gvisor_paths(task)?)?,
+                Err(_) => gvisor::unmount_beneath(&paths.run_dir, &paths.disk_mount)?,
+            }
+        }
         disk::unmount(&paths.disk_mount)?;
         disk::detach_backing(&paths.disk_image)?;
         cgroup.remove()?;
@@ -360,6 +470,17 @@ impl SandboxDriver for NativeDriver {
             remove_path(&paths.disk_image)?;
         }
         Ok(())
+    }
+
+    fn checkpoint(&self, task: &str) -> Result<()> {
+        let g = self.gvisor_of(task).ok_or_else(|| Error::Helper(format!("task {task} has no gvisor sandbox to checkpoint")))?;
+        let result = g.checkpoint(task, &self.gvisor_paths(task)?);
+        self.reap_gvisor();
+        result
+    }
+
+    fn has_checkpoint(&self, task: &str) -> bool {
+        gvisor::has_checkpoint(&self.paths(task).disk_mount)
     }
 
     /// Run directories, disks and cgroups named like tasks. Cgroups are
@@ -385,6 +506,15 @@ impl SandboxDriver for NativeDriver {
     fn has_local_state(&self, task: &str) -> bool {
         let paths = self.paths(task);
         paths.run_dir.exists() || paths.disk_image.exists()
+    }
+}
+
+impl NativeDriver {
+    /// The root of a gvisor sandbox: its overlay, mounted in the run
+    /// directory (the daemon's own).
+    fn gvisor_root(&self, task: &str) -> Result<OwnedFd> {
+        let path = self.gvisor_paths(task)?.root();
+        cairn_fsat::open_dir(&path).map_err(|e| Error::Io(path.display().to_string(), e))
     }
 }
 

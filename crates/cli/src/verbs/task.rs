@@ -83,6 +83,15 @@ pub(crate) struct CreateArgs {
     /// Never let it reach HOST[:PORT] (repeatable; wins over --allow).
     #[arg(long, value_name = "HOST[:PORT]")]
     pub(crate) deny: Vec<String>,
+    /// The isolation driver: native (namespaces around the workload) or
+    /// gvisor (runsc: a second kernel, whose suspends keep processes and
+    /// memory). Default: the daemon's.
+    #[arg(long, value_name = "DRIVER")]
+    pub(crate) isolation: Option<String>,
+    /// Whether suspends keep processes and memory (gvisor only; default:
+    /// yes under gvisor).
+    #[arg(long, value_name = "BOOL")]
+    pub(crate) keep_memory: Option<bool>,
 }
 
 #[derive(Args, Debug)]
@@ -129,6 +138,8 @@ pub(crate) async fn create(client: &Client, a: CreateArgs, out: Out) -> Result<u
         idle_suspend: a.idle_suspend,
         allow: a.allow,
         deny: a.deny,
+        isolation: a.isolation,
+        keep_memory: a.keep_memory,
     };
     let v: Answer<TaskView> = client.post("/v1/tasks", &body).await?;
     out.print(&v, |v| v.task.id.to_string());

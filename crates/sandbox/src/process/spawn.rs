@@ -188,7 +188,7 @@ fn parent_side(spec: &SandboxSpec, child: Pid, ready_r: std::io::PipeReader, go_
     }
     spec.ids.write_maps(child.as_raw())?;
     let userns = File::open(format!("/proc/{}/ns/user", child.as_raw())).map_err(|e| Error::sys("open user namespace", e))?;
-    let root = rootfs::build_overlays(&Kernel, &spec.run_dir, &spec.disk, &spec.layers, spec.ids, userns.as_raw_fd(), &spec.workdir)?;
+    let root = rootfs::build_overlays(&Kernel, &spec.run_dir, &spec.disk, &spec.layers, spec.ids, rootfs::LowerIds::Idmapped(userns.as_raw_fd()), &spec.workdir)?;
     let root_dir = File::open(&root).map_err(|e| Error::Io(root.display().to_string(), e))?;
     proto::send(&go_w, &"go", &[root_dir.as_raw_fd()])?;
     drop(go_w);

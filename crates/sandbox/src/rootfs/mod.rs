@@ -74,6 +74,17 @@ const MOUNT_DATA_MAX: usize = 4095;
 /// Device nodes bound from the host into the sandbox's `/dev`.
 pub const DEVICES: &[&str] = &["null", "zero", "full", "random", "urandom", "tty"];
 
+/// How the image's layers are bound as the overlay's lower directories.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LowerIds {
+    /// Idmapped through this user namespace: host root's files look like
+    /// the sandbox's root's (the native driver).
+    Idmapped(RawFd),
+    /// As they are on the host, read-only: for a gvisor sandbox, whose
+    /// second kernel is the one that maps ids.
+    AsTheyAre,
+}
+
 /// Mounts the overlay stack under `run_dir/root` and returns that path.
 /// `layers[0]` must be the image root (`/`); later layers mount inside it.
 pub fn build_overlays(
@@ -82,7 +93,7 @@ pub fn build_overlays(
     disk: &Path,
     layers: &[Layer],
     ids: IdRange,
-    userns: RawFd,
+    lower_ids: LowerIds,
     workdir: &str,
 ) -> Result<PathBuf> {
     if layers.first().map(|l| l.at.as_path()) != Some(Path::new("/")) {
@@ -122,7 +133,10 @@ pub fn build_overlays(
         let upper_at = Place::Host(upper.clone());
         for (host, lower) in layer.lowers.iter().zip(&lowers) {
             m.mkdir(&Place::Host(lower.clone()), 0o700)?;
-            m.bind_idmapped(host, lower, userns)?;
+            match lower_ids {
+                LowerIds::Idmapped(userns) => m.bind_idmapped(host, lower, userns)?,
+                LowerIds::AsTheyAre => m.bind(host, &Place::Host(lower.clone()), MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NODEV)?,
+            }
         }
         m.mkdir(&upper_at, 0o755)?;
         m.mkdir(&Place::Host(work.clone()), 0o700)?;
@@ -226,7 +240,7 @@ mod tests {
     fn overlays_stack_idmapped_lowers_on_the_task_disk() {
         let m = Recorder::default();
         let ids = IdRange::for_slot(2).unwrap();
-        let root = build_overlays(&m, Path::new("/run/t1"), Path::new("/disk/t1"), &layers(), ids, -1, "/nonexistent-wd").unwrap();
+        let root = build_overlays(&m, Path::new("/run/t1"), Path::new("/disk/t1"), &layers(), ids, LowerIds::Idmapped(-1), "/nonexistent-wd").unwrap();
         assert_eq!(root, Path::new("/run/t1/root"));
         let ops = m.ops.borrow();
         let base = ids.host_id(0);
@@ -257,7 +271,7 @@ mod tests {
         let ids = IdRange::for_slot(2).unwrap();
         let build = |links: &[&str], workdir: &str| {
             let m = Recorder { symlinks: links.iter().map(PathBuf::from).collect(), ..Recorder::default() };
-            let r = build_overlays(&m, Path::new("/run/t1"), Path::new("/disk/t1"), &layers(), ids, -1, workdir);
+            let r = build_overlays(&m, Path::new("/run/t1"), Path::new("/disk/t1"), &layers(), ids, LowerIds::Idmapped(-1), workdir);
             (r, m.ops.into_inner())
         };
         // A layer mounted on a link: the start fails, naming the link.
@@ -283,8 +297,8 @@ mod tests {
     fn refuses_a_stack_without_root_and_bad_paths() {
         let m = Recorder::default();
         let ids = IdRange::for_slot(0).unwrap();
-        assert!(build_overlays(&m, Path::new("/r"), Path::new("/d"), &layers()[1..], ids, -1, "/w").is_err());
-        assert!(build_overlays(&m, Path::new("/r,x"), Path::new("/d"), &layers(), ids, -1, "/w").is_err());
+        assert!(build_overlays(&m, Path::new("/r"), Path::new("/d"), &layers()[1..], ids, LowerIds::Idmapped(-1), "/w").is_err());
+        assert!(build_overlays(&m, Path::new("/r,x"), Path::new("/d"), &layers(), ids, LowerIds::Idmapped(-1), "/w").is_err());
     }
 
     #[test]
@@ -292,7 +306,7 @@ mod tests {
         let m = Recorder::default();
         let ids = IdRange::for_slot(1).unwrap();
         let stack = vec![Layer { lowers: vec!["/l/top".into(), "/l/mid".into(), "/l/base".into()], at: "/".into(), history: 0 }];
-        build_overlays(&m, Path::new("/run/t1"), Path::new("/disk/t1"), &stack, ids, -1, "/w").unwrap();
+        build_overlays(&m, Path::new("/run/t1"), Path::new("/disk/t1"), &stack, ids, LowerIds::Idmapped(-1), "/w").unwrap();
         let ops = m.ops.borrow();
         let binds: Vec<_> = ops.iter().filter_map(|o| if let Op::BindIdmapped { source, target } = o { Some((source.clone(), target.clone())) } else { None }).collect();
         assert_eq!(
@@ -311,7 +325,7 @@ mod tests {
         let try_with = |n: usize, run: &str| {
             let m = Recorder::default();
             let stack = vec![Layer { lowers: (0..n).map(|j| PathBuf::from(format!("/l/{j}"))).collect(), at: "/".into(), history: 0 }];
-            let r = build_overlays(&m, Path::new(run), Path::new("/d"), &stack, ids, -1, "/w");
+            let r = build_overlays(&m, Path::new(run), Path::new("/d"), &stack, ids, LowerIds::Idmapped(-1), "/w");
             (r, m.ops.into_inner())
         };
         let (r, ops) = try_with(MAX_LOWERS + 1, "/r");

@@ -1,0 +1,108 @@
+//! The first process of a gvisor sandbox: `cairn __gvisor-init`, run inside
+//! it through the host's dynamic loader, which is bound in read-only at
+//! [`INIT_DIR`] with the `cairn` binary and its libraries (an image need not
+//! have a C library, and this toolchain has no static target).
+//!
+//! It does two things: it reaps orphans, as pid 1 must, and it is the
+//! sandbox's end of the egress proxy. A gvisor sandbox has no network
+//! device (`--network=none`, which checkpoints need), so the proxy port on
+//! its loopback is served here and each connection is relayed to the
+//! daemon's unix socket bound in at [`EGRESS_SOCKET`]. A connection's
+//! socket is closed as soon as the daemon ends its side, so the daemon can
+//! make sure none is open when it checkpoints the sandbox (the sentry
+//! cannot save an open host socket).
+
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::os::unix::net::UnixStream;
+use std::thread;
+use std::time::Duration;
+
+/// The hidden subcommand of the `cairn` binary that runs [`init_main`].
+pub const INIT_SUBCOMMAND: &str = "__gvisor-init";
+
+/// Where the loader, its libraries and `cairn` are bound in the sandbox
+/// (inside its own `/dev`, so nothing is made in the task's layer).
+pub const INIT_DIR: &str = "/dev/cairn/init";
+
+/// The directory the daemon's egress socket is bound at in the sandbox.
+pub const EGRESS_DIR: &str = "/dev/cairn/egress";
+
+/// The socket's name in that directory.
+pub const EGRESS_SOCKET_NAME: &str = "egress.sock";
+
+/// The daemon's egress socket, as the sandbox sees it.
+pub const EGRESS_SOCKET: &str = "/dev/cairn/egress/egress.sock";
+
+/// Runs the init; returns only if it cannot serve the proxy port.
+pub fn init_main() -> i32 {
+    let listener = match TcpListener::bind(crate::net::PROXY_ADDR) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("cairn gvisor init: cannot bind the egress proxy port: {e}");
+            return 1;
+        }
+    };
+    thread::spawn(reap_orphans);
+    for conn in listener.incoming() {
+        match conn {
+            Ok(client) => {
+                thread::spawn(move || relay(client));
+            }
+            Err(e) => {
+                eprintln!("cairn gvisor init: accept: {e}");
+                thread::sleep(Duration::from_millis(50));
+            }
+        }
+    }
+    0
+}
+
+/// Waits for every child, forever (processes whose parent exited are
+/// handed to pid 1).
+fn reap_orphans() {
+    loop {
+        // SAFETY: waitpid with a null status pointer only reaps.
+        let pid = unsafe { libc::waitpid(-1, std::ptr::null_mut(), 0) };
+        if pid < 0 {
+            // No child right now; every syscall is dear under ptrace.
+            thread::sleep(Duration::from_secs(1));
+        }
+    }
+}
+
+/// One proxy connection: bytes both ways between the workload's TCP
+/// connection and a fresh connection to the daemon's socket.
+fn relay(client: TcpStream) {
+    let upstream = match UnixStream::connect(EGRESS_SOCKET) {
+        Ok(u) => u,
+        Err(e) => {
+            eprintln!("cairn gvisor init: cannot reach the egress proxy: {e}");
+            return;
+        }
+    };
+    let (Ok(client_r), Ok(upstream_w)) = (client.try_clone(), upstream.try_clone()) else { return };
+    // Workload to daemon: at the workload's end of sending, pass the
+    // half-close on and keep reading the answer.
+    let outbound = thread::spawn(move || {
+        let _ = copy(client_r, &upstream_w);
+        let _ = upstream_w.shutdown(Shutdown::Write);
+    });
+    // Daemon to workload: when the daemon ends, everything ends, so the
+    // unix socket is closed at once (see the module's doc).
+    let _ = copy(&upstream, &client);
+    let _ = client.shutdown(Shutdown::Both);
+    let _ = upstream.shutdown(Shutdown::Both);
+    let _ = outbound.join();
+}
+
+fn copy(mut from: impl Read, mut to: impl Write) -> io::Result<()> {
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = from.read(&mut buf)?;
+        if n == 0 {
+            return Ok(());
+        }
+        to.write_all(&buf[..n])?;
+    }
+}
