@@ -13,6 +13,11 @@ pub struct SnapshotRequest {
     /// Also becomes the task's memory summary.
     pub memory: Option<String>,
     pub healthy: Option<bool>,
+    /// Also checkpoint the sandbox's processes and memory (gvisor tasks):
+    /// a rollback to the snapshot or a fork from it continues them. The
+    /// sandbox is restored from the checkpoint at once.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub with_memory: bool,
 }
 
 /// Body of `POST /v1/tasks/{id}/rollback`: exactly one of `to` and

@@ -587,6 +587,7 @@ async fn snapshots(d: &mut Demo) -> Result<()> {
         note: Some("workspace ready".into()),
         memory: Some("notes.txt is in place; next: build".into()),
         healthy: None,
+        with_memory: false,
     };
     let snap: Snapshot = d.client.post(&format!("/v1/tasks/{}/snapshots", d.task), &body).await?;
     let sid = snap.id.to_string();

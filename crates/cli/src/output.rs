@@ -137,6 +137,11 @@ pub fn task_detail(v: &TaskView) -> String {
         format!("image:         {}", t.config.image),
         format!("limits:        memory {}, cpus {}, pids {}, disk {}", l.memory, l.cpus, l.pids, l.disk),
         format!("workdir:       {}", t.config.workdir),
+        format!(
+            "isolation:     {}{}",
+            t.config.isolation,
+            if t.config.keep_memory { " (suspends keep processes and memory)" } else { "" }
+        ),
         format!("env:           {}", if env.is_empty() { "-".into() } else { env.join(" ") }),
         format!("step:          {}", t.step),
         format!("memory:        {}", if t.memory.is_empty() { "-" } else { &t.memory }),
@@ -268,6 +273,7 @@ pub fn snapshot_table(snapshots: &[Snapshot]) -> String {
                 x.kind.to_string(),
                 if x.healthy { "healthy".into() } else { "unhealthy".into() },
                 x.step.to_string(),
+                if x.with_memory { "kept".into() } else { "-".into() },
                 x.files.to_string(),
                 human(x.bytes as f64),
                 human(x.added_bytes as f64),
@@ -277,7 +283,7 @@ pub fn snapshot_table(snapshots: &[Snapshot]) -> String {
             ]
         })
         .collect();
-    table(&["ID", "KIND", "HEALTH", "STEP", "FILES", "SIZE", "ADDED", "FROZEN", "TIME", "NOTE"], rows)
+    table(&["ID", "KIND", "HEALTH", "STEP", "PROCESSES", "FILES", "SIZE", "ADDED", "FROZEN", "TIME", "NOTE"], rows)
 }
 
 pub fn diff_lines(d: &Diff) -> String {

@@ -20,7 +20,7 @@ pub use event::{Event, EventKind, NewEvent};
 pub use id::TaskId;
 pub use limits::{parse_bytes, parse_duration, Bytes, Limits};
 pub use risk::{RiskPolicy, DEFAULT_RISK_PATTERNS};
-pub use snapshot::{Retention, RollbackNote, Snapshot, SnapshotId, SnapshotKind};
+pub use snapshot::{Retention, RollbackNote, Snapshot, SnapshotId, SnapshotKind, MEMORY_LAYER, MEMORY_LAYER_AT};
 pub use wait::{check_event_name, EventSource, InboxEvent, InboxId, Wait, WaitFor, WaitId};
 pub use state::{SandboxState, TaskState, Transition};
 pub use task::{

@@ -120,7 +120,12 @@ pub struct Snapshot {
     pub note: String,
     pub healthy: bool,
     pub step: u64,
+    /// The agent's memory summary at the time (text).
     pub memory: String,
+    /// The snapshot holds a checkpoint of the sandbox's processes and
+    /// memory (gvisor): a rollback to it or a fork from it continues them.
+    #[serde(default)]
+    pub with_memory: bool,
     pub config: TaskConfig,
     /// Hex id of the manifest in the blob store.
     pub manifest: String,
@@ -134,6 +139,16 @@ pub struct Snapshot {
     pub duration_ms: f64,
     pub created_ms: i64,
 }
+
+/// The layer of a snapshot's manifest that holds a checkpoint of the
+/// sandbox's processes and memory (`checkpoint.img` of gVisor's runsc), on
+/// the task's disk beside the writable layers: stored, chunked and
+/// deduplicated with them, never mounted in the sandbox.
+pub const MEMORY_LAYER: &str = "memory";
+
+/// Where the memory layer says it is in the sandbox: a path no sandbox
+/// sees (diffs and patches leave the layer out).
+pub const MEMORY_LAYER_AT: &str = "/.cairn-memory";
 
 /// What the agent is told after a rollback: from where, to where, and why.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
@@ -231,6 +246,7 @@ mod tests {
             healthy,
             step: 0,
             memory: String::new(),
+            with_memory: false,
             config: TaskConfig::default(),
             manifest: String::new(),
             files: 0,

@@ -199,7 +199,7 @@ impl Snapshot {
         if let Some(kind) = self.kind.as_deref().filter(|k| !SNAPSHOT_KINDS.contains(k)) {
             return Err(Error::invalid(format!("kind {kind:?} is not one of {}", SNAPSHOT_KINDS.join(", "))));
         }
-        Ok((self.task, SnapshotRequest { kind: self.kind, note: self.note, memory: None, healthy: self.healthy }))
+        Ok((self.task, SnapshotRequest { kind: self.kind, note: self.note, memory: None, healthy: self.healthy, with_memory: false }))
     }
 }
 

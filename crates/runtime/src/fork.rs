@@ -66,13 +66,17 @@ impl Runtime {
     }
 
     /// A manifest of `like`'s layers with nothing in them: what a fork's
-    /// branch snapshot holds over its base. Stored (once: it is the same
-    /// for every snapshot of a task) and returned with its id.
+    /// branch snapshot holds over its base; but the memory layer (a
+    /// checkpoint of the processes) whole, since the base has no memory.
+    /// Stored and returned with its id.
     async fn empty_manifest(&self, like: &Manifest) -> Result<(String, Manifest), Error> {
         let layers = like
             .layers
             .iter()
-            .map(|l| LayerTree { name: l.name.clone(), at: l.at.clone(), entries: l.entries.iter().take(1).cloned().collect() })
+            .map(|l| match l.name.as_str() {
+                cairn_core::MEMORY_LAYER => l.clone(),
+                _ => LayerTree { name: l.name.clone(), at: l.at.clone(), entries: l.entries.iter().take(1).cloned().collect() },
+            })
             .collect();
         let empty = Manifest::new(layers);
         let repo = self.snaps.repo.clone();
@@ -127,6 +131,7 @@ impl Runtime {
             healthy: true,
             step: snap.step,
             memory: snap.memory.clone(),
+            with_memory: snap.with_memory,
             config: task.config.clone(),
             manifest: empty.0.clone(),
             files: 0,
@@ -155,12 +160,15 @@ impl Runtime {
         fail::fail_point!("fork.recorded");
         let slot = self.claim_slot(&task.id).await?;
         let source = DiskSource::Snapshot { manifest: &empty.1, base: None };
-        self.materialise(&task, base, slot, source, OnRestoreFailure::FailNewTask, ahead, actor, async |_| {
-            fail::fail_point!("fork.disk_restored");
-            Ok(())
-        })
-        .await?;
-        self.start_services(&task, actor).await?;
+        let made = self
+            .materialise(&task, base, slot, source, OnRestoreFailure::FailNewTask, ahead, actor, async |_| {
+                fail::fail_point!("fork.disk_restored");
+                Ok(())
+            })
+            .await?;
+        if !made.resumed {
+            self.start_services(&task, actor).await?;
+        }
         Ok(self.view(self.find(task.id.as_str()).await?))
     }
 }

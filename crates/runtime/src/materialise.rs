@@ -59,6 +59,9 @@ pub(crate) struct Materialised {
     /// sandbox.
     pub restored_ms: f64,
     pub ready_ms: f64,
+    /// The sandbox continued the processes of a checkpoint on the disk
+    /// (gvisor) instead of booting: its services run already.
+    pub resumed: bool,
 }
 
 impl Runtime {
@@ -92,9 +95,15 @@ impl Runtime {
         };
         restored(restore.as_ref()).await?;
         let restored_ms = begun.elapsed().as_secs_f64() * 1000.0;
+        // Whether the start continues a checkpoint the disk holds (looked at
+        // with the disk in place: a wake on the cached disk mounts it here).
+        let resumed = task.config.isolation.keeps_memory() && {
+            let (driver, id, bytes) = (self.driver.clone(), task.id.to_string(), task.config.limits.disk_bytes);
+            tokio::task::spawn_blocking(move || driver.prepare_disk(&id, bytes).map(|_| driver.has_checkpoint(&id))).await??
+        };
         self.start(task, image, actor, ahead, Some(slot)).await?;
         let ready_ms = begun.elapsed().as_secs_f64() * 1000.0;
-        Ok(Materialised { restore, restored_ms, ready_ms })
+        Ok(Materialised { restore, restored_ms, ready_ms, resumed })
     }
 
     async fn after_failed_restore(&self, task: &Task, policy: OnRestoreFailure, e: &Error) -> Result<(), Error> {

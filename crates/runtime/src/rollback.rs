@@ -97,9 +97,12 @@ impl Runtime {
         };
         let (note, duration_ms) = recorded.ok_or_else(|| Error::internal("rollback recorded nothing"))?;
         let stats = made.restore.map(|r| r.stats);
-        // Services run from the restored layer, as they did at the snapshot.
+        // Services run from the restored layer, as they did at the snapshot
+        // (or go on from its checkpoint, which holds them running).
         let task = Task { config: target.config.clone(), ..task };
-        self.start_services(&task, actor).await?;
+        if !made.resumed {
+            self.start_services(&task, actor).await?;
+        }
         Ok(cairn_api::snapshots::RollbackAnswer {
             task: task.id,
             rollback_note: note,

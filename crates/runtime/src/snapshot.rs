@@ -48,6 +48,17 @@ impl SnapshotState {
     }
 }
 
+/// How a snapshot keeps the sandbox's processes and memory (a checkpoint,
+/// which stops the sandbox).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum WithMemory {
+    /// The sandbox is restored from the checkpoint at once (`snapshot
+    /// --with-memory`).
+    ThenResume,
+    /// It stays stopped: the caller tears it down (a suspend).
+    ThenStop,
+}
+
 /// Freezes a task's sandbox for a consistent capture.
 pub(crate) struct SandboxFreezer {
     driver: Arc<dyn SandboxDriver>,
@@ -212,7 +223,22 @@ impl Runtime {
         let task = self.find(task.id.as_str()).await?;
         task.state.check_exec()?;
         let live = self.live(&task.id).ok_or_else(|| Error::conflict(format!("task {} has no running sandbox", task.id)))?;
-        self.snapshot_locked(&task, live, kind, note, req.healthy.unwrap_or(true), req.memory, actor).await
+        if req.with_memory && !task.config.isolation.keeps_memory() {
+            return Err(Error::invalid(format!(
+                "--with-memory needs a gvisor task; task {} runs under the {} driver, which cannot checkpoint processes",
+                task.id, task.config.isolation
+            )));
+        }
+        let with_memory = req.with_memory.then_some(WithMemory::ThenResume);
+        self.snapshot_locked(&task, live, kind, note, req.healthy.unwrap_or(true), req.memory, with_memory, actor).await
+    }
+
+    /// Restarts a checkpointed sandbox from the checkpoint on its disk: the
+    /// processes go on where they were.
+    pub(crate) async fn resume_from_checkpoint(&self, task: &Task, actor: &str) -> Result<Live, Error> {
+        self.stop_sandbox_keep_disk(task).await?;
+        let image = self.image(&task.config.image).await?;
+        self.start(task, &image, actor, None, None).await
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -224,20 +250,42 @@ impl Runtime {
         note: String,
         healthy: bool,
         memory: Option<String>,
+        with_memory: Option<WithMemory>,
         actor: &str,
     ) -> Result<Snapshot, Error> {
         let _no_gc = self.hold_blobs().await?;
         let image = self.image(&task.config.image).await?;
-        let layers = Self::layer_specs(&image);
+        let mut layers = Self::layer_specs(&image);
         let baseline = self.baseline_manifest(&task.id).await;
         let disk = self.driver.disk_dir(task.id.as_str());
-        let freezer = SandboxFreezer { driver: self.driver.clone(), task: task.id.to_string() };
         let ids = IdShift { base: live.ids.host_base, len: live.ids.count };
         let repo = self.snaps.repo.clone();
         let sink = self.progress_sink(&task.id, "snapshot");
         let begun = Instant::now();
+        let mut checkpoint_ms = None;
+        let freezer: Box<dyn cairn_snapshot::Freezer + Send> = match with_memory {
+            Some(_) => {
+                // The checkpoint stops the sandbox: its layers hold still
+                // without a freeze, exactly as the checkpoint saw them.
+                let (driver, id) = (self.driver.clone(), task.id.to_string());
+                let saved = tokio::task::spawn_blocking(move || driver.checkpoint(&id)).await?;
+                if let Err(e) = saved {
+                    let err = Error::internal_from(e).context("checkpoint failed");
+                    self.log(&task.id, EventKind::Snapshot, actor, json!({ "kind": kind, "error": err.to_string() }), Some(1), None).await;
+                    // A checkpoint that failed half-way may have stopped it.
+                    if self.driver.has_checkpoint(task.id.as_str()) || !live.init.alive() {
+                        self.after_checkpoint(task, with_memory, actor).await;
+                    }
+                    return Err(err);
+                }
+                checkpoint_ms = Some(begun.elapsed().as_secs_f64() * 1000.0);
+                layers.push(LayerSpec { name: cairn_core::MEMORY_LAYER.into(), at: cairn_core::MEMORY_LAYER_AT.into() });
+                Box::new(cairn_snapshot::NoFreeze)
+            }
+            None => Box::new(SandboxFreezer { driver: self.driver.clone(), task: task.id.to_string() }),
+        };
         let captured = tokio::task::spawn_blocking(move || {
-            cairn_snapshot::capture(&repo, &disk, &layers, baseline.as_deref(), ids, &freezer, &mut |p| sink.update(p))
+            cairn_snapshot::capture(&repo, &disk, &layers, baseline.as_deref(), ids, freezer.as_ref(), &mut |p| sink.update(p))
         })
         .await?;
         let duration_ms = begun.elapsed().as_secs_f64() * 1000.0;
@@ -247,6 +295,9 @@ impl Runtime {
                 let err = snapshot_error("snapshot failed", e);
                 self.log(&task.id, EventKind::Snapshot, actor, json!({ "kind": kind, "error": err.to_string() }), Some(1), Some(duration_ms as u64))
                     .await;
+                if with_memory.is_some() {
+                    self.after_checkpoint(task, with_memory, actor).await;
+                }
                 return Err(err);
             }
         };
@@ -261,6 +312,7 @@ impl Runtime {
             healthy,
             step: task.step,
             memory: memory.clone().unwrap_or_else(|| task.memory.clone()),
+            with_memory: with_memory.is_some(),
             config: task.config.clone(),
             manifest: mid.to_hex(),
             files: manifest.file_count(),
@@ -277,7 +329,7 @@ impl Runtime {
             args: json!({
                 "snapshot": snap.id, "kind": kind, "note": snap.note, "healthy": healthy, "step": snap.step,
                 "files_read": stats.files_read, "bytes_read": stats.bytes_read, "added_bytes": stats.stored_bytes,
-                "freeze_ms": stats.freeze_ms,
+                "freeze_ms": stats.freeze_ms, "with_memory": with_memory.is_some(), "checkpoint_ms": checkpoint_ms,
             }),
             exit_code: Some(0),
             duration_ms: Some(duration_ms as u64),
@@ -291,7 +343,22 @@ impl Runtime {
         if let Err(e) = self.apply_retention(&task.id, false).await {
             tracing::warn!(task = %task.id, "retention: {e}");
         }
+        if with_memory == Some(WithMemory::ThenResume) {
+            self.resume_from_checkpoint(task, actor).await?;
+        }
         Ok(snap)
+    }
+
+    /// After a checkpoint whose snapshot failed: the sandbox goes on from
+    /// the checkpoint (or boots, if there is none), unless the caller stops
+    /// it anyway.
+    async fn after_checkpoint(&self, task: &Task, with_memory: Option<WithMemory>, actor: &str) {
+        if with_memory.is_none() {
+            return;
+        }
+        if let Err(e) = self.resume_from_checkpoint(task, actor).await {
+            tracing::error!(task = %task.id, "cannot restart the sandbox after a failed checkpoint snapshot: {e}");
+        }
     }
 
     /// The snapshot the task's disk comes from: the latest, or the rollback
@@ -353,7 +420,11 @@ impl Runtime {
     pub async fn diff(&self, id_or_name: &str, a: &str, b: &str) -> Result<cairn_snapshot::Diff, Error> {
         let task = self.find(id_or_name).await?;
         let (sa, sb) = (self.snapshot_of(&task, a).await?, self.snapshot_of(&task, b).await?);
-        let (ma, mb) = (self.load_manifest(&sa.manifest).await?, self.load_manifest(&sb.manifest).await?);
+        let (mut ma, mut mb) = (self.load_manifest(&sa.manifest).await?, self.load_manifest(&sb.manifest).await?);
+        // Files only: a checkpoint of processes is no file of the sandbox.
+        for m in [&mut ma, &mut mb] {
+            m.layers.retain(|l| l.name != cairn_core::MEMORY_LAYER);
+        }
         let mut d = cairn_snapshot::diff(&ma, &mb);
         let image = self.image(&task.config.image).await?;
         let layers = image.layers();

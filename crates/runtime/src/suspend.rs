@@ -46,10 +46,13 @@ impl Runtime {
             Some(w) => format!("suspended for wait {w}"),
             None => format!("suspended ({reason})"),
         };
-        let snap = match self.snapshot_locked(task, live, SnapshotKind::Suspend, note, true, None, actor).await {
+        // A task that keeps its memory is checkpointed with its files.
+        let with_memory = task.config.keep_memory.then_some(crate::snapshot::WithMemory::ThenStop);
+        let snap = match self.snapshot_locked(task, live, SnapshotKind::Suspend, note, true, None, with_memory, actor).await {
             Ok(s) => s,
             Err(e) => {
-                // Nothing was torn down: the task keeps running.
+                // Nothing was torn down (a stopped checkpoint was resumed):
+                // the task keeps running.
                 tracing::warn!(task = %task.id, "suspend: the snapshot failed, the task runs on: {e}");
                 self.store.transition(&task.id, TaskState::Suspending, Transition::CancelSuspend).await?;
                 self.log(&task.id, EventKind::Suspend, actor, json!({ "phase": "end", "error": e.to_string() }), Some(1), None).await;

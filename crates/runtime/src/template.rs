@@ -93,7 +93,9 @@ impl Runtime {
         let repo = self.snaps.repo.clone();
         let parent = snap.config.image.clone();
         let manifest_id = snap.manifest.clone();
-        let manifest = manifest.clone();
+        // A checkpoint of processes is no part of an image.
+        let mut manifest = manifest.clone();
+        manifest.layers.retain(|l| l.name != cairn_core::MEMORY_LAYER);
         let sink = self.progress_sink(&task.id, "commit");
         tokio::task::spawn_blocking(move || -> Result<Image, Error> {
             let scratch = images.layer_store().scratch()?;

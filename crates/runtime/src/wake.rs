@@ -106,13 +106,15 @@ impl Runtime {
                 return Err(e);
             }
         };
-        let (restored_ms, ready_ms) = (made.restored_ms, made.ready_ms);
+        let (restored_ms, ready_ms, resumed) = (made.restored_ms, made.ready_ms, made.resumed);
         let restore = json!(made.restore.map(|r| r.stats));
         fail::fail_point!("wake.sandbox_started");
-        self.start_services(&task, "daemon").await?;
+        if !resumed {
+            self.start_services(&task, "daemon").await?;
+        }
         let mut args = json!({
             "trigger": trigger, "snapshot": snap.as_ref().map(|s| &s.id), "from_cache": from_cache,
-            "restore": restore, "restored_ms": restored_ms, "sandbox_ready_ms": ready_ms,
+            "restore": restore, "restored_ms": restored_ms, "sandbox_ready_ms": ready_ms, "resumed_processes": resumed,
         });
         if let Some(a) = accepted {
             args["event_accepted_to_ready_ms"] = json!(a.elapsed().as_secs_f64() * 1000.0);
@@ -162,7 +164,7 @@ impl Runtime {
             }
             None => DiskSource::AsLeft,
         };
-        self.materialise(&task, &image, slot, source, OnRestoreFailure::StayLost, None, "daemon", async |_| Ok(())).await?;
+        let made = self.materialise(&task, &image, slot, source, OnRestoreFailure::StayLost, None, "daemon", async |_| Ok(())).await?;
         let (note, step, memory) = match &snap {
             Some(s) => {
                 let lost = if task.step > s.step {
@@ -183,7 +185,9 @@ impl Runtime {
                 task.memory.clone(),
             ),
         };
-        self.start_services(&task, "daemon").await?;
+        if !made.resumed {
+            self.start_services(&task, "daemon").await?;
+        }
         let ev = NewEvent {
             task: task.id.clone(),
             kind: EventKind::Recovered,

@@ -47,7 +47,6 @@ pub(crate) mod traces;
 pub(crate) mod uidmap;
 
 pub use gvisor::init::{init_main as gvisor_init_main, INIT_SUBCOMMAND as GVISOR_INIT_SUBCOMMAND};
-pub use gvisor::{MEMORY_LAYER, MEMORY_LAYER_AT};
 pub use driver::{InitProcess, Prestarted, RunningCommand, SandboxDriver};
 pub use error::{Error, Result};
 pub use image::Image;

@@ -100,6 +100,7 @@ fn snap(task: &TaskId, kind: SnapshotKind) -> Snapshot {
         healthy: true,
         step: 3,
         memory: "remember".into(),
+        with_memory: false,
         config: TaskConfig::default(),
         manifest: "ab".repeat(32),
         files: 1,

@@ -34,6 +34,10 @@ pub(crate) struct SnapshotCli {
     /// Mark the snapshot unhealthy: --last-healthy rollbacks skip it.
     #[arg(long)]
     pub(crate) unhealthy: bool,
+    /// Also checkpoint the sandbox's processes and memory (gvisor tasks), so
+    /// a rollback to it or a fork from it continues them.
+    #[arg(long)]
+    pub(crate) with_memory: bool,
 }
 
 #[derive(Subcommand, Debug)]
@@ -109,7 +113,7 @@ pub(crate) async fn take(client: &Client, a: SnapshotCli, out: Out) -> Result<u8
         }
         other => other.map(str::to_owned),
     };
-    let body = api::snapshots::SnapshotRequest { kind: Some(a.kind), note: a.note, memory, healthy: Some(!a.unhealthy) };
+    let body = api::snapshots::SnapshotRequest { kind: Some(a.kind), note: a.note, memory, healthy: Some(!a.unhealthy), with_memory: a.with_memory };
     let v: Answer<Snapshot> = progress::while_running(client, &task, client.post(&format!("/v1/tasks/{task}/snapshots"), &body)).await?;
     out.print(&v, |s| s.id.to_string());
     Ok(0)

@@ -55,10 +55,7 @@ pub const IDENTITY: IdRange = IdRange { host_base: 0, count: crate::uidmap::IDS_
 
 /// The task-disk layer that holds a checkpoint (`<disk>/memory/upper`):
 /// captured with the others, never mounted.
-pub const MEMORY_LAYER: &str = "memory";
-
-/// Where the memory layer says it is in the sandbox: nowhere it can see.
-pub const MEMORY_LAYER_AT: &str = "/.cairn-memory";
+pub use cairn_core::MEMORY_LAYER;
 
 /// The file runsc writes a checkpoint into.
 const CHECKPOINT_FILE: &str = "checkpoint.img";

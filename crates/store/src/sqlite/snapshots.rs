@@ -137,6 +137,7 @@ fn snapshot_from_row(r: &SqliteRow) -> Result<Snapshot> {
         healthy: r.get("healthy"),
         step: r.get::<i64, _>("step") as u64,
         memory: r.get("memory"),
+        with_memory: r.get("with_memory"),
         config: serde_json::from_str::<TaskConfig>(&config).map_err(|e| Error::Corrupt("snapshot config", e.to_string()))?,
         manifest: r.get("manifest"),
         files: r.get::<i64, _>("files") as u64,
@@ -156,8 +157,8 @@ async fn insert_snapshot_row(conn: &mut sqlx::SqliteConnection, s: &Snapshot, ba
     let config = serde_json::to_string(&s.config).map_err(|e| Error::Corrupt("config", e.to_string()))?;
     sqlx::query(
         "INSERT INTO snapshots (id, task_id, parent, kind, note, healthy, step, memory, config, manifest,
-                                files, bytes, added_bytes, freeze_ms, duration_ms, created_ms)
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                                files, bytes, added_bytes, freeze_ms, duration_ms, created_ms, with_memory)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
     )
     .bind(s.id.as_str())
     .bind(s.task.as_str())
@@ -175,6 +176,7 @@ async fn insert_snapshot_row(conn: &mut sqlx::SqliteConnection, s: &Snapshot, ba
     .bind(s.freeze_ms)
     .bind(s.duration_ms)
     .bind(s.created_ms)
+    .bind(s.with_memory)
     .execute(&mut *conn)
     .await
     .map_err(q)?;
