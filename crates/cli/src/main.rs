@@ -162,6 +162,12 @@ enum Cmd {
     /// The first process of a gvisor sandbox, run inside it.
     #[command(name = "__gvisor-init", hide = true)]
     GvisorInit,
+    /// Starts one command inside a gvisor sandbox.
+    #[command(name = "__gvisor-exec", hide = true)]
+    GvisorExec {
+        #[arg(last = true)]
+        argv: Vec<std::ffi::OsString>,
+    },
 }
 
 #[derive(Args, Debug)]
@@ -217,6 +223,9 @@ fn main() -> ExitCode {
     }
     if let Cmd::GvisorInit = &cli.cmd {
         return ExitCode::from(cairn_sandbox::gvisor_init_main() as u8);
+    }
+    if let Cmd::GvisorExec { argv } = &cli.cmd {
+        return ExitCode::from(cairn_sandbox::gvisor_exec_main(argv) as u8);
     }
     let json_out = cli.json;
     let result = match cli.cmd {
@@ -343,7 +352,7 @@ async fn client_command(cmd: Cmd, json_out: bool) -> Result<u8> {
         Cmd::Check { read_data } => verbs::snapshot::check(&client, read_data, out).await,
         Cmd::Image(c) => verbs::image::run(&client, c, out).await,
         Cmd::Mcp => mcp::bridge(&client).await,
-        Cmd::Serve(_) | Cmd::Demo | Cmd::Verify { .. } | Cmd::SandboxStart { .. } | Cmd::GvisorInit => unreachable!("handled above"),
+        Cmd::Serve(_) | Cmd::Demo | Cmd::Verify { .. } | Cmd::SandboxStart { .. } | Cmd::GvisorInit | Cmd::GvisorExec { .. } => unreachable!("handled above"),
     }
 }
 

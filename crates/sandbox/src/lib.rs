@@ -46,7 +46,7 @@ mod slots;
 pub(crate) mod traces;
 pub(crate) mod uidmap;
 
-pub use gvisor::init::{init_main as gvisor_init_main, INIT_SUBCOMMAND as GVISOR_INIT_SUBCOMMAND};
+pub use gvisor::init::{exec_main as gvisor_exec_main, init_main as gvisor_init_main};
 pub use driver::{InitProcess, Prestarted, RunningCommand, SandboxDriver};
 pub use error::{Error, Result};
 pub use image::Image;

@@ -172,6 +172,20 @@ const DATA_ARCH: u32 = 4;
 
 /// Builds the sandbox's filter for the architecture Cairn runs on.
 pub fn sandbox_filter() -> Result<BpfProgram> {
+    filter(false)
+}
+
+/// The filter of a gvisor sandbox's commands (installed inside, where the
+/// sandbox's own kernel enforces it): the same, and `statx` calls passing
+/// `AT_NO_AUTOMOUNT` answered with ENOSYS. The runsc of Debian 12 refuses
+/// that flag with EINVAL, and GNU coreutils 9 passes it on every `ls` or
+/// `stat`; on ENOSYS the C library (and Rust's) does what it did before
+/// `statx` existed (`fstatat`), which works.
+pub fn gvisor_filter() -> Result<BpfProgram> {
+    filter(true)
+}
+
+fn filter(statx_fallback: bool) -> Result<BpfProgram> {
     let err = |e: seccompiler::BackendError| Error::Seccomp(e.to_string());
     let filter = SeccompFilter::new(
         rules().map_err(err)?,
@@ -182,7 +196,7 @@ pub fn sandbox_filter() -> Result<BpfProgram> {
     .map_err(err)?;
     let body: BpfProgram = filter.try_into().map_err(err)?;
 
-    let mut program = prologue();
+    let mut program = prologue(statx_fallback);
     program.extend(body);
     // The kernel's limit on a filter's length (BPF_MAXINSNS).
     if program.len() > 4096 {
@@ -238,9 +252,17 @@ fn rules() -> Result<BTreeMap<i64, Vec<SeccompRule>>, seccompiler::BackendError>
     Ok(rules)
 }
 
+/// `AT_NO_AUTOMOUNT`, see [`gvisor_filter`].
+const AT_NO_AUTOMOUNT: u32 = 0x800;
+
+/// Where the low 32 bits of a syscall's third argument are in
+/// `seccomp_data` (little-endian).
+const DATA_ARG2_LOW: u32 = 16 + 2 * 8;
+
 /// Runs before the compiled rules: kills on a foreign ABI, and answers
-/// `clone3` with ENOSYS.
-fn prologue() -> Vec<sock_filter> {
+/// `clone3` (and, with `statx_fallback`, `statx` with `AT_NO_AUTOMOUNT`)
+/// with ENOSYS.
+fn prologue(statx_fallback: bool) -> Vec<sock_filter> {
     let kill = libc::SECCOMP_RET_KILL_PROCESS;
     let mut p = vec![
         stmt(libc::BPF_LD | libc::BPF_W | libc::BPF_ABS, DATA_ARCH),
@@ -254,6 +276,14 @@ fn prologue() -> Vec<sock_filter> {
     }
     p.push(jump(libc::BPF_JEQ, libc::SYS_clone3 as u32, 0, 1));
     p.push(stmt(libc::BPF_RET | libc::BPF_K, libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32));
+    if statx_fallback {
+        // Not statx: skip the four checks (the number stays loaded).
+        p.push(jump(libc::BPF_JEQ, libc::SYS_statx as u32, 0, 4));
+        p.push(stmt(libc::BPF_LD | libc::BPF_W | libc::BPF_ABS, DATA_ARG2_LOW));
+        p.push(jump(libc::BPF_JSET, AT_NO_AUTOMOUNT, 0, 1));
+        p.push(stmt(libc::BPF_RET | libc::BPF_K, libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32));
+        p.push(stmt(libc::BPF_LD | libc::BPF_W | libc::BPF_ABS, DATA_NR));
+    }
     p
 }
 

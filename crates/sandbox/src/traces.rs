@@ -15,6 +15,17 @@ pub fn host_traces(home: &Path, task: &str, init_pid: i32) -> Vec<String> {
     if init_pid > 0 && Path::new(&format!("/proc/{init_pid}")).exists() {
         found.push(format!("process {init_pid} (the sandbox init) still exists"));
     }
+    // A gvisor sandbox's sentry and gofer name the task's runsc state
+    // directory on their command lines.
+    let state = home.join("run").join(task).join("runsc");
+    let state = state.to_string_lossy();
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        if let Ok(cmdline) = std::fs::read(e.path().join("cmdline")) {
+            if String::from_utf8_lossy(&cmdline).contains(state.as_ref()) {
+                found.push(format!("process {} (runsc of the task) still exists", e.file_name().to_string_lossy()));
+            }
+        }
+    }
     let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
     found.extend(mountinfo.lines().filter(|l| l.contains(task)).map(|l| format!("mount: {l}")));
     match CgroupLayout::detect().and_then(|layout| layout.open(task)) {

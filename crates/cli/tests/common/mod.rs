@@ -114,6 +114,25 @@ pub fn reap(pid: i32) {
     }
 }
 
+/// The isolation driver the daemons of this test run give tasks by
+/// default: `CAIRN_TEST_ISOLATION` (scripts/test.sh runs the isolation,
+/// limits, egress and delivery tests once more with `gvisor`), else native.
+pub fn test_isolation() -> String {
+    std::env::var("CAIRN_TEST_ISOLATION").unwrap_or_else(|_| "native".into())
+}
+
+/// True when this test run's tasks run under gvisor.
+pub fn under_gvisor() -> bool {
+    test_isolation() == "gvisor"
+}
+
+fn isolation_args() -> Vec<String> {
+    match test_isolation().as_str() {
+        "native" => Vec::new(),
+        other => vec!["--isolation".into(), other.into()],
+    }
+}
+
 pub fn require_root() {
     assert!(nix_is_root(), "these tests build real sandboxes and must run as root");
 }
@@ -228,6 +247,7 @@ impl Daemon {
             .map_err(|e| format!("daemon log: {e}"))?;
         let child = Command::new(CAIRN)
             .args(["serve", "--listen", "127.0.0.1:0", "--disk-pool", "1"])
+            .args(isolation_args())
             .args(extra)
             .env("CAIRN_HOME", self.home.path())
             .env("RUST_LOG", "info")

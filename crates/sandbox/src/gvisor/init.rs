@@ -21,6 +21,9 @@ use std::time::Duration;
 /// The hidden subcommand of the `cairn` binary that runs [`init_main`].
 pub const INIT_SUBCOMMAND: &str = "__gvisor-init";
 
+/// The hidden subcommand that starts each command inside ([`exec_main`]).
+pub const EXEC_SUBCOMMAND: &str = "__gvisor-exec";
+
 /// Where the loader, its libraries and `cairn` are bound in the sandbox
 /// (inside its own `/dev`, so nothing is made in the task's layer).
 pub const INIT_DIR: &str = "/dev/cairn/init";
@@ -34,8 +37,60 @@ pub const EGRESS_SOCKET_NAME: &str = "egress.sock";
 /// The daemon's egress socket, as the sandbox sees it.
 pub const EGRESS_SOCKET: &str = "/dev/cairn/egress/egress.sock";
 
+/// Starts one command inside the sandbox, as `runsc exec` runs it: sets
+/// `no_new_privs` and the sandbox's syscall filter (the native one, and
+/// the `statx` fallback this runsc needs: see
+/// [`crate::seccomp::gvisor_filter`]), then becomes the command, found on
+/// its `PATH`. A command that cannot start exits 127 (126: not
+/// executable) with one line on stderr, as a shell's would.
+pub fn exec_main(argv: &[std::ffi::OsString]) -> i32 {
+    use std::os::unix::process::CommandExt;
+    let Some((cmd, args)) = argv.split_first() else {
+        eprintln!("cairn: empty command");
+        return 127;
+    };
+    let filter = match crate::seccomp::gvisor_filter() {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("cairn: cannot build the syscall filter: {e}");
+            return 126;
+        }
+    };
+    if let Err(e) = crate::seccomp::apply(&filter) {
+        eprintln!("cairn: cannot install the syscall filter: {e}");
+        return 126;
+    }
+    let mut command = std::process::Command::new(cmd);
+    // An image with the GNU C library (it has `ld.so.cache`) gets the
+    // `statx` wrappers this runsc needs (see `shim/statx.rs`).
+    if std::path::Path::new("/etc/ld.so.cache").exists() {
+        let shim = format!("{INIT_DIR}/{}", super::STATX_SHIM_NAME);
+        let preload = match std::env::var("LD_PRELOAD") {
+            Ok(p) if !p.is_empty() => format!("{shim}:{p}"),
+            _ => shim,
+        };
+        command.env("LD_PRELOAD", preload);
+    }
+    // exec replaces this process; it returns only on failure.
+    let err = command.args(args).exec();
+    eprintln!("cairn: {}: {err}", cmd.to_string_lossy());
+    match err.kind() {
+        io::ErrorKind::NotFound => 127,
+        _ => 126,
+    }
+}
+
 /// Runs the init; returns only if it cannot serve the proxy port.
 pub fn init_main() -> i32 {
+    // The same filter as every command (it has no children, but it reads
+    // what the workload sends it).
+    match crate::seccomp::gvisor_filter().and_then(|f| crate::seccomp::apply(&f)) {
+        Ok(()) => {}
+        Err(e) => {
+            eprintln!("cairn gvisor init: cannot install the syscall filter: {e}");
+            return 1;
+        }
+    }
     let listener = match TcpListener::bind(crate::net::PROXY_ADDR) {
         Ok(l) => l,
         Err(e) => {

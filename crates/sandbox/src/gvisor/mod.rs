@@ -121,17 +121,37 @@ impl Gvisor {
     /// the `cairn` executable; `scratch` a directory of the daemon's.
     pub fn detect(helper: &Path, scratch: &Path) -> std::result::Result<Gvisor, String> {
         let exe = runsc::find().ok_or("runsc is not installed (apt-get install runsc)")?;
-        let init_files = init_files(helper)?;
+        let mut init_files = init_files(helper)?;
+        let shim = scratch.join(STATX_SHIM_NAME);
+        fs::write(&shim, STATX_SHIM).map_err(|e| format!("cannot write {}: {e}", shim.display()))?;
+        init_files.push((STATX_SHIM_NAME.to_owned(), shim));
         let platform = Arc::new(OnceLock::new());
-        let (p, e, s) = (platform.clone(), exe.clone(), scratch.to_owned());
-        std::thread::Builder::new()
-            .name("gvisor-platform".into())
-            .spawn(move || {
-                let found = runsc::detect_platform(&e, &s);
-                tracing::info!(platform = found.as_str(), "gvisor platform");
-                let _ = p.set(found);
-            })
-            .map_err(|e| format!("cannot probe the gvisor platform: {e}"))?;
+        // What a probe found before on this kernel (a probe that fails can
+        // take seconds); else probed in the background.
+        let cache = scratch.join("gvisor-platform");
+        let kernel = fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim().to_owned();
+        let cached = fs::read_to_string(&cache).ok().and_then(|text| match text.trim().split_once(' ') {
+            Some((k, "kvm")) if k == kernel => Some(Platform::Kvm),
+            Some((k, "ptrace")) if k == kernel => Some(Platform::Ptrace),
+            _ => None,
+        });
+        match cached {
+            Some(p) => {
+                let _ = platform.set(p);
+            }
+            None => {
+                let (p, e, s) = (platform.clone(), exe.clone(), scratch.to_owned());
+                std::thread::Builder::new()
+                    .name("gvisor-platform".into())
+                    .spawn(move || {
+                        let found = runsc::detect_platform(&e, &s);
+                        tracing::info!(platform = found.as_str(), "gvisor platform");
+                        let _ = fs::write(&cache, format!("{kernel} {}\n", found.as_str()));
+                        let _ = p.set(found);
+                    })
+                    .map_err(|e| format!("cannot probe the gvisor platform: {e}"))?;
+            }
+        }
         Ok(Gvisor { exe, platform, init_files, bridges: Mutex::new(HashMap::new()) })
     }
 
@@ -237,7 +257,9 @@ impl Gvisor {
                     .build()
                     .map_err(|e| Error::Helper(format!("exec user: {e}")))?,
             )
-            .args(req.argv.clone())
+            // Through `cairn __gvisor-exec`, which installs the syscall
+            // filter first (runsc gives it to the init only).
+            .args(spec::cairn_args(init::EXEC_SUBCOMMAND).into_iter().chain(std::iter::once("--".to_owned())).chain(req.argv.iter().cloned()).collect::<Vec<_>>())
             .env(env)
             .cwd(req.cwd.clone())
             .build()
@@ -322,6 +344,12 @@ impl Gvisor {
 }
 
 static EXEC_SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// `libcairn-statx.so` (see `shim/statx.rs`), built with the crate.
+const STATX_SHIM: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/libcairn-statx.so"));
+
+/// Its name in [`init::INIT_DIR`].
+pub const STATX_SHIM_NAME: &str = "libcairn-statx.so";
 
 /// The host files bound in as the init: `cairn` and what its loader needs,
 /// from `ldd`'s answer about it.

@@ -30,7 +30,7 @@ impl Platform {
 /// How long a probe of the KVM platform may take before it counts as
 /// unusable (on some hosts `/dev/kvm` opens and makes VMs, and a sandbox
 /// on it then never starts).
-const KVM_PROBE_TIMEOUT: Duration = Duration::from_secs(3);
+const KVM_PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// The runsc executable, found on `PATH` or in the usual places.
 pub fn find() -> Option<PathBuf> {

@@ -52,15 +52,15 @@ fn bind(destination: String, source: &Path) -> Result<oci_spec::runtime::Mount> 
         .map_err(|e| spec_error("mount", e))
 }
 
-/// The init's command line: the loader runs `cairn __gvisor-init` with the
-/// libraries bound beside it.
-pub fn init_args() -> Vec<String> {
+/// The command line of `cairn <subcommand>` inside: the loader runs the
+/// bound-in `cairn` with the libraries bound beside it.
+pub fn cairn_args(subcommand: &str) -> Vec<String> {
     vec![
         format!("{INIT_DIR}/{LOADER}"),
         "--library-path".to_owned(),
         INIT_DIR.to_owned(),
         format!("{INIT_DIR}/cairn"),
-        INIT_SUBCOMMAND.to_owned(),
+        subcommand.to_owned(),
     ]
 }
 
@@ -70,7 +70,7 @@ pub fn runtime_spec(s: &SandboxSpec) -> Result<Spec> {
     let process = ProcessBuilder::default()
         .terminal(false)
         .user(UserBuilder::default().uid(0u32).gid(0u32).build().map_err(|e| spec_error("user", e))?)
-        .args(init_args())
+        .args(cairn_args(INIT_SUBCOMMAND))
         .env(vec!["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".to_owned()])
         .cwd(s.workdir)
         .no_new_privileges(true)
