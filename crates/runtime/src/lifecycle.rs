@@ -200,11 +200,28 @@ impl Runtime {
     /// The live sandbox of a task that can run commands, starting it if the
     /// task was created but never started (e.g. the daemon stopped midway).
     pub async fn running(&self, id_or_name: &str, actor: &str) -> Result<(Task, Live), Error> {
-        let task = self.find(id_or_name).await?;
-        if let Some(live) = self.live(&task.id) {
-            if task.state == TaskState::Running {
-                return Ok((task, live));
+        let mut task = self.find(id_or_name).await?;
+        match self.live(&task.id) {
+            Some(live) if task.state == TaskState::Running => {
+                if live.init.alive() {
+                    return Ok((task, live));
+                }
+                // Died just now (a gvisor sandbox ends whole on an OOM):
+                // lost, and recovered below, without waiting for the
+                // background to notice.
+                self.lost_if_dead(&task.id, live).await;
+                task = self.find(task.id.as_str()).await?;
             }
+            None if task.state == TaskState::Running && task.sandbox == SandboxState::Ready => {
+                // The background is marking it lost right now: its lock.
+                let lock = self.lock_of(&task.id);
+                let _guard = lock.lock().await;
+                task = self.find(task.id.as_str()).await?;
+                if let Some(live) = self.live(&task.id) {
+                    return Ok((task, live));
+                }
+            }
+            _ => {}
         }
         match (task.state, task.sandbox) {
             // Suspended: wake it first, transparently.
@@ -470,19 +487,25 @@ impl Runtime {
                     .filter(|(_, l)| !l.init.alive())
                     .collect();
                 for (id, live) in dead {
-                    reaper::reap(live.init.pid);
-                    let lock = self.lock_of(&id);
-                    let _guard = lock.lock().await;
-                    // Destroy, or a rollback's fresh sandbox, may have come
-                    // meanwhile: only the init found dead is lost.
-                    if self.live(&id).map(|l| (l.init.pid, l.init.start_time)) != Some((live.init.pid, live.init.start_time)) {
-                        continue;
-                    }
-                    if let Ok(task) = self.store.find_task(id.as_str()).await {
-                        let _ = self.mark_lost(&task, Some(live.init), "the sandbox's init exited").await;
-                    }
+                    self.lost_if_dead(&id, live).await;
                 }
             }
         });
+    }
+
+    /// Marks the task's sandbox lost if `live` (found with its init dead)
+    /// is still the task's sandbox, under the task's lock.
+    async fn lost_if_dead(&self, id: &TaskId, live: Live) {
+        reaper::reap(live.init.pid);
+        let lock = self.lock_of(id);
+        let _guard = lock.lock().await;
+        // Destroy, or a rollback's fresh sandbox, may have come meanwhile:
+        // only the init found dead is lost.
+        if self.live(id).map(|l| (l.init.pid, l.init.start_time)) != Some((live.init.pid, live.init.start_time)) {
+            return;
+        }
+        if let Ok(task) = self.store.find_task(id.as_str()).await {
+            let _ = self.mark_lost(&task, Some(live.init), "the sandbox's init exited").await;
+        }
     }
 }

@@ -180,7 +180,7 @@ impl NativeDriver {
         self.prepare_disk(task, config.limits.disk_bytes)?;
         // The sentry's own threads count against the pids limit.
         let mut limits = config.limits;
-        limits.pids = limits.pids.saturating_add(gvisor::spec::SENTRY_PIDS);
+        limits.pids = gvisor::spec::host_pids(limits.pids);
         let cgroup = self.cgroups.create(task, &limits)?;
         let (init, _restored) = g.start(task, config, image, &self.gvisor_paths(task)?)?;
         if let Ok(pids) = cgroup.pids() {

@@ -37,8 +37,9 @@ pub const EGRESS_SOCKET_NAME: &str = "egress.sock";
 /// The daemon's egress socket, as the sandbox sees it.
 pub const EGRESS_SOCKET: &str = "/dev/cairn/egress/egress.sock";
 
-/// Starts one command inside the sandbox, as `runsc exec` runs it: sets
-/// `no_new_privs` and the sandbox's syscall filter (the native one, and
+/// Starts one command inside the sandbox, as `runsc exec` runs it (with
+/// the native driver's capability bounds, which runsc set from the spec):
+/// sets `no_new_privs` and the sandbox's syscall filter (the native one, and
 /// the `statx` fallback this runsc needs: see
 /// [`crate::seccomp::gvisor_filter`]), then becomes the command, found on
 /// its `PATH`. A command that cannot start exits 127 (126: not

@@ -247,7 +247,11 @@ impl Gvisor {
         let n = EXEC_SEQ.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         let process_json = paths.run_dir.join(format!("exec-{n}.json"));
         let pid_file = paths.run_dir.join(format!("exec-{n}.pid"));
+        // Root gets the bounded set; another user none, as after a
+        // setuid under the native driver.
+        let capabilities = if uid == 0 { spec::sandbox_capabilities()? } else { spec::no_capabilities()? };
         let process = oci_spec::runtime::ProcessBuilder::default()
+            .capabilities(capabilities)
             .terminal(req.tty.is_some())
             .user(
                 oci_spec::runtime::UserBuilder::default()

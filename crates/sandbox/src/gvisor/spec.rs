@@ -16,10 +16,21 @@ use oci_spec::runtime::{
 use super::init::{EGRESS_DIR, INIT_DIR, INIT_SUBCOMMAND};
 use crate::{Error, Result};
 
-/// runsc's own threads and ptrace stubs count against the pids limit (25
-/// when idle): the limit the host enforces is the task's plus this, so
-/// that a sandbox is not killed for the sentry's threads.
+/// The host tasks of an idle sandbox (the sentry's threads, the gofer):
+/// about 50 on the ptrace platform.
 pub const SENTRY_PIDS: u32 = 256;
+
+/// Host tasks per process inside, on the ptrace platform (its stub and the
+/// sentry's threads that trace it): measured at about 23.
+pub const HOST_TASKS_PER_PROCESS: u32 = 24;
+
+/// The pids limit on the host for a task allowed `pids` processes: inside
+/// the sandbox nothing counts processes for root, so the host's limit
+/// (on the sentry's tasks) is what stops a fork bomb, at about `pids`
+/// processes. Past it the sandbox dies whole; the host is untouched.
+pub fn host_pids(pids: u32) -> u32 {
+    pids.saturating_mul(HOST_TASKS_PER_PROCESS).saturating_add(SENTRY_PIDS)
+}
 
 /// The host's dynamic loader, bound in as `ld.so`: it runs `cairn` inside.
 pub const LOADER: &str = "ld.so";
@@ -64,10 +75,41 @@ pub fn cairn_args(subcommand: &str) -> Vec<String> {
     ]
 }
 
+/// The capabilities of the sandbox's root: the native driver's bounded set
+/// ([`crate::caps::SANDBOX_CAPS`]), which runsc applies to the init and to
+/// every command.
+pub fn sandbox_capabilities() -> Result<oci_spec::runtime::LinuxCapabilities> {
+    let names = crate::caps::SANDBOX_CAPS.iter().map(|c| c.to_string());
+    let set: oci_spec::runtime::Capabilities =
+        names.map(|n| serde_json::from_value(serde_json::Value::String(n.clone())).map_err(|e| spec_error(&n, e))).collect::<Result<_>>()?;
+    oci_spec::runtime::LinuxCapabilitiesBuilder::default()
+        .bounding(set.clone())
+        .effective(set.clone())
+        .permitted(set)
+        .inheritable(oci_spec::runtime::Capabilities::new())
+        .ambient(oci_spec::runtime::Capabilities::new())
+        .build()
+        .map_err(|e| spec_error("capabilities", e))
+}
+
+/// No capability at all (a command of another user than root).
+pub fn no_capabilities() -> Result<oci_spec::runtime::LinuxCapabilities> {
+    let none = oci_spec::runtime::Capabilities::new();
+    oci_spec::runtime::LinuxCapabilitiesBuilder::default()
+        .bounding(sandbox_capabilities()?.bounding().clone().unwrap_or_default())
+        .effective(none.clone())
+        .permitted(none.clone())
+        .inheritable(none.clone())
+        .ambient(none)
+        .build()
+        .map_err(|e| spec_error("capabilities", e))
+}
+
 /// Builds the runtime spec of one sandbox.
 pub fn runtime_spec(s: &SandboxSpec) -> Result<Spec> {
     let root = RootBuilder::default().path(s.root).readonly(false).build().map_err(|e| spec_error("root", e))?;
     let process = ProcessBuilder::default()
+        .capabilities(sandbox_capabilities()?)
         .terminal(false)
         .user(UserBuilder::default().uid(0u32).gid(0u32).build().map_err(|e| spec_error("user", e))?)
         .args(cairn_args(INIT_SUBCOMMAND))
