@@ -198,6 +198,7 @@ async fn steps(d: &mut Demo, home: &Path, daemon_port: u16) -> Result<()> {
     snapshots(d).await?;
     images(d).await?;
     waits(d, home).await?;
+    gvisor(d).await?;
 
     let t = Instant::now();
     let events: Vec<Event> = d.client.get(&format!("/v1/tasks/{}/events", d.task)).await?;
@@ -796,6 +797,68 @@ async fn waits(d: &mut Demo, home: &Path) -> Result<()> {
     Ok(())
 }
 
+/// A second task under gVisor (`isolation: gvisor`): its service keeps a
+/// counter in memory only; a wait suspends the task with its processes
+/// and memory, and the wake continues the counter where it was.
+async fn gvisor(d: &mut Demo) -> Result<()> {
+    let main_task = std::mem::take(&mut d.task);
+    let t = Instant::now();
+    let counter = "b=$(head -c4 /dev/urandom | od -An -tx1 | tr -d ' \\n'); i=0; \
+        while true; do i=$((i+1)); echo \"$b $i\" > /workspace/counter.new && mv /workspace/counter.new /workspace/counter; sleep 0.1; done";
+    let view: TaskView = d
+        .client
+        .post("/v1/tasks", &api::tasks::CreateRequest {
+            isolation: Some("gvisor".into()),
+            services: vec![counter.into()],
+            ..Default::default()
+        })
+        .await?;
+    d.task = view.task.id.to_string();
+    d.say("a task under gVisor (runsc): a second kernel", t.elapsed(), &format!("task {} (isolation {}, suspends keep memory: {})", d.task, view.task.config.isolation, view.task.config.keep_memory));
+    let result = gvisor_steps(d).await;
+    let _ = d.client.delete::<TaskView>(&format!("/v1/tasks/{}", d.task)).await;
+    d.task = main_task;
+    result
+}
+
+async fn gvisor_steps(d: &mut Demo) -> Result<()> {
+    d.show("its kernel is gVisor's, its root the same overlay", "uname -sr; ls -ld /workspace", |r| r.code() == 0).await?;
+    let deadline = Instant::now() + std::time::Duration::from_secs(20);
+    let before = loop {
+        let r = d.exec("cat /workspace/counter 2>/dev/null").await?;
+        let count = text(&r).split_whitespace().nth(1).and_then(|n| n.parse::<u64>().ok()).unwrap_or(0);
+        if count >= 5 || Instant::now() > deadline {
+            break text(&r).trim().to_owned();
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    let t = Instant::now();
+    let w: WaitView = d.client.post(&format!("/v1/tasks/{}/waits", d.task), &api::waits::WaitRequest { approval: Some("Go on counting?".into()), ..Default::default() }).await?;
+    let snaps: Vec<cairn_core::Snapshot> = d.client.get(&format!("/v1/tasks/{}/snapshots", d.task)).await?;
+    let with_memory = snaps.last().is_some_and(|s| s.with_memory);
+    d.say(
+        "the service's counter is in memory only; wait for an approval",
+        t.elapsed(),
+        &format!("counter (boot id, count) before: {before}
+state {}; the suspend snapshot holds processes and memory: {with_memory}", w.task_state),
+    );
+    if w.task_state != TaskState::Suspended || !with_memory {
+        bail!("the gvisor task was not suspended with its memory");
+    }
+    let t = Instant::now();
+    let _: serde_json::Value = d.client.post(&format!("/v1/tasks/{}/approve", d.task), &api::waits::ApproveRequest { approve: true, comment: None }).await?;
+    let woke = wait_running(d, &w).await?;
+    d.say("approve: the sandbox is restored from the checkpoint", t.elapsed(), &woke);
+    let r = d.show("the counter goes on from where it was (same boot id)", "cat /workspace/counter", |r| r.code() == 0).await?;
+    let (b0, n0) = before.split_once(' ').unwrap_or_default();
+    let after = text(&r);
+    let (b1, n1) = after.trim().split_once(' ').unwrap_or_default();
+    if b0 != b1 || n1.parse::<u64>().unwrap_or(0) < n0.parse::<u64>().unwrap_or(u64::MAX) {
+        bail!("the counter did not continue: {before} -> {}", after.trim());
+    }
+    Ok(())
+}
+
 /// Waits (blocking in the daemon, which is woken by the change) until
 /// the wait `w` is satisfied and its task runs again; describes the wake.
 async fn wait_running(d: &Demo, w: &WaitView) -> Result<String> {
@@ -809,8 +872,9 @@ async fn wait_running(d: &Demo, w: &WaitView) -> Result<String> {
     // entry records its own.
     let a = log.iter().rev().find(|e| e.kind == EventKind::Wake).map(|e| e.args.clone()).unwrap_or_default();
     Ok(format!(
-        "sandbox ready {:.1} ms after the wake began ({})",
+        "sandbox ready {:.1} ms after the wake began ({}{})",
         a["sandbox_ready_ms"].as_f64().unwrap_or(0.0),
-        if a["from_cache"] == true { "its disk reused as suspended" } else { "restored from the blob store" }
+        if a["from_cache"] == true { "its disk reused as suspended" } else { "restored from the blob store" },
+        if a["resumed_processes"] == true { "; its processes restored" } else { "" }
     ))
 }

@@ -79,7 +79,8 @@ impl NativeDriver {
             fs::DirBuilder::new().recursive(true).mode(0o700).create(d).map_err(|e| Error::Io(d.display().to_string(), e))?;
         }
         let pool = DiskPool::new(disk_root.join("pool"), default_disk, pool_target)?;
-        let gvisor = Gvisor::detect(&helper, &run_root);
+        let cgroups = CgroupLayout::detect()?;
+        let gvisor = Gvisor::detect(&helper, &run_root, &cgroups);
         if let Err(why) = &gvisor {
             tracing::info!("no gvisor sandboxes on this host: {why}");
         }
@@ -89,7 +90,7 @@ impl NativeDriver {
             slots: HostSlots::new(&run_root),
             run_root,
             disk_root,
-            cgroups: CgroupLayout::detect()?,
+            cgroups,
             pool,
             helper,
             prestarted: std::sync::Mutex::new(Vec::new()),

@@ -119,7 +119,7 @@ pub struct Gvisor {
 impl Gvisor {
     /// The gvisor support of this host, or why there is none. `helper` is
     /// the `cairn` executable; `scratch` a directory of the daemon's.
-    pub fn detect(helper: &Path, scratch: &Path) -> std::result::Result<Gvisor, String> {
+    pub fn detect(helper: &Path, scratch: &Path, cgroups: &crate::cgroup::CgroupLayout) -> std::result::Result<Gvisor, String> {
         let exe = runsc::find().ok_or("runsc is not installed (apt-get install runsc)")?;
         let mut init_files = init_files(helper)?;
         let shim = scratch.join(STATX_SHIM_NAME);
@@ -140,11 +140,16 @@ impl Gvisor {
                 let _ = platform.set(p);
             }
             None => {
-                let (p, e, s) = (platform.clone(), exe.clone(), scratch.to_owned());
+                let (p, e, s) = (platform.clone(), exe.clone(), scratch.join(format!("kvm-probe-{}", std::process::id())));
+                // A group of its own (not named like a task), removed after.
+                let group = cgroups.create(&format!("gvisor-probe-{}", std::process::id()), &cairn_core::Limits::default()).map_err(|e| e.to_string())?;
                 std::thread::Builder::new()
                     .name("gvisor-platform".into())
                     .spawn(move || {
-                        let found = runsc::detect_platform(&e, &s);
+                        let found = runsc::detect_platform(&e, &s, &group);
+                        if let Err(err) = group.remove() {
+                            tracing::warn!("removing the gvisor probe's cgroup: {err}");
+                        }
                         tracing::info!(platform = found.as_str(), "gvisor platform");
                         let _ = fs::write(&cache, format!("{kernel} {}\n", found.as_str()));
                         let _ = p.set(found);

@@ -42,46 +42,77 @@ pub fn find() -> Option<PathBuf> {
 }
 
 /// Chooses the platform: KVM when `/dev/kvm` exists and a probe sandbox on
-/// it runs `/bin/true` in time, else ptrace. `scratch` is a directory the
-/// probe may use; it is emptied after.
-pub fn detect_platform(runsc: &Path, scratch: &Path) -> Platform {
+/// it runs `/bin/true` (from the host's root, read-only) in time, else
+/// ptrace. The probe runs in the cgroup `probe` (made and removed by the
+/// caller), so that everything it started dies with it, and keeps its
+/// state in `scratch`, which is removed after.
+pub fn detect_platform(runsc: &Path, scratch: &Path, probe: &crate::cgroup::TaskCgroup) -> Platform {
     if !Path::new("/dev/kvm").exists() {
         return Platform::Ptrace;
     }
-    let state = scratch.join("kvm-probe");
-    let _ = std::fs::create_dir_all(&state);
-    let child = Command::new(runsc)
-        .arg("--root")
-        .arg(&state)
-        .args(["--platform=kvm", "--network=none", "--ignore-cgroups", "do", "/bin/true"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .process_group(0)
-        .spawn();
-    let works = match child {
-        Ok(mut c) => {
-            let deadline = Instant::now() + KVM_PROBE_TIMEOUT;
-            loop {
-                match c.try_wait() {
-                    Ok(Some(status)) => break status.success(),
-                    Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
-                    _ => {
-                        // SAFETY: kill(2) of the probe's own process group.
-                        unsafe { libc::kill(-(c.id() as i32), libc::SIGKILL) };
-                        let _ = c.wait();
-                        break false;
-                    }
-                }
-            }
-        }
-        Err(_) => false,
-    };
-    let _ = std::fs::remove_dir_all(&state);
+    let works = probe_kvm(runsc, scratch, probe).unwrap_or(false);
+    if probe.exists() {
+        let _ = probe.kill_all();
+    }
+    let _ = std::fs::remove_dir_all(scratch);
     if works {
         Platform::Kvm
     } else {
         Platform::Ptrace
+    }
+}
+
+fn probe_kvm(runsc: &Path, scratch: &Path, probe: &crate::cgroup::TaskCgroup) -> std::io::Result<bool> {
+    let bundle = scratch.join("bundle");
+    std::fs::create_dir_all(&bundle)?;
+    let spec = serde_json::json!({
+        "ociVersion": "1.0.2",
+        "root": { "path": "/", "readonly": true },
+        "process": { "args": ["/bin/true"], "cwd": "/", "user": { "uid": 0, "gid": 0 } },
+        "mounts": [{ "destination": "/proc", "type": "proc", "source": "proc" }],
+        "linux": { "namespaces": [{ "type": "pid" }, { "type": "network" }, { "type": "mount" }] },
+    });
+    std::fs::write(bundle.join("config.json"), spec.to_string())?;
+    let procs: Vec<std::ffi::CString> =
+        probe.paths().iter().map(|p| cairn_fsat::cstr(p.join("cgroup.procs").as_os_str())).collect::<std::io::Result<_>>()?;
+    let mut cmd = Command::new(runsc);
+    cmd.arg("--root")
+        .arg(scratch.join("state"))
+        .args(["--platform=kvm", "--network=none", "--ignore-cgroups", "run", "-bundle"])
+        .arg(&bundle)
+        .arg("kvmprobe")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    // SAFETY: only open, write and close between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            for f in &procs {
+                let fd = libc::open(f.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+                if fd < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                let n = libc::write(fd, b"0".as_ptr().cast(), 1);
+                libc::close(fd);
+                if n != 1 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn()?;
+    let deadline = Instant::now() + KVM_PROBE_TIMEOUT;
+    loop {
+        if let Some(status) = child.try_wait()? {
+            return Ok(status.success());
+        }
+        if Instant::now() >= deadline {
+            let _ = probe.kill_all();
+            let _ = child.wait();
+            return Ok(false);
+        }
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 
