@@ -382,6 +382,21 @@ mod tests {
         assert!(plain.contains("\nSeccomp:\t0\n"), "{plain}");
     }
 
+    /// The gvisor filter answers `statx` with `AT_NO_AUTOMOUNT` with ENOSYS
+    /// and lets every other `statx` through (the same call without the
+    /// flag, and both calls under the native filter, are the controls).
+    #[test]
+    fn the_gvisor_filter_diverts_statx_with_at_no_automount_only() {
+        let py = python().unwrap();
+        let script = "import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\nbuf = ctypes.create_string_buffer(256)\n\
+                      for flags in (0x800, 0x900, 0, 0x100):\n    ctypes.set_errno(0)\n    \
+                      r = libc.syscall(332, -100, b'/', flags, 0x7ff, buf)\n    print(flags, ctypes.get_errno() if r else 0)\n";
+        let gvisor = stdout(&run(Some(&gvisor_filter().unwrap()), py, &["-c", script]));
+        assert_eq!(gvisor, format!("2048 {e}\n2304 {e}\n0 0\n256 0\n", e = libc::ENOSYS), "under the gvisor filter");
+        let native = stdout(&run(Some(&sandbox_filter().unwrap()), py, &["-c", script]));
+        assert_eq!(native, "2048 0\n2304 0\n0 0\n256 0\n", "under the native filter");
+    }
+
     #[test]
     fn namespaces_cannot_be_created() {
         let prog = sandbox_filter().unwrap();

@@ -27,6 +27,8 @@ use crate::{Error, Result};
 #[derive(Debug)]
 pub struct EgressBridge {
     socket: PathBuf,
+    /// The socket file's inode: a later bridge may have replaced it.
+    socket_ino: u64,
     listener: Arc<UnixListener>,
     stopped: Arc<AtomicBool>,
     conns: Arc<Conns>,
@@ -52,6 +54,7 @@ impl EgressBridge {
             Err(e) => return Err(Error::Io(socket.display().to_string(), e)),
         }
         let listener = Arc::new(UnixListener::bind(&socket).map_err(|e| Error::Io(socket.display().to_string(), e))?);
+        let socket_ino = std::os::unix::fs::MetadataExt::ino(&std::fs::symlink_metadata(&socket).map_err(|e| Error::Io(socket.display().to_string(), e))?);
         let stopped = Arc::new(AtomicBool::new(false));
         let conns = Arc::new(Conns::default());
         let (tx, rx) = mpsc::channel();
@@ -61,7 +64,7 @@ impl EgressBridge {
             .spawn(move || bridge(l, s, c, tx))
             .map_err(|e| Error::sys("start the egress bridge", e))?;
         let port = rx.recv().map_err(|_| Error::Helper("the egress bridge ended before it bound the proxy port".into()))??;
-        Ok((EgressBridge { socket, listener, stopped, conns }, port))
+        Ok((EgressBridge { socket, socket_ino, listener, stopped, conns }, port))
     }
 
     /// Ends every open connection and waits (up to `within`) until the
@@ -95,7 +98,10 @@ impl Drop for EgressBridge {
             let _ = sandbox.shutdown(Shutdown::Both);
             let _ = proxy.shutdown(Shutdown::Both);
         }
-        let _ = std::fs::remove_file(&self.socket);
+        let ours = std::fs::symlink_metadata(&self.socket).is_ok_and(|m| std::os::unix::fs::MetadataExt::ino(&m) == self.socket_ino);
+        if ours {
+            let _ = std::fs::remove_file(&self.socket);
+        }
     }
 }
 

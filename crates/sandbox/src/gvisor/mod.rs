@@ -364,7 +364,11 @@ pub const STATX_SHIM_NAME: &str = "libcairn-statx.so";
 /// from `ldd`'s answer about it.
 fn init_files(helper: &Path) -> std::result::Result<Vec<(String, PathBuf)>, String> {
     let out = std::process::Command::new("ldd").arg(helper).output().map_err(|e| format!("cannot run ldd: {e}"))?;
-    let text = String::from_utf8_lossy(&out.stdout);
+    files_from_ldd(helper, &String::from_utf8_lossy(&out.stdout))
+}
+
+/// [`init_files`] from `ldd`'s answer.
+fn files_from_ldd(helper: &Path, text: &str) -> std::result::Result<Vec<(String, PathBuf)>, String> {
     let mut files = vec![("cairn".to_owned(), helper.to_owned())];
     for line in text.lines() {
         let line = line.trim();
