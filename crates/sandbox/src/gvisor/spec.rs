@@ -164,7 +164,16 @@ mod tests {
         );
         assert_eq!(v["process"]["cwd"], "/workspace");
         assert_eq!(v["process"]["noNewPrivileges"], true);
-        assert!(v["linux"].get("resources").is_none(), "limits are the cgroups runsc is started in");
+        // Limits are the cgroups runsc is started in (oci-spec's builder
+        // may add its default device rule, which runsc ignores here).
+        let resources = &v["linux"]["resources"];
+        assert!(["memory", "cpu", "pids"].iter().all(|k| resources.get(k).is_none()), "{resources}");
+        let caps = &v["process"]["capabilities"];
+        let bounding: Vec<&str> = caps["bounding"].as_array().unwrap().iter().map(|c| c.as_str().unwrap()).collect();
+        assert_eq!(bounding.len(), crate::caps::SANDBOX_CAPS.len(), "{caps}");
+        assert!(bounding.contains(&"CAP_CHOWN") && !bounding.contains(&"CAP_SYS_ADMIN"), "{caps}");
+        assert_eq!(caps["effective"], caps["bounding"]);
+        assert_eq!(caps["inheritable"], serde_json::json!([]));
         assert!(v["linux"].get("cgroupsPath").is_none());
     }
 
