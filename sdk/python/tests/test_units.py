@@ -53,3 +53,16 @@ def test_the_daemon_is_found_as_the_cli_finds_it(tmp_path, monkeypatch):
     with pytest.raises(cairn.DaemonUnreachable, match="daemon not running"):
         monkeypatch.delenv("CAIRN_URL")
         discover(None, None, tmp_path / "missing")
+
+
+def test_a_snapshot_with_memory_asks_for_it_and_reads_it_back():
+    from cairn import _ops as ops
+
+    op = ops.snapshot("t1", "manual", None, None, True)
+    call = next(op)
+    assert (call.method, call.path, call.json) == ("POST", "/v1/tasks/t1/snapshots", {"kind": "manual", "with_memory": True})
+    # Positive control: without it, the body does not ask.
+    assert next(ops.snapshot("t1")).json == {"kind": "manual"}
+    with pytest.raises(StopIteration) as done:
+        op.send({"id": "s1", "task": "t1", "kind": "manual", "with_memory": True})
+    assert done.value.value.with_memory is True

@@ -161,7 +161,8 @@ fn pipe(sandbox: UnixStream, proxy: TcpStream) {
     let _ = proxy.shutdown(Shutdown::Both);
 }
 
-fn copy(mut from: impl Read, mut to: impl Write) -> io::Result<()> {
+/// Copies until `from` ends (shared with the sandbox's side, `init`).
+pub(crate) fn copy(mut from: impl Read, mut to: impl Write) -> io::Result<()> {
     let mut buf = vec![0u8; 64 * 1024];
     loop {
         let n = from.read(&mut buf)?;

@@ -12,7 +12,7 @@
 //! make sure none is open when it checkpoints the sandbox (the sentry
 //! cannot save an open host socket).
 
-use std::io::{self, Read, Write};
+use std::io;
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::os::unix::net::UnixStream;
 use std::thread;
@@ -141,24 +141,13 @@ fn relay(client: TcpStream) {
     // Workload to daemon: at the workload's end of sending, pass the
     // half-close on and keep reading the answer.
     let outbound = thread::spawn(move || {
-        let _ = copy(client_r, &upstream_w);
+        let _ = super::egress::copy(client_r, &upstream_w);
         let _ = upstream_w.shutdown(Shutdown::Write);
     });
     // Daemon to workload: when the daemon ends, everything ends, so the
     // unix socket is closed at once (see the module's doc).
-    let _ = copy(&upstream, &client);
+    let _ = super::egress::copy(&upstream, &client);
     let _ = client.shutdown(Shutdown::Both);
     let _ = upstream.shutdown(Shutdown::Both);
     let _ = outbound.join();
-}
-
-fn copy(mut from: impl Read, mut to: impl Write) -> io::Result<()> {
-    let mut buf = vec![0u8; 64 * 1024];
-    loop {
-        let n = from.read(&mut buf)?;
-        if n == 0 {
-            return Ok(());
-        }
-        to.write_all(&buf[..n])?;
-    }
 }

@@ -205,7 +205,8 @@ impl Gvisor {
         let checkpoint = has_checkpoint(&paths.disk).then(|| paths.memory_dir());
         let runsc = self.runsc(paths);
         let mut cmd = runsc.command();
-        join_cgroups_on_exec(&mut cmd, &paths.cgroup_procs)?;
+        cmd.arg("--ignore-cgroups");
+        runsc::join_cgroups_on_exec(&mut cmd, &paths.cgroup_procs).map_err(|e| Error::Io("cgroup path".into(), e))?;
         runsc::start_with(cmd, task, &paths.bundle(), checkpoint.as_deref(), &paths.run_dir.join("runsc.log"))?;
         let pid = runsc.sandbox_pid(task)?;
         let start_time = crate::process::spawn::process_start_time(pid).ok_or_else(|| Error::NotRunning(task.to_owned()))?;
@@ -388,35 +389,6 @@ fn files_from_ldd(helper: &Path, text: &str) -> std::result::Result<Vec<(String,
         return Err(format!("cannot find the dynamic loader of {} (ldd said: {})", helper.display(), text.trim()));
     }
     Ok(files)
-}
-
-/// Makes the command (runsc) join the task's cgroups before it runs, so
-/// the sandbox and its gofer start there, in every hierarchy.
-fn join_cgroups_on_exec(cmd: &mut std::process::Command, procs: &[PathBuf]) -> Result<()> {
-    let files: Vec<std::ffi::CString> =
-        procs.iter().map(|p| cairn_fsat::cstr(p.as_os_str())).collect::<std::io::Result<_>>().map_err(|e| Error::Io("cgroup path".into(), e))?;
-    cmd.arg("--ignore-cgroups");
-    // SAFETY: the closure runs in the forked child before exec and only
-    // makes async-signal-safe calls (open, write, close) on data prepared
-    // before the fork.
-    unsafe {
-        cmd.pre_exec(move || {
-            for f in &files {
-                let fd = libc::open(f.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
-                if fd < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                // "0": the writing process itself.
-                let n = libc::write(fd, b"0".as_ptr().cast(), 1);
-                libc::close(fd);
-                if n != 1 {
-                    return Err(std::io::Error::last_os_error());
-                }
-            }
-            Ok(())
-        });
-    }
-    Ok(())
 }
 
 /// A copy of one of the client's descriptors, for runsc exec's stdio.

@@ -73,8 +73,7 @@ fn probe_kvm(runsc: &Path, scratch: &Path, probe: &crate::cgroup::TaskCgroup) ->
         "linux": { "namespaces": [{ "type": "pid" }, { "type": "network" }, { "type": "mount" }] },
     });
     std::fs::write(bundle.join("config.json"), spec.to_string())?;
-    let procs: Vec<std::ffi::CString> =
-        probe.paths().iter().map(|p| cairn_fsat::cstr(p.join("cgroup.procs").as_os_str())).collect::<std::io::Result<_>>()?;
+    let procs: Vec<std::path::PathBuf> = probe.paths().iter().map(|p| p.join("cgroup.procs")).collect();
     let mut cmd = Command::new(runsc);
     cmd.arg("--root")
         .arg(scratch.join("state"))
@@ -84,23 +83,7 @@ fn probe_kvm(runsc: &Path, scratch: &Path, probe: &crate::cgroup::TaskCgroup) ->
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null());
-    // SAFETY: only open, write and close between fork and exec.
-    unsafe {
-        cmd.pre_exec(move || {
-            for f in &procs {
-                let fd = libc::open(f.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
-                if fd < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                let n = libc::write(fd, b"0".as_ptr().cast(), 1);
-                libc::close(fd);
-                if n != 1 {
-                    return Err(std::io::Error::last_os_error());
-                }
-            }
-            Ok(())
-        });
-    }
+    join_cgroups_on_exec(&mut cmd, &procs)?;
     let mut child = cmd.spawn()?;
     let deadline = Instant::now() + KVM_PROBE_TIMEOUT;
     loop {
@@ -114,6 +97,34 @@ fn probe_kvm(runsc: &Path, scratch: &Path, probe: &crate::cgroup::TaskCgroup) ->
         }
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// Makes the command join the cgroups whose `cgroup.procs` files are
+/// `procs` before it runs, so that it and everything it starts (a
+/// sandbox's sentry and gofer) are there, in every hierarchy.
+pub fn join_cgroups_on_exec(cmd: &mut Command, procs: &[std::path::PathBuf]) -> std::io::Result<()> {
+    let files: Vec<std::ffi::CString> = procs.iter().map(|p| cairn_fsat::cstr(p.as_os_str())).collect::<std::io::Result<_>>()?;
+    // SAFETY: the closure runs in the forked child before exec and only
+    // makes async-signal-safe calls (open, write, close) on data prepared
+    // before the fork.
+    unsafe {
+        cmd.pre_exec(move || {
+            for f in &files {
+                let fd = libc::open(f.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+                if fd < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                // "0": the writing process itself.
+                let n = libc::write(fd, b"0".as_ptr().cast(), 1);
+                libc::close(fd);
+                if n != 1 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
+    }
+    Ok(())
 }
 
 /// runsc for one sandbox, whose state lives in `state`.

@@ -109,9 +109,10 @@ class AsyncTask:
         `on_stdout`/`on_stderr`, output is streamed to them as it comes."""
         return await self._run(ops.exec_(self.id, cmd, env=env, cwd=cwd, timeout=timeout, stdin=stdin, on_stdout=on_stdout, on_stderr=on_stderr))
 
-    async def snapshot(self, kind: str = "manual", note: str | None = None, *, healthy: bool | None = None) -> Snapshot:
-        """kind: `milestone`, `pre-risk`, `branch` or `manual`."""
-        return await self._run(ops.snapshot(self.id, kind, note, healthy))
+    async def snapshot(self, kind: str = "manual", note: str | None = None, *, healthy: bool | None = None, with_memory: bool = False) -> Snapshot:
+        """kind: `milestone`, `pre-risk`, `branch` or `manual`. `with_memory`
+        (gvisor tasks): also checkpoint the sandbox's processes and memory."""
+        return await self._run(ops.snapshot(self.id, kind, note, healthy, with_memory))
 
     async def snapshots(self) -> list[Snapshot]:
         return await self._run(ops.snapshots(self.id))

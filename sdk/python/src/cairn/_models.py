@@ -111,11 +111,14 @@ class Snapshot:
     files: int
     added_bytes: int
     raw: dict[str, Any] = field(repr=False, compare=False)
+    # Holds a checkpoint of the sandbox's processes and memory (gvisor).
+    with_memory: bool = False
 
     @classmethod
     def from_json(cls, v: dict[str, Any]) -> Snapshot:
         return cls(
-            v["id"], v.get("task", ""), v.get("kind", ""), v.get("note"), v.get("healthy"), v.get("step", 0), v.get("files", 0), v.get("added_bytes", 0), v
+            v["id"], v.get("task", ""), v.get("kind", ""), v.get("note"), v.get("healthy"), v.get("step", 0), v.get("files", 0), v.get("added_bytes", 0), v,
+            v.get("with_memory", False),
         )
 
 

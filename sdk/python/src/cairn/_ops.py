@@ -126,8 +126,11 @@ def list_files(task: str, path: str) -> Op[list[DirEntry]]:
     return [DirEntry.from_json(e) for e in v["entries"]]
 
 
-def snapshot(task: str, kind: str = "manual", note: str | None = None, healthy: bool | None = None) -> Op[Snapshot]:
-    v = yield Call("POST", f"/v1/tasks/{task}/snapshots", json=_drop_none({"kind": kind, "note": note, "healthy": healthy}))
+def snapshot(task: str, kind: str = "manual", note: str | None = None, healthy: bool | None = None, with_memory: bool = False) -> Op[Snapshot]:
+    body = _drop_none({"kind": kind, "note": note, "healthy": healthy})
+    if with_memory:
+        body["with_memory"] = True
+    v = yield Call("POST", f"/v1/tasks/{task}/snapshots", json=body)
     return Snapshot.from_json(v)
 
 
