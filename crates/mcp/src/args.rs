@@ -38,6 +38,9 @@ pub struct CreateTask {
     /// any, the daemon's default egress policy applies.
     #[serde(default)]
     pub allow: Vec<String>,
+    /// "native" or "gvisor" (a second kernel; its suspends keep running
+    /// processes and their memory). Default: the daemon's.
+    pub isolation: Option<String>,
 }
 
 impl CreateTask {
@@ -53,6 +56,7 @@ impl CreateTask {
             disk: self.disk,
             idle_suspend: self.idle_suspend,
             allow: self.allow,
+            isolation: self.isolation,
             ..CreateRequest::default()
         })
     }
@@ -189,6 +193,10 @@ pub struct Snapshot {
     /// Mark the snapshot healthy, so that `rollback` with `last_healthy`
     /// can return to it.
     pub healthy: Option<bool>,
+    /// Also keep the sandbox's running processes and their memory (tasks
+    /// created with isolation "gvisor"), so that a rollback to the snapshot
+    /// or a fork from it continues them.
+    pub with_memory: Option<bool>,
 }
 
 /// The kinds a caller may ask for (`suspend` snapshots are the daemon's).
@@ -199,7 +207,7 @@ impl Snapshot {
         if let Some(kind) = self.kind.as_deref().filter(|k| !SNAPSHOT_KINDS.contains(k)) {
             return Err(Error::invalid(format!("kind {kind:?} is not one of {}", SNAPSHOT_KINDS.join(", "))));
         }
-        Ok((self.task, SnapshotRequest { kind: self.kind, note: self.note, memory: None, healthy: self.healthy, with_memory: false }))
+        Ok((self.task, SnapshotRequest { kind: self.kind, note: self.note, memory: None, healthy: self.healthy, with_memory: self.with_memory.unwrap_or(false) }))
     }
 }
 
@@ -365,7 +373,7 @@ mod tests {
 
     #[test]
     fn a_snapshot_kind_must_be_one_a_caller_may_ask_for() {
-        let snap = |kind: &str| Snapshot { task: "t".into(), kind: Some(kind.into()), note: None, healthy: None };
+        let snap = |kind: &str| Snapshot { task: "t".into(), kind: Some(kind.into()), note: None, healthy: None, with_memory: None };
         assert_eq!(snap("pre-risk").into_request().unwrap().1.kind.as_deref(), Some("pre-risk"));
         assert!(message(snap("suspend").into_request()).contains("milestone, pre-risk, branch, manual"));
     }
