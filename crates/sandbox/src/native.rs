@@ -277,6 +277,9 @@ impl SandboxDriver for NativeDriver {
     /// directories; no more are started.
     fn discard_prestarted(&self) {
         self.closed.store(true, std::sync::atomic::Ordering::SeqCst);
+        if let Ok(g) = &self.gvisor {
+            g.stop();
+        }
         let all: Vec<Prestarted> = std::mem::take(&mut *self.prestarted.lock().unwrap_or_else(|e| e.into_inner()));
         for p in all {
             let task = p.task.clone();

@@ -108,68 +108,97 @@ pub fn has_checkpoint(disk: &Path) -> bool {
 #[derive(Debug)]
 pub struct Gvisor {
     exe: PathBuf,
-    /// Probed once, in the background from the daemon's start.
-    platform: Arc<OnceLock<Platform>>,
+    /// Probed at the first need (a daemon that runs no gvisor sandbox
+    /// never probes), or read from the probe's answer kept in the home.
+    platform: OnceLock<Platform>,
+    /// The daemon's run directory: the probe's scratch space and answer.
+    scratch: PathBuf,
+    cgroups: crate::cgroup::CgroupLayout,
+    /// The probe's cgroup while it runs, for a daemon that stops meanwhile.
+    probing: Mutex<Option<crate::cgroup::TaskCgroup>>,
     /// Bound into every sandbox at `init::INIT_DIR`: the loader, its
     /// libraries and `cairn`.
     init_files: Vec<(String, PathBuf)>,
     bridges: Mutex<HashMap<String, EgressBridge>>,
 }
 
+/// The prefix of a KVM probe's cgroup (`gvisor-probe-<daemon pid>`): not
+/// named like a task, so reconciling leaves it to [`Gvisor::detect`].
+const PROBE_GROUP: &str = "gvisor-probe-";
+
 impl Gvisor {
     /// The gvisor support of this host, or why there is none. `helper` is
-    /// the `cairn` executable; `scratch` a directory of the daemon's.
+    /// the `cairn` executable; `scratch` a directory of the daemon's. The
+    /// cgroups of probes whose daemon died are removed with what runs in
+    /// them.
     pub fn detect(helper: &Path, scratch: &Path, cgroups: &crate::cgroup::CgroupLayout) -> std::result::Result<Gvisor, String> {
         let exe = runsc::find().ok_or("runsc is not installed (apt-get install runsc)")?;
         let mut init_files = init_files(helper)?;
         let shim = scratch.join(STATX_SHIM_NAME);
         fs::write(&shim, STATX_SHIM).map_err(|e| format!("cannot write {}: {e}", shim.display()))?;
         init_files.push((STATX_SHIM_NAME.to_owned(), shim));
-        let platform = Arc::new(OnceLock::new());
-        // What a probe found before on this kernel (a probe that fails can
-        // take seconds); else probed in the background.
-        let cache = scratch.join("gvisor-platform");
-        let kernel = fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim().to_owned();
-        let cached = fs::read_to_string(&cache).ok().and_then(|text| match text.trim().split_once(' ') {
-            Some((k, "kvm")) if k == kernel => Some(Platform::Kvm),
-            Some((k, "ptrace")) if k == kernel => Some(Platform::Ptrace),
-            _ => None,
-        });
-        match cached {
-            Some(p) => {
-                let _ = platform.set(p);
+        for name in cgroups.list().unwrap_or_default() {
+            let Some(pid) = name.strip_prefix(PROBE_GROUP).and_then(|p| p.parse::<u32>().ok()) else { continue };
+            if Path::new(&format!("/proc/{pid}")).exists() {
+                continue;
             }
-            None => {
-                let (p, e, s) = (platform.clone(), exe.clone(), scratch.join(format!("kvm-probe-{}", std::process::id())));
-                // A group of its own (not named like a task), removed after.
-                let group = cgroups.create(&format!("gvisor-probe-{}", std::process::id()), &cairn_core::Limits::default()).map_err(|e| e.to_string())?;
-                std::thread::Builder::new()
-                    .name("gvisor-platform".into())
-                    .spawn(move || {
-                        let found = runsc::detect_platform(&e, &s, &group);
-                        if let Err(err) = group.remove() {
-                            tracing::warn!("removing the gvisor probe's cgroup: {err}");
-                        }
-                        tracing::info!(platform = found.as_str(), "gvisor platform");
-                        let _ = fs::write(&cache, format!("{kernel} {}\n", found.as_str()));
-                        let _ = p.set(found);
-                    })
-                    .map_err(|e| format!("cannot probe the gvisor platform: {e}"))?;
+            if let Ok(group) = cgroups.open(&name) {
+                let gone = group.kill_all().and_then(|()| group.remove());
+                if let Err(e) = gone {
+                    tracing::warn!("removing the cgroup of a dead daemon's gvisor probe, {name}: {e}");
+                }
             }
         }
-        Ok(Gvisor { exe, platform, init_files, bridges: Mutex::new(HashMap::new()) })
+        Ok(Gvisor {
+            exe,
+            platform: OnceLock::new(),
+            scratch: scratch.to_owned(),
+            cgroups: cgroups.clone(),
+            probing: Mutex::new(None),
+            init_files,
+            bridges: Mutex::new(HashMap::new()),
+        })
     }
 
+    /// The platform: what a probe found before on this kernel (a probe
+    /// that fails takes seconds), else a probe now.
     fn platform(&self) -> Platform {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            if let Some(p) = self.platform.get() {
-                return *p;
+        *self.platform.get_or_init(|| {
+            let cache = self.scratch.join("gvisor-platform");
+            let kernel = fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim().to_owned();
+            let cached = fs::read_to_string(&cache).ok().and_then(|text| match text.trim().split_once(' ') {
+                Some((k, "kvm")) if k == kernel => Some(Platform::Kvm),
+                Some((k, "ptrace")) if k == kernel => Some(Platform::Ptrace),
+                _ => None,
+            });
+            if let Some(p) = cached {
+                return p;
             }
-            if Instant::now() > deadline {
-                return Platform::Ptrace;
+            let name = format!("{PROBE_GROUP}{}", std::process::id());
+            let group = match self.cgroups.create(&name, &cairn_core::Limits::default()) {
+                Ok(g) => g,
+                Err(e) => {
+                    tracing::warn!("cannot make the gvisor probe's cgroup ({e}): using ptrace");
+                    return Platform::Ptrace;
+                }
+            };
+            *self.probing.lock().unwrap_or_else(|e| e.into_inner()) = Some(group.clone());
+            let found = runsc::detect_platform(&self.exe, &self.scratch.join(format!("kvm-probe-{}", std::process::id())), &group);
+            self.probing.lock().unwrap_or_else(|e| e.into_inner()).take();
+            if let Err(e) = group.remove() {
+                tracing::warn!("removing the gvisor probe's cgroup: {e}");
             }
-            std::thread::sleep(Duration::from_millis(10));
+            tracing::info!(platform = found.as_str(), "gvisor platform");
+            let _ = fs::write(&cache, format!("{kernel} {}\n", found.as_str()));
+            found
+        })
+    }
+
+    /// Stops a probe that runs (the daemon is stopping).
+    pub fn stop(&self) {
+        if let Some(group) = self.probing.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            let _ = group.kill_all();
+            let _ = group.remove();
         }
     }
 
