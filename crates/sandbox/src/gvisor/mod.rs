@@ -471,7 +471,8 @@ fn watch_exec(mut child: std::process::Child, conn: UnixStream, runsc: Runsc, ta
 }
 
 /// Unmounts everything mounted beneath `run_dir` except the disk, deepest
-/// first (the overlays, then the lower directories bound for them).
+/// first (the overlays, then the lower directories bound for them), each
+/// as [`crate::disk::unmount`] does (waiting out a brief EBUSY).
 pub fn unmount_beneath(run_dir: &Path, disk: &Path) -> Result<()> {
     let Ok(info) = fs::read_to_string("/proc/self/mountinfo") else { return Ok(()) };
     let mut points: Vec<PathBuf> = info
@@ -483,10 +484,10 @@ pub fn unmount_beneath(run_dir: &Path, disk: &Path) -> Result<()> {
     points.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
     points.dedup();
     for p in points {
-        match nix::mount::umount2(&p, nix::mount::MntFlags::MNT_DETACH) {
-            Ok(()) | Err(nix::Error::EINVAL) | Err(nix::Error::ENOENT) => {}
-            Err(e) => return Err(Error::Umount(p, e.into())),
-        }
+        // Unmounted for real, not detached: the task's disk is unmounted
+        // next, and a detached overlay still holding its upper would keep
+        // the disk's loop device past the teardown.
+        crate::disk::unmount(&p)?;
     }
     Ok(())
 }
