@@ -5,7 +5,7 @@
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use rand::RngCore;
@@ -18,6 +18,14 @@ pub enum HomeError {
     Locked { home: PathBuf, pid: String },
     #[error("{0}: {1}")]
     File(PathBuf, std::io::Error),
+    #[error("refusing data directory {0}: it is a symbolic link; point CAIRN_HOME at the directory itself")]
+    Symlink(PathBuf),
+    #[error(
+        "refusing data directory {path}: it is owned by uid {owner}, not by this user (uid {me})"
+    )]
+    Owner { path: PathBuf, owner: u32, me: u32 },
+    #[error("refusing data directory {0}: it is not a directory")]
+    NotDir(PathBuf),
 }
 
 #[derive(Debug, Clone)]
@@ -78,12 +86,68 @@ impl Home {
     }
 
     fn ensure(&self) -> Result<(), HomeError> {
+        self.check_owner()?;
         fs::DirBuilder::new().recursive(true).mode(0o700).create(&self.root).map_err(|e| HomeError::Dir(self.root.clone(), e))
+    }
+
+    /// Refuses a home that is a symbolic link (whoever controls the link
+    /// chooses where the daemon writes) or another user's.
+    fn check_owner(&self) -> Result<(), HomeError> {
+        let meta = match fs::symlink_metadata(&self.root) {
+            Ok(m) => m,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(HomeError::Dir(self.root.clone(), e)),
+        };
+        let me = nix::unistd::geteuid().as_raw();
+        if meta.file_type().is_symlink() {
+            Err(HomeError::Symlink(self.root.clone()))
+        } else if !meta.is_dir() {
+            Err(HomeError::NotDir(self.root.clone()))
+        } else if meta.uid() != me {
+            Err(HomeError::Owner {
+                path: self.root.clone(),
+                owner: meta.uid(),
+                me,
+            })
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Makes the home private whatever existed before: the directory and
+    /// every directory at its top 0700, every file there 0600 (the database
+    /// holds webhook secrets, `keys/` the signing keys, `layers/` and
+    /// `images/` what tasks made). Symbolic links are left alone, never
+    /// followed. Run at every start, and again once the store has created
+    /// its files.
+    pub fn make_private(&self) -> Result<(), HomeError> {
+        self.check_owner()?;
+        chmod_nofollow(&self.root, 0o700)?;
+        for dir in [self.root.clone(), self.root.join("keys")] {
+            let entries = match fs::read_dir(&dir) {
+                Ok(e) => e,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(HomeError::Dir(dir, e)),
+            };
+            for entry in entries {
+                let entry = entry.map_err(|e| HomeError::Dir(dir.clone(), e))?;
+                let kind = entry
+                    .file_type()
+                    .map_err(|e| HomeError::File(entry.path(), e))?;
+                if kind.is_dir() {
+                    chmod_nofollow(&entry.path(), 0o700)?;
+                } else if kind.is_file() {
+                    chmod_nofollow(&entry.path(), 0o600)?;
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Takes the daemon lock, or names the daemon that holds it.
     pub fn lock(&self) -> Result<HomeLock, HomeError> {
         self.ensure()?;
+        self.make_private()?;
         let path = self.root.join("daemon.lock");
         let mut file = OpenOptions::new()
             .read(true)
@@ -122,8 +186,24 @@ impl Home {
     }
 
     pub fn write_url(&self, url: &str) -> Result<(), HomeError> {
-        write_atomic(&self.url_path(), format!("{url}\n").as_bytes(), 0o644)
+        write_atomic(&self.url_path(), format!("{url}\n").as_bytes(), 0o600)
     }
+}
+
+/// chmod through a descriptor opened without following a final symlink, so
+/// an entry swapped for a link meanwhile is never what gets the mode.
+fn chmod_nofollow(path: &Path, mode: u32) -> Result<(), HomeError> {
+    let err = |e| HomeError::File(path.to_owned(), e);
+    // O_PATH descriptors refuse fchmod; a plain read-only open of a
+    // directory or regular file is enough and never blocks (O_NONBLOCK for
+    // a FIFO someone left).
+    let f = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(err)?;
+    f.set_permissions(fs::Permissions::from_mode(mode))
+        .map_err(err)
 }
 
 /// Write to a temporary file, fsync, rename: readers see old or new, whole.
@@ -148,6 +228,73 @@ mod tests {
         assert_eq!(t1.len(), 64);
         assert_eq!(fs::metadata(h.token_path()).unwrap().permissions().mode() & 0o777, 0o600);
         assert_eq!(h.token().unwrap(), t1, "kept across starts");
+    }
+
+    #[test]
+    fn a_home_that_existed_open_is_made_private_at_start() {
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path().join("home");
+        for dir in [root.clone(), root.join("layers"), root.join("keys")] {
+            fs::create_dir(&dir).unwrap();
+            fs::set_permissions(&dir, fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        for f in ["cairn.db", "cairn.db-wal", "keys/node.key"] {
+            fs::write(root.join(f), "x").unwrap();
+            fs::set_permissions(root.join(f), fs::Permissions::from_mode(0o644)).unwrap();
+        }
+        // A link at the top is neither followed nor changed.
+        let outside = d.path().join("outside");
+        fs::write(&outside, "x").unwrap();
+        fs::set_permissions(&outside, fs::Permissions::from_mode(0o644)).unwrap();
+        std::os::unix::fs::symlink(&outside, root.join("link")).unwrap();
+        let h = Home::new(root.clone());
+        let _lock = h.lock().unwrap();
+        let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&root), 0o700);
+        assert_eq!(mode(&root.join("layers")), 0o700);
+        assert_eq!(mode(&root.join("cairn.db")), 0o600);
+        assert_eq!(mode(&root.join("cairn.db-wal")), 0o600);
+        assert_eq!(mode(&root.join("keys/node.key")), 0o600);
+        assert_eq!(mode(&outside), 0o644, "a link's target is not touched");
+    }
+
+    #[test]
+    fn a_home_that_is_a_link_or_another_users_is_refused_in_one_line() {
+        let d = tempfile::tempdir().unwrap();
+        let real = d.path().join("real");
+        fs::create_dir(&real).unwrap();
+        let link = d.path().join("link");
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        let err = Home::new(link.clone()).lock().unwrap_err().to_string();
+        assert!(
+            err.contains("symbolic link")
+                && err.contains(link.to_str().unwrap())
+                && !err.contains('\n'),
+            "{err}"
+        );
+        assert!(
+            fs::read_dir(&real).unwrap().next().is_none(),
+            "nothing written through the link"
+        );
+        // Positive control: the directory itself is taken.
+        Home::new(real.clone()).lock().unwrap();
+
+        assert!(
+            nix::unistd::geteuid().is_root(),
+            "this test changes a directory's owner: run it as root"
+        );
+        let theirs = d.path().join("theirs");
+        fs::create_dir(&theirs).unwrap();
+        std::os::unix::fs::chown(&theirs, Some(65534), Some(65534)).unwrap();
+        let err = Home::new(theirs.clone()).lock().unwrap_err().to_string();
+        assert!(
+            err.contains("owned by uid 65534") && !err.contains('\n'),
+            "{err}"
+        );
+        assert!(
+            fs::read_dir(&theirs).unwrap().next().is_none(),
+            "nothing written in another user's directory"
+        );
     }
 
     #[test]

@@ -313,7 +313,7 @@ impl Runtime {
             }
         }
         let driver = self.driver.clone();
-        let _ = tokio::task::spawn_blocking(move || driver.discard_prestarted()).await;
+        let _ = tokio::task::spawn_blocking(move || driver.close()).await;
     }
 
     /// Appends an event; a failure to log is reported, not returned (the

@@ -67,8 +67,9 @@ pub trait SandboxDriver: Send + Sync + fmt::Debug + 'static {
     /// Prepares starts ahead until the driver's target is reached.
     fn refill_prestarted(&self) -> Result<()>;
 
-    /// Drops every start prepared ahead (the daemon is stopping).
-    fn discard_prestarted(&self);
+    /// The daemon is stopping: drops every start prepared ahead and
+    /// releases what the driver holds on the host that nothing uses any more.
+    fn close(&self);
 
     /// Makes task disks ahead until the pool holds its target.
     fn refill_disk_pool(&self) -> Result<()>;

@@ -53,7 +53,7 @@ pub enum Op {
     ReleaseSlot,
     TakePrestarted,
     RefillPrestarted,
-    DiscardPrestarted,
+    Close,
     RefillDiskPool,
     PrepareDisk,
     Start,
@@ -78,7 +78,7 @@ impl Op {
             Op::ReleaseSlot => "release_slot",
             Op::TakePrestarted => "take_prestarted",
             Op::RefillPrestarted => "refill_prestarted",
-            Op::DiscardPrestarted => "discard_prestarted",
+            Op::Close => "close",
             Op::RefillDiskPool => "refill_disk_pool",
             Op::PrepareDisk => "prepare_disk",
             Op::Start => "start",
@@ -508,8 +508,8 @@ impl SandboxDriver for FakeDriver {
         Ok(())
     }
 
-    fn discard_prestarted(&self) {
-        if self.enter(Op::DiscardPrestarted, "", "").is_ok() {
+    fn close(&self) {
+        if self.enter(Op::Close, "", "").is_ok() {
             self.state().prestarted.clear();
         }
     }
@@ -814,7 +814,7 @@ mod tests {
         assert_ne!(a.task, b.task);
         assert!(driver.take_prestarted().is_none());
         driver.refill_prestarted().unwrap();
-        driver.discard_prestarted();
+        driver.close();
         assert!(driver.take_prestarted().is_none());
     }
 }

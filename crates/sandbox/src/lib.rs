@@ -20,7 +20,8 @@
 //! - `rootfs`: the overlay root, `/dev`, `/proc`, `pivot_root`;
 //! - `process`: the single-threaded helper that creates the namespaces and
 //!   the sandbox's init, which runs commands on request;
-//! - `slots`: the host-wide record of the uid slots sandboxes use.
+//! - `slots`: the host-wide record of the uid slots sandboxes use;
+//! - `home_mount`: the daemon's home mounted on itself `nosuid,nodev`.
 //!
 //! The daemon is multithreaded, so it never forks into namespaces itself: it
 //! runs `cairn __sandbox-start`, a short-lived single-threaded helper
@@ -35,6 +36,7 @@ mod error;
 pub mod fake;
 pub mod files;
 pub(crate) mod gvisor;
+mod home_mount;
 pub mod image;
 mod native;
 pub(crate) mod net;

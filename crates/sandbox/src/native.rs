@@ -24,6 +24,7 @@ use nix::unistd::Pid;
 use crate::cgroup::CgroupLayout;
 use crate::disk::{self, DiskPool};
 use crate::driver::{InitProcess, Prestarted, RunningCommand, SandboxDriver};
+use crate::home_mount::{self, HomeMount};
 use crate::image::Image;
 use crate::process::spawn::{process_start_time, HelperReport, SandboxSpec};
 use crate::proto::{self, ExecRequest, Reply, Request};
@@ -67,12 +68,17 @@ pub struct NativeDriver {
     /// runsc's sandbox and gofer processes, reparented to the daemon (a
     /// subreaper): reaped once they exited.
     gvisor_processes: std::sync::Mutex<Vec<i32>>,
+    /// The home mounted on itself `nosuid,nodev`: what sandboxes made is
+    /// never a privilege on the host.
+    home_mount: HomeMount,
 }
 
 impl NativeDriver {
     /// `home` is `$CAIRN_HOME`; `helper` the `cairn` executable.
     pub fn new(home: &Path, helper: PathBuf, defaults: cairn_core::Limits, pool_target: usize) -> Result<NativeDriver> {
         let default_disk = defaults.disk_bytes;
+        // Before anything is written or mounted in the home.
+        let home_mount = home_mount::seal(home)?;
         let run_root = home.join("run");
         let disk_root = home.join("disks");
         for d in [&run_root, &disk_root] {
@@ -87,6 +93,7 @@ impl NativeDriver {
         Ok(NativeDriver {
             gvisor,
             gvisor_processes: std::sync::Mutex::new(Vec::new()),
+            home_mount,
             slots: HostSlots::new(&run_root),
             run_root,
             disk_root,
@@ -274,8 +281,9 @@ impl SandboxDriver for NativeDriver {
     }
 
     /// Stops the helpers started ahead and removes their cgroups and run
-    /// directories; no more are started.
-    fn discard_prestarted(&self) {
+    /// directories (no more are started), then the home's own mount unless
+    /// sandboxes are left in it.
+    fn close(&self) {
         self.closed.store(true, std::sync::atomic::Ordering::SeqCst);
         if let Ok(g) = &self.gvisor {
             g.stop();
@@ -288,6 +296,7 @@ impl SandboxDriver for NativeDriver {
                 tracing::warn!(task, "removing a helper started ahead: {e}");
             }
         }
+        self.home_mount.release();
     }
 
     fn refill_disk_pool(&self) -> Result<()> {

@@ -157,6 +157,8 @@ impl Daemon {
             tracing::warn!("{line}");
         }
         let runtime = Arc::new(Runtime::open(home, &opts.config, opts.helper_exe.clone(), addr).await?);
+        // Again, now that the store and the keys have made their files.
+        home.make_private()?;
         let token = runtime.cluster_token(home, token).await.map_err(|e| StartError::Cluster(e.to_string()))?;
         let url = opts.config.node_url.clone().unwrap_or_else(|| format!("http://{addr}"));
         runtime.bring_up(url.clone()).await;
