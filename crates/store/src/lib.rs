@@ -25,6 +25,7 @@ mod lease;
 mod postgres;
 mod sqlite;
 mod store;
+mod tx;
 mod url;
 
 #[cfg(test)]

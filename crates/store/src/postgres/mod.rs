@@ -37,9 +37,10 @@ use std::time::Duration;
 use async_trait::async_trait;
 use cairn_core::{Event, EventKind, NewEvent, SandboxState, Task, TaskConfig, TaskId, TaskState, Transition};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgRow};
-use sqlx::{PgConnection, PgPool, Row};
+use sqlx::{PgConnection, PgPool, Postgres, Row};
 
 use crate::lease::{drops_lease, Fence, Fences};
+use crate::tx::WriteTx;
 use crate::{now_ms, ChangeListener, Error, EventStore, Result, SandboxRow, SandboxStore, Store, TaskStore};
 
 /// How long connecting, and waiting for a free connection of the pool, may take.
@@ -103,13 +104,13 @@ impl PostgresStore {
     }
 
     /// Begins a transaction (`READ COMMITTED`; see the module's note on locks).
-    pub(crate) async fn begin(&self) -> sqlx::Result<sqlx::Transaction<'static, sqlx::Postgres>> {
-        self.pool.begin().await
+    pub(crate) async fn begin(&self) -> sqlx::Result<WriteTx<Postgres>> {
+        WriteTx::begin(&self.pool, "BEGIN").await
     }
 
     /// Commits `tx`, then tells waiters which tasks it changed (each once:
     /// a batch of a proxy's decisions is one change of its task).
-    pub(crate) async fn commit<'a>(&self, tx: sqlx::Transaction<'_, sqlx::Postgres>, tasks: impl IntoIterator<Item = &'a TaskId>) -> sqlx::Result<()> {
+    pub(crate) async fn commit<'a>(&self, tx: WriteTx<Postgres>, tasks: impl IntoIterator<Item = &'a TaskId>) -> sqlx::Result<()> {
         tx.commit().await?;
         let mut told: Vec<&TaskId> = Vec::new();
         for t in tasks {

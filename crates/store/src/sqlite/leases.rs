@@ -49,7 +49,7 @@ impl LeaseStore for SqliteStore {
     async fn acquire_lease(&self, task: &TaskId, node: &str, ttl_ms: i64) -> Result<Option<Lease>> {
         let q = |e| Error::Query("acquire task lease", e);
         let now = now_ms();
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(q)?;
+        let mut tx = self.begin().await.map_err(q)?;
         let stored = lease_in(&mut tx, task).await?.ok_or_else(|| Error::UnknownTask(task.to_string()))?;
         let Some(token) = stored.token_for(node, now) else { return Ok(None) };
         sqlx::query("UPDATE tasks SET lease_node = ?, lease_token = ?, lease_expires_ms = ?, last_node = ? WHERE id = ?")
@@ -69,7 +69,7 @@ impl LeaseStore for SqliteStore {
     async fn renew_leases(&self, node: &str, ttl_ms: i64) -> Result<Vec<TaskId>> {
         let q = |e| Error::Query("renew task leases", e);
         let mut gone = Vec::new();
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(q)?;
+        let mut tx = self.begin().await.map_err(q)?;
         for (task, token) in self.fences.of_node(node) {
             let done = sqlx::query("UPDATE tasks SET lease_expires_ms = ? WHERE id = ? AND lease_node = ? AND lease_token = ?")
                 .bind(now_ms() + ttl_ms)
@@ -131,7 +131,7 @@ impl LeaseStore for SqliteStore {
     async fn lock_blobs(&self, id: &str, node: &str, exclusive: bool, ttl_ms: i64) -> Result<bool> {
         let q = |e| Error::Query("hold the blob store", e);
         let now = now_ms();
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(q)?;
+        let mut tx = self.begin().await.map_err(q)?;
         // For a shared hold, only exclusive ones of other nodes are in the way.
         let blocking: i64 = sqlx::query_scalar(
             "SELECT COUNT(*) FROM blob_locks WHERE node <> ? AND expires_ms >= ? AND (exclusive OR ?)",

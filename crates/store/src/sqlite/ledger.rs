@@ -9,6 +9,7 @@ use sqlx::sqlite::SqliteRow;
 use sqlx::{Row, SqlitePool};
 
 use super::{event_from_row, SqliteStore};
+use crate::tx::WriteTx;
 use crate::{CheckpointStore, Error, Result};
 
 #[async_trait]
@@ -77,7 +78,7 @@ pub(crate) async fn backfill(pool: &SqlitePool) -> Result<()> {
     if pending == 0 {
         return Ok(());
     }
-    let mut tx = pool.begin_with("BEGIN IMMEDIATE").await.map_err(q)?;
+    let mut tx = WriteTx::begin(pool, "BEGIN IMMEDIATE").await.map_err(q)?;
     let todo = sqlx::query("SELECT task_id, upto FROM ledger_backfill ORDER BY task_id").fetch_all(&mut *tx).await.map_err(q)?;
     let mut hashed = 0usize;
     for t in &todo {

@@ -1,7 +1,9 @@
 //! The SQLite store: one file under `$CAIRN_HOME`, for a single daemon.
 //!
 //! Every write is one statement or one transaction, so a crash at any point
-//! leaves either the old or the new state. Transactions that write
+//! leaves either the old or the new state; each transaction is a
+//! [`WriteTx`], which ends in a commit or a rollback on every path (a
+//! failed commit on a full disk included: `tx.rs`). Transactions that write
 //! begin `IMMEDIATE`: one that read first and then upgraded would fail at
 //! once with "database is locked" under concurrent writers instead of
 //! waiting its turn. The database runs in WAL mode with
@@ -23,9 +25,10 @@ use std::time::Duration;
 use async_trait::async_trait;
 use cairn_core::{Event, EventKind, NewEvent, SandboxState, Task, TaskConfig, TaskId, TaskState, Transition};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow, SqliteSynchronous};
-use sqlx::{Row, SqlitePool};
+use sqlx::{Row, Sqlite, SqlitePool};
 
 use crate::lease::{drops_lease, Fence, Fences};
+use crate::tx::WriteTx;
 use crate::{now_ms, ChangeListener, Error, EventStore, Result, SandboxRow, SandboxStore, Store, TaskStore};
 
 /// Handle on the SQLite task database; clones share the connection pool.
@@ -83,9 +86,14 @@ impl SqliteStore {
         }
     }
 
+    /// Begins a write transaction (`IMMEDIATE`: see the module's note).
+    pub(crate) async fn begin(&self) -> sqlx::Result<WriteTx<Sqlite>> {
+        WriteTx::begin(&self.pool, "BEGIN IMMEDIATE").await
+    }
+
     /// Commits `tx`, then tells waiters which tasks it changed (each once:
     /// a batch of a proxy's decisions is one change of its task).
-    pub(crate) async fn commit<'a>(&self, tx: sqlx::Transaction<'_, sqlx::Sqlite>, tasks: impl IntoIterator<Item = &'a TaskId>) -> sqlx::Result<()> {
+    pub(crate) async fn commit<'a>(&self, tx: WriteTx<Sqlite>, tasks: impl IntoIterator<Item = &'a TaskId>) -> sqlx::Result<()> {
         tx.commit().await?;
         let mut told: Vec<&TaskId> = Vec::new();
         for t in tasks {
@@ -154,7 +162,7 @@ impl TaskStore for SqliteStore {
 
     async fn transition(&self, id: &TaskId, from: TaskState, t: Transition) -> Result<TaskState> {
         let q = |e| Error::Query("change task state", e);
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(q)?;
+        let mut tx = self.begin().await.map_err(q)?;
         self.fence(&mut tx, id, Fence::Owner).await?;
         let to = transition_in(&mut tx, id, from, t).await?;
         self.commit(tx, [id]).await.map_err(q)?;
@@ -166,7 +174,7 @@ impl TaskStore for SqliteStore {
 
     async fn set_sandbox_state(&self, id: &TaskId, state: SandboxState, note: Option<&str>) -> Result<()> {
         let q = |e| Error::Query("set sandbox state", e);
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(q)?;
+        let mut tx = self.begin().await.map_err(q)?;
         self.fence(&mut tx, id, Fence::Owner).await?;
         // A sandbox that is not up runs on no node; one that is keeps its node.
         let done = sqlx::query("UPDATE tasks SET sandbox_state = ?, sandbox_note = ?, node = CASE WHEN ? THEN node END WHERE id = ?")
@@ -185,7 +193,7 @@ impl TaskStore for SqliteStore {
 
     async fn bump_step(&self, id: &TaskId) -> Result<u64> {
         let q = |e| Error::Query("bump step", e);
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(q)?;
+        let mut tx = self.begin().await.map_err(q)?;
         self.fence(&mut tx, id, Fence::Writer).await?;
         let row = sqlx::query("UPDATE tasks SET step = step + 1, last_activity_ms = ? WHERE id = ? RETURNING step")
             .bind(now_ms())
@@ -201,7 +209,7 @@ impl TaskStore for SqliteStore {
     async fn set_config(&self, id: &TaskId, config: &TaskConfig, ev: &NewEvent) -> Result<()> {
         let q = |e| Error::Query("set task config", e);
         let text = serde_json::to_string(config).map_err(|e| Error::Corrupt("config", e.to_string()))?;
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(q)?;
+        let mut tx = self.begin().await.map_err(q)?;
         self.fence(&mut tx, id, Fence::Writer).await?;
         let done = sqlx::query("UPDATE tasks SET config = ? WHERE id = ?")
             .bind(text)
@@ -218,7 +226,7 @@ impl TaskStore for SqliteStore {
 
     async fn end_command(&self, ev: &NewEvent) -> Result<u64> {
         let q = |e| Error::Query("log a command's end", e);
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(q)?;
+        let mut tx = self.begin().await.map_err(q)?;
         self.fence(&mut tx, &ev.task, Fence::Writer).await?;
         let seq = insert_event(&mut tx, ev).await.map_err(q)?;
         sqlx::query("UPDATE tasks SET last_activity_ms = ? WHERE id = ?")
@@ -233,7 +241,7 @@ impl TaskStore for SqliteStore {
 
     async fn record_recovery(&self, task: &TaskId, from: TaskState, step: u64, memory: &str, note: &str, ev: &NewEvent) -> Result<()> {
         let q = |e| Error::Query("record recovery", e);
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(q)?;
+        let mut tx = self.begin().await.map_err(q)?;
         self.fence(&mut tx, task, Fence::Owner).await?;
         transition_in(&mut tx, task, from, Transition::Recover).await?;
         sqlx::query("UPDATE tasks SET step = ?, memory = ?, recovery_note = ?, last_activity_ms = ? WHERE id = ?")
@@ -255,7 +263,7 @@ impl EventStore for SqliteStore {
     async fn append_event(&self, ev: &NewEvent) -> Result<u64> {
         let q = |e| Error::Query("append event", e);
         // IMMEDIATE: the chain's head is read and extended under the write lock.
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(q)?;
+        let mut tx = self.begin().await.map_err(q)?;
         self.fence(&mut tx, &ev.task, Fence::Writer).await?;
         let seq = insert_event(&mut tx, ev).await.map_err(q)?;
         self.commit(tx, [&ev.task]).await.map_err(q)?;
@@ -264,7 +272,7 @@ impl EventStore for SqliteStore {
 
     async fn append_events(&self, events: &[NewEvent]) -> Result<()> {
         let q = |e| Error::Query("append events", e);
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(q)?;
+        let mut tx = self.begin().await.map_err(q)?;
         for ev in events {
             self.fence(&mut tx, &ev.task, Fence::Writer).await?;
             insert_event(&mut tx, ev).await.map_err(q)?;
@@ -328,7 +336,7 @@ impl SandboxStore for SqliteStore {
 
     async fn record_sandbox_ready(&self, id: &TaskId, node: &str, pid: i32, start_time: u64, ev: &NewEvent) -> Result<u64> {
         let q = |e| Error::Query("record sandbox start", e);
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(q)?;
+        let mut tx = self.begin().await.map_err(q)?;
         self.fence(&mut tx, id, Fence::Owner).await?;
         sqlx::query("UPDATE sandboxes SET init_pid = ?, init_start_time = ? WHERE task_id = ?")
             .bind(pid)
@@ -375,7 +383,7 @@ impl SandboxStore for SqliteStore {
 
     async fn release_sandbox(&self, id: &TaskId) -> Result<()> {
         let q = |e| Error::Query("release sandbox", e);
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(q)?;
+        let mut tx = self.begin().await.map_err(q)?;
         self.fence(&mut tx, id, Fence::Owner).await?;
         sqlx::query("DELETE FROM sandboxes WHERE task_id = ?").bind(id.as_str()).execute(&mut *tx).await.map_err(q)?;
         sqlx::query("UPDATE tasks SET node = NULL WHERE id = ?").bind(id.as_str()).execute(&mut *tx).await.map_err(q)?;
@@ -384,7 +392,7 @@ impl SandboxStore for SqliteStore {
 
     async fn set_last_uid_slot(&self, task: &TaskId, slot: Option<u32>) -> Result<()> {
         let q = |e| Error::Query("set last uid slot", e);
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(q)?;
+        let mut tx = self.begin().await.map_err(q)?;
         self.fence(&mut tx, task, Fence::Owner).await?;
         sqlx::query("UPDATE tasks SET last_uid_slot = ? WHERE id = ?")
             .bind(slot.map(i64::from))

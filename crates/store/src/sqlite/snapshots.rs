@@ -15,7 +15,7 @@ use crate::{Error, Result, SnapshotStore};
 impl SnapshotStore for SqliteStore {
     async fn insert_snapshot(&self, s: &Snapshot, baseline: &str, memory: Option<&str>, ev: &NewEvent) -> Result<()> {
         let q = |e| Error::Query("insert snapshot", e);
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(q)?;
+        let mut tx = self.begin().await.map_err(q)?;
         self.fence(&mut tx, &s.task, Fence::Owner).await?;
         insert_snapshot_row(&mut tx, s, baseline, memory).await?;
         insert_event(&mut tx, ev).await.map_err(q)?;
@@ -24,7 +24,7 @@ impl SnapshotStore for SqliteStore {
 
     async fn insert_fork(&self, task: &Task, created: &NewEvent, branch: &Snapshot, snapshotted: &NewEvent) -> Result<()> {
         let q = |e| Error::Query("insert fork", e);
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(q)?;
+        let mut tx = self.begin().await.map_err(q)?;
         insert_task_row(&mut tx, task).await?;
         insert_event(&mut tx, created).await.map_err(q)?;
         insert_snapshot_row(&mut tx, branch, &branch.manifest, None).await?;
@@ -78,7 +78,7 @@ impl SnapshotStore for SqliteStore {
 
     async fn set_baseline(&self, task: &TaskId, baseline: Option<&str>) -> Result<()> {
         let q = |e| Error::Query("set baseline", e);
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(q)?;
+        let mut tx = self.begin().await.map_err(q)?;
         self.fence(&mut tx, task, Fence::Owner).await?;
         sqlx::query("UPDATE tasks SET baseline = ? WHERE id = ?")
             .bind(baseline)
@@ -92,7 +92,7 @@ impl SnapshotStore for SqliteStore {
     async fn record_rollback(&self, task: &TaskId, to: &Snapshot, note: &RollbackNote, baseline: &str, ev: &NewEvent) -> Result<()> {
         let q = |e| Error::Query("record rollback", e);
         let note = serde_json::to_string(note).map_err(|e| Error::Corrupt("rollback note", e.to_string()))?;
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(q)?;
+        let mut tx = self.begin().await.map_err(q)?;
         self.fence(&mut tx, task, Fence::Owner).await?;
         sqlx::query("UPDATE tasks SET step = ?, memory = ?, baseline = ?, rollback_note = ?, last_activity_ms = ? WHERE id = ?")
             .bind(to.step as i64)
@@ -110,7 +110,7 @@ impl SnapshotStore for SqliteStore {
 
     async fn expire_snapshots(&self, ids: &[SnapshotId], events: &[NewEvent]) -> Result<()> {
         let q = |e| Error::Query("expire snapshots", e);
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(q)?;
+        let mut tx = self.begin().await.map_err(q)?;
         for id in ids {
             sqlx::query("DELETE FROM snapshots WHERE id = ?").bind(id.as_str()).execute(&mut *tx).await.map_err(q)?;
         }

@@ -21,7 +21,7 @@ impl WaitStore for SqliteStore {
             WaitFor::Timer { fire_at_ms } => Some(fire_at_ms),
             _ => None,
         };
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(q)?;
+        let mut tx = self.begin().await.map_err(q)?;
         self.fence(&mut tx, &w.task, Fence::Writer).await?;
         let res = sqlx::query("INSERT INTO waits (id, task_id, what, kind, fire_at_ms, created_ms) VALUES (?, ?, ?, ?, ?, ?)")
             .bind(w.id.as_str())
@@ -59,7 +59,7 @@ impl WaitStore for SqliteStore {
 
     async fn deliver(&self, ev: &InboxEvent) -> Result<Delivered> {
         let q = |e| Error::Query("deliver event", e);
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(q)?;
+        let mut tx = self.begin().await.map_err(q)?;
         self.fence(&mut tx, &ev.task, Fence::Writer).await?;
         if let Some(d) = &ev.delivery {
             let seen = sqlx::query("SELECT * FROM inbox WHERE task_id = ? AND source = ? AND delivery = ?")
@@ -113,7 +113,7 @@ impl WaitStore for SqliteStore {
 
     async fn finish_suspend(&self, task: &TaskId, waiting_for: Option<&WaitId>, ev: &NewEvent) -> Result<TaskState> {
         let q = |e| Error::Query("finish suspend", e);
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(q)?;
+        let mut tx = self.begin().await.map_err(q)?;
         self.fence(&mut tx, task, Fence::Owner).await?;
         let satisfied = match waiting_for {
             Some(w) => sqlx::query("SELECT satisfied_ms IS NOT NULL FROM waits WHERE id = ?")
@@ -143,7 +143,7 @@ impl WaitStore for SqliteStore {
 
     async fn finish_wake(&self, task: &TaskId, ev: &NewEvent) -> Result<()> {
         let q = |e| Error::Query("finish wake", e);
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(q)?;
+        let mut tx = self.begin().await.map_err(q)?;
         self.fence(&mut tx, task, Fence::Owner).await?;
         transition_in(&mut tx, task, TaskState::Waking, Transition::Woke).await?;
         insert_event(&mut tx, ev).await.map_err(q)?;
@@ -152,7 +152,7 @@ impl WaitStore for SqliteStore {
 
     async fn cancel_wait(&self, task: &TaskId, ev: &NewEvent) -> Result<Option<(Wait, bool)>> {
         let q = |e| Error::Query("cancel wait", e);
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(q)?;
+        let mut tx = self.begin().await.map_err(q)?;
         self.fence(&mut tx, task, Fence::Writer).await?;
         let Some(mut wait) = pending_wait_in(&mut tx, task).await? else {
             return Ok(None);
