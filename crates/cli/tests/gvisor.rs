@@ -208,3 +208,86 @@ fn bad_isolation_requests_are_refused_with_one_line() {
     assert!(!out.status.success() && err.contains("--isolation") && err.contains("\"vm\""), "{err}");
     destroy_clean(&d, &native);
 }
+
+/// `program`, run in the network namespace pinned at `netns`, or in this
+/// test's (the host's, where the daemon runs) when `None`.
+fn in_netns(netns: Option<&std::path::Path>, program: &str) -> std::process::Command {
+    match netns {
+        Some(pin) => {
+            let mut c = std::process::Command::new("nsenter");
+            c.arg(format!("--net={}", pin.display())).arg(program);
+            c
+        }
+        None => std::process::Command::new(program),
+    }
+}
+
+/// `python3` connecting to the abstract unix socket `name` (NULs written
+/// `@`, as /proc/net/unix shows them) as uid 65534,
+/// in the network namespace pinned at `netns` (the host's when `None`):
+/// "connected", or the error.
+fn connect_as_nobody(netns: Option<&std::path::Path>, name: &str) -> String {
+    const CONNECT: &str = "import socket, sys\ns = socket.socket(socket.AF_UNIX)\ns.settimeout(2)\n\
+        try:\n    s.connect('\\0' + sys.argv[1].replace('@', '\\0')); print('connected')\nexcept OSError as e:\n    print(e.strerror)";
+    let mut cmd = in_netns(netns, "setpriv");
+    cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-c", CONNECT, name]);
+    let out = common::output_within(&mut cmd, Duration::from_secs(30));
+    assert!(out.status.success(), "connect probe: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// The abstract unix sockets listed in `/proc/net/unix` of the network
+/// namespace pinned at `netns` (the host's when `None`).
+fn abstract_sockets(netns: Option<&std::path::Path>) -> Vec<String> {
+    let mut cmd = in_netns(netns, "cat");
+    let out = common::output_within(cmd.arg("/proc/net/unix"), Duration::from_secs(30));
+    assert!(out.status.success(), "reading /proc/net/unix: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).lines().skip(1).filter_map(|l| l.split_whitespace().nth(7)).filter_map(|p| p.strip_prefix('@')).map(str::to_owned).collect()
+}
+
+/// runsc's control socket is an abstract unix socket, which has no
+/// permissions: bound in the host's network namespace, any local user
+/// could run commands in the sandbox through it. Every runsc call runs in
+/// a namespace of the task's own, so on the host there is nothing to reach,
+/// neither for a host user nor for runsc itself; in that namespace (the
+/// positive control) the same probes do reach it.
+#[test]
+fn no_control_socket_of_a_gvisor_task_is_reachable_from_the_host() {
+    require_runsc();
+    let d = Daemon::start();
+    let id = gvisor_task(&d, &[]);
+    counter_reaches(&d, &id, 2);
+    let pin = d.home().join("run").join(&id).join("runsc.netns");
+    // As /proc/net/unix shows it: runsc's name ends in a NUL, shown as `@`.
+    let control = format!("runsc-sandbox.{id}@");
+
+    let on_host = abstract_sockets(None);
+    assert!(!on_host.iter().any(|s| s.contains(&id)), "an abstract socket of task {id} is in the host's namespace: {on_host:?}");
+    assert_eq!(connect_as_nobody(None, &control), "Connection refused", "the control socket answers a host user");
+    // Every abstract socket a host user can see: none is the task's, and
+    // connecting to each changes nothing in the task.
+    let before = counter(&d, &id).0;
+    for name in &on_host {
+        let said = connect_as_nobody(None, name);
+        assert!(!said.is_empty());
+    }
+    // runsc itself, run where it is not told to go, finds no sandbox.
+    let state = d.home().join("run").join(&id).join("runsc");
+    let ps = |netns: Option<&std::path::Path>| {
+        let mut cmd = in_netns(netns, "runsc");
+        cmd.arg("--root").arg(&state).args(["--network=none", "ps", &id]);
+        common::output_within(&mut cmd, Duration::from_secs(30))
+    };
+    let from_host = ps(None);
+    assert!(!from_host.status.success(), "runsc reached the sandbox from the host's namespace: {}", String::from_utf8_lossy(&from_host.stdout));
+
+    // Positive controls: in the task's own namespace the socket is there,
+    // a host user's connect is accepted, and runsc lists the processes.
+    let inside = abstract_sockets(Some(&pin));
+    assert!(inside.contains(&control), "{control} in the task's namespace: {inside:?}");
+    assert_eq!(connect_as_nobody(Some(&pin), &control), "connected");
+    let listed = ps(Some(&pin));
+    assert!(listed.status.success() && String::from_utf8_lossy(&listed.stdout).contains("PID"), "runsc ps in the task's namespace: {}", String::from_utf8_lossy(&listed.stderr));
+    assert_eq!(counter(&d, &id).0, before, "the task's service is the one it was");
+    destroy_clean(&d, &id);
+}

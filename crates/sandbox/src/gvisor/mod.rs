@@ -13,7 +13,9 @@
 //!   bound in from the host; it relays the proxy port to the daemon over a
 //!   unix socket ([`egress`]), since a sandbox that can be checkpointed has
 //!   no network device;
-//! - commands run with `runsc exec`;
+//! - commands run with `runsc exec`; every runsc call runs in a network
+//!   namespace of the task's own ([`netns`]), so its abstract control
+//!   socket is out of reach of the host's users;
 //! - a checkpoint of the sandbox's processes and memory goes into the
 //!   task's disk as one more layer, [`MEMORY_LAYER`], so snapshots store it
 //!   with the files (chunked and deduplicated); a start on a disk that
@@ -23,6 +25,7 @@
 
 pub mod egress;
 pub mod init;
+pub mod netns;
 pub mod runsc;
 pub mod spec;
 
@@ -83,6 +86,10 @@ impl SandboxPaths {
     }
     fn egress_dir(&self) -> PathBuf {
         self.run_dir.join("egress")
+    }
+    /// Pins the network namespace runsc is called in (see `netns`).
+    fn netns(&self) -> PathBuf {
+        self.run_dir.join(netns::PIN)
     }
     /// The root overlay, mounted.
     pub fn root(&self) -> PathBuf {
@@ -203,7 +210,7 @@ impl Gvisor {
     }
 
     fn runsc(&self, paths: &SandboxPaths) -> Runsc {
-        Runsc { exe: self.exe.clone(), platform: self.platform(), state: paths.state() }
+        Runsc { exe: self.exe.clone(), platform: self.platform(), state: paths.state(), netns: paths.netns() }
     }
 
     /// Builds and starts the sandbox on its disk as it is: restored from
@@ -233,6 +240,7 @@ impl Gvisor {
         spec.save(&config_json).map_err(|e| Error::Helper(format!("cannot write {}: {e}", config_json.display())))?;
         let checkpoint = has_checkpoint(&paths.disk).then(|| paths.memory_dir());
         let runsc = self.runsc(paths);
+        netns::ensure(&paths.netns())?;
         let mut cmd = runsc.command();
         cmd.arg("--ignore-cgroups");
         runsc::join_cgroups_on_exec(&mut cmd, &paths.cgroup_procs).map_err(|e| Error::Io("cgroup path".into(), e))?;

@@ -84,6 +84,8 @@ fn probe_kvm(runsc: &Path, scratch: &Path, probe: &crate::cgroup::TaskCgroup) ->
         .stdout(Stdio::null())
         .stderr(Stdio::null());
     join_cgroups_on_exec(&mut cmd, &procs)?;
+    // Its control socket exists only in a namespace that ends with it.
+    super::netns::unshare_on_exec(&mut cmd);
     let mut child = cmd.spawn()?;
     let deadline = Instant::now() + KVM_PROBE_TIMEOUT;
     loop {
@@ -133,6 +135,8 @@ pub struct Runsc {
     pub exe: PathBuf,
     pub platform: Platform,
     pub state: PathBuf,
+    /// The pin of the task's network namespace, where every call runs.
+    pub netns: PathBuf,
 }
 
 impl Runsc {
@@ -152,6 +156,7 @@ impl Runsc {
             .env_clear()
             .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
             .stdin(Stdio::null());
+        super::netns::join_on_exec(&mut c, &self.netns);
         c
     }
 
