@@ -20,16 +20,23 @@ pub enum Error {
     ImageBuiltIn(String),
     #[error("cannot import image from {0}: {1}")]
     ImageSource(PathBuf, String),
-    #[error("unsafe image archive entry {entry:?}: {reason}")]
+    #[error("unsafe image archive entry {}: {reason}", crate::image::quoted(.entry))]
     UnsafeEntry { entry: String, reason: &'static str },
-    #[error("unsafe entry {entry:?} in layer {layer}: {reason}")]
+    #[error("unsafe entry {} in layer {}: {reason}", crate::image::quoted(.entry), crate::image::short(.layer))]
     UnsafeLayerEntry { layer: String, entry: String, reason: &'static str },
     #[error("image I/O on {0}: {1}")]
     ImageIo(PathBuf, io::Error),
     #[error("{0}")]
     InvalidImageName(cairn_core::Error),
-    #[error("cannot write image entry {entry:?}: {err}")]
+    #[error("cannot write image entry {}: {err}", crate::image::quoted(.entry))]
     ImageEntry { entry: String, err: io::Error },
+    #[error(
+        "cannot import image from {}: entry {} {}",
+        .src.display(),
+        crate::image::quoted(.entry),
+        crate::image::too_large_reason(*.need, *.limit, *.bound)
+    )]
+    ImageTooLarge { src: PathBuf, entry: String, need: u64, limit: u64, bound: crate::image::SizeBound },
 
     // --- cgroups ---
     #[error("no usable cgroup hierarchy: {0}")]

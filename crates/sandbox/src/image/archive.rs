@@ -3,17 +3,20 @@
 //! An archive is untrusted input: every entry's path is validated here and
 //! then written by [`TreeWriter`], which resolves it beneath the image root
 //! without following symlinks. The first entry that could escape the image
-//! (or that this code does not understand) refuses the whole archive.
+//! (or that this code does not understand) refuses the whole archive. The
+//! stream is read by `tarstream`, which bounds extension headers and
+//! decodes sparse files (GNU and PAX) into maps, so that holes stay holes.
 
 use std::fs::{self, File};
 use std::io::{self, BufReader, Read};
 use std::path::Path;
 
 use flate2::read::MultiGzDecoder;
-use tar::{EntryType, Header};
+use tar::EntryType;
 
-use super::path::{PathFault, RelPath};
-use super::writer::{Meta, TreeWriter};
+use super::path::{quoted, PathFault, RelPath};
+use super::tarstream::{TarEntry, TarStream};
+use super::writer::{Content, Meta, TreeWriter, CAPABILITY_XATTR};
 use crate::{Error, Result};
 
 /// What an import source is, judged by its content rather than its name.
@@ -93,13 +96,13 @@ pub(super) fn unpack(src: &Path, format: Format, w: &mut TreeWriter) -> Result<(
 }
 
 fn unpack_from<R: Read>(src: &Path, reader: R, w: &mut TreeWriter) -> Result<()> {
-    unpack_tar(src, &mut tar::Archive::new(reader), w)
+    unpack_tar(src, &mut TarStream::new(reader), w)
 }
 
-fn unpack_tar<R: Read>(src: &Path, archive: &mut tar::Archive<R>, w: &mut TreeWriter) -> Result<()> {
+fn unpack_tar<R: Read>(src: &Path, stream: &mut TarStream<R>, w: &mut TreeWriter) -> Result<()> {
     let corrupt = |e: io::Error| Error::ImageSource(src.to_owned(), format!("unreadable archive: {e}"));
-    for entry in archive.entries().map_err(corrupt)? {
-        unpack_entry(src, &mut entry.map_err(corrupt)?, w)?;
+    while let Some(entry) = stream.next_entry().map_err(corrupt)? {
+        unpack_entry(src, &entry, &mut stream.data(), w)?;
     }
     Ok(())
 }
@@ -120,7 +123,12 @@ pub(super) struct LayerDigests {
 /// writer, hashing both the blob and the tar stream as they are read. Both
 /// are read to their end, so the digests cover every byte, including what
 /// follows the tar's last entry.
-pub(super) fn unpack_layer(src: &Path, blob: impl Read, format: Option<Format>, w: &mut TreeWriter) -> Result<LayerDigests> {
+pub(super) fn unpack_layer(
+    src: &Path,
+    blob: impl Read,
+    format: Option<Format>,
+    w: &mut TreeWriter,
+) -> Result<LayerDigests> {
     let source_err = |e: io::Error| Error::ImageSource(src.to_owned(), format!("unreadable layer: {e}"));
     let mut blob = Hashing::new(blob);
     // The first bytes, read (and hashed) ahead to tell the compression.
@@ -145,7 +153,7 @@ pub(super) fn unpack_layer(src: &Path, blob: impl Read, format: Option<Format>, 
             Format::Zstd => Box::new(zstd::stream::read::Decoder::with_buffer(compressed).map_err(source_err)?),
             Format::Directory => return Err(Error::ImageSource(src.to_owned(), "a layer is not a directory".into())),
         };
-        let mut archive = tar::Archive::new(Hashing::new(tar));
+        let mut archive = TarStream::new(Hashing::new(tar));
         unpack_tar(src, &mut archive, w)?;
         let mut stream = archive.into_inner();
         io::copy(&mut stream, &mut io::sink()).map_err(source_err)?;
@@ -197,21 +205,19 @@ impl<R: Read> Read for Hashing<R> {
     }
 }
 
-/// Writes one entry. Long names (GNU and PAX) arrive already joined by the
-/// tar crate in `path_bytes`/`link_name_bytes`; PAX uid/gid already
-/// override the header's.
-fn unpack_entry<R: Read>(src: &Path, entry: &mut tar::Entry<'_, R>, w: &mut TreeWriter) -> Result<()> {
-    let raw = entry.path_bytes().into_owned();
-    let name = String::from_utf8_lossy(&raw).into_owned();
+/// Writes one entry, whose data `data` reads. Long names (GNU and PAX),
+/// PAX owners, sizes and times and sparse maps are already applied to it.
+fn unpack_entry(src: &Path, entry: &TarEntry, data: &mut dyn Read, w: &mut TreeWriter) -> Result<()> {
+    let raw = &entry.path;
+    let name = String::from_utf8_lossy(raw).into_owned();
     // Errors name the entry as the archive spells it.
     let refuse = |reason: &'static str| Error::UnsafeEntry { entry: name.clone(), reason };
-    let path = RelPath::parse(&raw).map_err(|fault| refuse(path_reason(fault)))?;
-    let link = entry.link_name_bytes().map(|l| l.into_owned());
-    let link_target = || link.clone().filter(|l| !l.is_empty()).ok_or_else(|| refuse("link without a target"));
+    let path = RelPath::parse(raw).map_err(|fault| refuse(path_reason(fault)))?;
+    let link_target = || entry.link.clone().filter(|l| !l.is_empty()).ok_or_else(|| refuse("link without a target"));
 
-    let kind = entry.header().entry_type();
+    let kind = entry.kind();
     if w.is_layer() {
-        if let Some(result) = whiteout_entry(&path, &raw, kind, w) {
+        if let Some(result) = whiteout_entry(&path, raw, kind, w) {
             return result.map_err(|e| match e {
                 Error::UnsafeEntry { reason, .. } => refuse(reason),
                 e => e,
@@ -220,18 +226,20 @@ fn unpack_entry<R: Read>(src: &Path, entry: &mut tar::Entry<'_, R>, w: &mut Tree
     }
     let result = match kind {
         // Old tars mark directories only with a trailing slash.
-        EntryType::Regular if raw.ends_with(b"/") => w.dir(&path, meta(src, &name, entry.header())?),
+        EntryType::Regular if raw.ends_with(b"/") => w.dir(&path, meta(src, &name, entry)?),
         EntryType::Regular | EntryType::Continuous | EntryType::GNUSparse => {
-            let meta = meta(src, &name, entry.header())?;
-            w.file(&path, meta, entry)
+            let meta = meta(src, &name, entry)?;
+            let capability = entry.xattrs.iter().find(|(k, _)| k == CAPABILITY_XATTR).map(|(_, v)| v.as_slice());
+            let content = Content { size: entry.size, sparse: entry.sparse.as_ref(), capability };
+            w.file(&path, meta, content, data)
         }
-        EntryType::Directory => w.dir(&path, meta(src, &name, entry.header())?),
+        EntryType::Directory => w.dir(&path, meta(src, &name, entry)?),
         EntryType::Symlink => {
             let target = link_target()?;
             if target.contains(&0) {
                 return Err(refuse("name contains a NUL byte"));
             }
-            w.symlink(&path, &target, meta(src, &name, entry.header())?)
+            w.symlink(&path, &target, meta(src, &name, entry)?)
         }
         EntryType::Link => {
             let target = RelPath::parse(&link_target()?).map_err(|fault| refuse(link_reason(fault)))?;
@@ -284,18 +292,21 @@ fn whiteout_entry(path: &RelPath, raw: &[u8], kind: EntryType, w: &mut TreeWrite
     Some(w.whiteout(&dir, &target, path))
 }
 
-/// Owner, mode and mtime from an entry's header. Ids must fit a `uid_t`.
-fn meta(src: &Path, name: &str, header: &Header) -> Result<Meta> {
-    let bad = |e: io::Error| Error::ImageSource(src.to_owned(), format!("entry {name:?} has a bad header: {e}"));
+/// Owner, mode and mtime of an entry (PAX records over its header's
+/// fields). Ids must fit a `uid_t`.
+fn meta(src: &Path, name: &str, entry: &TarEntry) -> Result<Meta> {
+    let bad =
+        |e: io::Error| Error::ImageSource(src.to_owned(), format!("entry {} has a bad header: {e}", quoted(name)));
     let id = |v: u64| {
         u32::try_from(v).map_err(|_| Error::UnsafeEntry { entry: name.to_owned(), reason: "owner id out of range" })
     };
+    let (mtime_sec, mtime_nsec) = entry.mtime().map_err(bad)?;
     Ok(Meta {
-        uid: id(header.uid().map_err(bad)?)?,
-        gid: id(header.gid().map_err(bad)?)?,
-        mode: header.mode().map_err(bad)?,
-        mtime_sec: i64::try_from(header.mtime().map_err(bad)?).unwrap_or(i64::MAX),
-        mtime_nsec: 0,
+        uid: id(entry.uid().map_err(bad)?)?,
+        gid: id(entry.gid().map_err(bad)?)?,
+        mode: entry.header.mode().map_err(bad)?,
+        mtime_sec,
+        mtime_nsec,
     })
 }
 
@@ -319,6 +330,7 @@ fn link_reason(fault: PathFault) -> &'static str {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+    use tar::Header;
 
     #[test]
     fn sniffs_formats_by_content() {

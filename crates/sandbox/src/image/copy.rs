@@ -17,9 +17,9 @@ use nix::fcntl::{readlinkat, AtFlags};
 use nix::sys::stat::{fstat, fstatat, FileStat, SFlag};
 
 use super::path::RelPath;
-use cairn_fsat::{open_beneath, OFlags};
-use super::writer::{file_type, Meta, TreeWriter};
+use super::writer::{file_type, Content, Meta, TreeWriter, CAPABILITY_XATTR};
 use crate::{Error, Result};
+use cairn_fsat::{open_beneath, OFlags, XattrAt};
 
 /// Decides why an entry must be left out of the copy, if it must. Gets the
 /// entry's path relative to the source root and its metadata (taken from the
@@ -41,7 +41,8 @@ impl CopyPolicy<'_> {
 
 /// Copies directory `src` (its metadata and its contents) to `dest` in the
 /// tree being written. Symlinks are copied as links, never followed; hard
-/// links become separate copies; devices, fifos and sockets are dropped.
+/// links become separate copies; devices, fifos and sockets are dropped;
+/// set-id bits and file capabilities are kept.
 pub(super) fn copy_tree(src: &Path, dest: &RelPath, w: &mut TreeWriter, policy: CopyPolicy<'_>) -> Result<()> {
     let source_err = |e: std::io::Error| Error::ImageSource(src.to_owned(), e.to_string());
     let dir = OwnedFd::from(File::open(src).map_err(source_err)?);
@@ -90,7 +91,9 @@ impl Copier<'_, '_> {
             let flags = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY;
             let Some((fd, st)) = self.open(dir, name, rel, flags, kind)? else { return Ok(()) };
             if !self.skipped(rel, &st) {
-                self.w.file(dest, self.meta(&st), &mut File::from(fd))?;
+                let capability = self.capability(&fd, rel)?;
+                let content = Content { capability: capability.as_deref(), ..Content::dense(st.st_size as u64) };
+                self.w.file(dest, self.meta(&st), content, &mut File::from(fd))?;
             }
         } else if kind == SFlag::S_IFLNK {
             if !self.skipped(rel, &st) {
@@ -148,6 +151,15 @@ impl Copier<'_, '_> {
         }
         names.sort();
         Ok(names)
+    }
+
+    /// The file capabilities of the opened file `fd`, if it has any.
+    fn capability(&self, fd: &OwnedFd, rel: &RelPath) -> Result<Option<Vec<u8>>> {
+        match XattrAt::Fd(fd.as_fd()).get(CAPABILITY_XATTR) {
+            Ok(value) => Ok(Some(value)),
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ENODATA | libc::EOPNOTSUPP)) => Ok(None),
+            Err(e) => Err(self.source_err(rel, e)),
+        }
     }
 
     fn skipped(&self, rel: &RelPath, st: &FileStat) -> bool {

@@ -24,7 +24,9 @@ use tar::EntryType;
 
 use super::archive::{self, Format};
 use super::layers::{is_hex64, read_limited, Blob, BlobCheck, LayerStore};
+use super::limits::Budget;
 use super::oci::{self, RunConfig, MAX_JSON};
+use super::path::{quoted, short};
 use crate::{Error, Result};
 
 const MANIFEST: &str = "manifest.json";
@@ -152,7 +154,7 @@ impl DockerArchive {
                 _ => None,
             }) {
                 let held = size.saturating_sub(end - len);
-                return Err(bad(format!("the archive is truncated: it holds {held} of the {size} bytes of {name}")));
+                return Err(bad(format!("the archive is truncated: it holds {held} of the {size} bytes of {}", short(name))));
             }
         }
         let manifest = match manifest {
@@ -186,10 +188,10 @@ impl DockerArchive {
         let digest = hex::encode(sha2::Sha256::digest(&bytes));
         if let Some(named) = digest_in_name(&config_member) {
             if named != digest {
-                return Err(self.bad(format!("config {} has the digest sha256:{digest}, not the one its name says (corrupt or tampered with)", entry.config)));
+                return Err(self.bad(format!("config {} has the digest sha256:{digest}, not the one its name says (corrupt or tampered with)", short(&entry.config))));
             }
         }
-        let config = oci::parse_config(&entry.config, &bytes).map_err(|m| self.bad(m))?;
+        let config = oci::parse_config(&short(&entry.config), &bytes).map_err(|m| self.bad(m))?;
         if config.diff_ids.len() != entry.layers.len() {
             return Err(self.bad(format!(
                 "{MANIFEST} lists {} layers for the image, and its config {} {} diffids",
@@ -203,7 +205,7 @@ impl DockerArchive {
             let (member, size) = self.resolve(listed)?;
             // One file cannot unpack to two diffids.
             if let Some(other) = layers.iter().find(|l| l.member == member && l.diff_id != diff_id) {
-                return Err(self.bad(format!("{MANIFEST} lists {listed} for the diffids {} and {diff_id}", other.diff_id)));
+                return Err(self.bad(format!("{MANIFEST} lists {} for the diffids {} and {diff_id}", short(listed), other.diff_id)));
             }
             layers.push(DockerLayer { diff_id, listed: listed.clone(), member, size });
         }
@@ -213,7 +215,7 @@ impl DockerArchive {
     /// Unpacks into `store`, in one pass over the archive, each of
     /// `image`'s layers it does not hold yet. The caller holds the store's
     /// lock (shared).
-    pub(super) fn unpack_layers(&self, image: &DockerImage, store: &LayerStore) -> Result<()> {
+    pub(super) fn unpack_layers(&self, image: &DockerImage, store: &LayerStore, budget: &Budget) -> Result<()> {
         let mut pending: HashMap<&str, &DockerLayer> = HashMap::new();
         for layer in &image.layers {
             if store.get(&layer.diff_id)?.is_none() && !pending.values().any(|l| l.diff_id == layer.diff_id) {
@@ -226,11 +228,11 @@ impl DockerArchive {
         walk(&self.path, self.format, &mut |seen, data| {
             let Some(layer) = seen.name.as_deref().and_then(|n| pending.remove(n)) else { return Ok(Flow::More) };
             let blob = Blob { label: &layer.listed, format: None, media_type: None, check: BlobCheck::Size(layer.size) };
-            store.ensure_from(&layer.diff_id, blob, &self.path, || Ok(data))?;
+            store.ensure_from(&layer.diff_id, blob, &self.path, budget, || Ok(data))?;
             Ok(if pending.is_empty() { Flow::Done } else { Flow::More })
         })?;
         match pending.values().next() {
-            Some(layer) => Err(self.bad(format!("the archive ended before layer {}", layer.listed))),
+            Some(layer) => Err(self.bad(format!("the archive ended before layer {}", short(&layer.listed)))),
             None => Ok(()),
         }
     }
@@ -242,11 +244,11 @@ impl DockerArchive {
         };
         match (chosen.as_slice(), tag) {
             ([one], _) => Ok(one),
-            ([], Some(t)) => Err(self.bad(format!("no image tagged {t:?} (tags: {})", self.tags()))),
+            ([], Some(t)) => Err(self.bad(format!("no image tagged {t:?} (tags: {})", short(&self.tags())))),
             ([], None) => Err(self.bad(format!("{MANIFEST} lists no image"))),
             (several, Some(t)) => Err(self.bad(format!("{} images are tagged {t:?}", several.len()))),
             (several, None) => {
-                Err(self.bad(format!("the archive holds {} images; choose one with --tag (tags: {})", several.len(), self.tags())))
+                Err(self.bad(format!("the archive holds {} images; choose one with --tag (tags: {})", several.len(), short(&self.tags()))))
             }
         }
     }
@@ -263,29 +265,31 @@ impl DockerArchive {
     /// The regular file member `listed` (a name `manifest.json` gives)
     /// means, links followed, and its size.
     fn resolve(&self, listed: &str) -> Result<(String, u64)> {
-        let mut name = normalise("", listed).ok_or_else(|| self.bad(format!("{MANIFEST} lists {listed:?}, which is outside the archive")))?;
+        let shown = short(listed);
+        let mut name = normalise("", listed).ok_or_else(|| self.bad(format!("{MANIFEST} lists {}, which is outside the archive", quoted(listed))))?;
         for _ in 0..=MAX_LINKS {
             let member = self
                 .members
                 .get(&name)
-                .ok_or_else(|| self.bad(format!("{MANIFEST} lists {listed}, which the archive does not hold")))?;
+                .ok_or_else(|| self.bad(format!("{MANIFEST} lists {shown}, which the archive does not hold")))?;
             if member.twice {
-                return Err(self.bad(format!("the archive holds {name} more than once")));
+                return Err(self.bad(format!("the archive holds {} more than once", short(&name))));
             }
             match &member.kind {
                 Kind::File { size, .. } => return Ok((name, *size)),
                 Kind::Link(Some(target)) => name = target.clone(),
-                Kind::Link(None) => return Err(self.bad(format!("{listed} links outside the archive"))),
-                Kind::Other => return Err(self.bad(format!("{listed} is not a regular file"))),
+                Kind::Link(None) => return Err(self.bad(format!("{shown} links outside the archive"))),
+                Kind::Other => return Err(self.bad(format!("{shown} is not a regular file"))),
             }
         }
-        Err(self.bad(format!("{listed} is a link more than {MAX_LINKS} links deep")))
+        Err(self.bad(format!("{shown} is a link more than {MAX_LINKS} links deep")))
     }
 
     /// Reads member `name` (a regular file of `size` bytes) whole.
     fn read_member(&self, name: &str, size: u64) -> Result<Vec<u8>> {
+        let shown = short(name);
         if size > MAX_JSON {
-            return Err(self.bad(format!("{name} is {size} bytes; the limit for a JSON document is {MAX_JSON}")));
+            return Err(self.bad(format!("{shown} is {size} bytes; the limit for a JSON document is {MAX_JSON}")));
         }
         let mut bytes = None;
         walk(&self.path, self.format, &mut |seen, data| {
@@ -293,14 +297,14 @@ impl DockerArchive {
                 return Ok(Flow::More);
             }
             let mut read = Vec::new();
-            read_limited(data, MAX_JSON, &mut read).map_err(|e| self.bad(format!("cannot read {name}: {e}")))?;
+            read_limited(data, MAX_JSON, &mut read).map_err(|e| self.bad(format!("cannot read {shown}: {e}")))?;
             bytes = Some(read);
             Ok(Flow::Done)
         })?;
         match bytes {
             Some(b) if b.len() as u64 == size => Ok(b),
-            Some(b) => Err(self.bad(format!("{name} is truncated: {} of its {size} bytes", b.len()))),
-            None => Err(self.bad(format!("the archive ended before {name}"))),
+            Some(b) => Err(self.bad(format!("{shown} is truncated: {} of its {size} bytes", b.len()))),
+            None => Err(self.bad(format!("the archive ended before {shown}"))),
         }
     }
 
@@ -337,7 +341,7 @@ fn walk_entries<R: Read>(
     let mut last: Option<String> = None;
     for entry in entries.map_err(unreadable)? {
         let mut entry = entry.map_err(|e| match &last {
-            Some(name) => unreadable(io::Error::new(e.kind(), format!("in {name}: {e}"))),
+            Some(name) => unreadable(io::Error::new(e.kind(), format!("in {}: {e}", short(name)))),
             None => unreadable(e),
         })?;
         let seen = seen(&entry);

@@ -15,7 +15,7 @@ use nix::sys::stat::{FileStat, SFlag};
 
 use super::copy::{copy_tree, CopyPolicy};
 use super::path::RelPath;
-use super::writer::{file_type, Meta, TreeWriter};
+use super::writer::{file_type, Content, Meta, TreeWriter};
 use super::Projection;
 use crate::{Error, Result};
 
@@ -125,12 +125,12 @@ fn etc_skip(rel: &RelPath, st: &FileStat) -> Option<&'static str> {
 /// cannot do without.
 fn write_etc_files(w: &mut TreeWriter, now: i64) -> Result<()> {
     let meta = Meta::root(0o644, now);
-    w.file(&known("etc/resolv.conf"), meta, &mut RESOLV_CONF.as_bytes())?;
-    w.file(&known("etc/hostname"), meta, &mut HOSTNAME.as_bytes())?;
+    w.file(&known("etc/resolv.conf"), meta, Content::dense(RESOLV_CONF.len() as u64), &mut RESOLV_CONF.as_bytes())?;
+    w.file(&known("etc/hostname"), meta, Content::dense(HOSTNAME.len() as u64), &mut HOSTNAME.as_bytes())?;
     for (path, fallback) in [("etc/passwd", FALLBACK_PASSWD), ("etc/group", FALLBACK_GROUP)] {
         let path = known(path);
         if !w.exists(&path)? {
-            w.file(&path, meta, &mut fallback.as_bytes())?;
+            w.file(&path, meta, Content::dense(fallback.len() as u64), &mut fallback.as_bytes())?;
         }
     }
     Ok(())

@@ -27,6 +27,8 @@ use nix::fcntl::{Flock, FlockArg};
 use serde::{Deserialize, Serialize};
 
 use super::archive::{self, Format};
+use super::limits::Budget;
+use super::path::short;
 use super::staging::{discard, fsync_dir, temp_path, Staging};
 use super::writer::TreeWriter;
 use super::{measure, now_ms, Dropped, TMP_PREFIX};
@@ -98,7 +100,7 @@ pub(super) enum BlobCheck<'a> {
 fn in_layer(label: &str, e: Error) -> Error {
     match e {
         Error::UnsafeEntry { entry, reason } => Error::UnsafeLayerEntry { layer: label.to_owned(), entry, reason },
-        Error::ImageSource(src, msg) => Error::ImageSource(src, format!("layer {label}: {msg}")),
+        Error::ImageSource(src, msg) => Error::ImageSource(src, format!("layer {}: {msg}", short(label))),
         e => e,
     }
 }
@@ -187,37 +189,54 @@ impl LayerStore {
         Flock::lock(file, arg).map(LayerLock).map_err(|(_, e)| Error::ImageIo(path, e.into()))
     }
 
-    /// Returns layer `want.diff_id`, unpacking it from the blob `open`
-    /// gives if it is not stored yet. The blob's digest and size and the
-    /// unpacked stream's digest must be what `want` says, or nothing is
-    /// kept. The caller holds [`LayerStore::lock`] (shared).
-    pub fn ensure<R: Read>(&self, want: &LayerWant, source: &Path, open: impl FnOnce() -> Result<R>) -> Result<LayerInfo> {
+    /// Returns layer `want.diff_id`, unpacking it within `budget` from the
+    /// blob `open` gives if it is not stored yet. The blob's digest and
+    /// size and the unpacked stream's digest must be what `want` says, or
+    /// nothing is kept. The caller holds [`LayerStore::lock`] (shared).
+    pub(super) fn ensure<R: Read>(
+        &self,
+        want: &LayerWant,
+        source: &Path,
+        budget: &Budget,
+        open: impl FnOnce() -> Result<R>,
+    ) -> Result<LayerInfo> {
         if let Some(info) = self.get(&want.diff_id)? {
             return Ok(info);
         }
-        let format = layer_format(&want.media_type)
-            .ok_or_else(|| Error::ImageSource(source.to_owned(), format!("layer {} has the unsupported media type {:?}", want.blob_digest, want.media_type)))?;
+        let format = layer_format(&want.media_type).ok_or_else(|| {
+            Error::ImageSource(
+                source.to_owned(),
+                format!("layer {} has the unsupported media type {:?}", want.blob_digest, want.media_type),
+            )
+        })?;
         let blob = Blob {
             label: &want.blob_digest,
             format: Some(format),
             media_type: Some(&want.media_type),
             check: BlobCheck::Digest { digest: &want.blob_digest, size: want.blob_size },
         };
-        self.ensure_from(&want.diff_id, blob, source, open)
+        self.ensure_from(&want.diff_id, blob, source, budget, open)
     }
 
     /// Returns layer `diff_id`, unpacking it from what `open` gives, read
     /// as `blob` says, if it is not stored yet. The unpacked stream's
     /// digest must be `diff_id` and the blob pass `blob.check`, or nothing
     /// is kept. The caller holds [`LayerStore::lock`] (shared).
-    pub(super) fn ensure_from<R: Read>(&self, diff_id: &str, blob: Blob<'_>, source: &Path, open: impl FnOnce() -> Result<R>) -> Result<LayerInfo> {
+    pub(super) fn ensure_from<R: Read>(
+        &self,
+        diff_id: &str,
+        blob: Blob<'_>,
+        source: &Path,
+        budget: &Budget,
+        open: impl FnOnce() -> Result<R>,
+    ) -> Result<LayerInfo> {
         if let Some(info) = self.get(diff_id)? {
             return Ok(info);
         }
         let label = blob.label;
         let dest = self.layer_dir(diff_id)?;
         let staging = Staging::with_tree(&self.root.join(SHA256), TREE)?;
-        let mut w = TreeWriter::for_layer(&staging.rootfs(), source)?;
+        let mut w = TreeWriter::for_layer(&staging.rootfs(), source, budget.clone())?;
         let got = archive::unpack_layer(source, open()?, blob.format, &mut w).map_err(|e| in_layer(label, e))?;
         let skipped = w.skipped();
         let dropped = w.finish().map_err(|e| in_layer(label, e))?;
@@ -225,19 +244,33 @@ impl LayerStore {
         match blob.check {
             BlobCheck::Digest { digest, size } => {
                 if got.blob != digest {
-                    return Err(bad(format!("layer blob {digest} has the digest {} (corrupt or tampered with)", got.blob)));
+                    return Err(bad(format!(
+                        "layer blob {digest} has the digest {} (corrupt or tampered with)",
+                        got.blob
+                    )));
                 }
                 if got.blob_bytes != size {
-                    return Err(bad(format!("layer blob {digest} is {} bytes, not the {size} its manifest says", got.blob_bytes)));
+                    return Err(bad(format!(
+                        "layer blob {digest} is {} bytes, not the {size} its manifest says",
+                        got.blob_bytes
+                    )));
                 }
             }
             BlobCheck::Size(size) if got.blob_bytes != size => {
-                return Err(bad(format!("layer {label} is truncated: {} of its {size} bytes", got.blob_bytes)));
+                return Err(bad(format!(
+                    "layer {} is truncated: {} of its {size} bytes",
+                    short(label),
+                    got.blob_bytes
+                )));
             }
             BlobCheck::Size(_) => {}
         }
         if got.diff_id != diff_id {
-            return Err(bad(format!("layer {label} unpacks to {}, not the diffid {diff_id} the image config says", got.diff_id)));
+            return Err(bad(format!(
+                "layer {} unpacks to {}, not the diffid {diff_id} the image config says",
+                short(label),
+                got.diff_id
+            )));
         }
         let (size_bytes, files) = measure(&staging.rootfs()).map_err(|e| Error::ImageIo(staging.rootfs(), e))?;
         let info = LayerInfo {
@@ -358,7 +391,8 @@ impl LayerStore {
     }
 
     fn layer_dir(&self, diff_id: &str) -> Result<PathBuf> {
-        let hex = sha256_hex(diff_id).ok_or_else(|| Error::ImageSource(self.root.clone(), format!("{diff_id:?} is not a sha256 digest")))?;
+        let hex = sha256_hex(diff_id)
+            .ok_or_else(|| Error::ImageSource(self.root.clone(), format!("{diff_id:?} is not a sha256 digest")))?;
         Ok(self.root.join(SHA256).join(hex))
     }
 }
@@ -383,9 +417,8 @@ pub(super) fn layer_format(media_type: &str) -> Option<Format> {
         | "application/vnd.oci.image.layer.nondistributable.v1.tar+gzip"
         | "application/vnd.docker.image.rootfs.diff.tar.gzip"
         | "application/vnd.docker.image.rootfs.foreign.diff.tar.gzip" => Some(Format::Gzip),
-        "application/vnd.oci.image.layer.v1.tar+zstd" | "application/vnd.oci.image.layer.nondistributable.v1.tar+zstd" => {
-            Some(Format::Zstd)
-        }
+        "application/vnd.oci.image.layer.v1.tar+zstd"
+        | "application/vnd.oci.image.layer.nondistributable.v1.tar+zstd" => Some(Format::Zstd),
         _ => None,
     }
 }

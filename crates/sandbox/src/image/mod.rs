@@ -24,15 +24,21 @@
 //!
 //! Image contents keep their owners' numeric ids as they are on the host;
 //! the sandbox maps them into its user namespace with an idmapped mount.
+//! They keep their set-id bits and file capabilities too; device nodes,
+//! fifos and sockets are dropped.
+//!
+//! What one import may unpack is bounded ([`ImportLimits`], see `limits`).
 
 mod archive;
 mod copy;
 mod docker_archive;
 mod host;
 pub mod layers;
+mod limits;
 mod oci;
 mod path;
 mod staging;
+mod tarstream;
 #[cfg(any(test, feature = "test-util"))]
 pub mod testing;
 #[cfg(test)]
@@ -41,6 +47,8 @@ mod tests;
 mod oci_tests;
 #[cfg(test)]
 mod docker_archive_tests;
+#[cfg(test)]
+mod archive_tests;
 mod writer;
 
 use std::collections::HashSet;
@@ -54,11 +62,15 @@ use serde::{Deserialize, Serialize};
 
 use self::archive::Format;
 use self::copy::{copy_tree, CopyPolicy};
+use self::limits::Budget;
 use self::path::RelPath;
 use self::staging::{discard, fsync_dir, temp_path, Staging};
 use self::writer::TreeWriter;
 use crate::rootfs::Layer;
 pub use self::layers::{LayerInfo, LayerStore};
+pub use self::limits::{ImportLimits, SizeBound, DEFAULT_MAX_EXPANDED_SIZE, DEFAULT_MAX_LOGICAL_SIZE};
+pub(crate) use self::limits::too_large_reason;
+pub(crate) use self::path::{quoted, short};
 pub use self::oci::{choose_host_platform, host_arch, image_from_documents, OciImage, RunConfig};
 use crate::{Error, Result};
 
@@ -190,7 +202,9 @@ pub struct Dropped {
     pub devices: u64,
     /// Fifos and sockets.
     pub fifos_sockets: u64,
-    /// Entries whose setuid and/or setgid bits were cleared.
+    /// Entries whose setuid and/or setgid bits were cleared: 0 since
+    /// imports keep them; an image imported before says how many it lost.
+    #[serde(default)]
     pub setid: u64,
 }
 
@@ -207,6 +221,7 @@ impl Dropped {
 pub struct ImageStore {
     root: PathBuf,
     layers: LayerStore,
+    limits: ImportLimits,
 }
 
 impl ImageStore {
@@ -216,7 +231,7 @@ impl ImageStore {
     pub fn new(root: impl Into<PathBuf>) -> Self {
         let root = root.into();
         let layers = LayerStore::new(root.with_file_name("layers"));
-        let store = ImageStore { root, layers };
+        let store = ImageStore { root, layers, limits: ImportLimits::default() };
         if let Err(e) = store.cleanup() {
             tracing::warn!(root = %store.root.display(), "cannot clean up the image store: {e}");
         }
@@ -226,8 +241,25 @@ impl ImageStore {
         store
     }
 
+    /// This store, with imports and pulls bounded by `limits` instead of
+    /// the defaults.
+    pub fn with_limits(mut self, limits: ImportLimits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    pub fn limits(&self) -> ImportLimits {
+        self.limits
+    }
+
     pub fn layer_store(&self) -> &LayerStore {
         &self.layers
+    }
+
+    /// The budget of one import writing into `dir`'s filesystem.
+    fn budget(&self, dir: &Path) -> Result<Budget> {
+        fs::create_dir_all(dir).map_err(|e| Error::ImageIo(dir.to_owned(), e))?;
+        Budget::for_import(self.limits, dir)
     }
 
     pub fn root(&self) -> &Path {
@@ -272,7 +304,9 @@ impl ImageStore {
             found => return found,
         }
         let staging = Staging::new(&self.root)?;
-        let mut w = TreeWriter::new(&staging.rootfs(), host_root)?;
+        // Not bounded by the free space: the host image is small, and a
+        // daemon must start on a full disk too.
+        let mut w = TreeWriter::new(&staging.rootfs(), host_root, Budget::new(self.limits, None))?;
         let projections = host::build(host_root, &mut w)?;
         let dropped = w.finish()?;
         let image = self.describe(HOST_IMAGE, ImageKind::Host, &staging, projections, dropped, HOST_IMAGE.into())?;
@@ -319,7 +353,7 @@ impl ImageStore {
             self.check_not_ancestor(src)?;
         }
         let staging = Staging::new(&self.root)?;
-        let mut w = TreeWriter::new(&staging.rootfs(), src)?;
+        let mut w = TreeWriter::new(&staging.rootfs(), src, self.budget(&self.root)?)?;
         match format {
             Format::Directory => copy_tree(src, &RelPath::root(), &mut w, CopyPolicy::EXACT)?,
             _ => archive::unpack(src, format, &mut w)?,
@@ -346,11 +380,12 @@ impl ImageStore {
     fn import_docker(&self, name: &str, src: &Path, archive: &docker_archive::DockerArchive, tag: Option<&str>) -> Result<Image> {
         let chosen = archive.image(tag)?;
         let _lock = self.layers.lock(false)?;
-        archive.unpack_layers(&chosen, &self.layers)?;
+        let budget = self.budget(self.layers.root())?;
+        archive.unpack_layers(&chosen, &self.layers, &budget)?;
         let mut layers = Vec::with_capacity(chosen.layers.len());
         for layer in &chosen.layers {
             let info = self.layers.get(&layer.diff_id)?.ok_or_else(|| {
-                Error::ImageSource(src.to_owned(), format!("layer {} is not in the layer store after unpacking", layer.listed))
+                Error::ImageSource(src.to_owned(), format!("layer {} is not in the layer store after unpacking", short(&layer.listed)))
             })?;
             layers.push(info);
         }
@@ -412,9 +447,11 @@ impl ImageStore {
         open: impl Fn(&layers::LayerWant) -> Result<R>,
     ) -> Result<Image> {
         let _lock = self.layers.lock(false)?;
+        // One budget for all the layers this import unpacks.
+        let budget = self.budget(self.layers.root())?;
         let mut layers = Vec::with_capacity(chosen.layers.len());
         for want in &chosen.layers {
-            layers.push(self.layers.ensure(want, origin, || open(want))?);
+            layers.push(self.layers.ensure(want, origin, &budget, || open(want))?);
         }
         self.publish_stack(name, source, chosen.config, Some(chosen.manifest_digest), &layers)
     }

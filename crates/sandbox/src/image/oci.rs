@@ -19,6 +19,7 @@ use serde::{Deserialize, Serialize};
 use sha2::Digest;
 
 use super::layers::{read_limited, sha256_hex, LayerWant};
+use super::path::{quoted, short};
 use crate::{Error, Result};
 
 /// The largest index, manifest or config read.
@@ -147,7 +148,7 @@ impl Layout {
         let layout = Layout { path: path.to_owned(), dir };
         let file: LayoutFile = layout.json_file("oci-layout")?;
         if !file.version.starts_with("1.") {
-            return Err(layout.bad(format!("image layout version {:?} is not supported (1.x is)", file.version)));
+            return Err(layout.bad(format!("image layout version {} is not supported (1.x is)", quoted(&file.version))));
         }
         Ok(layout)
     }
@@ -170,7 +171,7 @@ impl Layout {
         };
         let desc = match (tagged.as_slice(), tag) {
             ([one], _) => *one,
-            ([], Some(t)) => return Err(self.bad(format!("no image tagged {t:?} (tags: {})", tags(&index.manifests)))),
+            ([], Some(t)) => return Err(self.bad(format!("no image tagged {t:?} (tags: {})", short(&tags(&index.manifests))))),
             ([], None) => return Err(self.bad("index.json lists no image".into())),
             (several, _) => self.choose_platform(several, tag)?,
         };
@@ -205,15 +206,15 @@ impl Layout {
         if several.iter().any(|d| d.platform.is_some()) {
             let offered: Vec<String> =
                 several.iter().filter_map(|d| d.platform.as_ref()).map(|p| format!("{}/{}", p.os, p.architecture)).collect();
-            return Err(self.bad(format!("no image for linux/{arch} (the layout has {})", offered.join(", "))));
+            return Err(self.bad(format!("no image for linux/{arch} (the layout has {})", short(&offered.join(", ")))));
         }
         let what = tag.map(|t| format!("{} images tagged {t:?}", several.len())).unwrap_or_else(|| format!("{} images", several.len()));
-        Err(self.bad(format!("the layout holds {what}; choose one with --tag (tags: {})", tags_of(several))))
+        Err(self.bad(format!("the layout holds {what}; choose one with --tag (tags: {})", short(&tags_of(several)))))
     }
 
     fn manifest(&self, desc: &Descriptor) -> Result<OciImage> {
         if ![MT_OCI_MANIFEST, MT_DOCKER_MANIFEST, ""].contains(&desc.media_type.as_str()) {
-            return Err(self.bad(format!("{} has the media type {:?}, not an image manifest", desc.digest, desc.media_type)));
+            return Err(self.bad(format!("{} has the media type {}, not an image manifest", short(&desc.digest), quoted(&desc.media_type))));
         }
         let manifest: Manifest = self.json_blob(desc)?;
         if manifest.schema_version != 2 {
@@ -226,7 +227,7 @@ impl Layout {
     /// Opens blob `digest` for reading: a regular file beneath
     /// `blobs/sha256/`, of `size` bytes.
     pub(super) fn blob(&self, digest: &str, size: u64) -> Result<File> {
-        let hex = sha256_hex(digest).ok_or_else(|| self.bad(format!("{digest:?} is not a sha256 digest")))?;
+        let hex = sha256_hex(digest).ok_or_else(|| self.bad(format!("{} is not a sha256 digest", quoted(digest))))?;
         let rel = format!("blobs/sha256/{hex}");
         let fd = fsat::open_beneath(&self.dir, rel.as_str(), OFlags::RDONLY | OFlags::NONBLOCK, 0).map_err(|e| {
             if e.kind() == std::io::ErrorKind::NotFound {
@@ -300,16 +301,16 @@ pub(super) fn parse_config(what: &str, bytes: &[u8]) -> std::result::Result<Chec
 /// each diffid a sha256 digest. `what` names it in errors.
 fn checked_config(what: &str, config: ConfigFile) -> std::result::Result<CheckedConfig, String> {
     if config.rootfs.kind != "layers" {
-        return Err(format!("config {what} has rootfs type {:?}, not \"layers\"", config.rootfs.kind));
+        return Err(format!("config {what} has rootfs type {}, not \"layers\"", quoted(&config.rootfs.kind)));
     }
     if !config.os.is_empty() && config.os != "linux" {
-        return Err(format!("the image is for {}, not linux", config.os));
+        return Err(format!("the image is for {}, not linux", short(&config.os)));
     }
     if !config.architecture.is_empty() && config.architecture != host_arch() {
-        return Err(format!("the image is for {}, and this host is {}", config.architecture, host_arch()));
+        return Err(format!("the image is for {}, and this host is {}", short(&config.architecture), host_arch()));
     }
     for diff_id in &config.rootfs.diff_ids {
-        sha256_hex(diff_id).ok_or_else(|| format!("diffid {diff_id:?} is not a sha256 digest"))?;
+        sha256_hex(diff_id).ok_or_else(|| format!("diffid {} is not a sha256 digest", quoted(diff_id)))?;
     }
     let c = config.config.unwrap_or_default();
     let run = RunConfig {
@@ -335,7 +336,7 @@ fn from_parts(manifest_digest: &str, manifest: &Manifest, config: ConfigFile) ->
     }
     let mut layers = Vec::with_capacity(manifest.layers.len());
     for (layer, diff_id) in manifest.layers.iter().zip(config.diff_ids) {
-        sha256_hex(&layer.digest).ok_or_else(|| format!("layer digest {:?} is not a sha256 digest", layer.digest))?;
+        sha256_hex(&layer.digest).ok_or_else(|| format!("layer digest {} is not a sha256 digest", quoted(&layer.digest)))?;
         layers.push(LayerWant {
             diff_id,
             blob_digest: layer.digest.clone(),
@@ -360,7 +361,7 @@ pub fn image_from_documents(manifest_digest: &str, manifest: &[u8], config: &[u8
     }
     let got = format!("sha256:{}", hex::encode(sha2::Sha256::digest(config)));
     if got != manifest.config.digest || config.len() as u64 != manifest.config.size {
-        return Err(format!("config {} has the digest {got} and {} bytes (corrupt or tampered with)", manifest.config.digest, config.len()));
+        return Err(format!("config {} has the digest {got} and {} bytes (corrupt or tampered with)", short(&manifest.config.digest), config.len()));
     }
     let parsed: ConfigFile = serde_json::from_slice(config).map_err(|e| format!("config {} is not valid: {e}", manifest.config.digest))?;
     from_parts(manifest_digest, &manifest, parsed)

@@ -105,3 +105,76 @@ impl fmt::Display for RelPath {
         Ok(())
     }
 }
+
+/// An untrusted name (an archive entry, a member or layer an archive
+/// lists) as error messages show it: escaped as `{:?}` would, and when
+/// long, only its start and end around an ellipsis, then its length
+/// (`aaaa…aaaa (5000 bytes)`), so that an error stays one short line
+/// whatever the archive holds.
+pub(crate) fn short(name: &str) -> String {
+    match cut(name) {
+        (text, Some(len)) => format!("{text} ({len} bytes)"),
+        (text, None) => text,
+    }
+}
+
+/// [`short`], quoted as `{:?}` quotes: `"aaaa…aaaa" (5000 bytes)`.
+pub(crate) fn quoted(name: &str) -> String {
+    match cut(name) {
+        (text, Some(len)) => format!("\"{text}\" ({len} bytes)"),
+        (text, None) => format!("\"{text}\""),
+    }
+}
+
+/// `name` escaped, and cut in the middle when long (then with its length
+/// in bytes).
+fn cut(name: &str) -> (String, Option<usize>) {
+    /// Escaped characters kept at either end of a long name.
+    const KEEP: usize = 48;
+    // As `{:?}` escapes a string: a double quote, not a single one.
+    let escape = |c: char| -> String {
+        match c {
+            '\'' => "'".to_owned(),
+            c => c.escape_debug().collect(),
+        }
+    };
+    let whole: String = name.chars().map(escape).collect();
+    if whole.chars().count() <= 2 * KEEP + 16 {
+        return (whole, None);
+    }
+    let fit = |chars: &mut dyn Iterator<Item = char>| -> Vec<String> {
+        let mut used = 0;
+        chars
+            .map(escape)
+            .take_while(|e| {
+                used += e.chars().count();
+                used <= KEEP
+            })
+            .collect()
+    };
+    let head = fit(&mut name.chars()).concat();
+    let mut tail = fit(&mut name.chars().rev());
+    tail.reverse();
+    (format!("{head}…{}", tail.concat()), Some(name.len()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_names_are_cut_in_the_middle_with_their_length() {
+        assert_eq!(quoted("etc/passwd"), "\"etc/passwd\"");
+        assert_eq!(quoted("a\"b'c\n"), format!("{:?}", "a\"b'c\n"));
+        let long = format!("{}{}", "a".repeat(2500), "z".repeat(2500));
+        let shown = quoted(&long);
+        assert_eq!(shown, format!("\"{}…{}\" (5000 bytes)", "a".repeat(48), "z".repeat(48)));
+        // Escapes count: a name of control bytes stays as short.
+        let shown = quoted(&"\u{1}".repeat(5000));
+        assert!(shown.chars().count() < 130 && !shown.contains('\n'), "{shown}");
+        assert!(quoted(&"é".repeat(3000)).ends_with("\" (6000 bytes)"), "cut on character boundaries");
+        assert_eq!(short("0123/layer.tar"), "0123/layer.tar");
+        assert_eq!(short(&long), format!("{}…{} (5000 bytes)", "a".repeat(48), "z".repeat(48)));
+        assert_eq!(short("a\nb"), "a\\nb", "one line");
+    }
+}

@@ -343,7 +343,7 @@ fn refuses_other_malformed_entries() {
 }
 
 #[test]
-fn devices_fifos_and_setid_bits_are_dropped_and_counted() {
+fn devices_and_fifos_are_dropped_and_counted_and_setid_bits_kept() {
     let (tmp, store) = store();
     let bytes = archive(|b| {
         for (kind, path) in [(EntryType::Char, "dev/null"), (EntryType::Block, "dev/sda")] {
@@ -359,12 +359,15 @@ fn devices_fifos_and_setid_bits_are_dropped_and_counted() {
         add_file(b, "bin/plain", b"x", 0, 0, 0o1755);
     });
     let image = store.import("special", &write_tmp(tmp.path(), "s.tar", &bytes)).unwrap();
-    assert_eq!(image.dropped, Dropped { devices: 2, fifos_sockets: 1, setid: 2 });
+    assert_eq!(image.dropped, Dropped { devices: 2, fifos_sockets: 1, setid: 0 });
     for gone in ["dev/null", "dev/sda", "run/fifo"] {
         assert!(fs::symlink_metadata(rootfs(&image, gone)).is_err(), "{gone} exists");
     }
-    assert_eq!(mode_of(&rootfs(&image, "bin/su")), 0o755);
-    assert_eq!(mode_of(&rootfs(&image, "shared")), 0o775);
+    // Set-id bits are kept exactly (the store lives on a nosuid mount).
+    assert_eq!(mode_of(&rootfs(&image, "bin/su")), 0o4755);
+    assert_eq!(mode_of(&rootfs(&image, "shared")), 0o2775);
+    let shared = fs::metadata(rootfs(&image, "shared")).unwrap();
+    assert_eq!((shared.uid(), shared.gid()), (0, 50));
     assert_eq!(mode_of(&rootfs(&image, "bin/plain")), 0o1755, "sticky bit is harmless and kept");
     assert_eq!(store.get("special").unwrap().dropped, image.dropped, "recorded in image.json");
 }
@@ -395,12 +398,12 @@ fn directory_import_copies_without_following_links() {
     let _listener = UnixListener::bind(src.join("sock")).unwrap();
 
     let image = store.import("tree", &src).unwrap();
-    assert_eq!(image.dropped, Dropped { devices: 1, fifos_sockets: 2, setid: 1 });
+    assert_eq!(image.dropped, Dropped { devices: 1, fifos_sockets: 2, setid: 0 });
     let a = fs::metadata(rootfs(&image, "a.txt")).unwrap();
     assert_eq!((a.uid(), a.gid(), a.mode() & 0o7777), (1234, 4321, 0o640));
     assert_eq!(a.modified().unwrap(), UNIX_EPOCH + Duration::from_secs(MTIME));
     assert_eq!(fs::read(rootfs(&image, "a-link")).unwrap(), b"data");
-    assert_eq!(mode_of(&rootfs(&image, "su")), 0o755);
+    assert_eq!(mode_of(&rootfs(&image, "su")), 0o4755, "set-id bits kept");
     assert_eq!(fs::read_link(rootfs(&image, "etc-link")).unwrap(), Path::new("/etc"));
     let sub = fs::metadata(rootfs(&image, "sub")).unwrap();
     assert_eq!((sub.uid(), sub.gid(), sub.mode() & 0o7777), (7, 8, 0o700));
@@ -620,7 +623,10 @@ fn files_containing(dir: &Path, needle: &[u8]) -> Vec<PathBuf> {
     let mut all = Vec::new();
     walk(dir, &mut all);
     all.into_iter()
-        .filter(|p| fs::symlink_metadata(p).is_ok_and(|m| m.is_file()) && fs::read(p).is_ok_and(|d| d.windows(needle.len()).any(|w| w == needle)))
+        .filter(|p| {
+            fs::symlink_metadata(p).is_ok_and(|m| m.is_file())
+                && fs::read(p).is_ok_and(|d| d.windows(needle.len()).any(|w| w == needle))
+        })
         .collect()
 }
 
@@ -647,8 +653,10 @@ fn directory_import_never_follows_a_racing_swap_into_the_host() {
         i += 1;
         if let Ok(image) = store.import(&name, &src) {
             ok += 1;
-            copied_secret += usize::from(fs::read(rootfs(&image, "d/secret")).is_ok_and(|d| d == b"benign")
-                || fs::read(rootfs(&image, "l/secret")).is_ok_and(|d| d == b"benign"));
+            copied_secret += usize::from(
+                fs::read(rootfs(&image, "d/secret")).is_ok_and(|d| d == b"benign")
+                    || fs::read(rootfs(&image, "l/secret")).is_ok_and(|d| d == b"benign"),
+            );
             assert!(files_containing(&image.rootfs, marker.as_bytes()).is_empty(), "host file imported into {name}");
         }
         copied_secret > 0

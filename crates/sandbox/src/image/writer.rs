@@ -6,12 +6,22 @@
 //! `*at()` syscalls relative to that parent. No entry is ever resolved as a
 //! path string on the host, so none, however named, can land outside the
 //! image, and a symlink an archive planted earlier is never followed.
+//!
+//! Every file's size is checked against the import's [`Budget`] before it
+//! is written and counted as it is written. A sparse file is written
+//! sparse: its chunks at their offsets, its holes left unwritten.
+//!
+//! Set-id bits and file capabilities (`security.capability`) are kept, as
+//! real images carry `sudo` and `ping`: image and layer trees live on a
+//! `nosuid` mount, so they mean something inside a sandbox only. Device
+//! nodes, fifos and sockets are dropped.
 
 use std::ffi::{CStr, CString};
 use std::fmt::Display;
 use std::fs::File;
 use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use nix::errno::Errno;
@@ -20,15 +30,19 @@ use nix::sys::stat::{fstatat, futimens, mkdirat, utimensat, FileStat, Mode, SFla
 use nix::sys::time::TimeSpec;
 use nix::unistd::{fchown, fchownat, linkat, symlinkat, unlinkat, Gid, Uid, UnlinkatFlags};
 
+use super::limits::Budget;
 use super::path::{join, RelPath};
-use cairn_fsat::{open_beneath, OFlags, XattrAt};
-use crate::rootfs::stack::OPAQUE_XATTR;
+use super::tarstream::Sparse;
 use super::Dropped;
+use crate::rootfs::stack::OPAQUE_XATTR;
 use crate::{Error, Result};
+use cairn_fsat::{open_beneath, OFlags, XattrAt};
 
-/// Setuid and setgid: never carried into an image, so nothing in a sandbox
-/// can gain another identity by running a file.
+/// Setuid and setgid, counted when kept.
 const SETID_BITS: u32 = 0o6000;
+
+/// The extended attribute holding a file's capabilities.
+pub(super) const CAPABILITY_XATTR: &[u8] = b"security.capability";
 
 /// Opens a directory for changing its metadata (fchown and fchmod need a
 /// real descriptor, not an `O_PATH` one).
@@ -60,6 +74,25 @@ impl Meta {
     }
 }
 
+/// What a regular file holds, besides its owner, mode and time.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Content<'a> {
+    /// Bytes its data should give: the file's size, or a sparse file's
+    /// chunks'.
+    pub size: u64,
+    /// Where a sparse file's data goes; `None` for a file written whole.
+    pub sparse: Option<&'a Sparse>,
+    /// Its file capabilities (the `security.capability` value).
+    pub capability: Option<&'a [u8]>,
+}
+
+impl Content<'static> {
+    /// A file of `size` bytes written whole, without capabilities.
+    pub(super) fn dense(size: u64) -> Self {
+        Content { size, sparse: None, capability: None }
+    }
+}
+
 /// Builds a tree under one root directory. Directory metadata is applied by
 /// [`TreeWriter::finish`], after every entry inside has been written, since
 /// adding an entry changes its directory's mtime.
@@ -76,12 +109,16 @@ pub(super) struct TreeWriter {
     layer: bool,
     /// Whiteout-prefixed names of no meaning to overlayfs, skipped.
     skipped: u64,
+    /// What the import may still write.
+    budget: Budget,
+    /// Entries written with a setuid or setgid bit.
+    setid: u64,
 }
 
 impl TreeWriter {
-    /// Writes into the (existing, empty) directory `root`; `source` names the
-    /// import source in error messages.
-    pub(super) fn new(root: &Path, source: &Path) -> Result<TreeWriter> {
+    /// Writes into the (existing, empty) directory `root`, within `budget`;
+    /// `source` names the import source in error messages.
+    pub(super) fn new(root: &Path, source: &Path, budget: Budget) -> Result<TreeWriter> {
         let dir = File::open(root).map_err(|e| Error::ImageIo(root.to_owned(), e))?;
         let root_fd = open_beneath(dir.as_fd(), c".", OFlags::PATH | OFlags::DIRECTORY, 0)
             .map_err(|e| Error::ImageIo(root.to_owned(), e))?;
@@ -92,12 +129,14 @@ impl TreeWriter {
             dirs: Vec::new(),
             layer: false,
             skipped: 0,
+            budget,
+            setid: 0,
         })
     }
 
     /// A writer for one layer of a stack (see [`TreeWriter::whiteout`]).
-    pub(super) fn for_layer(root: &Path, source: &Path) -> Result<TreeWriter> {
-        Ok(TreeWriter { layer: true, ..TreeWriter::new(root, source)? })
+    pub(super) fn for_layer(root: &Path, source: &Path, budget: Budget) -> Result<TreeWriter> {
+        Ok(TreeWriter { layer: true, ..TreeWriter::new(root, source, budget)? })
     }
 
     pub(super) fn is_layer(&self) -> bool {
@@ -112,7 +151,7 @@ impl TreeWriter {
     /// Creates directory `path` (the root itself when empty). A directory
     /// that already exists is kept; anything else at `path` is replaced.
     pub(super) fn dir(&mut self, path: &RelPath, meta: Meta) -> Result<()> {
-        let meta = self.strip_setid(path, meta);
+        self.count_setid(path, &meta);
         if let Some((parents, name)) = path.split_last() {
             let parent = self.open_dir(parents, true).map_err(|e| lookup_error(path, e))?;
             // A directory made where this layer put a whiteout hides the
@@ -162,15 +201,26 @@ impl TreeWriter {
     }
 
     /// Creates regular file `path` with the contents of `data`, replacing
-    /// any non-directory already there.
-    pub(super) fn file(&mut self, path: &RelPath, meta: Meta, data: &mut dyn Read) -> Result<()> {
-        let meta = self.strip_setid(path, meta);
+    /// any non-directory already there. Nothing is written if the import
+    /// cannot afford what `content` says the file takes.
+    pub(super) fn file(&mut self, path: &RelPath, meta: Meta, content: Content<'_>, data: &mut dyn Read) -> Result<()> {
+        let logical = content.sparse.map_or(content.size, |s| s.real_size);
+        self.budget.reserve(&self.source, path, content.size, logical)?;
+        self.count_setid(path, &meta);
         let (parent, name) = self.parent_for_new(path)?;
         let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW;
         let fd = open_beneath(parent.as_fd(), name, flags, 0o600).map_err(|e| lookup_error(path, e))?;
         let mut file = File::from(fd);
-        self.copy_data(path, data, &mut file)?;
-        set_meta(file.as_fd(), &meta).map_err(|e| entry_io(path, e))
+        match content.sparse {
+            None => self.copy_data(path, data, &mut file)?,
+            Some(sparse) => self.copy_sparse(path, sparse, data, &file)?,
+        }
+        // After the owner is set: a chown clears file capabilities.
+        set_meta(file.as_fd(), &meta).map_err(|e| entry_io(path, e))?;
+        if let Some(value) = content.capability {
+            XattrAt::Fd(file.as_fd()).set(CAPABILITY_XATTR, value).map_err(|e| entry_io(path, e))?;
+        }
+        Ok(())
     }
 
     /// Creates symlink `path` pointing at `target`, which is stored as given
@@ -244,21 +294,21 @@ impl TreeWriter {
     /// was dropped on the way.
     pub(super) fn finish(self) -> Result<Dropped> {
         for (path, meta) in &self.dirs {
-            let fd = open_beneath(self.root.as_fd(), path.to_cstring(), DIR_RDONLY, 0)
-                .map_err(|e| lookup_error(path, e))?;
+            let fd =
+                open_beneath(self.root.as_fd(), path.to_cstring(), DIR_RDONLY, 0).map_err(|e| lookup_error(path, e))?;
             set_meta(fd.as_fd(), meta).map_err(|e| entry_io(path, e))?;
+        }
+        if self.setid > 0 {
+            tracing::info!(source = %self.source.display(), entries = self.setid, "kept setuid/setgid bits");
         }
         Ok(self.dropped)
     }
 
-    fn strip_setid(&mut self, path: &RelPath, mut meta: Meta) -> Meta {
-        meta.mode &= 0o7777;
+    fn count_setid(&mut self, path: &RelPath, meta: &Meta) {
         if meta.mode & SETID_BITS != 0 {
-            tracing::debug!(entry = %path, mode = format_args!("{:o}", meta.mode), "dropping setuid/setgid bits");
-            self.dropped.setid += 1;
-            meta.mode &= !SETID_BITS;
+            tracing::debug!(entry = %path, mode = format_args!("{:o}", meta.mode & 0o7777), "keeping setuid/setgid bits");
+            self.setid += 1;
         }
-        meta
     }
 
     /// Opens directory `parts` (relative to the root) as an `O_PATH` fd.
@@ -299,7 +349,7 @@ impl TreeWriter {
     }
 
     /// Copies file contents, telling read errors (the source is broken) from
-    /// write errors (the image store is).
+    /// write errors (the image store is), and counting what is written.
     fn copy_data(&self, path: &RelPath, data: &mut dyn Read, out: &mut File) -> Result<()> {
         let mut buf = vec![0u8; 64 * 1024];
         loop {
@@ -307,10 +357,38 @@ impl TreeWriter {
                 Ok(0) => return Ok(()),
                 Ok(n) => n,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(Error::ImageSource(self.source.clone(), format!("reading {path}: {e}"))),
+                Err(e) => return Err(self.read_error(path, e)),
             };
+            self.budget.wrote(&self.source, path, n as u64)?;
             out.write_all(&buf[..n]).map_err(|e| entry_io(path, e))?;
         }
+    }
+
+    /// Writes each chunk of a sparse file's data at its offset and sets the
+    /// file's size: what lies between the chunks is never written, so it
+    /// stays a hole in the new file.
+    fn copy_sparse(&self, path: &RelPath, sparse: &Sparse, data: &mut dyn Read, out: &File) -> Result<()> {
+        let mut buf = vec![0u8; 64 * 1024];
+        for &(offset, len) in &sparse.map {
+            let (mut at, end) = (offset, offset.saturating_add(len));
+            while at < end {
+                let want = usize::try_from(end - at).map_or(buf.len(), |left| left.min(buf.len()));
+                let n = match data.read(&mut buf[..want]) {
+                    Ok(0) => return Err(self.read_error(path, io::ErrorKind::UnexpectedEof.into())),
+                    Ok(n) => n,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(e) => return Err(self.read_error(path, e)),
+                };
+                self.budget.wrote(&self.source, path, n as u64)?;
+                out.write_all_at(&buf[..n], at).map_err(|e| entry_io(path, e))?;
+                at += n as u64;
+            }
+        }
+        out.set_len(sparse.real_size).map_err(|e| entry_io(path, e))
+    }
+
+    fn read_error(&self, path: &RelPath, e: io::Error) -> Error {
+        Error::ImageSource(self.source.clone(), format!("reading {}: {e}", super::quoted(&path.to_string())))
     }
 }
 
@@ -388,7 +466,9 @@ fn lookup_error(path: &RelPath, err: io::Error) -> Error {
 /// Explains a failed lookup of a hard link's target.
 fn link_target_error(path: &RelPath, err: io::Error, layer: bool) -> Error {
     match err.raw_os_error() {
-        Some(libc::ENOENT) if layer => unsafe_entry(path, "hard link target is not in this layer (not yet, or only in a lower one)"),
+        Some(libc::ENOENT) if layer => {
+            unsafe_entry(path, "hard link target is not in this layer (not yet, or only in a lower one)")
+        }
         Some(libc::ENOENT) => unsafe_entry(path, "hard link target does not exist in the image (yet)"),
         Some(libc::ELOOP) => unsafe_entry(path, "hard link target goes through a symlink"),
         _ => lookup_error(path, err),
