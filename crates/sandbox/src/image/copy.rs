@@ -101,6 +101,8 @@ impl Copier<'_, '_> {
                     readlinkat(Some(dir.as_raw_fd()), name.as_c_str()).map_err(|e| self.source_err(rel, e.into()))?;
                 self.w.symlink(dest, target.as_bytes(), self.meta(&st))?;
             }
+        } else if self.skipped(rel, &st) {
+            // Left out by the policy: not dropped, never wanted.
         } else if kind == SFlag::S_IFCHR || kind == SFlag::S_IFBLK {
             self.w.drop_device(dest);
         } else {

@@ -3,8 +3,9 @@
 //! The image holds only a skeleton: an empty `usr/` onto which the sandbox
 //! bind-mounts the host's `/usr` read-only (recorded as a [`Projection`]),
 //! the top-level links of a merged-/usr system (`bin -> usr/bin`, ...), the
-//! usual empty directories, and a copy of the host's `/etc` with everything
-//! secret left out. Everything is owned by root.
+//! usual empty directories, and of the host's `/etc` only what programs
+//! need to run ([`ETC_ALLOWLIST`]): whatever else an operator keeps there,
+//! now or later, stays out. Everything is owned by root.
 
 use std::fs;
 use std::io;
@@ -39,6 +40,82 @@ const SKELETON: [(&str, u32); 15] = [
     ("srv", 0o755),
     ("workspace", 0o755),
     ("root", 0o700),
+];
+
+/// What of the host's `/etc` the image has: these paths (relative to
+/// `/etc`; a `*` ends a name prefix) and all beneath them, if the host has
+/// them, and the directories on the way. Chosen by what the shell,
+/// coreutils, git, curl (TLS), python3 and pip, perl and java open there
+/// on Debian. Left out on purpose: `ld.so.preload` (it would load a host
+/// library into every sandbox process), `environment`, `pip.conf`,
+/// `gitconfig` and `apt` (settings, and sometimes credentials, of the
+/// host's own).
+pub(super) const ETC_ALLOWLIST: &[&str] = &[
+    // Users and groups (a fallback is written when the host has none).
+    "passwd",
+    "group",
+    // Name service, hosts and network databases (`resolv.conf` and
+    // `hostname` are written, not copied).
+    "nsswitch.conf",
+    "hosts",
+    "host.conf",
+    "gai.conf",
+    "networks",
+    "protocols",
+    "services",
+    "rpc",
+    "ethertypes",
+    // The dynamic loader.
+    "ld.so.cache",
+    "ld.so.conf",
+    "ld.so.conf.d",
+    // Time and locale.
+    "localtime",
+    "timezone",
+    "locale.alias",
+    "default/locale",
+    // TLS trust: certificates (links into /usr/share) and library settings.
+    "ssl/certs",
+    "ssl/openssl.cnf",
+    "ca-certificates",
+    "ca-certificates.conf",
+    "gnutls",
+    "pki/tls/certs",
+    "pki/ca-trust",
+    // The links `/usr/bin/awk`, `editor`, `java`... go through.
+    "alternatives",
+    // What the system is.
+    "os-release",
+    "debian_version",
+    "lsb-release",
+    // Shells and user tools.
+    "profile",
+    "profile.d",
+    "bash.bashrc",
+    "shells",
+    "inputrc",
+    "login.defs",
+    "adduser.conf",
+    "deluser.conf",
+    "default/useradd",
+    "skel",
+    // File types.
+    "mime.types",
+    "magic",
+    "magic.mime",
+    // Language runtimes' configuration (Debian keeps java's `conf` here).
+    "python3",
+    "python3.*",
+    "perl",
+    "java-*",
+    // Terminals and fonts.
+    "terminfo",
+    "fonts",
+    // A link to /proc/self/mounts, which df and mount read.
+    "mtab",
+    // ssh client defaults.
+    "ssh/ssh_config",
+    "ssh/ssh_config.d",
 ];
 
 /// Files in `/etc` (by name, at any depth) that hold password hashes or
@@ -94,8 +171,12 @@ fn link_top_level(host_root: &Path, w: &mut TreeWriter, now: i64) -> Result<()> 
 }
 
 /// Why an entry of the host's `/etc` stays out of the image. `rel` is
-/// relative to `/etc`.
+/// relative to `/etc`. What is on the allowlist is still checked for what
+/// looks secret, in case a host keeps it there.
 fn etc_skip(rel: &RelPath, st: &FileStat) -> Option<&'static str> {
+    if !on_allowlist(rel, file_type(st) == SFlag::S_IFDIR) {
+        return Some("not on the host image's /etc allowlist");
+    }
     let name = rel.file_name()?.to_string_lossy().to_lowercase();
     let path = rel.to_string();
     if NEVER_COPIED.contains(&name.as_str()) {
@@ -119,6 +200,21 @@ fn etc_skip(rel: &RelPath, st: &FileStat) -> Option<&'static str> {
         return Some("larger than 1 MiB");
     }
     None
+}
+
+/// True when `rel` (relative to `/etc`) is on [`ETC_ALLOWLIST`] or beneath
+/// an entry of it, or is a directory on the way to one.
+fn on_allowlist(rel: &RelPath, is_dir: bool) -> bool {
+    let parts: Vec<&[u8]> = rel.parts().iter().map(|p| p.to_bytes()).collect();
+    ETC_ALLOWLIST.iter().any(|entry| {
+        let want: Vec<&str> = entry.split('/').collect();
+        let n = parts.len().min(want.len());
+        let same = parts[..n].iter().zip(&want[..n]).all(|(name, pattern)| match pattern.strip_suffix('*') {
+            Some(prefix) => name.starts_with(prefix.as_bytes()),
+            None => *name == pattern.as_bytes(),
+        });
+        same && (parts.len() >= want.len() || is_dir)
+    })
 }
 
 /// The files the sandbox needs to differ from the host's, and the ones it

@@ -487,7 +487,9 @@ fn fake_host(root: &Path) {
     symlink("usr/lib64", root.join("lib64")).unwrap();
     fs::create_dir(root.join("sbin")).unwrap();
     let etc = root.join("etc");
-    for dir in ["ssh", "ssl/private", "ssl/certs"] {
+    for dir in
+        ["ssh", "ssl/private", "ssl/certs", "ld.so.conf.d", "alternatives", "python3.11", "default", "apt/auth.conf.d"]
+    {
         fs::create_dir_all(etc.join(dir)).unwrap();
     }
     for (name, mode) in [
@@ -506,6 +508,19 @@ fn fake_host(root: &Path) {
         ("app-Secrets.conf", 0o644),
         ("private.conf", 0o600),
         ("hostname", 0o644),
+        // Allowlisted.
+        ("nsswitch.conf", 0o644),
+        ("ld.so.cache", 0o644),
+        ("ld.so.conf.d/x86_64-linux-gnu.conf", 0o644),
+        ("python3.11/sitecustomize.py", 0o644),
+        ("default/locale", 0o644),
+        // World-readable and innocently named, but not on the allowlist.
+        ("app.conf", 0o644),
+        ("ld.so.preload", 0o644),
+        ("environment", 0o644),
+        ("pip.conf", 0o644),
+        ("default/grub", 0o644),
+        ("apt/auth.conf.d/mirror.conf", 0o644),
     ] {
         fs::write(etc.join(name), name).unwrap();
         fs::set_permissions(etc.join(name), fs::Permissions::from_mode(mode)).unwrap();
@@ -514,6 +529,7 @@ fn fake_host(root: &Path) {
     fs::write(etc.join("big.db"), vec![0u8; 2 << 20]).unwrap();
     symlink("/run/systemd/resolve/stub-resolv.conf", etc.join("resolv.conf")).unwrap();
     symlink("/usr/share/zoneinfo/UTC", etc.join("localtime")).unwrap();
+    symlink("/usr/bin/mawk", etc.join("alternatives/awk")).unwrap();
     nix::unistd::mkfifo(&etc.join("initctl"), Mode::from_bits_truncate(0o600)).unwrap();
 }
 
@@ -535,11 +551,26 @@ fn host_image_from_a_fake_host_leaves_secrets_out() {
     let image = store.ensure_host_from(&host).unwrap();
     assert_eq!(image.kind, ImageKind::Host);
     assert_eq!(image.projections, vec![Projection { host_path: host.join("usr"), at: "/usr".into() }]);
-    assert_eq!(image.dropped.fifos_sockets, 1);
+    assert_eq!(image.dropped.fifos_sockets, 0, "the fifo is not on the allowlist");
 
     let etc = rootfs(&image, "etc");
-    for kept in ["hosts", "group", "ssh/ssh_config", "ssl/certs/ca.pem"] {
+    for kept in [
+        "hosts",
+        "group",
+        "ssh/ssh_config",
+        "ssl/certs/ca.pem",
+        "nsswitch.conf",
+        "ld.so.cache",
+        "ld.so.conf.d/x86_64-linux-gnu.conf",
+        "python3.11/sitecustomize.py",
+        "default/locale",
+    ] {
         assert!(etc.join(kept).is_file(), "{kept} missing");
+        assert_eq!(fs::read_to_string(etc.join(kept)).unwrap(), kept, "{kept}");
+    }
+    assert_eq!(fs::read_link(etc.join("alternatives/awk")).unwrap(), Path::new("/usr/bin/mawk"));
+    for left_out in ["app.conf", "ld.so.preload", "environment", "pip.conf", "default/grub", "apt"] {
+        assert!(fs::symlink_metadata(etc.join(left_out)).is_err(), "{left_out} copied");
     }
     for skipped in [
         "shadow",
@@ -580,6 +611,46 @@ fn host_image_from_a_fake_host_leaves_secrets_out() {
         let m = fs::symlink_metadata(&p).unwrap();
         assert_eq!((m.uid(), m.gid()), (0, 0), "{} not owned by root", p.display());
     }
+}
+
+/// Removes a file when dropped.
+struct Planted(PathBuf);
+
+impl Drop for Planted {
+    fn drop(&mut self) {
+        let _ = fs::remove_file(&self.0);
+    }
+}
+
+#[test]
+fn a_file_an_operator_adds_to_the_hosts_etc_stays_out_of_a_new_host_image() {
+    let id = format!("{:016x}", rand_u64());
+    let planted: Vec<Planted> = [format!("/etc/cairn-test-secret-{id}"), format!("/etc/cairn-test-{id}.conf")]
+        .into_iter()
+        .map(|p| {
+            fs::write(&p, format!("marker {id}\n")).unwrap();
+            fs::set_permissions(&p, fs::Permissions::from_mode(0o644)).unwrap();
+            Planted(PathBuf::from(p))
+        })
+        .collect();
+    let (_tmp, store) = store();
+    let image = store.ensure_host().unwrap();
+    let etc = rootfs(&image, "etc");
+    for p in &planted {
+        let name = p.0.file_name().unwrap();
+        assert!(fs::symlink_metadata(etc.join(name)).is_err(), "{} is in the host image", p.0.display());
+    }
+    assert!(files_containing(&image.rootfs, id.as_bytes()).is_empty());
+    // Positive control: allowlisted files the host has are there, as they are.
+    let mut found = 0;
+    for name in ["nsswitch.conf", "hosts", "ld.so.cache", "protocols", "services", "mime.types"] {
+        if let Ok(host) = fs::read(Path::new("/etc").join(name)) {
+            assert_eq!(fs::read(etc.join(name)).unwrap(), host, "{name}");
+            found += 1;
+        }
+    }
+    assert!(found > 0, "this host has none of the allowlisted files checked");
+    drop(planted);
 }
 
 #[test]
