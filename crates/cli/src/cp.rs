@@ -196,6 +196,10 @@ fn unpack_local(file: std::fs::File, into: &Path, rename: Option<&std::ffi::OsSt
             }
         }
         entry.set_preserve_permissions(true);
+        // Modes as the sandbox had them, but never a set-id bit: here it
+        // would be a privilege on the host (the copy belongs to whoever runs
+        // this, root included).
+        entry.set_mask(0o6000);
         entry.unpack(&dest).with_context(|| format!("writing {}", dest.display()))?;
         n += 1;
     }

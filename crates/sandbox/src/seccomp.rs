@@ -310,6 +310,26 @@ pub fn apply(prog: &BpfProgram) -> Result<()> {
     })
 }
 
+/// Installs `prog` like [`apply`], but without setting `no_new_privs`, so
+/// that set-id programs and file capabilities of the image still work
+/// inside the sandbox (they reach at most the sandbox's own root and its
+/// bounded capabilities). The kernel then requires `CAP_SYS_ADMIN` in the
+/// caller's user namespace: call it as the sandbox's root before its
+/// capabilities are bounded.
+pub fn apply_keeping_setid(prog: &BpfProgram) -> Result<()> {
+    let fprog = libc::sock_fprog {
+        len: u16::try_from(prog.len()).map_err(|_| Error::Seccomp(format!("a filter of {} instructions is too long", prog.len())))?,
+        filter: prog.as_ptr().cast_mut().cast(),
+    };
+    // SAFETY: `fprog` points at `prog`'s instructions, which outlive the
+    // call; the kernel copies the program and keeps no pointer to it.
+    let rc = unsafe { libc::syscall(libc::SYS_seccomp, libc::SECCOMP_SET_MODE_FILTER, 0, &fprog as *const libc::sock_fprog) };
+    if rc != 0 {
+        return Err(Error::SeccompInstall(std::io::Error::last_os_error()));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]

@@ -13,8 +13,10 @@
 //!    ipc and cgroup namespaces and forks I, pid 1 of the new pid namespace;
 //!    C reports I's host pid and exits.
 //! 4. I mounts `/proc`, `/dev`, `/tmp`, pivots into the root, sets hostname
-//!    and `lo`, binds the egress proxy port, bounds its capabilities, sets no_new_privs and seccomp, says
-//!    "ready" and serves commands ([`super::init`]).
+//!    and `lo`, binds the egress proxy port, installs the seccomp filter,
+//!    bounds its capabilities, says "ready" and serves commands
+//!    ([`super::init`]). No `no_new_privs`: set-id programs of the image
+//!    work inside (the root is the root overlay's, mounted without nosuid).
 
 use std::fs::{self, File};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -307,15 +309,15 @@ fn init_setup(spec: &SandboxSpec, log: &File, filter: &seccompiler::BpfProgram) 
     nix::unistd::sethostname(&spec.hostname).map_err(|e| Error::sys("sethostname", e))?;
     net::loopback_up()?;
     let proxy = net::proxy_listener()?;
+    // The filter first, while the init still holds CAP_SYS_ADMIN of its
+    // user namespace: installed so, it needs no `no_new_privs`, and the
+    // image's set-id programs (sudo, ping) work inside, up to the sandbox's
+    // root and its bounded capabilities, never more.
+    seccomp::apply_keeping_setid(filter)?;
     caps::restrict()?;
-    // SAFETY: prctl with constant arguments; no pointers involved.
-    if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
-        return Err(Error::sys("no_new_privs", std::io::Error::last_os_error()));
-    }
     // Not dumpable: processes in the sandbox cannot ptrace the init or open
     // its /proc/1/fd, which holds the control socket.
     // SAFETY: prctl with constant arguments.
     unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) };
-    seccomp::apply(filter)?;
     Ok(proxy)
 }

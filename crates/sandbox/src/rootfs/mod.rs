@@ -147,7 +147,14 @@ pub fn build_overlays(
         // inside what is mounted there.
         let target = if i == 0 { Place::Host(root.clone()) } else { Place::inside(&root, &layer.at) };
         m.mkdir(&target, 0o755)?;
-        m.mount("overlay", &target, "overlay", MsFlags::MS_NOSUID | MsFlags::MS_NODEV, Some(&data))?;
+        // A native sandbox's overlay lives only in its own mount namespace
+        // and honours set-id bits there (its root is an unprivileged host
+        // uid); a gvisor one is mounted on the host, where they mean nothing.
+        let flags = match lower_ids {
+            LowerIds::Idmapped(_) => MsFlags::MS_NODEV,
+            LowerIds::AsTheyAre => MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+        };
+        m.mount("overlay", &target, "overlay", flags, Some(&data))?;
     }
     let wd = Place::inside(&root, workdir);
     match m.mkdir(&wd, 0o755) {
@@ -248,7 +255,9 @@ mod tests {
             source: "overlay".into(),
             target: Place::Host("/run/t1/root".into()),
             fstype: "overlay".into(),
-            flags: MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+            // Set-id bits work inside (the overlay is in the sandbox's own
+            // mount namespace); device nodes never do.
+            flags: MsFlags::MS_NODEV,
             data: Some("lowerdir=/run/t1/lower0,upperdir=/disk/t1/root/upper,workdir=/disk/t1/root/work".into()),
         };
         let i_idmap = ops.iter().position(|o| *o == Op::BindIdmapped { source: "/images/host/rootfs".into(), target: "/run/t1/lower0".into() }).unwrap();
