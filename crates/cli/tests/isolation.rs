@@ -856,3 +856,32 @@ fn every_namespace_is_the_sandbox_s_own_and_capabilities_are_bounded() {
     destroy_clean(&d, &a);
     destroy_clean(&d, &b);
 }
+
+/// What a sandbox can read of its host's layout and clocks: its mount
+/// table names no path of the host (the overlay's options are relative to
+/// the run directory), and it has a time namespace of its own whose
+/// clocks started near zero, so its uptime is its own.
+#[test]
+fn the_mount_table_names_no_host_path_and_the_clocks_are_the_sandboxs_own() {
+    let d = Daemon::start();
+    let id = d.create(&[]);
+    let home = std::fs::canonicalize(d.home()).unwrap().display().to_string();
+    let inside = sh_ok(&d, &id, "cat /proc/self/mountinfo");
+    assert!(inside.contains(" / "), "a mount table: {inside}");
+    for host_path in [home.as_str(), "/var/tmp", "/run/", "upperdir=/"] {
+        assert!(!inside.contains(host_path), "the sandbox's mount table shows {host_path:?}: {inside}");
+    }
+    let host = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(host.contains(&home), "positive control: the host's mount table names the home");
+
+    let uptime = |text: &str| text.split_whitespace().next().unwrap().parse::<f64>().unwrap();
+    let inside_up = uptime(&sh_ok(&d, &id, "cat /proc/uptime"));
+    let host_up = uptime(&std::fs::read_to_string("/proc/uptime").unwrap());
+    assert!(inside_up < 120.0 && inside_up < host_up, "uptime inside {inside_up} s, on the host {host_up} s");
+    if !under_gvisor() {
+        let ns_inside = sh_ok(&d, &id, "readlink /proc/self/ns/time");
+        let ns_host = std::fs::read_link("/proc/self/ns/time").unwrap().display().to_string();
+        assert_ne!(ns_inside.trim(), ns_host, "a time namespace of its own");
+    }
+    destroy_clean(&d, &id);
+}

@@ -10,7 +10,7 @@
 //! 2. H forks C. C unshares a user namespace; H writes its id maps, then
 //!    builds the overlay root with lowers idmapped through C's namespace.
 //! 3. C becomes root of its user namespace, unshares mount, pid, net, uts,
-//!    ipc and cgroup namespaces and forks I, pid 1 of the new pid namespace;
+//!    ipc, cgroup and time namespaces (clocks set to start near zero) and forks I, pid 1 of the new pid namespace;
 //!    C reports I's host pid and exits.
 //! 4. I mounts `/proc`, `/dev`, `/tmp`, pivots into the root, sets hostname
 //!    and `lo`, binds the egress proxy port, installs the seccomp filter,
@@ -190,6 +190,8 @@ fn parent_side(spec: &SandboxSpec, child: Pid, ready_r: std::io::PipeReader, go_
     }
     spec.ids.write_maps(child.as_raw())?;
     let userns = File::open(format!("/proc/{}/ns/user", child.as_raw())).map_err(|e| Error::sys("open user namespace", e))?;
+    // The overlays' options name paths relative to the run directory.
+    std::env::set_current_dir(&spec.run_dir).map_err(|e| Error::Io(spec.run_dir.display().to_string(), e))?;
     let root = rootfs::build_overlays(&Kernel, &spec.run_dir, &spec.disk, &spec.layers, spec.ids, rootfs::LowerIds::Idmapped(userns.as_raw_fd()), &spec.workdir)?;
     let root_dir = File::open(&root).map_err(|e| Error::Io(root.display().to_string(), e))?;
     proto::send(&go_w, &"go", &[root_dir.as_raw_fd()])?;
@@ -258,9 +260,11 @@ fn in_userns_child(
             | CloneFlags::CLONE_NEWNET
             | CloneFlags::CLONE_NEWUTS
             | CloneFlags::CLONE_NEWIPC
-            | CloneFlags::CLONE_NEWCGROUP,
+            | CloneFlags::CLONE_NEWCGROUP
+            | CloneFlags::from_bits_retain(libc::CLONE_NEWTIME),
     )
     .map_err(|e| Error::sys("unshare namespaces", e))?;
+    clocks_from_zero()?;
     // SAFETY: single-threaded process (forked from the single-threaded helper).
     match unsafe { fork() }.map_err(|e| Error::sys("fork init", e))? {
         ForkResult::Parent { child } => {
@@ -285,6 +289,28 @@ fn in_userns_child(
             }
         }
     }
+}
+
+/// Sets the new time namespace's clocks, before the init enters it, so
+/// that its monotonic and boot-time clocks start near zero: uptime inside
+/// says nothing of the host's. Only allowed while no process is inside.
+fn clocks_from_zero() -> Result<()> {
+    let mut offsets = String::new();
+    for (name, clock) in [("monotonic", libc::CLOCK_MONOTONIC), ("boottime", libc::CLOCK_BOOTTIME)] {
+        let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        // SAFETY: clock_gettime writes one timespec we own.
+        if unsafe { libc::clock_gettime(clock, &mut now) } != 0 {
+            return Err(Error::sys("read the clocks", std::io::Error::last_os_error()));
+        }
+        // One second short of the host's: a clock never reads negative.
+        offsets.push_str(&format!("{name} -{} 0\n", (now.tv_sec - 1).max(0)));
+    }
+    // The switch to the namespace's root left the process non-dumpable, so
+    // its /proc files are the host root's; dumpable, they are its own (the
+    // init makes itself non-dumpable again).
+    // SAFETY: prctl with constant arguments.
+    unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0) };
+    fs::write("/proc/self/timens_offsets", offsets).map_err(|e| Error::sys("set the time namespace's offsets", e))
 }
 
 /// Switches to uid and gid 0 of the new user namespace, dropping the host's

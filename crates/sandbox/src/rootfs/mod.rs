@@ -87,6 +87,8 @@ pub enum LowerIds {
 
 /// Mounts the overlay stack under `run_dir/root` and returns that path.
 /// `layers[0]` must be the image root (`/`); later layers mount inside it.
+/// With [`LowerIds::Idmapped`] the caller's working directory must be
+/// `run_dir` (see [`as_shown`]).
 pub fn build_overlays(
     m: &impl Mounter,
     run_dir: &Path,
@@ -120,8 +122,9 @@ pub fn build_overlays(
         for p in lowers.iter().chain([&upper, &work]) {
             check_overlay_path(p)?;
         }
-        let lowerdir = lowers.iter().map(|l| l.display().to_string()).collect::<Vec<_>>().join(":");
-        let data = format!("lowerdir={lowerdir},upperdir={},workdir={}", upper.display(), work.display());
+        let shown = |p: &Path| as_shown(p, run_dir, lower_ids);
+        let lowerdir = lowers.iter().map(|l| shown(l)).collect::<Vec<_>>().join(":");
+        let data = format!("lowerdir={lowerdir},upperdir={},workdir={}", shown(&upper), shown(&work));
         if data.len() > MOUNT_DATA_MAX {
             return Err(Error::Helper(format!(
                 "the overlay at {} needs {} bytes of mount options for its {} lower directories; the kernel takes {MOUNT_DATA_MAX}",
@@ -167,6 +170,19 @@ pub fn build_overlays(
         Err(e) => return Err(e),
     }
     Ok(root)
+}
+
+/// How an overlay's option names a path. The native helper mounts from
+/// `run_dir` as its working directory, so its options name paths relative
+/// to it: a sandbox reads them in its own `/proc/self/mountinfo`, and
+/// absolute ones would show it the daemon's home and the task's layout on
+/// the host. A gvisor overlay is mounted by the daemon, whose working
+/// directory is not its own to change, and is never shown to the sandbox.
+fn as_shown(p: &Path, run_dir: &Path, lower_ids: LowerIds) -> String {
+    match (lower_ids, p.strip_prefix(run_dir)) {
+        (LowerIds::Idmapped(_), Ok(rel)) if !rel.as_os_str().is_empty() => rel.display().to_string(),
+        _ => p.display().to_string(),
+    }
 }
 
 /// Mounts the kernel filesystems and `/dev` inside `root`, then pivots into
@@ -258,7 +274,9 @@ mod tests {
             // Set-id bits work inside (the overlay is in the sandbox's own
             // mount namespace); device nodes never do.
             flags: MsFlags::MS_NODEV,
-            data: Some("lowerdir=/run/t1/lower0,upperdir=/disk/t1/root/upper,workdir=/disk/t1/root/work".into()),
+            // The disk is not under the run directory here: its paths stay
+            // absolute.
+            data: Some("lowerdir=lower0,upperdir=/disk/t1/root/upper,workdir=/disk/t1/root/work".into()),
         };
         let i_idmap = ops.iter().position(|o| *o == Op::BindIdmapped { source: "/images/host/rootfs".into(), target: "/run/t1/lower0".into() }).unwrap();
         let i_chown = ops.iter().position(|o| *o == Op::Chown(Place::Host("/disk/t1/root/upper".into()), base, base)).unwrap();
@@ -267,7 +285,7 @@ mod tests {
         let i_usr_dir = ops.iter().position(|o| *o == Op::Mkdir(usr.clone(), 0o755)).unwrap();
         let i_usr = ops
             .iter()
-            .position(|o| matches!(o, Op::Mount { target, data: Some(d), .. } if *target == usr && d.starts_with("lowerdir=/run/t1/lower1,upperdir=/disk/t1/at_usr/upper")))
+            .position(|o| matches!(o, Op::Mount { target, data: Some(d), .. } if *target == usr && d.starts_with("lowerdir=lower1,upperdir=/disk/t1/at_usr/upper")))
             .unwrap();
         assert!(i_idmap < i_root && i_chown < i_root && i_root < i_usr_dir && i_usr_dir < i_usr, "lower before overlay, / before /usr: {ops:#?}");
         let wd = Place::inside("/run/t1/root", "/nonexistent-wd");
@@ -322,7 +340,7 @@ mod tests {
             binds,
             [("/l/top", "/run/t1/lower0.0"), ("/l/mid", "/run/t1/lower0.1"), ("/l/base", "/run/t1/lower0.2")].map(|(s, t)| (PathBuf::from(s), PathBuf::from(t)))
         );
-        let data = "lowerdir=/run/t1/lower0.0:/run/t1/lower0.1:/run/t1/lower0.2,upperdir=/disk/t1/root/upper,workdir=/disk/t1/root/work";
+        let data = "lowerdir=lower0.0:lower0.1:lower0.2,upperdir=/disk/t1/root/upper,workdir=/disk/t1/root/work";
         let i_mount = ops.iter().position(|o| matches!(o, Op::Mount { data: Some(d), .. } if d == data)).unwrap();
         let last_bind = ops.iter().rposition(|o| matches!(o, Op::BindIdmapped { .. })).unwrap();
         assert!(last_bind < i_mount, "every lower bound before the overlay: {ops:#?}");
@@ -331,12 +349,13 @@ mod tests {
     #[test]
     fn a_stack_too_deep_or_too_long_for_the_kernel_is_refused() {
         let ids = IdRange::for_slot(1).unwrap();
-        let try_with = |n: usize, run: &str| {
+        let try_as = |n: usize, run: &str, lower_ids: LowerIds| {
             let m = Recorder::default();
             let stack = vec![Layer { lowers: (0..n).map(|j| PathBuf::from(format!("/l/{j}"))).collect(), at: "/".into(), history: 0 }];
-            let r = build_overlays(&m, Path::new(run), Path::new("/d"), &stack, ids, LowerIds::Idmapped(-1), "/w");
+            let r = build_overlays(&m, Path::new(run), Path::new("/d"), &stack, ids, lower_ids, "/w");
             (r, m.ops.into_inner())
         };
+        let try_with = |n: usize, run: &str| try_as(n, run, LowerIds::AsTheyAre);
         let (r, ops) = try_with(MAX_LOWERS + 1, "/r");
         assert!(r.unwrap_err().to_string().contains("lower directories; overlayfs takes 1 to 500"));
         assert!(ops.is_empty(), "nothing mounted: {ops:?}");
@@ -351,6 +370,12 @@ mod tests {
         // The same stack under a short one does.
         let (r, _) = try_with(100, "/r");
         r.unwrap();
+        // The native helper names lowers relative to the run directory: its
+        // length does not count, but 500 lowers still do not fit.
+        let (r, _) = try_as(100, &long_run, LowerIds::Idmapped(-1));
+        r.unwrap();
+        let (r, _) = try_as(MAX_LOWERS, "/r", LowerIds::Idmapped(-1));
+        assert!(r.unwrap_err().to_string().contains("bytes of mount options"));
     }
 
     #[test]
