@@ -16,6 +16,11 @@
 //! idle_suspend = "30m"        # suspend tasks idle this long ("never", the default)
 //! isolation = "native"        # --isolation: the driver of tasks created without one ("gvisor")
 //!
+//! [disk]                      # how task disks share the filesystem of $CAIRN_HOME/disks
+//! reserve = "5G"              # kept free for the daemon's own data; no task disk is
+//!                             # admitted into it (default: 5 % of the filesystem, at least 1G)
+//! budget = "500G"             # at most this much in all task disks' sizes (default: no cap)
+//!
 //! [snapshots]
 //! gc_grace = "1h"             # `cairn gc` keeps unreferenced objects younger than this
 //! risky_patterns = ["..."]    # replaces the default high-risk command patterns
@@ -88,6 +93,8 @@ pub struct Config {
     /// `[node] url`); `None`: `http://` and the listen address, which is
     /// right for one machine and for a listen address others can reach.
     pub node_url: Option<String>,
+    /// `[disk]`: how new task disks are admitted against the free space.
+    pub disk_space: cairn_sandbox::DiskSpace,
 }
 
 /// The `[blob]` table: where snapshots' packs, index files and manifests
@@ -208,6 +215,7 @@ impl Default for Config {
             node: None,
             capacity: None,
             node_url: None,
+            disk_space: cairn_sandbox::DiskSpace::default(),
         }
     }
 }
@@ -229,6 +237,15 @@ struct File {
     blob: BlobFile,
     #[serde(default)]
     node: NodeFile,
+    #[serde(default)]
+    disk: DiskFile,
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct DiskFile {
+    reserve: Option<String>,
+    budget: Option<String>,
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -402,6 +419,12 @@ impl Config {
         }
         if let Some(u) = file.node.url {
             c.node_url = Some(parse_node_url(&u).map_err(|e| format!("node.url: {e}"))?);
+        }
+        if let Some(r) = file.disk.reserve {
+            c.disk_space.reserve = Some(cairn_core::parse_bytes(&r).map_err(|e| format!("disk.reserve: {e}"))?);
+        }
+        if let Some(b) = file.disk.budget {
+            c.disk_space.budget = Some(cairn_core::parse_bytes(&b).map_err(|e| format!("disk.budget: {e}"))?);
         }
         Ok(c)
     }

@@ -125,6 +125,7 @@ impl From<cairn_sandbox::Error> for Error {
         use cairn_sandbox::Error as E;
         match e {
             E::UnknownImage(_) => Error::NotFound(e.to_string()),
+            E::DiskSpace(_) => Error::NoSpace(e.to_string()),
             E::ImageExists(_) | E::ImageInUse(..) | E::ImageBuiltIn(_) | E::NotRunning(_) => Error::Conflict(e.to_string()),
             E::UnsafeEntry { .. } | E::UnsafeLayerEntry { .. } | E::ImageSource(..) | E::PathEscape(_) | E::InvalidImageName(_) => Error::Invalid(e.to_string()),
             E::ImageTooLarge { bound: cairn_sandbox::image::SizeBound::FreeSpace, .. } => Error::NoSpace(e.to_string()),

@@ -42,6 +42,7 @@ impl Runtime {
                 Error::conflict(format!("task {} has no snapshot to fork from; take one with `cairn snapshot {}`", src.id, src.id))
             })?,
         };
+        self.admit_disks(src.config.limits.disk_bytes.saturating_mul(count as u64)).await?;
         let _no_gc = self.hold_blobs().await?;
         let manifest = self.load_manifest(&snap.manifest).await?;
         self.precheck(&snap, &manifest).await?;

@@ -115,6 +115,7 @@ impl Runtime {
         let mut config = self.config_from(&req)?;
         let image = self.image(&config.image).await?;
         apply_image_config(&mut config, &image, req.workdir.is_some())?;
+        self.admit_disks(config.limits.disk_bytes).await?;
         let now = now_ms();
         // A helper started ahead brings its task id (and its cgroups).
         let ahead = self.driver.take_prestarted();

@@ -65,6 +65,14 @@ pub(crate) struct Materialised {
 }
 
 impl Runtime {
+    /// Refuses, before anything is recorded, new task disks of `disk_bytes`
+    /// in all that the host's disk space cannot promise (the start checks
+    /// again when it makes each disk).
+    pub(crate) async fn admit_disks(&self, disk_bytes: u64) -> Result<(), Error> {
+        let driver = self.driver.clone();
+        Ok(tokio::task::spawn_blocking(move || driver.admit_disks(disk_bytes)).await??)
+    }
+
     /// Makes the task's disk from `source` on uid `slot` (claimed by the
     /// caller), stores the manifest it now holds as its baseline, runs
     /// `restored` (what the operation records before the sandbox starts),

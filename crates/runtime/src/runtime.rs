@@ -100,11 +100,11 @@ impl Runtime {
     pub async fn open(home: &Home, config: &Config, helper: PathBuf, own: std::net::SocketAddr) -> Result<Runtime, OpenError> {
         let images = ImageStore::new(home.images());
         let root = home.root().to_owned();
-        let (defaults, pool) = (config.defaults, config.disk_pool);
+        let (defaults, pool, disk_space) = (config.defaults, config.disk_pool, config.disk_space);
         let driver = tokio::task::spawn_blocking(move || -> Result<NativeDriver, cairn_sandbox::Error> {
             images.cleanup()?;
             images.ensure_host()?;
-            NativeDriver::new(&root, helper, defaults, pool)
+            NativeDriver::new(&root, helper, defaults, pool, disk_space)
         })
         .await
         .map_err(|e| OpenError::Sandbox(cairn_sandbox::Error::Helper(e.to_string())))??;

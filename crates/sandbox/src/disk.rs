@@ -10,6 +10,7 @@ use std::ffi::CString;
 use std::fs::{self, File, OpenOptions};
 use std::os::fd::AsRawFd;
 use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::thread;
@@ -62,9 +63,12 @@ pub fn make_image(path: &Path, size: u64) -> Result<()> {
     file.set_len(size).map_err(|e| Error::Disk(tmp.clone(), e))?;
     drop(file);
     // Lazy init keeps formatting fast: the kernel zeroes inode tables in the
-    // background. No reserved blocks: the quota is the whole disk.
+    // background. 1 % of the blocks is reserved for host root: the sandbox
+    // (a mapped uid) cannot take it, so a disk the task filled still has
+    // room for the daemon to mount its overlay again (see `SPARE_DIR` for
+    // inodes).
     let out = Command::new("mkfs.ext4")
-        .args(["-q", "-F", "-m", "0", "-E", "lazy_itable_init=1,lazy_journal_init=1", "-L", "cairn"])
+        .args(["-q", "-F", "-m", "1", "-E", "lazy_itable_init=1,lazy_journal_init=1", "-L", "cairn"])
         .arg(&tmp)
         .output()
         .map_err(|e| Error::Mkfs(tmp.clone(), format!("cannot run mkfs.ext4 (install e2fsprogs): {e}")))?;
@@ -77,7 +81,8 @@ pub fn make_image(path: &Path, size: u64) -> Result<()> {
 
 /// Attaches `image` to a free loop device (auto-clearing) and mounts it at
 /// `target` with `nosuid,nodev`: nothing the sandbox writes can become a
-/// privilege on the host.
+/// privilege on the host. With `discard`: blocks the task frees go back to
+/// the host's filesystem (the loop device punches holes in the image).
 pub fn attach_and_mount(image: &Path, target: &Path) -> Result<PathBuf> {
     fs::create_dir_all(target).map_err(|e| Error::Disk(target.to_owned(), e))?;
     let backing = OpenOptions::new().read(true).write(true).open(image).map_err(|e| Error::Disk(image.to_owned(), e))?;
@@ -117,7 +122,7 @@ pub fn attach_and_mount(image: &Path, target: &Path) -> Result<PathBuf> {
             return Err(Error::Loop(dev, err));
         }
         let flags = MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOATIME;
-        if let Err(e) = mount(Some(&dev), target, Some("ext4"), flags, None::<&str>) {
+        if let Err(e) = mount(Some(&dev), target, Some("ext4"), flags, Some("discard")) {
             // SAFETY: LOOP_CLR_FD takes no argument.
             unsafe { libc::ioctl(loopdev.as_raw_fd(), LOOP_CLR_FD) };
             return Err(Error::Mount { target: target.to_owned(), err: e.into() });
@@ -127,6 +132,35 @@ pub fn attach_and_mount(image: &Path, target: &Path) -> Result<PathBuf> {
         return Ok(dev);
     }
     Err(Error::Loop(image.to_owned(), std::io::Error::other("no free loop device after 16 attempts")))
+}
+
+/// Empty files the daemon keeps at the top of a task's disk, where the
+/// sandbox never reaches: ext4 reserves blocks for root but no inodes, and
+/// mounting the overlay needs a few (its work directory is made anew each
+/// time). Before a start they are removed, freeing their inodes for that;
+/// after it they are made again while there is room.
+const SPARE_DIR: &str = "spare-inodes";
+const SPARES: usize = 32;
+
+/// Frees the spare inodes of the disk mounted at `disk`, before a start.
+pub fn release_spares(disk: &Path) {
+    let dir = disk.join(SPARE_DIR);
+    for i in 0..SPARES {
+        let _ = fs::remove_file(dir.join(i.to_string()));
+    }
+}
+
+/// Makes the spare inodes again, as far as there is room, after a start.
+pub fn keep_spares(disk: &Path) {
+    let dir = disk.join(SPARE_DIR);
+    if fs::DirBuilder::new().mode(0o700).create(&dir).is_err() && !dir.is_dir() {
+        return;
+    }
+    for i in 0..SPARES {
+        if OpenOptions::new().write(true).create(true).truncate(false).mode(0o600).open(dir.join(i.to_string())).is_err() {
+            return;
+        }
+    }
 }
 
 /// Unmounts `target` if it is mounted. Retries briefly while busy, because

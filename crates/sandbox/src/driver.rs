@@ -82,6 +82,12 @@ pub trait SandboxDriver: Send + Sync + fmt::Debug + 'static {
     /// that directory.
     fn prepare_disk(&self, task: &str, disk_bytes: u64) -> Result<PathBuf>;
 
+    /// Whether new disks of `disk_bytes` in all would be admitted now
+    /// (checked before a task is recorded; `prepare_disk` decides again).
+    fn admit_disks(&self, _disk_bytes: u64) -> Result<()> {
+        Ok(())
+    }
+
     /// Where the task's disk is reachable while it is prepared or running.
     fn disk_dir(&self, task: &str) -> PathBuf;
 

@@ -67,6 +67,9 @@ pub enum Error {
     Disk(PathBuf, io::Error),
     #[error("mkfs.ext4 for {0} failed: {1}")]
     Mkfs(PathBuf, String),
+    /// A new task disk does not fit the space its filesystem can promise.
+    #[error("{0}")]
+    DiskSpace(String),
     #[error("loop device for {0}: {1}")]
     Loop(PathBuf, io::Error),
 

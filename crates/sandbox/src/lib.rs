@@ -17,6 +17,7 @@
 //! - `cgroup`: per-task resource limits on cgroup v1 or v2;
 //! - `seccomp` and `caps`: the syscall filter and capability bounds;
 //! - `disk`: the per-task ext4 loop image that holds the writable layer;
+//! - `disk_budget`: new disks admitted against the space that holds them;
 //! - `rootfs`: the overlay root, `/dev`, `/proc`, `pivot_root`;
 //! - `process`: the single-threaded helper that creates the namespaces and
 //!   the sandbox's init, which runs commands on request;
@@ -30,6 +31,7 @@
 pub(crate) mod caps;
 pub(crate) mod cgroup;
 pub(crate) mod disk;
+mod disk_budget;
 mod driver;
 mod error;
 #[cfg(any(test, feature = "test-util"))]
@@ -49,6 +51,7 @@ pub(crate) mod traces;
 pub(crate) mod uidmap;
 
 pub use gvisor::init::{exec_main as gvisor_exec_main, init_main as gvisor_init_main};
+pub use disk_budget::DiskSpace;
 pub use driver::{InitProcess, Prestarted, RunningCommand, SandboxDriver};
 pub use error::{Error, Result};
 pub use image::Image;

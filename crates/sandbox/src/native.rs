@@ -23,6 +23,7 @@ use nix::unistd::Pid;
 
 use crate::cgroup::CgroupLayout;
 use crate::disk::{self, DiskPool};
+use crate::disk_budget::DiskSpace;
 use crate::driver::{InitProcess, Prestarted, RunningCommand, SandboxDriver};
 use crate::home_mount::{self, HomeMount};
 use crate::image::Image;
@@ -71,11 +72,15 @@ pub struct NativeDriver {
     /// The home mounted on itself `nosuid,nodev`: what sandboxes made is
     /// never a privilege on the host.
     home_mount: HomeMount,
+    /// How new task disks are admitted against the space that holds them.
+    disk_space: DiskSpace,
+    /// One admission at a time: two could each see room for one disk.
+    admitting: std::sync::Mutex<()>,
 }
 
 impl NativeDriver {
     /// `home` is `$CAIRN_HOME`; `helper` the `cairn` executable.
-    pub fn new(home: &Path, helper: PathBuf, defaults: cairn_core::Limits, pool_target: usize) -> Result<NativeDriver> {
+    pub fn new(home: &Path, helper: PathBuf, defaults: cairn_core::Limits, pool_target: usize, disk_space: DiskSpace) -> Result<NativeDriver> {
         let default_disk = defaults.disk_bytes;
         // Before anything is written or mounted in the home.
         let home_mount = home_mount::seal(home)?;
@@ -94,6 +99,8 @@ impl NativeDriver {
             gvisor,
             gvisor_processes: std::sync::Mutex::new(Vec::new()),
             home_mount,
+            disk_space,
+            admitting: std::sync::Mutex::new(()),
             slots: HostSlots::new(&run_root),
             run_root,
             disk_root,
@@ -145,7 +152,10 @@ impl NativeDriver {
             Some(mut p) => p.child.take().ok_or_else(|| Error::Helper("helper started ahead is gone".into()))?,
             None => self.spawn_helper(&[])?,
         };
+        // The overlay's work directory needs inodes even on a full disk.
+        disk::release_spares(&paths.disk_mount);
         let report = run_helper(child, &spec)?;
+        disk::keep_spares(&paths.disk_mount);
         tracing::debug!(task, disk = ?t_mount, cgroup = ?t_cgroup, helper = ?began.elapsed(), "sandbox started");
         Ok(InitProcess { pid: report.init_pid, start_time: report.init_start_time })
     }
@@ -190,7 +200,9 @@ impl NativeDriver {
         let mut limits = config.limits;
         limits.pids = gvisor::spec::host_pids(limits.pids);
         let cgroup = self.cgroups.create(task, &limits)?;
+        disk::release_spares(&self.paths(task).disk_mount);
         let (init, _restored) = g.start(task, config, image, &self.gvisor_paths(task)?)?;
+        disk::keep_spares(&self.paths(task).disk_mount);
         if let Ok(pids) = cgroup.pids() {
             self.gvisor_processes.lock().unwrap_or_else(|e| e.into_inner()).extend(pids);
         }
@@ -313,12 +325,18 @@ impl SandboxDriver for NativeDriver {
             .create(&paths.run_dir)
             .map_err(|e| Error::Io(paths.run_dir.display().to_string(), e))?;
         if !paths.disk_image.exists() {
+            let _one = self.admitting.lock().unwrap_or_else(|e| e.into_inner());
+            self.disk_space.admit(&self.disk_root, disk_bytes)?;
             self.pool.take(&paths.disk_image, disk_bytes)?;
         }
         if !disk::is_mounted(&paths.disk_mount) {
             disk::attach_and_mount(&paths.disk_image, &paths.disk_mount)?;
         }
         Ok(paths.disk_mount)
+    }
+
+    fn admit_disks(&self, disk_bytes: u64) -> Result<()> {
+        self.disk_space.admit(&self.disk_root, disk_bytes)
     }
 
     fn disk_dir(&self, task: &str) -> PathBuf {
