@@ -103,6 +103,21 @@ pub async fn run() -> Result<u8> {
     }
 }
 
+/// What the host sees of the home: private, and mounted where set-id bits
+/// and device files mean nothing.
+fn host_home(d: &mut Demo, home: &Path) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let t = Instant::now();
+    let mode = std::fs::metadata(home)?.permissions().mode() & 0o777;
+    let flags = nix::sys::statvfs::statvfs(home)?.flags();
+    let sealed = flags.contains(nix::sys::statvfs::FsFlags::ST_NOSUID) && flags.contains(nix::sys::statvfs::FsFlags::ST_NODEV);
+    if mode != 0o700 || !sealed {
+        bail!("the home is {mode:o}, nosuid,nodev: {sealed}");
+    }
+    d.say("on the host the home is 0700 and mounted nosuid,nodev", t.elapsed(), "a set-uid file the task made means nothing outside it");
+    Ok(())
+}
+
 async fn steps(d: &mut Demo, home: &Path, daemon_port: u16) -> Result<()> {
     let t = Instant::now();
     let view: TaskView = d
@@ -144,11 +159,18 @@ async fn steps(d: &mut Demo, home: &Path, daemon_port: u16) -> Result<()> {
     )
     .await?;
     d.show(
-        "seccomp and a bounded capability set (set-id works only inside)",
+        "seccomp and a bounded capability set",
         "grep -E 'Seccomp:|CapBnd' /proc/self/status; unshare -U true 2>&1 || echo \"unshare refused (exit $?)\"",
         |r| text(r).contains("Seccomp:\t2") && text(r).contains("unshare refused"),
     )
     .await?;
+    d.show(
+        "set-uid programs work inside (set-uid id run as nobody)",
+        "cp /usr/bin/id /workspace/sid && chmod 4755 /workspace/sid && setpriv --reuid 65534 --regid 65534 --clear-groups /workspace/sid",
+        |r| text(r).contains("euid=0"),
+    )
+    .await?;
+    host_home(d, home)?;
     d.show(
         "network: only lo; the daemon's port is unreachable",
         &format!("tail -n +3 /proc/net/dev | cut -d: -f1; bash -c 'exec 3<>/dev/tcp/127.0.0.1/{daemon_port}' 2>&1 && echo connected || echo 'connect to the host daemon failed'"),
@@ -184,6 +206,14 @@ async fn steps(d: &mut Demo, home: &Path, daemon_port: u16) -> Result<()> {
         |r| text(r).contains("No space left"),
     )
     .await?;
+    let t = Instant::now();
+    let refused = d.client.post::<TaskView, _>("/v1/tasks", &api::tasks::CreateRequest { disk: Some("15T".into()), ..Default::default() }).await;
+    match refused {
+        Err(e) if e.to_string().contains("no room for a 15 TiB task disk") => {
+            d.say("a disk the host cannot promise is refused at create", t.elapsed(), &format!("{e:#}"))
+        }
+        other => bail!("a 15T disk was not refused for room: {other:?}"),
+    }
 
     let t = Instant::now();
     let src = tempfile::tempdir()?;
@@ -217,7 +247,11 @@ async fn steps(d: &mut Demo, home: &Path, daemon_port: u16) -> Result<()> {
 /// and a call through either node reaches it wherever it runs.
 async fn cluster(d: &mut Demo, home: &Path) -> Result<()> {
     let t = Instant::now();
-    let cluster = crate::demo_cluster::Cluster::start(&home.join("cluster"), &["demo-a", "demo-b"]).await?;
+    // Beside the first daemon's home, not in it: a home is private to its
+    // daemon, and PostgreSQL runs as its own user.
+    let beside = home.parent().unwrap_or(Path::new("/var/tmp"));
+    let dir = tempfile::Builder::new().prefix("cairn-demo-cluster-").tempdir_in(beside)?;
+    let cluster = crate::demo_cluster::Cluster::start(&dir.path().join("cluster"), &["demo-a", "demo-b"]).await?;
     let (a, b) = (&cluster.nodes[0], &cluster.nodes[1]);
     let nodes: Vec<api::nodes::Node> = b.client.get("/v1/nodes").await?;
     if nodes.len() != 2 || nodes.iter().any(|n| n.state != api::nodes::NodeState::Up) {
