@@ -188,3 +188,24 @@ fn cp_out_of_a_task_never_writes_a_setid_bit_on_the_host() {
     assert_eq!(mode("plain"), 0o750, "positive control: modes are otherwise kept as they were");
     d.ok(&["destroy", &t]);
 }
+
+/// A home that existed, open to everyone, is private once a daemon ran on
+/// it: the directory 0700 and the database (it holds every task's webhook
+/// secret) 0600.
+#[test]
+fn a_home_that_existed_with_0755_is_0700_and_its_database_0600() {
+    let d = Daemon::start_prepared(|home| fs::set_permissions(home, fs::Permissions::from_mode(0o755)).unwrap(), &[]);
+    let t = d.create(&[]);
+    let mode = |p: &Path| fs::metadata(p).unwrap().mode() & 0o777;
+    assert_eq!(mode(d.home()), 0o700);
+    for f in ["cairn.db", "token"] {
+        assert_eq!(mode(&d.home().join(f)), 0o600, "{f}");
+    }
+    for dir in ["layers", "images", "blobs", "run", "disks", "keys"] {
+        let p = d.home().join(dir);
+        if p.exists() {
+            assert_eq!(mode(&p), 0o700, "{dir}");
+        }
+    }
+    d.ok(&["destroy", &t]);
+}
