@@ -55,7 +55,7 @@ impl DiskSpace {
         let free = vfs.blocks_available().saturating_mul(frsize);
         let total = vfs.blocks().saturating_mul(frsize);
         let reserve = self.reserve.unwrap_or_else(|| (total / 100 * DEFAULT_RESERVE_PERCENT).max(DEFAULT_RESERVE_MIN));
-        decide(size, free, reserve, self.budget, &promised).map_err(|why| Error::DiskSpace(why))
+        decide(size, free, reserve, self.budget, &promised).map_err(Error::DiskSpace)
     }
 }
 
