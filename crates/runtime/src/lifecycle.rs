@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use cairn_api::tasks::CreateRequest;
 use cairn_core::{EnvVar, EventKind, ImageDefaults, NewEvent, SandboxState, Task, TaskConfig, TaskId, TaskState, Transition, check_name, check_workdir};
-use cairn_sandbox::InitProcess;
+use cairn_sandbox::{InitProcess, InitState};
 use cairn_sandbox::image::Image;
 use cairn_store::now_ms;
 use serde_json::json;
@@ -203,16 +203,22 @@ impl Runtime {
     pub async fn running(&self, id_or_name: &str, actor: &str) -> Result<(Task, Live), Error> {
         let mut task = self.find(id_or_name).await?;
         match self.live(&task.id) {
-            Some(live) if task.state == TaskState::Running => {
-                if live.init.alive() {
-                    return Ok((task, live));
+            Some(live) if task.state == TaskState::Running => match live.init.state() {
+                InitState::Running => return Ok((task, live)),
+                // A failed look (the daemon short of descriptors) says
+                // nothing of the sandbox: this request fails, the sandbox
+                // stays.
+                InitState::Unknown(e) => {
+                    return Err(Error::Unavailable(format!("cannot tell whether the sandbox of task {} runs ({e}); try again", task.id)));
                 }
                 // Died just now (a gvisor sandbox ends whole on an OOM):
                 // lost, and recovered below, without waiting for the
                 // background to notice.
-                self.lost_if_dead(&task.id, live).await;
-                task = self.find(task.id.as_str()).await?;
-            }
+                InitState::Exited => {
+                    self.lost_if_dead(&task.id, live).await;
+                    task = self.find(task.id.as_str()).await?;
+                }
+            },
             None if task.state == TaskState::Running && task.sandbox == SandboxState::Ready => {
                 // The background is marking it lost right now: its lock.
                 let lock = self.lock_of(&task.id);
@@ -352,14 +358,24 @@ impl Runtime {
             let init = row.init_pid.zip(row.init_start_time).map(|(pid, start_time)| InitProcess { pid, start_time });
             let driver = self.driver.clone();
             let id = task.id.to_string();
-            let healthy = match init {
-                Some(i) if i.alive() && !task.state.is_terminal() => tokio::task::spawn_blocking(move || {
+            let state = match init {
+                Some(i) if !task.state.is_terminal() => Some(settled_state(i).await),
+                _ => None,
+            };
+            if let Some(InitState::Unknown(e)) = &state {
+                // Kept as it is: the background looks again, and only an
+                // init known to have exited makes the sandbox lost.
+                tracing::warn!(task = %task.id, "cannot tell whether the sandbox survived the restart ({e}); kept for now");
+            }
+            let unknown = matches!(state, Some(InitState::Unknown(_)));
+            let healthy = match state {
+                Some(InitState::Running | InitState::Unknown(_)) => tokio::task::spawn_blocking(move || {
                     // A daemon killed during a snapshot leaves the sandbox
                     // frozen; thaw it so it can answer and run again.
                     if let Err(e) = driver.thaw(&id) {
                         tracing::warn!(task = %id, "thaw after restart: {e}");
                     }
-                    driver.ping(&id).is_ok()
+                    unknown || driver.ping(&id).is_ok()
                 })
                 .await
                 .unwrap_or(false),
@@ -474,19 +490,30 @@ impl Runtime {
     }
 
     /// Background work: keep the disk pool full, and notice sandboxes whose
-    /// init died (reaping it and marking the task).
+    /// init died (reaping it and marking the task). Only an init known to
+    /// have exited is: a look that fails (the daemon out of descriptors) is
+    /// logged and tried again at the next round.
     pub fn spawn_background(self: Arc<Self>) {
         self.wake_pool_refill();
         tokio::spawn(async move {
+            let mut unknown_logged: Option<Instant> = None;
             loop {
                 tokio::time::sleep(Duration::from_millis(500)).await;
-                let dead: Vec<(TaskId, Live)> = self
-                    .cells
-                    .all()
-                    .into_iter()
-                    .filter_map(|(id, c)| Some((id, c.live()?)))
-                    .filter(|(_, l)| !l.init.alive())
-                    .collect();
+                let mut dead = Vec::new();
+                let mut unknown = Vec::new();
+                for (id, live) in self.cells.all().into_iter().filter_map(|(id, c)| Some((id, c.live()?))) {
+                    match live.init.state() {
+                        InitState::Running => {}
+                        InitState::Exited => dead.push((id, live)),
+                        InitState::Unknown(e) => unknown.push(format!("{id} ({e})")),
+                    }
+                }
+                // Once every 10 s at most: an overloaded daemon would
+                // otherwise log a line per sandbox twice a second.
+                if !unknown.is_empty() && unknown_logged.is_none_or(|t| t.elapsed() >= Duration::from_secs(10)) {
+                    tracing::warn!("cannot tell whether {} sandbox(es) run, looking again: {}", unknown.len(), unknown.join(", "));
+                    unknown_logged = Some(Instant::now());
+                }
                 for (id, live) in dead {
                     self.lost_if_dead(&id, live).await;
                 }
@@ -494,8 +521,8 @@ impl Runtime {
         });
     }
 
-    /// Marks the task's sandbox lost if `live` (found with its init dead)
-    /// is still the task's sandbox, under the task's lock.
+    /// Marks the task's sandbox lost if `live` (found with its init known
+    /// to have exited) is still the task's sandbox, under the task's lock.
     async fn lost_if_dead(&self, id: &TaskId, live: Live) {
         reaper::reap(live.init.pid);
         let lock = self.lock_of(id);
@@ -507,6 +534,18 @@ impl Runtime {
         }
         if let Ok(task) = self.store.find_task(id.as_str()).await {
             let _ = self.mark_lost(&task, Some(live.init), "the sandbox's init exited").await;
+        }
+    }
+}
+
+/// The state of an init found in the store at start-up, asked again for up
+/// to 2 s while it cannot be told (a daemon restarted under load).
+async fn settled_state(init: InitProcess) -> InitState {
+    let deadline = Instant::now() + Duration::from_secs(2);
+    loop {
+        match init.state() {
+            InitState::Unknown(_) if Instant::now() < deadline => tokio::time::sleep(Duration::from_millis(100)).await,
+            state => return state,
         }
     }
 }

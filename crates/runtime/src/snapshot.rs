@@ -273,7 +273,7 @@ impl Runtime {
                     let err = Error::internal_from(e).context("checkpoint failed");
                     self.log(&task.id, EventKind::Snapshot, actor, json!({ "kind": kind, "error": err.to_string() }), Some(1), None).await;
                     // A checkpoint that failed half-way may have stopped it.
-                    if self.driver.has_checkpoint(task.id.as_str()) || !live.init.alive() {
+                    if self.driver.has_checkpoint(task.id.as_str()) || live.init.exited() {
                         self.after_checkpoint(task, with_memory, actor).await;
                     }
                     return Err(err);

@@ -15,6 +15,7 @@
 
 use std::fmt;
 use std::fs;
+use std::io;
 use std::net::TcpListener;
 use std::os::fd::{OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
@@ -23,7 +24,7 @@ use std::path::PathBuf;
 use cairn_core::{Isolation, TaskConfig};
 
 use crate::image::Image;
-use crate::process::spawn::process_start_time;
+use crate::process::spawn::parse_start_time;
 use crate::proto::ExecRequest;
 use crate::uidmap::IdRange;
 use crate::Result;
@@ -180,19 +181,55 @@ pub struct InitProcess {
     pub start_time: u64,
 }
 
+/// What a look at a sandbox's init found.
+#[derive(Debug)]
+pub enum InitState {
+    /// The very process we started (not a pid reuser) runs.
+    Running,
+    /// It exited: a zombie, gone from `/proc`, or its pid now another
+    /// process's (another start time).
+    Exited,
+    /// It could not be told: reading its `/proc` entry failed for another
+    /// reason than its absence (EMFILE, ENFILE, ENOMEM: the daemon is short
+    /// of descriptors or memory). Never evidence that it exited; ask again
+    /// later. An overloaded daemon once tore down every sandbox this way.
+    Unknown(io::Error),
+}
+
 impl InitProcess {
-    /// True while the very process we started (not a pid reuser) is alive
-    /// and not a zombie.
+    /// Looks once at the init's `/proc/PID/stat`.
+    pub fn state(&self) -> InitState {
+        init_state(fs::read(format!("/proc/{}/stat", self.pid)), self.start_time)
+    }
+
+    /// True only while the init is known to run: also false when that cannot
+    /// be told. Whoever would act on its death asks [`InitProcess::exited`].
     pub fn alive(&self) -> bool {
-        process_start_time(self.pid) == Some(self.start_time) && !is_zombie(self.pid)
+        matches!(self.state(), InitState::Running)
+    }
+
+    /// True only when the init is known to have exited.
+    pub fn exited(&self) -> bool {
+        matches!(self.state(), InitState::Exited)
     }
 }
 
-fn is_zombie(pid: i32) -> bool {
-    fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|s| s.rfind(')').map(|i| s[i + 2..].starts_with('Z')))
-        .unwrap_or(false)
+/// The state a read of `/proc/PID/stat` tells (the seam the tests inject
+/// failed reads through).
+fn init_state(read: io::Result<Vec<u8>>, start_time: u64) -> InitState {
+    let stat = match read {
+        Ok(stat) => stat,
+        // ENOENT: no such pid; ESRCH: it went away between open and read.
+        Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ESRCH)) => return InitState::Exited,
+        Err(e) => return InitState::Unknown(e),
+    };
+    let stat = String::from_utf8_lossy(&stat);
+    let zombie = stat.rfind(')').and_then(|i| stat.get(i + 2..)).is_some_and(|rest| rest.starts_with('Z'));
+    match parse_start_time(&stat) {
+        Some(t) if t != start_time || zombie => InitState::Exited,
+        Some(_) => InitState::Running,
+        None => InitState::Unknown(io::Error::new(io::ErrorKind::InvalidData, format!("unreadable /proc stat line {stat:?}"))),
+    }
 }
 
 /// A command started in a sandbox: the connection to await its exit on, and
@@ -222,5 +259,126 @@ impl Drop for Prestarted {
             let _ = c.kill();
             let _ = c.wait();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::process::spawn::process_start_time;
+
+    /// A `/proc/PID/stat` line of a process started at `start`, in `state`.
+    fn stat(state: char, start: u64) -> Vec<u8> {
+        // Fields 4 to 21, then the start time (22).
+        let mut fields = vec!["0".to_owned(); 18];
+        fields.push(start.to_string());
+        format!("42 (a (tricky) name) {state} {}", fields.join(" ")).into_bytes()
+    }
+
+    fn errno(e: i32) -> io::Result<Vec<u8>> {
+        Err(io::Error::from_raw_os_error(e))
+    }
+
+    #[test]
+    fn only_a_read_that_says_the_process_is_gone_means_exited() {
+        assert!(matches!(init_state(Ok(stat('S', 7)), 7), InitState::Running));
+        assert!(matches!(init_state(Ok(stat('R', 7)), 7), InitState::Running));
+        assert!(matches!(init_state(Ok(stat('Z', 7)), 7), InitState::Exited), "a zombie exited");
+        assert!(matches!(init_state(Ok(stat('S', 8)), 7), InitState::Exited), "the pid is another process's");
+        assert!(matches!(init_state(errno(libc::ENOENT), 7), InitState::Exited));
+        assert!(matches!(init_state(errno(libc::ESRCH), 7), InitState::Exited));
+        for e in [libc::EMFILE, libc::ENFILE, libc::ENOMEM, libc::EIO, libc::EACCES, libc::EINTR] {
+            match init_state(errno(e), 7) {
+                InitState::Unknown(err) => assert_eq!(err.raw_os_error(), Some(e)),
+                other => panic!("errno {e} read as {other:?}"),
+            }
+        }
+        assert!(matches!(init_state(Ok(b"42 (cut".to_vec()), 7), InitState::Unknown(_)));
+        assert!(matches!(init_state(Ok(Vec::new()), 7), InitState::Unknown(_)));
+    }
+
+    /// A process started and killed: its pid and start time, and it is reaped.
+    fn dead_process() -> InitProcess {
+        let mut child = std::process::Command::new("sleep").arg("1000").spawn().expect("spawn sleep");
+        let pid = child.id() as i32;
+        let start_time = process_start_time(pid).expect("a live child's start time");
+        let _ = child.kill();
+        let _ = child.wait();
+        InitProcess { pid, start_time }
+    }
+
+    fn me() -> InitProcess {
+        let pid = std::process::id() as i32;
+        InitProcess { pid, start_time: process_start_time(pid).expect("own start time") }
+    }
+
+    #[test]
+    fn live_exited_zombie_and_reused_processes() {
+        let me = me();
+        assert!(matches!(me.state(), InitState::Running) && me.alive() && !me.exited());
+        assert!(matches!(InitProcess { start_time: me.start_time + 1, ..me }.state(), InitState::Exited), "pid reused");
+        let dead = dead_process();
+        assert!(matches!(dead.state(), InitState::Exited) && dead.exited() && !dead.alive());
+        // Killed, not yet reaped: a zombie has exited.
+        let mut child = std::process::Command::new("sleep").arg("1000").spawn().expect("spawn sleep");
+        let pid = child.id() as i32;
+        let zombie = InitProcess { pid, start_time: process_start_time(pid).expect("start time") };
+        assert!(zombie.alive());
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL).expect("kill");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !zombie.exited() {
+            assert!(std::time::Instant::now() < deadline, "the killed child never read as exited");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        let _ = child.wait();
+    }
+
+    const PROBE: &str = "CAIRN_TEST_INIT_STATE_PROBE";
+
+    /// How a state reads in the probe's report.
+    fn word(s: &InitState) -> String {
+        match s {
+            InitState::Running => "running".into(),
+            InitState::Exited => "exited".into(),
+            InitState::Unknown(e) => format!("unknown:{}", e.raw_os_error().unwrap_or(-1)),
+        }
+    }
+
+    /// Run as a child of itself (the soft limit is the whole process's): in
+    /// the child, with every descriptor taken, a live and a dead process both
+    /// read as unknown, never exited; with one free again, as they are.
+    #[test]
+    fn a_daemon_out_of_descriptors_reads_unknown_not_exited() {
+        if let Ok(arg) = std::env::var(PROBE) {
+            let n: Vec<u64> = arg.split(' ').map(|v| v.parse().expect("probe argument")).collect();
+            let live = InitProcess { pid: n[0] as i32, start_time: n[1] };
+            let dead = InitProcess { pid: n[2] as i32, start_time: n[3] };
+            let (_, hard) = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE).expect("getrlimit");
+            nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE, 64, hard).expect("setrlimit");
+            let mut held = Vec::new();
+            let err = loop {
+                match fs::File::open("/dev/null") {
+                    Ok(f) => held.push(f),
+                    Err(e) => break e,
+                }
+            };
+            let full = [live.state(), dead.state()];
+            held.truncate(held.len().saturating_sub(2));
+            let freed = [live.state(), dead.state()];
+            println!("probe: open {} full {} {} freed {} {}", err.raw_os_error().unwrap_or(-1), word(&full[0]), word(&full[1]), word(&freed[0]), word(&freed[1]));
+            return;
+        }
+        let (live, dead) = (me(), dead_process());
+        let exe = std::env::current_exe().expect("the test binary");
+        let out = std::process::Command::new(exe)
+            .args(["driver::tests::a_daemon_out_of_descriptors_reads_unknown_not_exited", "--exact", "--nocapture", "--test-threads=1"])
+            .env(PROBE, format!("{} {} {} {}", live.pid, live.start_time, dead.pid, dead.start_time))
+            .output()
+            .expect("run the probe");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "the probe failed: {text}{}", String::from_utf8_lossy(&out.stderr));
+        let line = text.lines().find_map(|l| l.find("probe: ").map(|i| &l[i..])).unwrap_or_else(|| panic!("no probe report in {text}"));
+        let emfile = libc::EMFILE;
+        assert_eq!(line, format!("probe: open {emfile} full unknown:{emfile} unknown:{emfile} freed running exited"));
     }
 }

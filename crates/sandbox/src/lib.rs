@@ -52,7 +52,7 @@ pub(crate) mod uidmap;
 
 pub use gvisor::init::{exec_main as gvisor_exec_main, init_main as gvisor_init_main};
 pub use disk_budget::DiskSpace;
-pub use driver::{InitProcess, Prestarted, RunningCommand, SandboxDriver};
+pub use driver::{InitProcess, InitState, Prestarted, RunningCommand, SandboxDriver};
 pub use error::{Error, Result};
 pub use image::Image;
 pub use native::{NativeDriver, HELPER_SUBCOMMAND};

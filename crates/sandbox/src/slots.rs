@@ -14,7 +14,6 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use crate::driver::InitProcess;
-use crate::process::spawn::process_start_time;
 use crate::{Error, Result};
 
 /// An entry with no init recorded yet is stale once older than any start takes.
@@ -60,7 +59,13 @@ impl HostSlots {
                     return Ok(true);
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                    let text = fs::read_to_string(&path).unwrap_or_default();
+                    // An entry that cannot be read (EMFILE) is no evidence
+                    // that its owner is gone.
+                    let text = match fs::read_to_string(&path) {
+                        Ok(t) => t,
+                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                        Err(e) => return Err(Error::Io(path.display().to_string(), e)),
+                    };
                     let mut lines = text.lines();
                     if lines.next() == Some(owner.as_str()) {
                         return Ok(true);
@@ -104,13 +109,14 @@ impl HostSlots {
     }
 }
 
-/// An entry is stale when its init is gone, or, before the init was
-/// recorded, when it is older than any start takes.
+/// An entry is stale when its init is known to have exited (one that cannot
+/// be looked at now is not), or, before the init was recorded, when it is
+/// older than any start takes.
 fn entry_is_stale(path: &Path, init: Option<&str>) -> bool {
     match init.and_then(|l| l.split_once(' ')) {
         Some((pid, start)) => {
-            let (Ok(pid), Ok(start)) = (pid.parse::<i32>(), start.parse::<u64>()) else { return true };
-            process_start_time(pid) != Some(start)
+            let (Ok(pid), Ok(start_time)) = (pid.parse::<i32>(), start.parse::<u64>()) else { return true };
+            InitProcess { pid, start_time }.exited()
         }
         None => fs::metadata(path)
             .and_then(|m| m.modified())
@@ -122,6 +128,7 @@ fn entry_is_stale(path: &Path, init: Option<&str>) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::process::spawn::process_start_time;
 
     #[test]
     fn slots_are_shared_between_homes_and_freed_when_stale() {
