@@ -22,6 +22,9 @@ pub enum ErrorCode {
     Conflict,
     /// A body over its limit (413).
     TooLarge,
+    /// More at once than a bound of the daemon allows (429), e.g. commands
+    /// running in one task; the message names the bound. Try again later.
+    TooManyRequests,
     /// The daemon cannot serve it right now (503).
     Unavailable,
     /// A disk or the blob store is full (507).
@@ -40,6 +43,7 @@ impl ErrorCode {
             ErrorCode::NotFound => 404,
             ErrorCode::Conflict => 409,
             ErrorCode::TooLarge => 413,
+            ErrorCode::TooManyRequests => 429,
             ErrorCode::Unavailable => 503,
             ErrorCode::NoSpace => 507,
             ErrorCode::Internal => 500,
@@ -55,6 +59,7 @@ impl ErrorCode {
             ErrorCode::NotFound => "not_found",
             ErrorCode::Conflict => "conflict",
             ErrorCode::TooLarge => "too_large",
+            ErrorCode::TooManyRequests => "too_many_requests",
             ErrorCode::Unavailable => "unavailable",
             ErrorCode::NoSpace => "no_space",
             ErrorCode::Internal => "internal",
@@ -71,6 +76,7 @@ impl ErrorCode {
             404 => ErrorCode::NotFound,
             409 => ErrorCode::Conflict,
             413 => ErrorCode::TooLarge,
+            429 => ErrorCode::TooManyRequests,
             503 => ErrorCode::Unavailable,
             507 => ErrorCode::NoSpace,
             s if (400..500).contains(&s) => ErrorCode::Invalid,
@@ -79,13 +85,14 @@ impl ErrorCode {
     }
 
     /// Every code, for documentation and tests.
-    pub const ALL: [ErrorCode; 9] = [
+    pub const ALL: [ErrorCode; 10] = [
         ErrorCode::Invalid,
         ErrorCode::Unauthorized,
         ErrorCode::Forbidden,
         ErrorCode::NotFound,
         ErrorCode::Conflict,
         ErrorCode::TooLarge,
+        ErrorCode::TooManyRequests,
         ErrorCode::Unavailable,
         ErrorCode::NoSpace,
         ErrorCode::Internal,

@@ -213,6 +213,22 @@ struct ServeArgs {
     /// or gvisor.
     #[arg(long, value_name = "DRIVER")]
     isolation: Option<String>,
+    /// The most commands one task runs at once; more are refused with 429
+    /// (default 64).
+    #[arg(long, value_name = "N")]
+    execs_per_task: Option<String>,
+    /// The most commands the daemon runs at once (default: derived from
+    /// its descriptor limit).
+    #[arg(long, value_name = "N")]
+    execs_total: Option<String>,
+    /// The most event streams (task watch) one task has open at once
+    /// (default 64).
+    #[arg(long, value_name = "N")]
+    streams_per_task: Option<String>,
+    /// The most event streams the daemon has open at once (default:
+    /// derived from its descriptor limit).
+    #[arg(long, value_name = "N")]
+    streams_total: Option<String>,
 }
 
 fn main() -> ExitCode {
@@ -293,6 +309,32 @@ fn serve(args: ServeArgs) -> Result<u8> {
     }
     if let Some(u) = &args.advertise {
         config.node_url = Some(cairn_runtime::config::parse_node_url(u).map_err(|e| anyhow!("--advertise: {e}"))?);
+    }
+    let bound = |flag: &str, v: &str| cairn_runtime::config::parse_bound(v).map_err(|e| anyhow!("--{flag}: {e}"));
+    if let Some(n) = &args.execs_per_task {
+        config.limits.execs_per_task = bound("execs-per-task", n)?;
+    }
+    if let Some(n) = &args.execs_total {
+        config.limits.execs_total = Some(bound("execs-total", n)?);
+    }
+    if let Some(n) = &args.streams_per_task {
+        config.limits.streams_per_task = bound("streams-per-task", n)?;
+    }
+    if let Some(n) = &args.streams_total {
+        config.limits.streams_total = Some(bound("streams-total", n)?);
+    }
+    // The soft descriptor limit up to the hard one, before any thread
+    // starts (so the variable below is set safely): the bounds of
+    // [limits] are derived from it and must fit in it. Sandboxes keep the
+    // limit the daemon was started with: the sandbox helper puts it back.
+    match cairn_runtime::admission::raise_nofile() {
+        Ok((was, now)) => {
+            std::env::set_var(cairn_sandbox::SANDBOX_NOFILE_ENV, was.to_string());
+            if now > was {
+                tracing::info!("descriptor limit raised from {was} to {now}");
+            }
+        }
+        Err(e) => tracing::warn!("cannot raise the descriptor limit: {e}"),
     }
     let helper_exe = std::env::current_exe().context("cannot find the cairn executable")?;
     let home = client::home();

@@ -12,6 +12,7 @@ use cairn_core::TaskId;
 use cairn_snapshot::Manifest;
 use tokio::sync::watch;
 
+use crate::admission::Kind;
 use crate::egress::Proxy;
 use crate::runtime::Live;
 
@@ -39,6 +40,10 @@ struct CellState {
     live: Option<Live>,
     /// Commands running now: a task is not idle while one runs.
     busy: usize,
+    /// Commands and event streams admitted and not yet done, against the
+    /// task's bounds (`crate::admission`).
+    execs: usize,
+    streams: usize,
     progress: Option<OpProgress>,
     /// The manifest the task's disk matches, by id, so an incremental
     /// snapshot does not parse its parent's manifest again.
@@ -104,6 +109,38 @@ impl TaskCell {
     pub(crate) fn add_busy(&self, delta: isize) {
         let mut s = self.state();
         s.busy = s.busy.saturating_add_signed(delta);
+    }
+
+    /// Counts one more command or stream unless `limit` are held already.
+    pub(crate) fn try_hold(&self, kind: Kind, limit: usize) -> bool {
+        let mut s = self.state();
+        let n = match kind {
+            Kind::Exec => &mut s.execs,
+            Kind::Stream => &mut s.streams,
+        };
+        if *n >= limit {
+            return false;
+        }
+        *n += 1;
+        true
+    }
+
+    /// How many commands or streams are held now.
+    pub(crate) fn held(&self, kind: Kind) -> usize {
+        let s = self.state();
+        match kind {
+            Kind::Exec => s.execs,
+            Kind::Stream => s.streams,
+        }
+    }
+
+    pub(crate) fn release(&self, kind: Kind) {
+        let mut s = self.state();
+        let n = match kind {
+            Kind::Exec => &mut s.execs,
+            Kind::Stream => &mut s.streams,
+        };
+        *n = n.saturating_sub(1);
     }
 
     pub(crate) fn progress(&self) -> Option<OpProgress> {

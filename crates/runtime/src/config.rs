@@ -50,6 +50,14 @@
 //! [egress.hosts]              # names the proxy resolves itself (tests, closed networks)
 //! "pkgs.internal" = "10.1.2.3"          # or "10.1.2.3:8080", or a list
 //!
+//! [limits]                    # what clients may hold open at once; past a bound a
+//!                             # request is refused with 429 (docs/api.md, "Overload")
+//! execs_per_task = 64         # --execs-per-task: commands running in one task
+//! execs_total = 937           # --execs-total: in the whole daemon; default: derived
+//!                             # from the descriptor limit (this is for 20000)
+//! streams_per_task = 64       # --streams-per-task: open event streams (task watch) of one task
+//! streams_total = 1875        # --streams-total: of the whole daemon; default: derived
+//!
 //! [node]                      # this daemon as a node of a cluster (a shared store)
 //! name = "alpha"              # --node; default: the host name
 //! capacity = 50               # --capacity: the most sandboxes it runs; default: no limit
@@ -93,8 +101,35 @@ pub struct Config {
     /// `[node] url`); `None`: `http://` and the listen address, which is
     /// right for one machine and for a listen address others can reach.
     pub node_url: Option<String>,
+    /// `[limits]`: what clients may hold open at once.
+    pub limits: LimitsConfig,
     /// `[disk]`: how new task disks are admitted against the free space.
     pub disk_space: cairn_sandbox::DiskSpace,
+}
+
+/// The `[limits]` table: bounds on what clients hold open at once. A
+/// total left out is derived from the daemon's descriptor limit at start
+/// (`crate::admission`), which also refuses totals that do not fit in it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LimitsConfig {
+    pub execs_per_task: usize,
+    pub execs_total: Option<usize>,
+    pub streams_per_task: usize,
+    pub streams_total: Option<usize>,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        LimitsConfig { execs_per_task: 64, execs_total: None, streams_per_task: 64, streams_total: None }
+    }
+}
+
+/// A bound of `[limits]` (or its flag): a whole number of at least 1.
+pub fn parse_bound(s: &str) -> Result<usize, String> {
+    match s.trim().parse::<usize>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err(format!("{s:?} is not a bound (a whole number of at least 1)")),
+    }
 }
 
 /// The `[blob]` table: where snapshots' packs, index files and manifests
@@ -215,6 +250,7 @@ impl Default for Config {
             node: None,
             capacity: None,
             node_url: None,
+            limits: LimitsConfig::default(),
             disk_space: cairn_sandbox::DiskSpace::default(),
         }
     }
@@ -238,6 +274,8 @@ struct File {
     #[serde(default)]
     node: NodeFile,
     #[serde(default)]
+    limits: LimitsFile,
+    #[serde(default)]
     disk: DiskFile,
 }
 
@@ -246,6 +284,15 @@ struct File {
 struct DiskFile {
     reserve: Option<String>,
     budget: Option<String>,
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct LimitsFile {
+    execs_per_task: Option<toml::Value>,
+    execs_total: Option<toml::Value>,
+    streams_per_task: Option<toml::Value>,
+    streams_total: Option<toml::Value>,
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -426,6 +473,18 @@ impl Config {
         if let Some(b) = file.disk.budget {
             c.disk_space.budget = Some(cairn_core::parse_bytes(&b).map_err(|e| format!("disk.budget: {e}"))?);
         }
+        let bound = |key: &str, v: Option<toml::Value>| -> Result<Option<usize>, String> {
+            v.map(|v| parse_bound(&value_text(&v)).map_err(|e| format!("limits.{key}: {e}"))).transpose()
+        };
+        let l = file.limits;
+        if let Some(n) = bound("execs_per_task", l.execs_per_task)? {
+            c.limits.execs_per_task = n;
+        }
+        c.limits.execs_total = bound("execs_total", l.execs_total)?;
+        if let Some(n) = bound("streams_per_task", l.streams_per_task)? {
+            c.limits.streams_per_task = n;
+        }
+        c.limits.streams_total = bound("streams_total", l.streams_total)?;
         Ok(c)
     }
 
@@ -545,6 +604,24 @@ mod tests {
             assert!(err.contains("store.url") && !err.contains(":pw@"), "{bad}: {err}");
         }
         assert!(Config::parse("[store]\npath = \"x\"").unwrap_err().contains("path"));
+    }
+
+    #[test]
+    fn limits_are_bounds_of_at_least_one_and_totals_default_to_derived() {
+        assert_eq!(Config::default().limits, LimitsConfig { execs_per_task: 64, execs_total: None, streams_per_task: 64, streams_total: None });
+        let c = Config::parse("[limits]\nexecs_per_task = 4\nexecs_total = 10\nstreams_per_task = 2\nstreams_total = 3\n").unwrap();
+        assert_eq!(c.limits, LimitsConfig { execs_per_task: 4, execs_total: Some(10), streams_per_task: 2, streams_total: Some(3) });
+        for (bad, key) in [
+            ("[limits]\nexecs_per_task = 0", "limits.execs_per_task"),
+            ("[limits]\nexecs_total = -1", "limits.execs_total"),
+            ("[limits]\nstreams_total = \"many\"", "limits.streams_total"),
+            ("[limits]\nconnections = 5", "connections"),
+        ] {
+            let err = Config::parse(bad).unwrap_err();
+            assert!(err.contains(key), "{bad}: {err}");
+        }
+        assert_eq!(parse_bound("12"), Ok(12));
+        assert!(parse_bound("0").unwrap_err().contains("at least 1"));
     }
 
     #[test]

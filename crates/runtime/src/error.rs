@@ -28,6 +28,10 @@ pub enum Error {
     /// A body over its limit.
     #[error("{0}")]
     TooLarge(String),
+    /// More at once than a bound of the daemon allows (commands running in a
+    /// task, open event streams); the message names the bound.
+    #[error("{0}")]
+    TooMany(String),
     /// A disk or the blob store is full.
     #[error("{0}")]
     NoSpace(String),
@@ -76,6 +80,7 @@ impl Error {
             Error::Unauthorized(m) => Error::Unauthorized(format!("{what}: {m}")),
             Error::Forbidden(m) => Error::Forbidden(format!("{what}: {m}")),
             Error::TooLarge(m) => Error::TooLarge(format!("{what}: {m}")),
+            Error::TooMany(m) => Error::TooMany(format!("{what}: {m}")),
             Error::NoSpace(m) => Error::NoSpace(format!("{what}: {m}")),
             Error::Unavailable(m) => Error::Unavailable(format!("{what}: {m}")),
             Error::Internal { message, source } => Error::Internal { message: format!("{what}: {message}"), source },
@@ -91,6 +96,7 @@ impl Error {
             Error::Unauthorized(_) => ErrorCode::Unauthorized,
             Error::Forbidden(_) => ErrorCode::Forbidden,
             Error::TooLarge(_) => ErrorCode::TooLarge,
+            Error::TooMany(_) => ErrorCode::TooManyRequests,
             Error::NoSpace(_) => ErrorCode::NoSpace,
             Error::Unavailable(_) => ErrorCode::Unavailable,
             Error::Internal { .. } => ErrorCode::Internal,
@@ -154,6 +160,7 @@ mod tests {
             (Error::Unauthorized("x".into()), ErrorCode::Unauthorized),
             (Error::Forbidden("x".into()), ErrorCode::Forbidden),
             (Error::TooLarge("x".into()), ErrorCode::TooLarge),
+            (Error::TooMany("x".into()), ErrorCode::TooManyRequests),
             (Error::NoSpace("x".into()), ErrorCode::NoSpace),
             (Error::Unavailable("x".into()), ErrorCode::Unavailable),
             (Error::internal("x"), ErrorCode::Internal),

@@ -13,6 +13,7 @@ use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::unix::pipe;
 
+use crate::admission::{Kind, Permit};
 use crate::runtime::Runtime;
 use crate::Error;
 
@@ -109,35 +110,46 @@ fn command_of(start: &ExecStart, task: &cairn_core::Task) -> Result<Vec<String>,
 
 impl Runtime {
     /// Runs one command of the task to its end over `chan`. A high-risk
-    /// command is preceded by a snapshot; the exit is logged.
+    /// command is preceded by a snapshot; the exit is logged. Admitted
+    /// first, as [`Runtime::admit_exec`] does.
     pub async fn exec<C: ExecChannel>(self: &Arc<Self>, id: &str, actor: &str, start: ExecStart, chan: &mut C) -> Result<(), Error> {
-        run(self, id, actor, start, chan).await
+        self.admit_exec(id).await?.exec(actor, start, chan).await
     }
 
     /// Lets an exec in before its transport is set up (a WebSocket
     /// upgraded, a stream of events begun), so that a refusal still has its
-    /// own status: an unknown task, or one that can never run a command
-    /// again. The command itself is given to [`AdmittedExec::exec`].
+    /// own status: an unknown task, one that can never run a command again,
+    /// or one past a bound of `[limits]` ([`Error::TooMany`]), checked
+    /// before any pipe or connection is opened for it. The command itself
+    /// is given to [`AdmittedExec::exec`].
     pub async fn admit_exec(self: &Arc<Self>, id_or_name: &str) -> Result<AdmittedExec, Error> {
+        self.admission.precheck(Kind::Exec, id_or_name, &self.cells)?;
         let task = self.find(id_or_name).await?;
         if task.state.is_terminal() {
             task.state.check_exec()?;
         }
-        Ok(AdmittedExec { rt: self.clone(), task: id_or_name.to_owned() })
+        let permit = self.admission.admit(Kind::Exec, &task.id, self.cells.of(&task.id))?;
+        Ok(AdmittedExec { rt: self.clone(), task: id_or_name.to_owned(), permit })
     }
 }
 
 /// An exec [`Runtime::admit_exec`] let in, to run once its transport is up.
+/// It holds its place among the task's and the daemon's commands until the
+/// command has ended (or it is dropped unused).
 #[derive(Debug)]
 pub struct AdmittedExec {
     rt: Arc<Runtime>,
     task: String,
+    permit: Permit,
 }
 
 impl AdmittedExec {
     /// [`Runtime::exec`] of the admitted task.
     pub async fn exec<C: ExecChannel>(self, actor: &str, start: ExecStart, chan: &mut C) -> Result<(), Error> {
-        run(&self.rt, &self.task, actor, start, chan).await
+        let AdmittedExec { rt, task, permit } = self;
+        let result = run(&rt, &task, actor, start, chan).await;
+        drop(permit);
+        result
     }
 }
 

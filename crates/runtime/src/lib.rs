@@ -10,6 +10,9 @@
 //!   with a named policy for a failed restore (wake, recovery, rollback, fork).
 //! - `slots.rs`: uid slots, claimed in the store and reserved on the host.
 //! - `wakes.rs`: the wake scheduler (deduplicated, a bounded number at once).
+//! - [`admission`]: the bounds on commands and event streams held open at
+//!   once, per task and per daemon (past one: 429), and the descriptor
+//!   limit they must fit in.
 //! - [`home`] and [`config`]: the data directory and the daemon's settings.
 //!
 //! One module per operation:
@@ -29,6 +32,7 @@
 //! - `queries.rs`: reads for the front end, one per request.
 //! - [`metrics`]: Prometheus metrics, counted as the runtime works.
 
+pub mod admission;
 mod blob_hold;
 mod cell;
 pub mod config;

@@ -489,16 +489,24 @@ impl Runtime {
         });
     }
 
-    /// Background work: keep the disk pool full, and notice sandboxes whose
-    /// init died (reaping it and marking the task). Only an init known to
-    /// have exited is: a look that fails (the daemon out of descriptors) is
-    /// logged and tried again at the next round.
+    /// Background work: keep the disk pool full, notice sandboxes whose
+    /// init died (reaping it and marking the task), and hand freed memory
+    /// back. Only an init known to have exited is marked: a look that fails
+    /// (the daemon out of descriptors) is logged and tried again at the
+    /// next round.
     pub fn spawn_background(self: Arc<Self>) {
         self.wake_pool_refill();
         tokio::spawn(async move {
             let mut unknown_logged: Option<Instant> = None;
+            let mut rounds = 0u64;
             loop {
                 tokio::time::sleep(Duration::from_millis(500)).await;
+                rounds += 1;
+                // Every 10 s: a burst of requests (a flood refused with
+                // 429) leaves the allocator holding memory it freed.
+                if rounds.is_multiple_of(20) {
+                    tokio::task::spawn_blocking(crate::admission::give_back_memory);
+                }
                 let mut dead = Vec::new();
                 let mut unknown = Vec::new();
                 for (id, live) in self.cells.all().into_iter().filter_map(|(id, c)| Some((id, c.live()?))) {

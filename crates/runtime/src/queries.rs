@@ -135,25 +135,28 @@ impl Runtime {
     /// The task's event log after `after`, then each new entry as it is
     /// committed; woken by the store's change signal, not by polling.
     pub async fn watch(self: &Arc<Self>, id_or_name: &str, after: u64) -> Result<impl Stream<Item = Result<Event, Error>> + Send + 'static, Error> {
+        self.admission.precheck(crate::admission::Kind::Stream, id_or_name, &self.cells)?;
         let task = self.find(id_or_name).await?;
         let rt = self.clone();
+        // Held as long as the stream: dropped with it when the client goes.
+        let permit = self.admission.admit(crate::admission::Kind::Stream, &task.id, self.cells.of(&task.id))?;
         // Subscribed before the first read: each committed change wakes it.
-        let start = (after, Vec::<Event>::new(), self.cells.of(&task.id).subscribe());
-        Ok(futures_util::stream::unfold(start, move |(mut after, mut queue, mut changes)| {
+        let start = (after, Vec::<Event>::new(), self.cells.of(&task.id).subscribe(), permit);
+        Ok(futures_util::stream::unfold(start, move |(mut after, mut queue, mut changes, permit)| {
             let rt = rt.clone();
             let id = task.id.clone();
             async move {
                 loop {
                     if let Some(e) = queue.pop() {
                         after = e.seq;
-                        return Some((Ok(e), (after, queue, changes)));
+                        return Some((Ok(e), (after, queue, changes, permit)));
                     }
                     match rt.store.events_after(&id, after).await {
                         Ok(new) => {
                             queue = new;
                             queue.reverse();
                         }
-                        Err(e) => return Some((Err(Error::from(e)), (after, queue, changes))),
+                        Err(e) => return Some((Err(Error::from(e)), (after, queue, changes, permit))),
                     }
                     if queue.is_empty() && changes.changed().await.is_err() {
                         return None;

@@ -78,6 +78,8 @@ pub struct Runtime {
     pub(crate) node: crate::nodes::NodeId,
     /// The most sandboxes this node runs (`None`: no limit of its own).
     pub(crate) capacity: Option<usize>,
+    /// Commands and event streams held open, against `[limits]`.
+    pub(crate) admission: crate::admission::Admission,
 }
 
 /// Marks a task busy while a command runs (the exec records its end as
@@ -146,6 +148,7 @@ impl Runtime {
             }
         }
         let keys = cairn_ledger::NodeKeys::load_or_create(&home.root().join("keys"))?;
+        let bounds = crate::admission::resolve(&config.limits, crate::admission::nofile()).map_err(OpenError::Config)?;
         // Subscribed before anything writes: waiters see every change.
         let cells = Arc::new(crate::cell::Cells::default());
         cells.follow(store.as_ref());
@@ -175,6 +178,7 @@ impl Runtime {
                 started_ms: cairn_store::now_ms(),
             },
             capacity: config.capacity,
+            admission: crate::admission::Admission::new(bounds),
         })
     }
 
@@ -192,6 +196,11 @@ impl Runtime {
             tracing::info!("this node uses the cluster's API token (written to {})", home.token_path().display());
         }
         Ok(shared)
+    }
+
+    /// The bounds on commands and event streams in force (`[limits]`).
+    pub fn bounds(&self) -> crate::admission::Bounds {
+        self.admission.bounds()
     }
 
     /// The task database's URL, without its password.

@@ -58,7 +58,7 @@ pub use image::Image;
 pub use native::{NativeDriver, HELPER_SUBCOMMAND};
 pub use net::PROXY_ADDR;
 pub use process::exec::set_winsize;
-pub use process::spawn::helper_main;
+pub use process::spawn::{helper_main, SANDBOX_NOFILE_ENV};
 pub use rootfs::{Layer, Lookup, LowerStack};
 pub use uidmap::IdRange;
 

@@ -164,6 +164,16 @@ impl Daemon {
         runtime.bring_up(url.clone()).await;
         home.write_url(&url)?;
         tracing::info!(%url, home = %home.root().display(), store = %runtime.store_location(), "cairn daemon listening");
+        let b = runtime.bounds();
+        tracing::info!(
+            "at once at most {} commands ({} per task) and {} event streams ({} per task); descriptor limit {}, {} of them kept in reserve",
+            b.execs_total,
+            b.execs_per_task,
+            b.streams_total,
+            b.streams_per_task,
+            b.nofile,
+            b.reserve
+        );
         let app = routes::router(runtime.clone(), token.clone());
         let (tx, rx) = oneshot::channel::<()>();
         let served = tokio::spawn(async move {

@@ -74,6 +74,7 @@ pub struct HelperReport {
 /// moving a process between cgroup v1 groups waits for an RCU grace period
 /// (~15 ms) and should not be on the path of a `task create`.
 pub fn helper_main(cgroup_procs: &[PathBuf]) -> i32 {
+    restore_nofile();
     for procs in cgroup_procs {
         if let Err(e) = fs::write(procs, std::process::id().to_string()) {
             eprintln!("{}", Error::CgroupMove(procs.clone(), std::process::id() as i32, e));
@@ -101,6 +102,19 @@ pub fn helper_main(cgroup_procs: &[PathBuf]) -> i32 {
             eprintln!("{e}");
             1
         }
+    }
+}
+
+/// Names the soft descriptor limit the daemon was started with, which it
+/// raised for itself (`cairn serve`); the helper puts it back, so that
+/// sandboxes get the limit they got before.
+pub const SANDBOX_NOFILE_ENV: &str = "CAIRN_SANDBOX_NOFILE";
+
+fn restore_nofile() {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    let Some(soft) = std::env::var(SANDBOX_NOFILE_ENV).ok().and_then(|v| v.parse::<u64>().ok()) else { return };
+    if let Ok((_, hard)) = getrlimit(Resource::RLIMIT_NOFILE) {
+        let _ = setrlimit(Resource::RLIMIT_NOFILE, soft.min(hard), hard);
     }
 }
 

@@ -43,6 +43,7 @@ pub(super) fn routes() -> Routes {
         (status = 101, description = "Switching Protocols: the exec WebSocket"),
         (status = 404, description = "No such task", body = ErrorBody),
         (status = 409, description = "The task cannot run anything (destroyed, completed, failed)", body = ErrorBody),
+        (status = 429, description = "The task or the daemon already runs as many commands as `[limits]` allows", body = ErrorBody),
     )
 )]
 async fn exec(rt: Rt, Path(id): Path<String>, headers: HeaderMap, ws: WebSocketUpgrade) -> Result<Response, ApiError> {
@@ -166,6 +167,7 @@ impl ExecChannel for Stream {
         (status = 400, description = "A malformed request: empty `cmd`, a bad timeout or variable name", body = ErrorBody),
         (status = 404, description = "No such task", body = ErrorBody),
         (status = 409, description = "The task cannot run anything", body = ErrorBody),
+        (status = 429, description = "The task or the daemon already runs as many commands as `[limits]` allows", body = ErrorBody),
     )
 )]
 async fn run(rt: Rt, Path(id): Path<String>, headers: HeaderMap, b: axum::body::Bytes) -> Result<Response, ApiError> {

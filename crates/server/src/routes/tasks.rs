@@ -108,6 +108,7 @@ struct WatchQuery {
     responses(
         (status = 200, description = "Server-sent events, live: one per log entry after `after` (event name: the entry's kind, id: its seq, data: the `Event`)", content_type = "text/event-stream", body = Event),
         (status = 404, description = "No such task", body = ErrorBody),
+        (status = 429, description = "The task or the daemon already has as many open event streams as `[limits]` allows", body = ErrorBody),
     )
 )]
 async fn watch(rt: Rt, Path(id): Path<String>, Query(q): Query<WatchQuery>) -> Result<Response, ApiError> {

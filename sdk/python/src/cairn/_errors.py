@@ -45,6 +45,12 @@ class TooLarge(CairnError):
     code = "too_large"
 
 
+class TooManyRequests(CairnError):
+    """More at once than a bound of the daemon's `[limits]` allows (429); try again later."""
+
+    code = "too_many_requests"
+
+
 class Unavailable(CairnError):
     code = "unavailable"
 
@@ -77,7 +83,7 @@ class ProtocolError(CairnError):
 
 _BY_CODE: dict[str, type[CairnError]] = {
     cls.code: cls
-    for cls in (InvalidRequest, Unauthorized, Forbidden, NotFound, Conflict, TooLarge, Unavailable, NoSpace, InternalError)
+    for cls in (InvalidRequest, Unauthorized, Forbidden, NotFound, Conflict, TooLarge, TooManyRequests, Unavailable, NoSpace, InternalError)
 }
 
 
