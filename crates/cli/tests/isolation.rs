@@ -128,6 +128,15 @@ fn link_names(ip_output: &str) -> Vec<String> {
         .collect()
 }
 
+/// Whether this host lets root lower an OOM score (CAP_SYS_RESOURCE in
+/// its effective set): the sandbox's init then runs at -1000.
+fn host_may_lower_oom_scores() -> bool {
+    const CAP_SYS_RESOURCE: u32 = 24;
+    let status = std::fs::read_to_string("/proc/self/status").expect("own status");
+    let eff = status.lines().find_map(|l| l.strip_prefix("CapEff:")).expect("CapEff");
+    u64::from_str_radix(eff.trim(), 16).expect("a capability mask") & (1 << CAP_SYS_RESOURCE) != 0
+}
+
 fn daemon_port(d: &Daemon) -> u16 {
     let url = std::fs::read_to_string(d.home().join("url")).expect("url file");
     url.trim().rsplit(':').next().and_then(|p| p.parse().ok()).unwrap_or_else(|| panic!("no port in {url:?}"))
@@ -652,7 +661,7 @@ fn cpus_sets_the_quota_of_the_task_s_cgroup() {
 #[test]
 fn exceeding_memory_is_oom_killed_and_reported() {
     let d = Daemon::start();
-    let id = d.create(&["--memory", "64M"]);
+    let id = d.create(&["--memory", "64M", "--pids", "1024"]);
 
     // Control first: well under the limit works and is not an OOM.
     let (exit, _, err) = exec_json(&d, &id, "dd if=/dev/zero of=/dev/null bs=16M count=1");
@@ -688,6 +697,34 @@ fn exceeding_memory_is_oom_killed_and_reported() {
     assert_eq!((ok["args"]["oom_killed"].as_bool(), ok["exit_code"].as_i64()), (Some(false), Some(0)), "{ok}");
     // The task survives its command's OOM.
     assert_eq!(sh_ok(&d, &id, "echo ok"), "ok\n");
+
+    // The sandbox's init is never the OOM killer's choice, its commands
+    // are: the init at -1000 and they at 0 where the host lets the daemon
+    // lower a score (CAP_SYS_RESOURCE), else the init at the daemon's 0
+    // and they at 1000. They cannot go below 0, nor touch the init's.
+    let init = init_pid(&d, &id);
+    let score_adj = |pid: i32| std::fs::read_to_string(format!("/proc/{pid}/oom_score_adj")).expect("the init's oom_score_adj").trim().to_owned();
+    let (init_adj, command_adj) = if host_may_lower_oom_scores() { ("-1000", "0\n") } else { ("0", "1000\n") };
+    assert_eq!(score_adj(init), init_adj);
+    assert_eq!(sh_ok(&d, &id, "cat /proc/self/oom_score_adj"), command_adj);
+    for refused in ["echo -1 > /proc/self/oom_score_adj", "echo -17 > /proc/self/oom_adj", "echo 999 > /proc/1/oom_score_adj"] {
+        let (code, out, err) = d.sh(&id, refused);
+        assert_ne!(code, 0, "{refused:?} worked: {out} {err}");
+    }
+    assert_eq!(sh_ok(&d, &id, "echo 1000 > /proc/self/oom_score_adj && cat /proc/self/oom_score_adj"), "1000\n");
+    // Many processes, each smaller than the init, together far over the
+    // limit: the OOM killer takes them, never the init, so the sandbox
+    // and the next command stay.
+    let workload = "for i in $(seq 60); do sh -c 'x=$(head -c 3000000 /dev/zero | tr \"\\0\" a); sleep 3' & done; wait";
+    let (exit, _, err) = exec_json(&d, &id, workload);
+    assert_eq!(exit["oom_killed"], true, "{exit} {err}");
+    assert_eq!(init_pid(&d, &id), init, "the sandbox was replaced");
+    assert_eq!(score_adj(init), init_adj, "the init lives on");
+    let t = d.task(&id);
+    assert_eq!((t["state"].as_str(), t["sandbox"].as_str()), (Some("running"), Some("ready")), "{t}");
+    assert_eq!(sh_ok(&d, &id, "echo ok"), "ok\n");
+    let log = d.json(&["log", &id]);
+    assert!(!log.as_array().expect("events").iter().any(|e| e["kind"] == "sandbox_lost"), "{log}");
     destroy_clean(&d, &id);
 }
 

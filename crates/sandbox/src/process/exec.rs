@@ -83,7 +83,7 @@ pub fn spawn(req: &ExecRequest, stdio: Vec<OwnedFd>) -> Result<Spawned, SpawnErr
         Err(e) => Err(SpawnError::new(e as i32, format!("fork: {e}"))),
         Ok(ForkResult::Child) => {
             drop(err_r);
-            let (errno, what) = child_exec(req.tty.is_some(), child_stdio, creds.as_ref(), &cwd, &argv, &env, &candidates);
+            let (errno, what) = child_exec(err_w.as_raw_fd(), req.tty.is_some(), child_stdio, creds.as_ref(), &cwd, &argv, &env, &candidates);
             let mut w = File::from(OwnedFd::from(err_w));
             let _ = w.write_all(format!("{errno} {what}").as_bytes());
             // SAFETY: leave the failed child at once; 127 as a shell does.
@@ -105,6 +105,7 @@ pub fn spawn(req: &ExecRequest, stdio: Vec<OwnedFd>) -> Result<Spawned, SpawnErr
                 "setgroups" | "setgid" | "setuid" => {
                     format!("cannot switch to user {:?} ({what}): {desc}", req.user.as_deref().unwrap_or_default())
                 }
+                "oom_score_adj" => format!("cannot reset the OOM score of {:?}: {desc}", req.argv[0]),
                 _ => format!("cannot run {:?}: {desc}", req.argv[0]),
             };
             Err(SpawnError::new(errno, message))
@@ -112,8 +113,31 @@ pub fn spawn(req: &ExecRequest, stdio: Vec<OwnedFd>) -> Result<Spawned, SpawnErr
     }
 }
 
+/// The init runs at `oom_score_adj` -1000, never the OOM killer's choice
+/// (`spawn::protect_from_oom_killer`); its command goes 1000 above it, to 0,
+/// so that a workload over its memory limit loses its own processes first,
+/// and it can never go below 0 again. Where the host let the init no lower
+/// than the daemon's 0 (no CAP_SYS_RESOURCE), the command goes to 1000: it
+/// still goes first. The file of a non-dumpable process (the init's
+/// children are) belongs to the host's root, so it is opened while this
+/// process is dumpable for that instant only, with nothing of the init's
+/// open any more.
+fn reset_oom_score() -> Result<(), i32> {
+    let init: i32 = std::fs::read_to_string("/proc/self/oom_score_adj").ok().and_then(|s| s.trim().parse().ok()).unwrap_or(0);
+    let score = (init + 1000).min(1000);
+    // SAFETY: prctl with constant arguments.
+    unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0) };
+    let file = std::fs::OpenOptions::new().write(true).open("/proc/self/oom_score_adj");
+    // SAFETY: prctl with constant arguments.
+    unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) };
+    let mut file = file.map_err(|e| e.raw_os_error().unwrap_or(0))?;
+    file.write_all(score.to_string().as_bytes()).map_err(|e| e.raw_os_error().unwrap_or(0))
+}
+
 /// In the child: never returns on success.
+#[allow(clippy::too_many_arguments)]
 fn child_exec(
+    err_fd: RawFd,
     tty: bool,
     stdio: [RawFd; 3],
     creds: Option<&super::user::Creds>,
@@ -148,9 +172,20 @@ fn child_exec(
         // SAFETY: clearing FD_CLOEXEC on our own stdio descriptors.
         unsafe { libc::fcntl(i, libc::F_SETFD, 0) };
     }
-    // Everything else the init holds must not leak into the command.
-    // SAFETY: close_range marks descriptors >= 3 close-on-exec; it takes no pointers.
-    unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, libc::CLOSE_RANGE_CLOEXEC) };
+    // Everything else the init holds (its control socket, other commands'
+    // connections) is closed now, not at exec: the command must not get it,
+    // nor anyone who could look into this process before the exec (below).
+    // The error pipe stays (close-on-exec) to report a failure.
+    let keep = err_fd as u32;
+    if keep > 3 {
+        // SAFETY: close_range closes a range of descriptors; no pointers.
+        unsafe { libc::syscall(libc::SYS_close_range, 3u32, keep - 1, 0u32) };
+    }
+    // SAFETY: as above.
+    unsafe { libc::syscall(libc::SYS_close_range, keep.max(2) + 1, u32::MAX, 0u32) };
+    if let Err(e) = reset_oom_score() {
+        return (e, "oom_score_adj");
+    }
     if let Some(c) = creds {
         // Groups first: once the uid is not 0 the capabilities they need
         // are gone.

@@ -132,6 +132,7 @@ pub fn parse_start_time(stat: &str) -> Option<u64> {
 }
 
 fn build(spec: &SandboxSpec) -> Result<HelperReport> {
+    protect_from_oom_killer();
     // When C exits, the init is reparented to us rather than to the daemon,
     // so a half-built one is reaped here; a ready one goes to the daemon
     // (also a subreaper) when we exit.
@@ -243,6 +244,20 @@ fn parent_side(spec: &SandboxSpec, child: Pid, ready_r: std::io::PipeReader, go_
 fn child_error(line: &str) -> Error {
     let msg = line.trim().strip_prefix('e').unwrap_or(line.trim());
     Error::Helper(if msg.is_empty() { "sandbox process exited during setup".into() } else { msg.to_owned() })
+}
+
+/// Makes the init (forked below, and C) never the OOM killer's choice, so
+/// that a workload over its memory limit loses its own processes, never the
+/// sandbox: `oom_score_adj` -1000, inherited at fork. It is set through the
+/// legacy `oom_adj`, which unlike `oom_score_adj` leaves the floor the
+/// unprivileged may lower themselves to (`oom_score_adj_min`) at 0, first
+/// reset to 0 here as host root. Every command goes 1000 above the init
+/// before exec (`exec::spawn`), to 0, and can then never go below it. Best
+/// effort: without CAP_SYS_RESOURCE the init keeps the daemon's score and
+/// its commands go to 1000 instead.
+fn protect_from_oom_killer() {
+    let _ = fs::write("/proc/self/oom_score_adj", "0");
+    let _ = fs::write("/proc/self/oom_adj", "-17");
 }
 
 /// C: enters the user namespace, then forks the init into the rest.
