@@ -163,3 +163,78 @@ fn a_task_whose_disk_and_inodes_are_exhausted_is_recovered_after_its_sandbox_is_
     must(&d, &t, "touch /workspace/one-more");
     d.ok(&["destroy", &t]);
 }
+
+/// A tar of one file of `len` zeros, zstd-compressed as it is written (a
+/// few hundred KiB for a GiB).
+fn zeros_tar_zst(path: &std::path::Path, len: u64) {
+    let out = std::fs::File::create(path).unwrap();
+    let enc = zstd::Encoder::new(out, 19).unwrap().auto_finish();
+    let mut b = tar::Builder::new(enc);
+    let mut h = tar::Header::new_gnu();
+    h.set_size(len);
+    h.set_mode(0o644);
+    h.set_uid(0);
+    h.set_gid(0);
+    h.set_mtime(0);
+    h.set_cksum();
+    b.append_data(&mut h, "zeros", std::io::repeat(0).take(len)).unwrap();
+    b.finish().unwrap();
+}
+
+use std::io::Read;
+
+/// Image bombs against a daemon whose imports may write 256 MiB: a 1 GiB
+/// file of zeros in a small `.tar.zst` and a 2 TiB sparse file in a small
+/// tar are refused with one line, leave no image, and a neighbour's
+/// commands meanwhile take about what they take when it is quiet.
+#[test]
+fn image_bombs_stop_at_the_limit_while_a_neighbour_runs_on() {
+    let (d, cfg) = with_config("[images]\nmax_size = \"256M\"\n");
+    let neighbour = d.create(&[]);
+    let timed = |d: &Daemon| {
+        let start = Instant::now();
+        must(d, &neighbour, "true");
+        start.elapsed()
+    };
+    let mut quiet: Vec<Duration> = (0..5).map(|_| timed(&d)).collect();
+    quiet.sort();
+    let quiet = quiet[2];
+
+    let zst = cfg.path().join("bomb.tar.zst");
+    zeros_tar_zst(&zst, 1 << 30);
+    assert!(std::fs::metadata(&zst).unwrap().len() < 1 << 20, "a small archive");
+    let sparse_file = cfg.path().join("hole");
+    std::fs::File::create(&sparse_file).unwrap().set_len(2 << 40).unwrap();
+    let sparse = cfg.path().join("sparse.tar");
+    let made = std::process::Command::new("tar").arg("--sparse").arg("-cf").arg(&sparse).arg("-C").arg(cfg.path()).arg("hole").status().unwrap();
+    assert!(made.success(), "GNU tar makes the sparse archive");
+
+    let before = d.json(&["image", "list"]).as_array().unwrap().len();
+    let busy = std::thread::scope(|s| {
+        let importing = s.spawn(|| {
+            let zst_err = d.fails(&["image", "import", "bomb-zst", zst.to_str().unwrap()]);
+            let sparse_err = d.fails(&["image", "import", "bomb-sparse", sparse.to_str().unwrap()]);
+            (zst_err, sparse_err)
+        });
+        let mut busy = Vec::new();
+        while !importing.is_finished() {
+            busy.push(timed(&d));
+        }
+        let (zst_err, sparse_err) = importing.join().unwrap();
+        assert!(zst_err.contains("256") && zst_err.len() < 300, "{zst_err}");
+        assert!(sparse_err.contains("TiB") || sparse_err.contains("apparent") || sparse_err.contains("logical"), "{sparse_err}");
+        busy
+    });
+    assert_eq!(d.json(&["image", "list"]).as_array().unwrap().len(), before, "no image is left of a refused import");
+    let mut busy = busy;
+    busy.sort();
+    if let Some(median) = busy.get(busy.len() / 2) {
+        assert!(*median < quiet * 3 + Duration::from_millis(50), "the neighbour's exec took {median:?} (median) during the imports, {quiet:?} quiet");
+    }
+    // Positive control: an archive within the limit is imported.
+    let fine = cfg.path().join("fine.tar.zst");
+    zeros_tar_zst(&fine, 1 << 20);
+    d.ok(&["image", "import", "fine", fine.to_str().unwrap()]);
+    d.ok(&["image", "rm", "fine"]);
+    d.ok(&["destroy", &neighbour]);
+}

@@ -16,6 +16,10 @@
 //! idle_suspend = "30m"        # suspend tasks idle this long ("never", the default)
 //! isolation = "native"        # --isolation: the driver of tasks created without one ("gvisor")
 //!
+//! [images]                    # what one image import or pull may unpack
+//! max_size = "64G"            # bytes of file data written (holes of sparse files not counted)
+//! max_apparent_size = "1T"    # apparent size of the files, holes included
+//!
 //! [disk]                      # how task disks share the filesystem of $CAIRN_HOME/disks
 //! reserve = "5G"              # kept free for the daemon's own data; no task disk is
 //!                             # admitted into it (default: 5 % of the filesystem, at least 1G)
@@ -105,6 +109,8 @@ pub struct Config {
     pub limits: LimitsConfig,
     /// `[disk]`: how new task disks are admitted against the free space.
     pub disk_space: cairn_sandbox::DiskSpace,
+    /// `[images]`: what one import or pull may unpack.
+    pub image_limits: cairn_sandbox::image::ImportLimits,
 }
 
 /// The `[limits]` table: bounds on what clients hold open at once. A
@@ -252,6 +258,7 @@ impl Default for Config {
             node_url: None,
             limits: LimitsConfig::default(),
             disk_space: cairn_sandbox::DiskSpace::default(),
+            image_limits: cairn_sandbox::image::ImportLimits::default(),
         }
     }
 }
@@ -277,6 +284,15 @@ struct File {
     limits: LimitsFile,
     #[serde(default)]
     disk: DiskFile,
+    #[serde(default)]
+    images: ImagesFile,
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct ImagesFile {
+    max_size: Option<String>,
+    max_apparent_size: Option<String>,
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -469,6 +485,12 @@ impl Config {
         }
         if let Some(r) = file.disk.reserve {
             c.disk_space.reserve = Some(cairn_core::parse_bytes(&r).map_err(|e| format!("disk.reserve: {e}"))?);
+        }
+        if let Some(m) = file.images.max_size {
+            c.image_limits.max_expanded_size = cairn_core::parse_bytes(&m).map_err(|e| format!("images.max_size: {e}"))?;
+        }
+        if let Some(m) = file.images.max_apparent_size {
+            c.image_limits.max_logical_size = cairn_core::parse_bytes(&m).map_err(|e| format!("images.max_apparent_size: {e}"))?;
         }
         if let Some(b) = file.disk.budget {
             c.disk_space.budget = Some(cairn_core::parse_bytes(&b).map_err(|e| format!("disk.budget: {e}"))?);

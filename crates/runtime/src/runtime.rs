@@ -100,7 +100,7 @@ impl Runtime {
     /// executable run as the sandbox helper). `own` is the daemon's API
     /// address, which sandboxes must never reach.
     pub async fn open(home: &Home, config: &Config, helper: PathBuf, own: std::net::SocketAddr) -> Result<Runtime, OpenError> {
-        let images = ImageStore::new(home.images());
+        let images = ImageStore::new(home.images()).with_limits(config.image_limits);
         let root = home.root().to_owned();
         let (defaults, pool, disk_space) = (config.defaults, config.disk_pool, config.disk_space);
         let driver = tokio::task::spawn_blocking(move || -> Result<NativeDriver, cairn_sandbox::Error> {
@@ -121,7 +121,7 @@ impl Runtime {
             Some(url) => url.open().await?,
             None => Arc::new(SqliteStore::open(&home.db()).await?),
         };
-        let images = ImageStore::new(home.images());
+        let images = ImageStore::new(home.images()).with_limits(config.image_limits);
         let url = config.blob.url.clone().unwrap_or_else(|| cairn_blob::BlobUrl::Local(home.blobs()));
         let (cache, cache_size) = (home.blob_cache(), config.blob.cache_size);
         let repo = tokio::task::spawn_blocking(move || -> Result<_, cairn_blob::Error> {

@@ -409,7 +409,7 @@ fn a_zstd_bomb_stops_at_the_limit_with_one_line_and_leaves_nothing() {
         msg.contains("\"/zeros\"")
             && msg.contains("10.0 GiB")
             && msg.contains("10.0 MiB")
-            && msg.contains("max_expanded_size"),
+            && msg.contains("[images] max_size"),
         "{msg}"
     );
     assert_gone(&store, "bomb");
@@ -442,7 +442,7 @@ fn a_sparse_bomb_writes_no_blocks_and_its_apparent_size_is_bounded() {
         matches!(e, Error::ImageTooLarge { bound: SizeBound::Logical, limit: DEFAULT_MAX_LOGICAL_SIZE, .. }),
         "{e:?}"
     );
-    assert!(short_error(&e).contains("max_logical_size"), "{e}");
+    assert!(short_error(&e).contains("[images] max_apparent_size"), "{e}");
     assert_gone(&store, "huge");
 
     // The finding: a 10 GiB sparse file in a 10 KB tar. It imports, and

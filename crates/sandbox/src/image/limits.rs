@@ -126,13 +126,13 @@ pub(crate) fn too_large_reason(need: u64, limit: u64, bound: SizeBound) -> Strin
     match bound {
         SizeBound::Expanded => {
             format!(
-                "would bring the file data written to {}, over the limit of {} (max_expanded_size)",
+                "would bring the file data written to {}, over the limit of {} ([images] max_size)",
                 human(need),
                 human(limit)
             )
         }
         SizeBound::Logical => format!(
-            "would bring the files' apparent size (holes included) to {}, over the limit of {} (max_logical_size)",
+            "would bring the files' apparent size (holes included) to {}, over the limit of {} ([images] max_apparent_size)",
             human(need),
             human(limit)
         ),
