@@ -182,7 +182,7 @@ impl Cluster {
         let daemon = d.pid() as i32;
         // Everything of the node, found before anything dies (a killed
         // daemon's children are reparented, and no longer found from it).
-        let mut doomed: Vec<Proc> = descendants(daemon).into_iter().chain(rooted_in(&home)).filter_map(Proc::of).collect();
+        let mut doomed: Vec<Proc> = descendants(daemon).into_iter().chain(in_sandboxes_of(&home)).filter_map(Proc::of).collect();
         let mut cgroups: BTreeSet<String> = doomed.iter().filter_map(|p| cairn_cgroup_name(p.pid)).collect();
         d.kill();
         let deadline = Instant::now() + Duration::from_secs(20);
@@ -194,7 +194,7 @@ impl Cluster {
                 common::reap(p.pid);
             }
             // A process forked meanwhile by a sandbox that was still alive.
-            doomed = rooted_in(&home).into_iter().filter_map(Proc::of).collect();
+            doomed = in_sandboxes_of(&home).into_iter().filter_map(Proc::of).collect();
             if doomed.is_empty() {
                 break;
             }
@@ -283,11 +283,11 @@ impl Drop for Cluster {
         // node kept of it after it moved elsewhere; a node may notice the
         // destroy a moment after the one that did it.
         let deadline = Instant::now() + Duration::from_secs(10);
-        while [&self.a, &self.b].iter().any(|d| !common::leaks::scan(d.home(), &ids).is_empty()) && Instant::now() < deadline {
+        while [&self.a, &self.b].iter().any(|d| !common::leaks::scan_while_running(d.home(), &ids).is_empty()) && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(100));
         }
         for (node, d) in [(NODE_A, &self.a), (NODE_B, &self.b)] {
-            let left = common::leaks::scan(d.home(), &ids);
+            let left = common::leaks::scan_while_running(d.home(), &ids);
             if !left.is_empty() {
                 problems.push(format!("10 s after every task was destroyed, {node} ({}) still has: {}", d.home().display(), left.join("; ")));
             }
@@ -319,7 +319,7 @@ fn scan_sandboxes(tasks: &[String], homes: &[(&'static str, PathBuf)]) -> Scan {
         // A process may end between the listing and the read.
         let Ok(cgroup) = std::fs::read_to_string(format!("/proc/{pid}/cgroup")) else { continue };
         let Some(task) = tasks.iter().find(|t| cgroup.contains(&format!("/{t}"))) else { continue };
-        match root_of(pid).and_then(|root| homes.iter().find(|(_, home)| root.contains(&format!("{}/run/", home.display())))) {
+        match slot_owner(pid).and_then(|owner| homes.iter().find(|(_, home)| owner.starts_with(&format!("{}/run\t", home.display())))) {
             Some((node, _)) => scan.live.entry(task.clone()).or_default().entry(node).or_default().push(pid),
             None => scan.unplaced += 1,
         }
@@ -331,17 +331,23 @@ fn pids() -> Vec<i32> {
     std::fs::read_dir("/proc").unwrap().flatten().filter_map(|e| e.file_name().to_str()?.parse().ok()).collect()
 }
 
-/// The line of the process's mount table for its root filesystem.
-fn root_of(pid: i32) -> Option<String> {
-    let table = std::fs::read_to_string(format!("/proc/{pid}/mountinfo")).ok()?;
-    // Fields: id, parent, major:minor, root, mount point, ...
-    table.lines().find(|l| l.split(' ').nth(4) == Some("/")).map(str::to_owned)
+/// The owner line of the host's uid slot record of the user namespace
+/// `pid` is in ("HOME/run<TAB>TASK"), found from the kernel's uid map of
+/// the process: the sandbox's mount table names no host path.
+fn slot_owner(pid: i32) -> Option<String> {
+    let map = std::fs::read_to_string(format!("/proc/{pid}/uid_map")).ok()?;
+    // Fields: first id inside, first id outside, count.
+    let outside: u32 = map.split_whitespace().nth(1)?.parse().ok()?;
+    let first = cairn_sandbox::IdRange::for_slot(0).ok()?;
+    let slot = outside.checked_sub(first.host_base)? / first.count;
+    let record = std::fs::read_to_string(format!("/run/cairn/uid-slots/{slot}")).ok()?;
+    record.lines().next().map(str::to_owned)
 }
 
-/// Processes whose root filesystem is a sandbox's built in `home`.
-fn rooted_in(home: &Path) -> Vec<i32> {
-    let run = format!("{}/run/", home.display());
-    pids().into_iter().filter(|&pid| root_of(pid).is_some_and(|root| root.contains(&run))).collect()
+/// Processes of sandboxes whose uid slot `home` holds.
+fn in_sandboxes_of(home: &Path) -> Vec<i32> {
+    let owner = format!("{}/run\t", home.display());
+    pids().into_iter().filter(|&pid| slot_owner(pid).is_some_and(|o| o.starts_with(&owner))).collect()
 }
 
 /// A process as it was seen: its pid and start time, so that a pid taken
