@@ -76,7 +76,7 @@ chown 1000:1001 src/deep/er/a.txt && chown -h 33:33 link
 python3 -c "import os; os.setxattr('empty', 'user.note', b'kept'); os.setxattr('src', 'user.dir', b'\x00\x01')"
 rm /etc/debian_version
 mv /etc/default /etc/default-renamed
-rm -rf /etc/apt && mkdir /etc/apt && echo mine > /etc/apt/only-this
+rm -rf /etc/ld.so.conf.d && mkdir /etc/ld.so.conf.d && echo mine > /etc/ld.so.conf.d/only-this
 touch -d '2001-02-03 04:05:06' src/deep/er/a.txt
 "#;
 
@@ -102,7 +102,7 @@ fn rollback_restores_every_file_kind_exactly() {
         &id,
         "set -e; cd /workspace; rm -rf src hard2 pipe; echo changed > big.bin; chmod 600 empty; chown 5:5 empty; \
          mkdir -p new/dir && echo x > new/dir/f; ln -sf /etc link; mkdir /etc/default; echo back > /etc/debian_version; \
-         rm -rf /etc/default-renamed /etc/apt/only-this; truncate -s 0 sparse.img",
+         rm -rf /etc/default-renamed /etc/ld.so.conf.d/only-this; truncate -s 0 sparse.img",
     );
     assert_ne!(listing(&d, &id, &["/workspace", "/etc"]), before);
 
@@ -113,13 +113,13 @@ fn rollback_restores_every_file_kind_exactly() {
     // A spot check of what the listing encodes.
     let text = after.to_string();
     assert!(text.contains("/workspace/sparse.img") && text.contains("linked-with:/workspace/hard1"), "{text}");
-    assert!(!text.contains("/etc/debian_version") && text.contains("/etc/default-renamed") && text.contains("/etc/apt/only-this"));
+    assert!(!text.contains("/etc/debian_version") && text.contains("/etc/default-renamed") && text.contains("/etc/ld.so.conf.d/only-this"));
     // The opaque directory hides everything the base had there (the base has
     // more, as a fresh task shows).
-    assert_eq!(must(&d, &id, "ls -A /etc/apt"), "only-this\n", "the opaque directory hides what the base had");
+    assert_eq!(must(&d, &id, "ls -A /etc/ld.so.conf.d"), "only-this\n", "the opaque directory hides what the base had");
     let fresh = d.create(&[]);
-    let base = must(&d, &fresh, "ls -A /etc/apt");
-    assert!(!base.is_empty() && base != "only-this\n", "the base image has its own /etc/apt: {base:?}");
+    let base = must(&d, &fresh, "ls -A /etc/ld.so.conf.d");
+    assert!(!base.is_empty() && base != "only-this\n", "the base image has its own /etc/ld.so.conf.d: {base:?}");
 }
 
 #[test]

@@ -194,16 +194,23 @@ impl Home {
 /// an entry swapped for a link meanwhile is never what gets the mode.
 fn chmod_nofollow(path: &Path, mode: u32) -> Result<(), HomeError> {
     let err = |e| HomeError::File(path.to_owned(), e);
-    // O_PATH descriptors refuse fchmod; a plain read-only open of a
-    // directory or regular file is enough and never blocks (O_NONBLOCK for
-    // a FIFO someone left).
+    // O_PATH: closing any other descriptor of a file drops every POSIX lock
+    // this process holds on it, and the store's SQLite holds such locks on
+    // `cairn.db` (another process would then take the database as unused
+    // and checkpoint it away). An O_PATH descriptor releases none.
     let f = OpenOptions::new()
         .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC)
+        .custom_flags(libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC)
         .open(path)
         .map_err(err)?;
-    f.set_permissions(fs::Permissions::from_mode(mode))
-        .map_err(err)
+    // An entry swapped for a link since it was listed is opened as the
+    // link itself: left alone, as links are.
+    if f.metadata().map_err(err)?.file_type().is_symlink() {
+        return Ok(());
+    }
+    // fchmod refuses O_PATH descriptors; its /proc link names the very
+    // file opened, not the path again.
+    fs::set_permissions(format!("/proc/self/fd/{}", f.as_raw_fd()), fs::Permissions::from_mode(mode)).map_err(err)
 }
 
 /// Write to a temporary file, fsync, rename: readers see old or new, whole.
@@ -256,6 +263,28 @@ mod tests {
         assert_eq!(mode(&root.join("cairn.db-wal")), 0o600);
         assert_eq!(mode(&root.join("keys/node.key")), 0o600);
         assert_eq!(mode(&outside), 0o644, "a link's target is not touched");
+    }
+
+    #[test]
+    fn making_the_home_private_keeps_the_stores_locks() {
+        let d = tempfile::tempdir().unwrap();
+        let h = Home::new(d.path().join("home"));
+        h.ensure().unwrap();
+        let db = h.db();
+        let file = OpenOptions::new().read(true).write(true).create(true).truncate(false).open(&db).unwrap();
+        // A POSIX lock as SQLite takes it, held by this process.
+        let lock = libc::flock { l_type: libc::F_WRLCK as i16, l_whence: libc::SEEK_SET as i16, l_start: 0, l_len: 0, l_pid: 0 };
+        // SAFETY: fcntl on a descriptor we own with a valid flock struct.
+        assert_eq!(unsafe { libc::fcntl(file.as_raw_fd(), libc::F_SETLK, &lock) }, 0);
+        let locked_for_others = || {
+            let probe = "import fcntl, sys\nf = open(sys.argv[1], 'r+')\ntry:\n    fcntl.lockf(f, fcntl.LOCK_EX | fcntl.LOCK_NB)\n    print('free')\nexcept OSError:\n    print('locked')";
+            let out = std::process::Command::new("python3").args(["-c", probe]).arg(&db).output().expect("python3");
+            String::from_utf8_lossy(&out.stdout).trim().to_owned()
+        };
+        assert_eq!(locked_for_others(), "locked", "control: the lock is seen by another process");
+        h.make_private().unwrap();
+        assert_eq!(fs::metadata(&db).unwrap().permissions().mode() & 0o777, 0o600);
+        assert_eq!(locked_for_others(), "locked", "making the home private dropped this process's lock");
     }
 
     #[test]

@@ -9,9 +9,13 @@
 //! open, whoever runs them (the task disks mounted below it carry the same
 //! flags themselves).
 //!
-//! The mount stays while anything is mounted beneath it (a daemon that stops
-//! leaves its sandboxes running, and their disks are mounted in the home);
-//! the next daemon on the same home finds it and keeps it.
+//! The mount keeps the home's own flags (`ro`, `noexec`, atime). It stays
+//! while anything is mounted beneath it (a daemon that stops leaves its
+//! sandboxes running, and their disks are mounted in the home); the next
+//! daemon on the same home finds it and keeps it. Only a mount a daemon made
+//! (marked by [`MARKER`] in the home) is ever removed: an operator's own
+//! `nosuid,nodev` mount of the home (an fstab line, which also covers the
+//! time no daemon runs) is left alone.
 
 use std::fs;
 use std::os::unix::ffi::OsStrExt;
@@ -19,9 +23,13 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use nix::mount::{mount, umount2, MntFlags, MsFlags};
+use nix::sys::statvfs::{statvfs, FsFlags};
 
 use crate::disk::unescape_mountinfo;
 use crate::{Error, Result};
+
+/// The file in the home that says its `nosuid` mount is a daemon's.
+pub const MARKER: &str = "home-mount";
 
 /// The home's own mount, held by the driver for the daemon's life.
 #[derive(Debug)]
@@ -35,7 +43,8 @@ pub struct HomeMount {
 struct Seen {
     /// The topmost mount exactly at the directory has `nosuid` and `nodev`.
     sealed: bool,
-    /// Some mount lies strictly below the directory.
+    /// A sandbox's mount lies below the directory (in its `run/`); other
+    /// mounts below (an operator's) were copied into the bind and go with it.
     below: bool,
 }
 
@@ -57,10 +66,17 @@ pub fn seal(home: &Path) -> Result<HomeMount> {
             None::<&str>,
         )
         .map_err(err)?;
-        let flags = MsFlags::MS_REMOUNT | MsFlags::MS_BIND | MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
+        // A bind remount sets every per-mount flag: keep the home's own.
+        let kept = statvfs(&home).map(|v| kept_flags(v.flags())).map_err(err)?;
+        let flags = MsFlags::MS_REMOUNT | MsFlags::MS_BIND | MsFlags::MS_NOSUID | MsFlags::MS_NODEV | kept;
         if let Err(e) = mount(None::<&str>, &home, None::<&str>, flags, None::<&str>) {
             let _ = umount2(&home, MntFlags::MNT_DETACH);
             return Err(err(e));
+        }
+        let marker = home.join(MARKER);
+        if let Err(e) = fs::write(&marker, b"") {
+            let _ = umount2(&home, MntFlags::MNT_DETACH);
+            return Err(Error::Io(marker.display().to_string(), e));
         }
         tracing::debug!(home = %home.display(), "home mounted on itself nosuid,nodev");
     }
@@ -85,8 +101,14 @@ impl HomeMount {
                 sealed: true,
                 below: false,
             }) => {
+                let marker = self.path.join(MARKER);
+                if fs::remove_file(&marker).is_err() {
+                    // Not a daemon's mount (or not ours to judge): left as it is.
+                    return;
+                }
                 if let Err(e) = umount2(&self.path, MntFlags::MNT_DETACH) {
                     tracing::warn!(home = %self.path.display(), "cannot unmount the home's nosuid mount: {e}");
+                    let _ = fs::write(&marker, b"");
                 }
             }
             Ok(_) => {}
@@ -99,6 +121,20 @@ impl Drop for HomeMount {
     fn drop(&mut self) {
         self.release();
     }
+}
+
+/// The per-mount flags of the home's own mount that its bind keeps.
+fn kept_flags(home: FsFlags) -> MsFlags {
+    [
+        (FsFlags::ST_RDONLY, MsFlags::MS_RDONLY),
+        (FsFlags::ST_NOEXEC, MsFlags::MS_NOEXEC),
+        (FsFlags::ST_NOATIME, MsFlags::MS_NOATIME),
+        (FsFlags::ST_NODIRATIME, MsFlags::MS_NODIRATIME),
+        (FsFlags::ST_RELATIME, MsFlags::MS_RELATIME),
+    ]
+    .into_iter()
+    .filter(|(has, _)| home.contains(*has))
+    .fold(MsFlags::empty(), |all, (_, flag)| all | flag)
 }
 
 fn look(dir: &Path) -> Result<Seen> {
@@ -120,7 +156,7 @@ fn seen_in(mountinfo: &str, dir: &[u8]) -> Seen {
         if point == dir {
             let opts: Vec<&str> = options.split(',').collect();
             seen.sealed = opts.contains(&"nosuid") && opts.contains(&"nodev");
-        } else if point.len() > dir.len() && point.starts_with(dir) && point[dir.len()] == b'/' {
+        } else if point.starts_with(dir) && point[dir.len()..].starts_with(b"/run/") {
             seen.below = true;
         }
     }
@@ -147,13 +183,16 @@ mod tests {
             }
         );
         assert_eq!(
-            seen_in(INFO, b"/var/lib/cairn/run"),
+            seen_in(INFO, b"/var/lib/cairn/run/t1"),
             Seen {
                 sealed: false,
-                below: true
+                below: false
             }
         );
-        // A sibling whose name starts the same is not below.
+        let layers = format!("{INFO}93 90 0:40 / /var/lib/cairn/layers rw - tmpfs tmpfs rw\n");
+        assert!(!seen_in(&layers, b"/var/lib/cairn/layers").below);
+        // A sibling whose name starts the same is not below, nor is a mount
+        // outside `run/` a sandbox's.
         assert_eq!(
             seen_in(INFO, b"/var/lib/cai"),
             Seen {
@@ -198,8 +237,8 @@ mod tests {
             1
         );
         // With something mounted beneath, a release keeps it.
-        let sub = home.join("run");
-        fs::create_dir(&sub).unwrap();
+        let sub = home.join("run/t1");
+        fs::create_dir_all(&sub).unwrap();
         mount(
             Some("tmpfs"),
             &sub,
@@ -217,5 +256,33 @@ mod tests {
             0,
             "released once nothing is below"
         );
+    }
+
+    #[test]
+    fn the_homes_own_flags_are_kept_and_an_operators_mount_is_left_alone() {
+        assert!(nix::unistd::geteuid().is_root(), "this test mounts: run it as root");
+        let flags_of = |p: &Path| nix::sys::statvfs::statvfs(p).unwrap().flags();
+        // A home on a noexec filesystem stays noexec under the daemon's mount.
+        let d = tempfile::tempdir().unwrap();
+        let home = fs::canonicalize(d.path()).unwrap();
+        mount(Some("tmpfs"), &home, Some("tmpfs"), MsFlags::MS_NOEXEC, Some("size=64k")).unwrap();
+        let ours = seal(&home).unwrap();
+        let flags = flags_of(&home);
+        assert!(flags.contains(FsFlags::ST_NOSUID) && flags.contains(FsFlags::ST_NODEV), "sealed: {flags:?}");
+        assert!(flags.contains(FsFlags::ST_NOEXEC), "the home's noexec is kept: {flags:?}");
+        assert!(home.join(MARKER).exists(), "the daemon's mount is marked");
+        ours.release();
+        assert!(!flags_of(&home).contains(FsFlags::ST_NOSUID), "the daemon's own mount is removed");
+        umount2(&home, MntFlags::empty()).unwrap();
+
+        // An operator's nosuid,nodev mount of the home is used and kept.
+        let flags = MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
+        mount(Some("tmpfs"), &home, Some("tmpfs"), flags, Some("size=64k")).unwrap();
+        let theirs = seal(&home).unwrap();
+        assert!(!home.join(MARKER).exists(), "no second mount, no marker");
+        theirs.release();
+        let left = flags_of(&home);
+        umount2(&home, MntFlags::empty()).unwrap();
+        assert!(left.contains(FsFlags::ST_NOSUID), "the operator's mount stays after a release");
     }
 }

@@ -170,6 +170,8 @@ impl NativeDriver {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .env_clear()
+            // The one variable it needs: the descriptor limit sandboxes get.
+            .envs(std::env::var_os(crate::SANDBOX_NOFILE_ENV).map(|v| (crate::SANDBOX_NOFILE_ENV, v)))
             .spawn()
             .map_err(|e| Error::Helper(format!("cannot run {}: {e}", self.helper.display())))
     }

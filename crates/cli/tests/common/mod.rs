@@ -10,7 +10,7 @@
 
 pub mod leaks;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -80,6 +80,10 @@ pub struct Daemon {
     /// started again the same way ([`Daemon::respawn`], and the cleanup of
     /// a daemon the test killed: its store and blob store are in there).
     launch: Option<Launch>,
+    /// Mounts the test made in the home before the start, unmounted once
+    /// the daemon has stopped (until then its nosuid bind of the home holds
+    /// a copy of each).
+    test_mounts: Vec<PathBuf>,
 }
 
 /// The arguments and environment a daemon was started with.
@@ -158,7 +162,7 @@ impl Daemon {
         become_subreaper();
         let home = tempfile::Builder::new().prefix("cairn-test-").tempdir_in("/var/tmp").expect("temp home");
         let launch = Launch { args: extra.iter().map(|a| a.to_string()).collect(), env: env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect() };
-        let mut d = Daemon { home, child: None, url: String::new(), launch: Some(launch) };
+        let mut d = Daemon { home, child: None, url: String::new(), launch: Some(launch), test_mounts: Vec::new() };
         if let Err(e) = d.try_respawn() {
             panic!("{e}");
         }
@@ -196,7 +200,7 @@ impl Daemon {
         become_subreaper();
         let home = tempfile::Builder::new().prefix("cairn-test-").tempdir_in("/var/tmp").expect("temp home");
         prepare(home.path());
-        let mut d = Daemon { home, child: None, url: String::new(), launch: None };
+        let mut d = Daemon { home, child: None, url: String::new(), launch: None, test_mounts: Vec::new() };
         d.spawn(extra);
         d
     }
@@ -408,6 +412,15 @@ impl Rng {
     }
 }
 
+impl Daemon {
+    /// `path` is a mount the test made in the home before the daemon
+    /// started: unmounted after the daemon stops, before the leak scan.
+    #[allow(dead_code)]
+    pub fn unmount_after_stop(&mut self, path: &Path) {
+        self.test_mounts.push(path.to_owned());
+    }
+}
+
 impl Drop for Daemon {
     fn drop(&mut self) {
         let mut problems = Vec::new();
@@ -453,6 +466,11 @@ impl Drop for Daemon {
                 problems.push("the daemon did not stop within 20 s of SIGTERM; killed".into());
                 let _ = c.kill();
                 let _ = c.wait();
+            }
+        }
+        for m in &self.test_mounts {
+            if let Err(e) = nix::mount::umount2(m, nix::mount::MntFlags::MNT_DETACH) {
+                problems.push(format!("unmounting the test's {}: {e}", m.display()));
             }
         }
         problems.extend(leaks::scan(self.home.path(), &ids));
