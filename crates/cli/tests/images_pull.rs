@@ -605,3 +605,56 @@ fn bad_pulls_fail_with_one_line_and_leave_nothing() {
     d.ok(&["image", "pull", "--insecure", &format!("{}/test/truncated:v1", reg.host())]);
     assert_eq!(layers_stored(&d).len(), 2);
 }
+
+/// A pull counts against `[images] max_size` twice: the layers' declared
+/// sizes before anything is downloaded, and what they unpack to while they
+/// are written. Each refusal is one line naming the bound and leaves
+/// nothing; an image within the bound pulls from the same daemon.
+#[test]
+fn an_oversized_pull_is_refused_before_its_download_and_a_bomb_while_it_unpacks() {
+    common::require_root();
+    let reg = Registry::start();
+    let cfg = tempfile::tempdir().unwrap();
+    let path = cfg.path().join("cairn.toml");
+    fs::write(&path, "[images]\nmax_size = \"4M\"\n").unwrap();
+    let d = Daemon::start_with(&["--config", path.to_str().unwrap()]);
+    let images_before = images_stored(&d);
+    let check_nothing_left = |what: &str| {
+        assert_eq!(images_stored(&d), images_before, "{what}: an image was left");
+        assert_eq!(layers_stored(&d), Vec::<String>::new(), "{what}: layers or staging files were left");
+    };
+
+    // 6 MiB that do not compress: over the bound as downloaded.
+    let mut noise = vec![0u8; 6 << 20];
+    let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+    for b in noise.iter_mut() {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        *b = seed as u8;
+    }
+    let (_t1, big) = layout_dir("big");
+    OciLayout::single(&big, &[LayerBlob::gzip(&LayerTar::new().dir("opt").file("opt/noise", &noise).finish())]);
+    reg.push(&big, "latest", "test/big:v1", None);
+    let err = d.fails(&["image", "pull", "--insecure", &format!("{}/test/big:v1", reg.host())]);
+    assert!(err.contains("its layers are") && err.contains("([images] max_size)"), "refused before the download: {err}");
+    check_nothing_left("big");
+
+    // 32 MiB of zeros, a few KiB compressed: downloaded, refused unpacking.
+    let (_t2, bomb) = layout_dir("bomb");
+    OciLayout::single(&bomb, &[LayerBlob::gzip(&LayerTar::new().dir("opt").file("opt/zeros", &vec![0u8; 32 << 20]).finish())]);
+    reg.push(&bomb, "latest", "test/bomb:v1", None);
+    let err = d.fails(&["image", "pull", "--insecure", &format!("{}/test/bomb:v1", reg.host())]);
+    assert!(err.contains("\"/opt/zeros\"") && err.contains("([images] max_size)"), "refused while unpacking: {err}");
+    check_nothing_left("bomb");
+
+    // Control: an image within the bound pulls and runs.
+    let (_t3, fits) = layout_dir("fits");
+    OciLayout::single(&fits, &[base_layer(), top_layer()]);
+    reg.push(&fits, "latest", "test/fits:v1", None);
+    d.ok(&["image", "pull", "--insecure", "--name", "fits", &format!("{}/test/fits:v1", reg.host())]);
+    let task = d.create(&["--image", "fits"]);
+    assert_eq!(must(&d, &task, "echo ran"), "ran\n");
+    d.ok(&["destroy", &task]);
+    d.ok(&["image", "rm", "fits"]);
+}

@@ -154,6 +154,26 @@ impl Runtime {
         Ok(image)
     }
 
+    /// Refuses a pull whose downloads alone would cross the image store's
+    /// bounds (`[images] max_size`, or what its filesystem can spare).
+    fn check_download(&self, need: u64, given: &str) -> Result<(), Error> {
+        use cairn_sandbox::image::SizeBound;
+        let bound = self.images.download_bound(need).map_err(|e| Error::from(e).context(&format!("cannot pull {given}")))?;
+        match bound {
+            None => Ok(()),
+            Some((SizeBound::FreeSpace, spare)) => Err(Error::NoSpace(format!(
+                "cannot pull {given}: its layers are {}, over the {} the image store's filesystem can spare",
+                cairn_core::Bytes(need),
+                cairn_core::Bytes(spare)
+            ))),
+            Some((_, limit)) => Err(Error::TooLarge(format!(
+                "cannot pull {given}: its layers are {}, over the limit of {} ([images] max_size)",
+                cairn_core::Bytes(need),
+                cairn_core::Bytes(limit)
+            ))),
+        }
+    }
+
     /// Downloads the layers of `chosen` not in the layer store yet.
     async fn download(
         &self,
@@ -175,7 +195,7 @@ impl Runtime {
             p.layers = wanted.iter().map(|w| LayerProgress { digest: w.blob_digest.clone(), done: 0, total: w.blob_size }).collect();
         });
         let need: u64 = wanted.iter().map(|w| w.blob_size).sum();
-        check_space(store.root(), need, given)?;
+        self.check_download(need, given)?;
         let mut staged = Staged::default();
         for want in wanted {
             let path = store.staging_blob()?;
@@ -304,21 +324,6 @@ fn io_error(given: &str, path: &std::path::Path, e: std::io::Error) -> Error {
     } else {
         Error::internal_from(e).context(&format!("cannot pull {given}: {}", path.display()))
     }
-}
-
-/// Refuses a pull whose downloads alone would not fit on the disk.
-fn check_space(dir: &std::path::Path, need: u64, given: &str) -> Result<(), Error> {
-    std::fs::create_dir_all(dir).map_err(|e| io_error(given, dir, e))?;
-    let st = nix::sys::statvfs::statvfs(dir).map_err(|e| Error::internal_from(e).context(&format!("statvfs {}", dir.display())))?;
-    let free = st.blocks_available() as u64 * st.fragment_size() as u64;
-    if need > free {
-        return Err(Error::NoSpace(format!(
-            "cannot pull {given}: its layers are {} and the disk has {} free",
-            cairn_core::Bytes(need),
-            cairn_core::Bytes(free)
-        )));
-    }
-    Ok(())
 }
 
 fn one_line(s: &str) -> String {

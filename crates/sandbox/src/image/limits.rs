@@ -76,12 +76,7 @@ impl Budget {
     /// A budget for an import into the filesystem of `dir` (which exists):
     /// `limits`, and its free space less a reserve.
     pub(super) fn for_import(limits: ImportLimits, dir: &Path) -> Result<Budget> {
-        let st = nix::sys::statvfs::statvfs(dir).map_err(|e| Error::ImageIo(dir.to_owned(), e.into()))?;
-        let frsize = st.fragment_size() as u64;
-        let (total, avail) =
-            ((st.blocks() as u64).saturating_mul(frsize), (st.blocks_available() as u64).saturating_mul(frsize));
-        let reserve = RESERVE.min(total / 20);
-        Ok(Budget::new(limits, Some(avail.saturating_sub(reserve))))
+        Ok(Budget::new(limits, Some(spare(dir)?)))
     }
 
     /// Before a file is written: it will take `data` bytes and read as
@@ -115,6 +110,16 @@ impl Budget {
         }
         Ok(())
     }
+}
+
+/// What the filesystem of `dir` (which exists) can spare for an import:
+/// its free space less a reserve.
+pub(super) fn spare(dir: &Path) -> Result<u64> {
+    let st = nix::sys::statvfs::statvfs(dir).map_err(|e| Error::ImageIo(dir.to_owned(), e.into()))?;
+    let frsize = st.fragment_size() as u64;
+    let (total, avail) = ((st.blocks() as u64).saturating_mul(frsize), (st.blocks_available() as u64).saturating_mul(frsize));
+    let reserve = RESERVE.min(total / 20);
+    Ok(avail.saturating_sub(reserve))
 }
 
 fn too_large(src: &Path, entry: &dyn fmt::Display, need: u64, limit: u64, bound: SizeBound) -> Error {

@@ -256,6 +256,23 @@ impl ImageStore {
         &self.layers
     }
 
+    /// Before a pull downloads `need` bytes of layers into the layer store:
+    /// the bound they would cross, and its value. The downloads count
+    /// against the bounds of what they unpack to (they are on the same
+    /// disk until then, and a layer unpacks to at least about its size).
+    pub fn download_bound(&self, need: u64) -> Result<Option<(SizeBound, u64)>> {
+        let dir = self.layers.root();
+        fs::create_dir_all(dir).map_err(|e| Error::ImageIo(dir.to_owned(), e))?;
+        let spare = limits::spare(dir)?;
+        Ok(if need > self.limits.max_expanded_size {
+            Some((SizeBound::Expanded, self.limits.max_expanded_size))
+        } else if need > spare {
+            Some((SizeBound::FreeSpace, spare))
+        } else {
+            None
+        })
+    }
+
     /// The budget of one import writing into `dir`'s filesystem.
     fn budget(&self, dir: &Path) -> Result<Budget> {
         fs::create_dir_all(dir).map_err(|e| Error::ImageIo(dir.to_owned(), e))?;
