@@ -137,6 +137,21 @@ fn a_task_whose_disk_and_inodes_are_exhausted_wakes_from_it() {
     d.ok(&["destroy", &t]);
 }
 
+/// /tmp is a tmpfs charged to the task's memory, whose pages outlive the
+/// process that wrote them: filled, it leaves room for the next command.
+#[test]
+fn a_task_whose_tmp_is_full_runs_its_next_command() {
+    let d = Daemon::start();
+    let t = d.create(&["--memory", "128M", "--disk", "64M"]);
+    let (code, _, err) = d.sh(&t, "head -c 200M /dev/zero > /tmp/fill");
+    assert!(code != 0 && err.contains("No space left on device"), "the writer meets a full /tmp, not the OOM killer: {code} {err}");
+    assert_eq!(must(&d, &t, "df -k /tmp | awk 'NR==2 {print $4}'"), "0\n", "/tmp is full");
+    // The next command runs and can free it.
+    assert_eq!(must(&d, &t, "echo alive && rm /tmp/fill && echo freed"), "alive\nfreed\n");
+    assert_eq!(d.state(&t), "running");
+    d.ok(&["destroy", &t]);
+}
+
 /// A sandbox that dies on a full disk (as when the OOM killer ends its
 /// init) is recovered from its head snapshot at the next command.
 #[test]

@@ -145,8 +145,11 @@ impl NativeDriver {
                 cgroup.paths().into_iter().map(|p| p.join("cgroup.procs")).collect()
             },
             workdir: config.workdir.clone(),
-            // tmpfs pages are charged to the task's memory cgroup anyway.
-            tmp_bytes: config.limits.memory_bytes,
+            // tmpfs pages are charged to the task's memory cgroup and stay
+            // when their writer is killed: a /tmp as large as the limit,
+            // once full, got every later command OOM-killed. Half of it is
+            // left to processes.
+            tmp_bytes: config.limits.memory_bytes / 2,
         };
         let child = match ahead {
             Some(mut p) => p.child.take().ok_or_else(|| Error::Helper("helper started ahead is gone".into()))?,
