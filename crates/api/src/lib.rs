@@ -5,6 +5,7 @@
 //! types and their OpenAPI schemas (`utoipa::ToSchema`, which the daemon's
 //! `/v1/openapi.json` is built from) only: no HTTP, no I/O.
 
+pub mod api_keys;
 pub mod deliver;
 pub mod egress;
 pub mod error;

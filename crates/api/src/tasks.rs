@@ -44,6 +44,15 @@ pub struct CreateRequest {
     /// yes for gvisor).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub keep_memory: Option<bool>,
+    /// Labels to find and list the task by (E2B's sandbox metadata).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub metadata: std::collections::BTreeMap<String, String>,
+    /// End the task this long after it is created (e.g. `5m`): destroyed,
+    /// or suspended with `suspend_at_timeout`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub suspend_at_timeout: Option<bool>,
 }
 
 /// Limits as a user reads them.

@@ -79,6 +79,9 @@ enum Cmd {
     /// The node's ledger signing key.
     #[command(subcommand)]
     Key(ledger::KeyCmd),
+    /// Keys of the E2B-compatible API (X-API-Key): create, list, revoke.
+    #[command(subcommand)]
+    ApiKey(verbs::api_key::ApiKeyCmd),
     /// Destroy a task's sandbox; its records stay.
     Destroy { task: String },
     /// Take a snapshot of a task (or: snapshot list ID, snapshot diff ID A B).
@@ -381,6 +384,7 @@ async fn client_command(cmd: Cmd, json_out: bool) -> Result<u8> {
         Cmd::Cp { src, dst, follow_links, keep_links } => cp::cli(&client, &src, &dst, follow_links, keep_links, out).await,
         Cmd::Log { task, verify, checkpoint } => ledger::log(&client, &task, verify, checkpoint, out).await,
         Cmd::Key(c) => ledger::key(&client, c, json_out).await,
+        Cmd::ApiKey(c) => verbs::api_key::run(&client, c, out).await,
         Cmd::Destroy { task } => verbs::task::destroy(&client, task, out).await,
         Cmd::Snapshot(a) => verbs::snapshot::snapshot(&client, a, out).await,
         Cmd::Rollback(a) => verbs::snapshot::rollback(&client, a, out).await,

@@ -33,6 +33,8 @@ pub enum EventKind {
     Delivery,
     /// The task completed: its sandbox is gone, its records stay.
     Complete,
+    /// When the task ends by itself was set or changed.
+    Deadline,
 }
 
 impl EventKind {
@@ -58,6 +60,7 @@ impl EventKind {
             EventKind::PolicyUpdate => "policy_update",
             EventKind::Delivery => "delivery",
             EventKind::Complete => "complete",
+            EventKind::Deadline => "deadline",
         }
     }
 }
@@ -66,7 +69,7 @@ impl FromStr for EventKind {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
         use EventKind::*;
-        [Create, SandboxStart, Exec, Cp, Destroy, SandboxLost, Snapshot, Rollback, Fork, SnapshotExpired, ServiceStart, Wait, EventReceived, Suspend, Wake, Recovered, Egress, PolicyUpdate, Delivery, Complete]
+        [Create, SandboxStart, Exec, Cp, Destroy, SandboxLost, Snapshot, Rollback, Fork, SnapshotExpired, ServiceStart, Wait, EventReceived, Suspend, Wake, Recovered, Egress, PolicyUpdate, Delivery, Complete, Deadline]
             .into_iter()
             .find(|k| k.as_str() == s)
             .ok_or_else(|| format!("unknown event kind {s:?}"))
@@ -117,7 +120,7 @@ pub struct Event {
 mod tests {
     use super::*;
 
-    const ALL: [(EventKind, &str); 20] = [
+    const ALL: [(EventKind, &str); 21] = [
         (EventKind::Create, "create"),
         (EventKind::SandboxStart, "sandbox_start"),
         (EventKind::Exec, "exec"),
@@ -138,6 +141,7 @@ mod tests {
         (EventKind::PolicyUpdate, "policy_update"),
         (EventKind::Delivery, "delivery"),
         (EventKind::Complete, "complete"),
+        (EventKind::Deadline, "deadline"),
     ];
 
     #[test]

@@ -197,6 +197,16 @@ pub struct TaskConfig {
     /// gvisor sandbox can, and does unless told otherwise.
     #[serde(default)]
     pub keep_memory: bool,
+    /// Labels a client gave the task (E2B's sandbox metadata), to find and
+    /// list it by.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub metadata: std::collections::BTreeMap<String, String>,
+    /// When the task ends by itself (Unix time in milliseconds): it is
+    /// destroyed then, or suspended when `suspend_at_deadline`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline_ms: Option<i64>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub suspend_at_deadline: bool,
 }
 
 /// The isolation driver of a task's sandbox.
@@ -317,6 +327,9 @@ impl Default for TaskConfig {
             cmd: Vec::new(),
             isolation: Isolation::Native,
             keep_memory: false,
+            metadata: Default::default(),
+            deadline_ms: None,
+            suspend_at_deadline: false,
         }
     }
 }

@@ -14,15 +14,18 @@
 //!   once, per task and per daemon (past one: 429), and the descriptor
 //!   limit they must fit in.
 //! - [`home`] and [`config`]: the data directory and the daemon's settings.
+//! - [`api_keys`]: keys of the E2B-compatible API, and sandbox access tokens.
 //!
 //! One module per operation:
 //! - [`lifecycle`]: create, start, destroy, reconcile after a restart.
-//! - [`exec`] and [`files`]: commands and tar streams in a live sandbox.
+//! - [`exec`] and [`files`]: commands and tar streams in a live sandbox;
+//!   [`processes`]: commands in the background, with handles.
 //! - [`snapshot`], [`rollback`], [`fork`], [`gc`]: snapshots and what is
 //!   made from them; retention, mark and sweep, check.
 //! - [`template`]: images committed from a task's writable layer, and the
 //!   hidden base a fork's tasks share.
 //! - [`suspend`], [`wake`]: compute goes away and comes back; recovery.
+//! - [`deadline`]: tasks that end by themselves at a time (E2B's timeout).
 //! - [`waits`] and [`intake`]: waits, and the events that satisfy them
 //!   (webhooks verified on plain bytes, approvals, operator events, timers).
 //! - [`egress`]: each live sandbox's allowlist proxy and its decision log.
@@ -33,11 +36,13 @@
 //! - [`metrics`]: Prometheus metrics, counted as the runtime works.
 
 pub mod admission;
+pub mod api_keys;
 mod blob_hold;
 mod cell;
 pub mod config;
 #[cfg(feature = "failpoints")]
 mod crash_points;
+pub mod deadline;
 pub mod deliver;
 pub mod egress;
 mod error;
@@ -54,6 +59,7 @@ pub mod lifecycle;
 mod materialise;
 pub mod metrics;
 pub mod nodes;
+pub mod processes;
 pub mod pull;
 mod queries;
 mod reaper;

@@ -35,6 +35,20 @@ pub(crate) fn apply_image_config(config: &mut TaskConfig, image: &Image, workdir
     config.apply_image(&defaults, workdir_given).map_err(|e| Error::invalid(format!("image {}: its config has an {e}", image.name)))
 }
 
+/// Metadata is for finding tasks by: a few short labels.
+pub(crate) fn check_metadata(metadata: &std::collections::BTreeMap<String, String>) -> Result<(), Error> {
+    if metadata.len() > 64 {
+        return Err(Error::invalid(format!("{} metadata entries; at most 64", metadata.len())));
+    }
+    for (k, v) in metadata {
+        if k.is_empty() || k.len() > 256 || v.len() > 4096 || k.contains('\0') || v.contains('\0') {
+            let key: String = k.chars().take(64).collect();
+            return Err(Error::invalid(format!("metadata {key:?}: a key is 1 to 256 bytes and a value at most 4096, without NUL")));
+        }
+    }
+    Ok(())
+}
+
 impl Runtime {
     /// Validates the request completely before anything is written.
     pub(crate) fn config_from(&self, req: &CreateRequest) -> Result<TaskConfig, Error> {
@@ -92,11 +106,19 @@ impl Runtime {
                 "--keep-memory needs --isolation gvisor: the {isolation} driver cannot checkpoint processes"
             )));
         }
+        check_metadata(&req.metadata)?;
+        let deadline_ms = match &req.timeout {
+            Some(t) => Some(cairn_store::now_ms().saturating_add(parse_positive_ms("timeout", t)? as i64)),
+            None => None,
+        };
         Ok(TaskConfig {
             image,
             limits,
             isolation,
             keep_memory,
+            metadata: req.metadata.clone(),
+            deadline_ms,
+            suspend_at_deadline: req.suspend_at_timeout.unwrap_or(false),
             env,
             workdir,
             retention,

@@ -80,6 +80,8 @@ pub struct Runtime {
     pub(crate) capacity: Option<usize>,
     /// Commands and event streams held open, against `[limits]`.
     pub(crate) admission: crate::admission::Admission,
+    /// Commands running in the background, with handles.
+    pub(crate) processes: crate::processes::Processes,
 }
 
 /// Marks a task busy while a command runs (the exec records its end as
@@ -179,6 +181,7 @@ impl Runtime {
             },
             capacity: config.capacity,
             admission: crate::admission::Admission::new(bounds),
+            processes: Default::default(),
         })
     }
 
@@ -311,6 +314,7 @@ impl Runtime {
         self.recover_all().await;
         self.clone().spawn_timers();
         self.clone().spawn_idle_suspender();
+        self.clone().spawn_deadline_keeper();
     }
 
     /// Stops the proxies and the helpers started ahead. Sandboxes keep

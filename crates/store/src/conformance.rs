@@ -18,7 +18,7 @@ use cairn_core::{
 };
 use cairn_ledger::{verify_chain, Checkpoint, NodeKeys, SignedCheckpoint, GENESIS};
 
-use crate::{now_ms, Error, NodeRow, SharedStore, Store, Unheld};
+use crate::{now_ms, ApiKeyRow, Error, NodeRow, SharedStore, Store, Unheld};
 
 /// A database for one test case, empty when created and gone when dropped.
 pub(crate) trait TestDatabase: Sized {
@@ -61,6 +61,7 @@ macro_rules! conformance_suite {
                 unheld_tasks_are_taken_by_exactly_one_node,
                 the_first_nodes_secret_is_every_nodes,
                 gc_and_snapshots_of_different_nodes_keep_apart,
+                api_keys_are_found_by_hash_used_and_revoked,
             );
         }
     };
@@ -900,4 +901,39 @@ pub(crate) async fn gc_and_snapshots_of_different_nodes_keep_apart(db: &impl Tes
     assert!(a.lock_blobs("snap-4", "a", false, TTL).await.unwrap());
     a.renew_blob_locks("a", TTL).await.unwrap();
     assert!(!b.lock_blobs("gc-b2", "b", true, TTL).await.unwrap(), "a renewed hold still counts");
+}
+
+pub(crate) async fn api_keys_are_found_by_hash_used_and_revoked(db: &impl TestDatabase) {
+    let a = db.open().await;
+    let b = db.open().await;
+    let key = |name: &str, hash: &str, created_ms| ApiKeyRow { name: name.into(), hash: hash.repeat(32), created_ms, last_used_ms: None };
+    // Inserted newest first: the list is by age, not by insertion or name.
+    let ci = key("ci", "cd", 2000);
+    let laptop = key("laptop", "ab", 1000);
+    a.insert_api_key(&ci).await.unwrap();
+    a.insert_api_key(&laptop).await.unwrap();
+    assert_eq!(b.api_keys().await.unwrap(), [laptop.clone(), ci.clone()], "every node's, oldest first");
+    let err = b.insert_api_key(&key("ci", "ef", 3000)).await.unwrap_err();
+    assert!(matches!(&err, Error::KeyNameTaken(n) if n == "ci"), "{err}");
+    let err = b.insert_api_key(&key("copy", "ab", 3000)).await.unwrap_err();
+    assert!(matches!(&err, Error::Query(..)), "one hash, one key: {err}");
+    assert_eq!(a.api_keys().await.unwrap().len(), 2, "a refused key is not stored");
+
+    assert_eq!(b.use_api_key(&ci.hash, 5000).await.unwrap().as_deref(), Some("ci"));
+    assert_eq!(a.use_api_key(&"00".repeat(32), 5001).await.unwrap(), None, "an unknown hash is no key");
+    assert_eq!(a.use_api_key("ci", 5002).await.unwrap(), None, "a name is not a hash");
+    let listed = a.api_keys().await.unwrap();
+    assert_eq!(listed, [laptop.clone(), ApiKeyRow { last_used_ms: Some(5000), ..ci.clone() }], "the use is recorded on its key only");
+    assert_eq!(a.use_api_key(&ci.hash, 6000).await.unwrap().as_deref(), Some("ci"));
+    assert_eq!(b.api_keys().await.unwrap()[1].last_used_ms, Some(6000), "each use moves it");
+
+    assert!(b.revoke_api_key("ci").await.unwrap());
+    assert!(!a.revoke_api_key("ci").await.unwrap(), "revoked already");
+    assert!(!a.revoke_api_key("nobody").await.unwrap());
+    assert_eq!(a.use_api_key(&ci.hash, 7000).await.unwrap(), None, "a revoked key lets no one in");
+    assert_eq!(a.api_keys().await.unwrap(), std::slice::from_ref(&laptop));
+    assert_eq!(a.use_api_key(&laptop.hash, 7001).await.unwrap().as_deref(), Some("laptop"), "the other key still works");
+    // The name is free again.
+    a.insert_api_key(&key("ci", "ef", 8000)).await.unwrap();
+    assert_eq!(b.use_api_key(&"ef".repeat(32), 8001).await.unwrap().as_deref(), Some("ci"));
 }

@@ -31,6 +31,10 @@ pub enum Error {
     WaitPending(String),
     #[error("a task named {0:?} already exists")]
     NameTaken(String),
+    /// An API key of that name exists already (names are how people pick
+    /// a key out, to revoke it).
+    #[error("an API key named {0:?} exists already")]
+    KeyNameTaken(String),
     /// A compare-and-set found the task in another state than the caller
     /// read: someone else moved it meanwhile.
     #[error("task {task} is {found}, no longer {expected}; it cannot {action}")]

@@ -2,7 +2,7 @@
 //!
 //! The contract is split by concern ([`TaskStore`], [`EventStore`],
 //! [`SandboxStore`], [`SnapshotStore`], [`WaitStore`], [`CheckpointStore`],
-//! [`NodeStore`], [`LeaseStore`]) so that a backend implements it one file at a time, and [`Store`] joins
+//! [`NodeStore`], [`LeaseStore`], [`ApiKeyStore`]) so that a backend implements it one file at a time, and [`Store`] joins
 //! them into the one object the runtime holds ([`SharedStore`]). The traits
 //! are object-safe (`async_trait` boxes each call's future) because the
 //! runtime picks a backend at start, not at compile time.
@@ -64,7 +64,7 @@ pub struct Delivered {
 /// The whole task database: every concern, plus what a handle on it is.
 #[async_trait]
 pub trait Store:
-    TaskStore + EventStore + SandboxStore + SnapshotStore + WaitStore + CheckpointStore + NodeStore + LeaseStore + std::fmt::Debug
+    TaskStore + EventStore + SandboxStore + SnapshotStore + WaitStore + CheckpointStore + NodeStore + LeaseStore + ApiKeyStore + std::fmt::Debug
 {
     /// Where the database is, as a store URL without its password
     /// (`sqlite:///var/lib/cairn/cairn.db`, `postgres://cairn@db/cairn`), for
@@ -402,4 +402,39 @@ pub trait LeaseStore: Send + Sync {
     /// A secret every node of the database shares: `proposed` when none is
     /// stored under `name` yet (the first node's own), else the stored one.
     async fn cluster_secret(&self, name: &str, proposed: &str) -> Result<String>;
+}
+
+/// An API key as the store keeps it: never the key, only its SHA-256.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ApiKeyRow {
+    /// Unique: how people pick the key out (to revoke it).
+    pub name: String,
+    /// Hex SHA-256 of the key; unique, as a request finds its key by it.
+    pub hash: String,
+    /// When it was made (ms since the epoch).
+    pub created_ms: i64,
+    /// The latest request that presented it (ms since the epoch); `None`
+    /// until one did.
+    pub last_used_ms: Option<i64>,
+}
+
+/// Keys for the E2B-compatible API (`X-API-Key`), shared by every node of
+/// the database. The store sees hashes only: the caller hashes a key
+/// before storing it or looking it up.
+#[async_trait]
+pub trait ApiKeyStore: Send + Sync {
+    /// Records a new key ([`Error::KeyNameTaken`] when a key of that name
+    /// exists).
+    async fn insert_api_key(&self, key: &ApiKeyRow) -> Result<()>;
+
+    /// Every key, oldest first.
+    async fn api_keys(&self) -> Result<Vec<ApiKeyRow>>;
+
+    /// Removes the key `name`; false when there is none.
+    async fn revoke_api_key(&self, name: &str) -> Result<bool>;
+
+    /// The name of the key whose hash is `hash`, its last use set to
+    /// `now_ms` in the same statement; `None` when no key has it (never
+    /// made, or revoked).
+    async fn use_api_key(&self, hash: &str, now_ms: i64) -> Result<Option<String>>;
 }

@@ -2,6 +2,7 @@
 //! turns them into typed requests of the wire model (`cairn_api`), then
 //! prints the typed answer as a line or, with `--json`, as it came.
 
+pub mod api_key;
 pub mod egress;
 pub mod image;
 pub mod node;

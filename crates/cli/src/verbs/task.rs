@@ -92,6 +92,16 @@ pub(crate) struct CreateArgs {
     /// yes under gvisor).
     #[arg(long, value_name = "BOOL")]
     pub(crate) keep_memory: Option<bool>,
+    /// A label to find the task by (repeatable).
+    #[arg(long = "metadata", value_name = "KEY=VALUE")]
+    pub(crate) metadata: Vec<String>,
+    /// End the task this long after it is created (e.g. `30m`): destroyed,
+    /// or suspended with --suspend-at-timeout.
+    #[arg(long, value_name = "DURATION")]
+    pub(crate) timeout: Option<String>,
+    /// At --timeout, suspend the task instead of destroying it.
+    #[arg(long)]
+    pub(crate) suspend_at_timeout: bool,
 }
 
 #[derive(Args, Debug)]
@@ -140,6 +150,13 @@ pub(crate) async fn create(client: &Client, a: CreateArgs, out: Out) -> Result<u
         deny: a.deny,
         isolation: a.isolation,
         keep_memory: a.keep_memory,
+        metadata: a
+            .metadata
+            .iter()
+            .map(|m| m.split_once('=').map(|(k, v)| (k.to_owned(), v.to_owned())).ok_or_else(|| anyhow!("--metadata {m:?}: give KEY=VALUE")))
+            .collect::<Result<_>>()?,
+        timeout: a.timeout,
+        suspend_at_timeout: a.suspend_at_timeout.then_some(true),
     };
     let v: Answer<TaskView> = client.post("/v1/tasks", &body).await?;
     out.print(&v, |v| v.task.id.to_string());

@@ -150,6 +150,16 @@ impl LinkKey {
         Ok(())
     }
 
+    /// HMAC-SHA256 of `text` under this key, for other tokens the daemon
+    /// hands out; each starts `text` with a word of its own (never
+    /// `approve`), so no token stands for another.
+    pub(crate) fn mac_text(&self, text: &str) -> [u8; 32] {
+        let mut m =
+            <Hmac<Sha256> as Mac>::new_from_slice(&self.0).unwrap_or_else(|_| unreachable!("HMAC accepts any key length"));
+        m.update(text.as_bytes());
+        m.finalize().into_bytes().into()
+    }
+
     fn mac(&self, wait_id: &str, expires_ms: i64) -> [u8; 32] {
         // HMAC takes keys of any length; this cannot fail.
         let mut m =

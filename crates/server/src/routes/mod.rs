@@ -44,6 +44,12 @@
 //! | DELETE | /v1/images/{name} | remove |
 //! | GET | /v1/images/{name} | show: kind, layers, manifest, run config |
 //! | POST | /mcp | the Model Context Protocol, streamable HTTP ([`cairn_mcp`]) |
+//! | GET, POST | /v1/api-keys | the E2B-compatible API's keys: list, create `{name}` |
+//! | DELETE | /v1/api-keys/{name} | revoke |
+//!
+//! E2B's API ([`cairn_e2b`]) is served beside it: its control routes
+//! (`/sandboxes`, `/v2/sandboxes`, `/templates`) with `X-API-Key`, and its
+//! in-sandbox API for any request that names a sandbox in `E2b-Sandbox-Id`.
 //!
 //! Without the bearer token (their own checks), in [`gateway`], and the
 //! document:
@@ -58,6 +64,7 @@
 //! status; the codes are [`cairn_api::ErrorCode`].
 
 mod admin;
+mod api_keys;
 mod deliver;
 mod egress;
 pub mod exec;
@@ -92,9 +99,14 @@ pub(crate) type Rt = State<Arc<Runtime>>;
 pub fn router(rt: Arc<Runtime>, token: String) -> Router {
     routes(Arc::new(token))
         .into_router()
+        // E2B's control API, under its own paths and keys (`X-API-Key`).
+        .merge(cairn_e2b::control_routes())
         .fallback(|| async { ApiError::not_found("no such API endpoint") })
         .layer(middleware::from_fn_with_state(rt.clone(), crate::forward::forward_to_owner))
         .layer(middleware::from_fn(run_to_completion))
+        // A request naming a sandbox (`E2b-Sandbox-Id`) is for E2B's
+        // in-sandbox API, whatever its path.
+        .layer(middleware::from_fn_with_state(rt.clone(), cairn_e2b::route_sandbox_requests))
         .with_state(rt)
 }
 
@@ -103,6 +115,7 @@ pub fn router(rt: Arc<Runtime>, token: String) -> Router {
 fn routes(token: Arc<String>) -> Routes {
     let private = Routes::new()
         .merge(admin::routes())
+        .merge(api_keys::routes())
         .merge(nodes::routes())
         .merge(tasks::routes())
         .merge(exec::routes())

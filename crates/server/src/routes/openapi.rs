@@ -14,7 +14,7 @@ use utoipa::openapi::{ContentBuilder, Ref, RefOr, ResponseBuilder, Schema};
 use utoipa::{Modify, OpenApi};
 
 use super::served::Routes;
-use super::{admin, deliver, egress, exec, files, gateway, images, mcp, nodes, snapshots, tasks, waits};
+use super::{admin, api_keys, deliver, egress, exec, files, gateway, images, mcp, nodes, snapshots, tasks, waits};
 
 #[derive(Debug, OpenApi)]
 #[openapi(
@@ -25,6 +25,7 @@ use super::{admin, deliver, egress, exec, files, gateway, images, mcp, nodes, sn
     paths(
         serve,
         admin::health, admin::metrics, admin::gc, admin::check,
+        api_keys::list, api_keys::create, api_keys::revoke,
         nodes::list,
         tasks::list, tasks::create, tasks::show, tasks::destroy, tasks::events, tasks::watch,
         exec::exec, exec::run,

@@ -21,10 +21,11 @@
 //! commit, by the handle that wrote. Another daemon on the same database
 //! is not told (that is the cluster's business, not the store's).
 //!
-//! Tasks, events and sandbox slots are here; snapshots, waits and
-//! checkpoints in the submodules, one per concern of the contract, as in
-//! `sqlite/`.
+//! Tasks, events and sandbox slots are here; snapshots, waits,
+//! checkpoints, nodes, leases and API keys in the submodules, one per
+//! concern of the contract, as in `sqlite/`.
 
+mod api_keys;
 mod leases;
 mod ledger;
 mod nodes;

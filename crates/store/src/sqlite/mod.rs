@@ -9,9 +9,11 @@
 //! waiting its turn. The database runs in WAL mode with
 //! `synchronous=FULL`: a call that returned has reached the disk.
 //!
-//! Tasks, events and sandbox slots are here; snapshots, waits and
-//! checkpoints in the submodules, one per concern of the contract.
+//! Tasks, events and sandbox slots are here; snapshots, waits,
+//! checkpoints, nodes, leases and API keys in the submodules, one per
+//! concern of the contract.
 
+mod api_keys;
 mod leases;
 mod ledger;
 mod nodes;

@@ -1,0 +1,294 @@
+//! `filesystem.Filesystem`: a sandbox's files. Reads go through the
+//! runtime's descriptor-relative file code (paths resolved inside the
+//! sandbox, never out of it); changes (make a directory, move, remove) run
+//! as commands inside the sandbox, as the user the call names, so the
+//! daemon follows no sandbox path for them at all. A relative path is
+//! taken from the task's working directory.
+
+use std::time::{Duration, UNIX_EPOCH};
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::response::Response;
+use axum::routing::post;
+use axum::Router;
+use cairn_api::exec::{ExecStart, STDERR, STDOUT};
+use cairn_api::files::{DirEntry, EntryKind};
+use cairn_runtime::exec::{ExecChannel, ExecInput, ExecOutput};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use crate::connect;
+use crate::envd::Ctx;
+use crate::E2bError;
+
+/// Deepest `ListDir` walks.
+const MAX_DEPTH: u32 = 16;
+
+pub(crate) fn routes() -> Router<Ctx> {
+    let unimplemented = |what: &'static str| post(move || async move { E2bError::not_implemented(what).connect_response() });
+    Router::new()
+        .route("/filesystem.Filesystem/Stat", post(stat))
+        .route("/filesystem.Filesystem/ListDir", post(list_dir))
+        .route("/filesystem.Filesystem/MakeDir", post(make_dir))
+        .route("/filesystem.Filesystem/Move", post(move_entry))
+        .route("/filesystem.Filesystem/Remove", post(remove))
+        .route("/filesystem.Filesystem/WatchDir", unimplemented("watching a directory"))
+        .route("/filesystem.Filesystem/CreateWatcher", unimplemented("watching a directory"))
+        .route("/filesystem.Filesystem/GetWatcherEvents", unimplemented("watching a directory"))
+        .route("/filesystem.Filesystem/RemoveWatcher", unimplemented("watching a directory"))
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct PathRequest {
+    path: String,
+    depth: Option<u32>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct MoveRequest {
+    source: String,
+    destination: String,
+}
+
+/// `path` as an absolute sandbox path: a relative one from `workdir`.
+pub(crate) fn absolute(path: &str, workdir: &str) -> Result<String, E2bError> {
+    if path.is_empty() {
+        return Err(E2bError::bad_request("no path given"));
+    }
+    if path.contains('\0') {
+        return Err(E2bError::bad_request("a path cannot hold a NUL byte"));
+    }
+    Ok(if path.starts_with('/') { path.to_owned() } else { format!("{}/{path}", workdir.trim_end_matches('/')) })
+}
+
+/// Splits an absolute path into its directory and last name (`None` for `/`).
+fn split(path: &str) -> Option<(String, String)> {
+    let trimmed = path.trim_end_matches('/');
+    let (dir, name) = trimmed.rsplit_once('/')?;
+    if name.is_empty() || name == "." || name == ".." {
+        return None;
+    }
+    Some((if dir.is_empty() { "/".to_owned() } else { dir.to_owned() }, name.to_owned()))
+}
+
+pub(crate) async fn workdir(ctx: &Ctx, task: &str) -> Result<String, E2bError> {
+    Ok(ctx.rt.show(task).await?.task.config.workdir)
+}
+
+fn file_type(kind: &EntryKind) -> &'static str {
+    match kind {
+        EntryKind::File => "FILE_TYPE_FILE",
+        EntryKind::Dir => "FILE_TYPE_DIRECTORY",
+        EntryKind::Symlink => "FILE_TYPE_SYMLINK",
+        _ => "FILE_TYPE_UNSPECIFIED",
+    }
+}
+
+fn permissions(kind: &EntryKind, mode: u32) -> String {
+    let lead = match kind {
+        EntryKind::Dir => 'd',
+        EntryKind::Symlink => 'l',
+        _ => '-',
+    };
+    let bits: String = (0..9).map(|i| if mode & (1 << (8 - i)) != 0 { ['r', 'w', 'x'][i % 3] } else { '-' }).collect();
+    format!("{lead}{bits}")
+}
+
+fn rfc3339(ms: i64) -> String {
+    let t = UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64);
+    humantime::format_rfc3339_millis(t).to_string()
+}
+
+/// E2B's `EntryInfo` of an entry of directory `dir`.
+fn entry_info(dir: &str, e: &DirEntry) -> Value {
+    let path = if dir == "/" { format!("/{}", e.name) } else { format!("{}/{}", dir.trim_end_matches('/'), e.name) };
+    let mut info = json!({
+        "name": e.name,
+        "type": file_type(&e.kind),
+        "path": path,
+        "size": e.size.to_string(),
+        "mode": e.mode,
+        "permissions": permissions(&e.kind, e.mode),
+        "modifiedTime": rfc3339(e.mtime_ms),
+    });
+    if let Some(t) = &e.target {
+        info["symlinkTarget"] = json!(t);
+        info["isSymlink"] = json!(true);
+    }
+    info
+}
+
+/// The entry at absolute `path`, from a listing of its directory.
+async fn stat_path(ctx: &Ctx, task: &str, path: &str) -> Result<Value, E2bError> {
+    let Some((dir, name)) = split(path) else {
+        return Ok(json!({ "name": "", "type": "FILE_TYPE_DIRECTORY", "path": "/", "mode": 0o755, "permissions": "drwxr-xr-x" }));
+    };
+    let listing = cairn_runtime::files::list_dir(ctx.rt.clone(), task, dir.clone(), "e2b".into()).await.map_err(not_found_as_file)?;
+    match listing.entries.iter().find(|e| e.name == name) {
+        Some(e) => Ok(entry_info(&listing.path, e)),
+        None => Err(E2bError::not_found(format!("{path}: no such file or directory in the sandbox"))),
+    }
+}
+
+fn not_found_as_file(e: cairn_runtime::Error) -> E2bError {
+    E2bError::from(e)
+}
+
+fn unary(result: Result<Value, E2bError>) -> Response {
+    match result {
+        Ok(v) => connect::unary_response(&v),
+        Err(e) => e.connect_response(),
+    }
+}
+
+async fn stat(State(ctx): State<Ctx>, headers: HeaderMap, body: Bytes) -> Response {
+    unary(
+        async {
+            let task = ctx.authorized(&headers)?;
+            let req: PathRequest = connect::unary_request("Stat", &headers, &body)?;
+            let path = absolute(&req.path, &workdir(&ctx, task).await?)?;
+            Ok(json!({ "entry": stat_path(&ctx, task, &path).await? }))
+        }
+        .await,
+    )
+}
+
+async fn list_dir(State(ctx): State<Ctx>, headers: HeaderMap, body: Bytes) -> Response {
+    unary(
+        async {
+            let task = ctx.authorized(&headers)?;
+            let req: PathRequest = connect::unary_request("ListDir", &headers, &body)?;
+            let depth = req.depth.unwrap_or(1).clamp(1, MAX_DEPTH);
+            let path = absolute(&req.path, &workdir(&ctx, task).await?)?;
+            let mut entries = Vec::new();
+            let mut level = vec![path];
+            for _ in 0..depth {
+                let mut next = Vec::new();
+                for dir in level {
+                    let listing = cairn_runtime::files::list_dir(ctx.rt.clone(), task, dir, "e2b".into()).await?;
+                    for e in &listing.entries {
+                        let info = entry_info(&listing.path, e);
+                        if e.kind == EntryKind::Dir {
+                            next.push(info["path"].as_str().unwrap_or_default().to_owned());
+                        }
+                        entries.push(info);
+                    }
+                }
+                level = next;
+            }
+            Ok(json!({ "entries": entries }))
+        }
+        .await,
+    )
+}
+
+async fn make_dir(State(ctx): State<Ctx>, headers: HeaderMap, body: Bytes) -> Response {
+    unary(
+        async {
+            let task = ctx.authorized(&headers)?;
+            let req: PathRequest = connect::unary_request("MakeDir", &headers, &body)?;
+            let path = absolute(&req.path, &workdir(&ctx, task).await?)?;
+            if stat_path(&ctx, task, &path).await.is_ok() {
+                return Err(E2bError::new(axum::http::StatusCode::CONFLICT, format!("{path} exists already")));
+            }
+            run(&ctx, task, &headers, &["mkdir", "-p", "--", &path]).await?;
+            Ok(json!({ "entry": stat_path(&ctx, task, &path).await? }))
+        }
+        .await,
+    )
+}
+
+async fn move_entry(State(ctx): State<Ctx>, headers: HeaderMap, body: Bytes) -> Response {
+    unary(
+        async {
+            let task = ctx.authorized(&headers)?;
+            let req: MoveRequest = connect::unary_request("Move", &headers, &body)?;
+            let wd = workdir(&ctx, task).await?;
+            let (from, to) = (absolute(&req.source, &wd)?, absolute(&req.destination, &wd)?);
+            stat_path(&ctx, task, &from).await?;
+            run(&ctx, task, &headers, &["mv", "--", &from, &to]).await?;
+            Ok(json!({ "entry": stat_path(&ctx, task, &to).await? }))
+        }
+        .await,
+    )
+}
+
+async fn remove(State(ctx): State<Ctx>, headers: HeaderMap, body: Bytes) -> Response {
+    unary(
+        async {
+            let task = ctx.authorized(&headers)?;
+            let req: PathRequest = connect::unary_request("Remove", &headers, &body)?;
+            let path = absolute(&req.path, &workdir(&ctx, task).await?)?;
+            stat_path(&ctx, task, &path).await?;
+            run(&ctx, task, &headers, &["rm", "-rf", "--", &path]).await?;
+            Ok(json!({}))
+        }
+        .await,
+    )
+}
+
+/// Runs `argv` in the sandbox as the call's user; its stderr is the error
+/// when it fails.
+pub(crate) async fn run(ctx: &Ctx, task: &str, headers: &HeaderMap, argv: &[&str]) -> Result<String, E2bError> {
+    let start = ExecStart {
+        argv: argv.iter().map(|s| s.to_string()).collect(),
+        user: Ctx::user(headers),
+        timeout_ms: Some(60_000),
+        ..ExecStart::default()
+    };
+    let mut collected = Collect::default();
+    ctx.rt.exec(task, "e2b", start, &mut collected).await?;
+    match collected.exit {
+        Some(0) => Ok(String::from_utf8_lossy(&collected.stdout).into_owned()),
+        _ => {
+            let err = String::from_utf8_lossy(&collected.stderr).trim().to_owned();
+            Err(E2bError::bad_request(if err.is_empty() { format!("`{}` failed in the sandbox", argv.join(" ")) } else { err }))
+        }
+    }
+}
+
+/// An exec's output, collected.
+#[derive(Default)]
+struct Collect {
+    stdout: Vec<u8>,
+    stderr: Vec<u8>,
+    exit: Option<i32>,
+}
+
+impl ExecChannel for Collect {
+    async fn send(&mut self, out: ExecOutput<'_>) -> bool {
+        match out {
+            ExecOutput::Output(STDOUT, d) => self.stdout.extend_from_slice(d),
+            ExecOutput::Output(STDERR, d) => self.stderr.extend_from_slice(d),
+            ExecOutput::Frame(cairn_api::exec::ServerFrame::Exit { exit, .. }) => self.exit = Some(exit.exit_code),
+            _ => {}
+        }
+        true
+    }
+
+    async fn recv(&mut self) -> ExecInput {
+        std::future::pending().await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_are_made_absolute_and_split() {
+        assert_eq!(absolute("a/b", "/workspace").unwrap(), "/workspace/a/b");
+        assert_eq!(absolute("/etc", "/workspace").unwrap(), "/etc");
+        assert!(absolute("", "/w").is_err() && absolute("a\0b", "/w").is_err());
+        assert_eq!(split("/a/b/"), Some(("/a".into(), "b".into())));
+        assert_eq!(split("/a"), Some(("/".into(), "a".into())));
+        assert_eq!(split("/"), None);
+        assert_eq!(split("/a/.."), None);
+        assert_eq!(permissions(&EntryKind::Dir, 0o755), "drwxr-xr-x");
+        assert_eq!(permissions(&EntryKind::File, 0o640), "-rw-r-----");
+    }
+}
