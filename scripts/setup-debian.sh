@@ -7,7 +7,7 @@ if [[ $(id -u) != 0 ]]; then
   echo "setup-debian.sh: run as root (Cairn builds namespaces, mounts and cgroups)" >&2
   exit 1
 fi
-pkgs=(e2fsprogs libcap2-bin iproute2 util-linux procps python3 python3-pip busybox-static bubblewrap runc hyperfine curl ca-certificates build-essential pkg-config chromium git sqlite3 docker-registry skopeo apache2-utils postgresql runsc)
+pkgs=(e2fsprogs libcap2-bin iproute2 util-linux procps python3 python3-pip python3-venv busybox-static bubblewrap runc hyperfine curl ca-certificates build-essential pkg-config chromium git sqlite3 docker-registry skopeo apache2-utils postgresql runsc)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -62,6 +62,14 @@ python3 -m pip install -q "$(dirname "$0")/../sdk/python[test]" 2>/dev/null ||
 if ! python3 -c 'import mcp.client.stdio, mcp.client.streamable_http' 2>/dev/null; then
   echo "installing the mcp Python package"
   python3 -m pip install -q mcp 2>/dev/null || python3 -m pip install -q --break-system-packages mcp
+fi
+# E2B's own Python SDK (current, from PyPI) runs against the daemon in
+# tests/e2b_sdk.rs; it has an environment of its own, so that its
+# dependencies never meet the other packages' versions.
+if ! /opt/cairn-test/e2b/bin/python -c 'import e2b, pytest, httpx' 2>/dev/null; then
+  echo "installing the e2b Python SDK into /opt/cairn-test/e2b"
+  python3 -m venv /opt/cairn-test/e2b
+  /opt/cairn-test/e2b/bin/pip install -q e2b pytest httpx
 fi
 # The tests of the blob store on S3-compatible storage start moto's S3
 # server on loopback.

@@ -385,7 +385,11 @@ async fn fork(State(rt): Rt, headers: HeaderMap, Path(id): Path<String>, body: B
         return Err(E2bError::bad_request(format!("fork: count {count} is not between 1 and 20")));
     }
     live_task(&rt, &id).await?;
-    let children = rt.fork(&id, cairn_api::snapshots::ForkRequest { from: None, count: Some(count) }, "e2b").await?;
+    // E2B forks the sandbox as it is now: a snapshot first.
+    let snap = cairn_api::snapshots::SnapshotRequest { kind: Some("manual".into()), note: Some("before an E2B fork".into()), ..Default::default() };
+    let taken = rt.snapshot(&id, snap, "e2b").await?;
+    let from = Some(taken.id.to_string());
+    let children = rt.fork(&id, cairn_api::snapshots::ForkRequest { from, count: Some(count) }, "e2b").await?;
     let answer: Vec<Value> = children.iter().map(|c| json!({ "sandbox": sandbox(&rt, c) })).collect();
     Ok((StatusCode::CREATED, Json(answer)).into_response())
 }

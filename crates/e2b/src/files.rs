@@ -2,7 +2,8 @@
 //! multipart parts or one raw body), `/health` and `/envs`. `/files` takes
 //! the sandbox's access token, or a URL signed with it (what the SDKs'
 //! `download_url` and `upload_url` make). Files go through the runtime's
-//! descriptor-relative file code, within its single-file size limit.
+//! descriptor-relative file code (reads, within its single-file size
+//! limit) or a command in the sandbox (writes, as the call's user).
 
 use std::collections::BTreeMap;
 
@@ -19,7 +20,7 @@ use serde_json::json;
 use sha2::{Digest, Sha256};
 
 use crate::envd::Ctx;
-use crate::filesystem::{absolute, run, workdir};
+use crate::filesystem::{absolute, workdir, write_file};
 use crate::E2bError;
 
 pub(crate) fn routes() -> Router<Ctx> {
@@ -71,6 +72,25 @@ fn authorized<'a>(ctx: &'a Ctx, headers: &HeaderMap, q: &FileQuery, operation: &
     } else {
         Err(E2bError::unauthenticated(format!("the URL signature is not valid for {operation} of {path:?}")))
     }
+}
+
+/// The live task whose access token signed the `/files` URL of `req`, if
+/// any (the SDKs' signed URLs name no sandbox when `E2B_SANDBOX_URL` is one
+/// address for all).
+pub(crate) async fn signer(rt: &std::sync::Arc<cairn_runtime::Runtime>, method: axum::http::Method, query: Option<String>) -> Option<String> {
+    let q: FileQuery = serde_urlencoded_query(&query?)?;
+    let given = q.signature.as_deref()?;
+    let operation = if method == axum::http::Method::POST { "write" } else { "read" };
+    let (path, user) = (q.path.as_deref().unwrap_or(""), q.username.as_deref().unwrap_or(""));
+    let tasks = rt.list().await.ok()?;
+    tasks.into_iter().filter(|t| !t.task.state.is_terminal()).map(|t| t.task.id.to_string()).find(|id| {
+        let token = rt.sandbox_access_token(id);
+        subtle_eq(signature(path, operation, user, &token, q.signature_expiration).as_bytes(), given.as_bytes())
+    })
+}
+
+fn serde_urlencoded_query(query: &str) -> Option<FileQuery> {
+    Query::<FileQuery>::try_from_uri(&format!("/?{query}").parse().ok()?).ok().map(|Query(q)| q)
 }
 
 fn cairn_store_now_s() -> i64 {
@@ -140,12 +160,7 @@ async fn upload(State(ctx): State<Ctx>, headers: HeaderMap, Query(q): Query<File
         let mut written = Vec::new();
         for (target, data) in files {
             let path = absolute(&target, &wd)?;
-            if let Some((dir, _)) = path.trim_end_matches('/').rsplit_once('/') {
-                if !dir.is_empty() {
-                    run(&ctx, &task, &headers, &["mkdir", "-p", "--", dir]).await?;
-                }
-            }
-            cairn_runtime::files::write_one(ctx.rt.clone(), &task, path.clone(), data, "e2b".into()).await?;
+            write_file(&ctx, &task, &headers, &path, data).await?;
             let name = path.rsplit('/').next().unwrap_or_default().to_owned();
             written.push(json!({ "name": name, "type": "file", "path": path }));
         }

@@ -62,7 +62,26 @@ pub(crate) fn absolute(path: &str, workdir: &str) -> Result<String, E2bError> {
     if path.contains('\0') {
         return Err(E2bError::bad_request("a path cannot hold a NUL byte"));
     }
-    Ok(if path.starts_with('/') { path.to_owned() } else { format!("{}/{path}", workdir.trim_end_matches('/')) })
+    let joined = if path.starts_with('/') { path.to_owned() } else { format!("{}/{path}", workdir.trim_end_matches('/')) };
+    Ok(normalize(&joined))
+}
+
+/// `.` and `..` taken out by the text alone (`..` at the root stays at
+/// the root), as a shell in the sandbox would read the path before
+/// following any link: the runtime then resolves what is left inside the
+/// sandbox, links and all.
+fn normalize(path: &str) -> String {
+    let mut parts: Vec<&str> = Vec::new();
+    for c in path.split('/') {
+        match c {
+            "" | "." => {}
+            ".." => {
+                parts.pop();
+            }
+            c => parts.push(c),
+        }
+    }
+    format!("/{}", parts.join("/"))
 }
 
 /// Splits an absolute path into its directory and last name (`None` for `/`).
@@ -251,12 +270,39 @@ pub(crate) async fn run(ctx: &Ctx, task: &str, headers: &HeaderMap, argv: &[&str
     }
 }
 
-/// An exec's output, collected.
+/// Writes `data` to absolute `path` in the sandbox, making its directory
+/// if need be: `cat` run inside as the call's user, so the file is theirs
+/// and lands wherever the sandbox sees that path (its `/tmp` too).
+pub(crate) async fn write_file(ctx: &Ctx, task: &str, headers: &HeaderMap, path: &str, data: Bytes) -> Result<(), E2bError> {
+    let script = "mkdir -p -- \"$(dirname -- \"$1\")\" && cat > \"$1\"";
+    let start = ExecStart {
+        argv: vec!["sh".into(), "-c".into(), script.into(), "sh".into(), path.to_owned()],
+        user: Ctx::user(headers),
+        stdin: true,
+        timeout_ms: Some(600_000),
+        ..ExecStart::default()
+    };
+    let mut collected = Collect { input: vec![data.to_vec(), Vec::new()], ..Collect::default() };
+    ctx.rt.exec(task, "e2b", start, &mut collected).await?;
+    match collected.exit {
+        Some(0) => Ok(()),
+        _ => {
+            let err = String::from_utf8_lossy(&collected.stderr).trim().to_owned();
+            let err = if err.is_empty() { format!("cannot write {path} in the sandbox") } else { err };
+            let status = if err.contains("No space left") { axum::http::StatusCode::INSUFFICIENT_STORAGE } else { axum::http::StatusCode::BAD_REQUEST };
+            Err(E2bError::new(status, err))
+        }
+    }
+}
+
+/// An exec's output, collected; `input` is fed to its stdin in order (an
+/// empty chunk closes it).
 #[derive(Default)]
 struct Collect {
     stdout: Vec<u8>,
     stderr: Vec<u8>,
     exit: Option<i32>,
+    input: Vec<Vec<u8>>,
 }
 
 impl ExecChannel for Collect {
@@ -271,7 +317,11 @@ impl ExecChannel for Collect {
     }
 
     async fn recv(&mut self) -> ExecInput {
-        std::future::pending().await
+        if self.input.is_empty() {
+            std::future::pending().await
+        } else {
+            ExecInput::Stdin(self.input.remove(0))
+        }
     }
 }
 
@@ -283,6 +333,8 @@ mod tests {
     fn paths_are_made_absolute_and_split() {
         assert_eq!(absolute("a/b", "/workspace").unwrap(), "/workspace/a/b");
         assert_eq!(absolute("/etc", "/workspace").unwrap(), "/etc");
+        assert_eq!(absolute("/workspace/../etc/./hosts", "/w").unwrap(), "/etc/hosts");
+        assert_eq!(absolute("../../../..", "/workspace").unwrap(), "/");
         assert!(absolute("", "/w").is_err() && absolute("a\0b", "/w").is_err());
         assert_eq!(split("/a/b/"), Some(("/a".into(), "b".into())));
         assert_eq!(split("/a"), Some(("/".into(), "a".into())));

@@ -46,8 +46,18 @@ pub fn control_routes() -> Router<Arc<Runtime>> {
 /// Middleware for the daemon's router: a request that names a sandbox in
 /// `E2b-Sandbox-Id` goes to that sandbox's in-sandbox API, whatever its path.
 pub async fn route_sandbox_requests(State(rt): State<Arc<Runtime>>, req: Request, next: Next) -> Response {
-    let Some(task) = req.headers().get(SANDBOX_ID_HEADER).and_then(|v| v.to_str().ok()).map(str::to_owned) else {
-        return next.run(req).await;
+    let named = req.headers().get(SANDBOX_ID_HEADER).and_then(|v| v.to_str().ok()).map(str::to_owned);
+    let task = match named {
+        Some(t) => t,
+        // A signed `/files` URL carries no header: the sandbox is the one
+        // whose access token signed it.
+        None if req.uri().path() == "/files" && req.uri().query().is_some_and(|q| q.contains("signature=")) => {
+            match files::signer(&rt, req.method().clone(), req.uri().query().map(str::to_owned)).await {
+                Some(t) => t,
+                None => return E2bError::unauthenticated("the URL signature is not valid for any sandbox (or has expired)").into_response(),
+            }
+        }
+        None => return next.run(req).await,
     };
     let envd = envd_routes().with_state(envd::Ctx { rt, task: Arc::from(task.as_str()) });
     match envd.oneshot(req).await {

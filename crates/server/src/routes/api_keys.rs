@@ -11,11 +11,11 @@ use super::{body, Rt};
 use crate::ApiError;
 
 pub(super) fn routes() -> Routes {
-    Routes::new().get("/v1/api-keys", list).post("/v1/api-keys", create).delete("/v1/api-keys/{name}", revoke)
+    Routes::new().get("/v1/api-keys", list_api_keys).post("/v1/api-keys", create_api_key).delete("/v1/api-keys/{name}", revoke_api_key)
 }
 
 #[utoipa::path(get, path = "/v1/api-keys", tag = "api-keys", responses((status = 200, description = "Every key, oldest first (never the keys themselves)", body = [ApiKeyView])))]
-async fn list(rt: Rt) -> Result<Json<Vec<ApiKeyView>>, ApiError> {
+async fn list_api_keys(rt: Rt) -> Result<Json<Vec<ApiKeyView>>, ApiError> {
     Ok(Json(rt.api_keys().await?))
 }
 
@@ -26,7 +26,7 @@ async fn list(rt: Rt) -> Result<Json<Vec<ApiKeyView>>, ApiError> {
     request_body = CreateApiKey,
     responses((status = 201, description = "The new key: the only answer that holds it", body = NewApiKey), (status = 409, description = "A key of that name exists"))
 )]
-async fn create(rt: Rt, b: axum::body::Bytes) -> Result<(StatusCode, Json<NewApiKey>), ApiError> {
+async fn create_api_key(rt: Rt, b: axum::body::Bytes) -> Result<(StatusCode, Json<NewApiKey>), ApiError> {
     let req: CreateApiKey = body("api-key", &b)?;
     let key = rt.create_api_key(&req.name).await?;
     Ok((StatusCode::CREATED, Json(NewApiKey { name: req.name, key })))
@@ -39,7 +39,7 @@ async fn create(rt: Rt, b: axum::body::Bytes) -> Result<(StatusCode, Json<NewApi
     params(("name" = String, Path, description = "The key's name")),
     responses((status = 200, description = "Revoked: `{\"revoked\": NAME}`", body = Object), (status = 404, description = "No key of that name"))
 )]
-async fn revoke(rt: Rt, Path(name): Path<String>) -> Result<Json<serde_json::Value>, ApiError> {
+async fn revoke_api_key(rt: Rt, Path(name): Path<String>) -> Result<Json<serde_json::Value>, ApiError> {
     rt.revoke_api_key(&name).await?;
     Ok(Json(serde_json::json!({ "revoked": name })))
 }

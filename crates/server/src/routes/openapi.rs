@@ -25,7 +25,7 @@ use super::{admin, api_keys, deliver, egress, exec, files, gateway, images, mcp,
     paths(
         serve,
         admin::health, admin::metrics, admin::gc, admin::check,
-        api_keys::list, api_keys::create, api_keys::revoke,
+        api_keys::list_api_keys, api_keys::create_api_key, api_keys::revoke_api_key,
         nodes::list,
         tasks::list, tasks::create, tasks::show, tasks::destroy, tasks::events, tasks::watch,
         exec::exec, exec::run,

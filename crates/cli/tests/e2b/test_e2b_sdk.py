@@ -1,0 +1,211 @@
+"""E2B's own Python SDK (the `e2b` package from PyPI, unmodified) against a
+Cairn daemon, configured only by E2B_API_URL, E2B_SANDBOX_URL and
+E2B_API_KEY. Run by crates/cli/tests/e2b_sdk.rs, which starts the daemon."""
+
+import os
+import time
+import uuid
+
+import httpx
+import pytest
+from e2b import Sandbox, SandboxQuery, SandboxState
+from e2b.exceptions import (
+    AuthenticationException,
+    NotFoundException,
+    SandboxException,
+    TimeoutException,
+)
+from e2b.sandbox.commands.command_handle import CommandExitException
+
+API_URL = os.environ["E2B_API_URL"]
+
+
+@pytest.fixture
+def sandbox():
+    sb = Sandbox.create(timeout=300, metadata={"suite": "e2b-sdk"}, envs={"GREETING": "hello"})
+    yield sb
+    try:
+        sb.kill()
+    except Exception:
+        pass
+
+
+def test_create_runs_commands_with_env_cwd_and_user(sandbox):
+    r = sandbox.commands.run("echo $GREETING; pwd; id -u; echo oops >&2")
+    assert r.exit_code == 0
+    assert r.stdout.splitlines() == ["hello", "/workspace", "0"]
+    assert r.stderr == "oops\n"
+    r = sandbox.commands.run("echo $ONE-$GREETING; pwd", envs={"ONE": "1"}, cwd="/tmp", user="root")
+    assert r.stdout.splitlines() == ["1-hello", "/tmp"]
+
+
+def test_a_failing_command_raises_with_its_exit_code_and_stderr(sandbox):
+    with pytest.raises(CommandExitException) as e:
+        sandbox.commands.run("echo partial; echo broken >&2; exit 3")
+    assert e.value.exit_code == 3
+    assert e.value.stdout == "partial\n" and e.value.stderr == "broken\n"
+
+
+def test_a_command_past_its_timeout_raises_timeout(sandbox):
+    started = time.monotonic()
+    with pytest.raises(TimeoutException):
+        sandbox.commands.run("sleep 30", timeout=1)
+    assert time.monotonic() - started < 20
+    # The sandbox is fine afterwards.
+    assert sandbox.commands.run("echo ok").stdout == "ok\n"
+
+
+def test_output_streams_to_callbacks_as_it_comes(sandbox):
+    seen = []
+    r = sandbox.commands.run("for i in 1 2 3; do echo line$i; sleep 0.2; done", on_stdout=lambda s: seen.append((time.monotonic(), s)))
+    assert "".join(s for _, s in seen) == "line1\nline2\nline3\n"
+    assert len(seen) >= 2 and seen[-1][0] - seen[0][0] > 0.2, "output came as it was written, not at the end"
+    assert r.stdout == "line1\nline2\nline3\n"
+
+
+def test_background_commands_are_listed_connected_fed_and_killed(sandbox):
+    cat = sandbox.commands.run("cat", background=True, stdin=True)
+    sleeper = sandbox.commands.run("sleep 60", background=True)
+    pids = {p.pid for p in sandbox.commands.list()}
+    assert {cat.pid, sleeper.pid} <= pids
+    sandbox.commands.send_stdin(cat.pid, "fed through stdin\n")
+    sandbox.commands.close_stdin(cat.pid)
+    assert cat.wait().stdout == "fed through stdin\n"
+    again = sandbox.commands.connect(sleeper.pid)
+    assert sandbox.commands.kill(sleeper.pid) is True
+    with pytest.raises(CommandExitException):
+        again.wait()
+    assert sleeper.pid not in {p.pid for p in sandbox.commands.list()}
+    assert sandbox.commands.kill(999999) is False
+
+
+def test_files_round_trip_binary_and_directories(sandbox):
+    blob = bytes(range(256)) * 64 + b"\xff\xfe not utf-8 \x80"
+    sandbox.files.write("/workspace/data/blob.bin", blob)
+    assert sandbox.files.read("/workspace/data/blob.bin", format="bytes") == blob
+    sandbox.files.write("/workspace/hello.txt", "hi there")
+    assert sandbox.files.read("/workspace/hello.txt") == "hi there"
+    assert sandbox.commands.run("cat /workspace/hello.txt").stdout == "hi there"
+    names = {e.name for e in sandbox.files.list("/workspace")}
+    assert {"data", "hello.txt"} <= names
+    deep = sandbox.files.list("/workspace", depth=2)
+    assert "/workspace/data/blob.bin" in {e.path for e in deep}
+    assert sandbox.files.exists("/workspace/hello.txt") and not sandbox.files.exists("/workspace/missing")
+    info = sandbox.files.get_info("/workspace/data/blob.bin")
+    assert info.size == len(blob) and info.type.value == "file"
+    assert sandbox.files.make_dir("/workspace/new/dir") is True
+    assert sandbox.files.make_dir("/workspace/new/dir") is False
+    moved = sandbox.files.rename("/workspace/hello.txt", "/workspace/new/hello.txt")
+    assert moved.path == "/workspace/new/hello.txt"
+    sandbox.files.remove("/workspace/new")
+    assert not sandbox.files.exists("/workspace/new/hello.txt")
+    with pytest.raises(NotFoundException):
+        sandbox.files.read("/workspace/missing")
+
+
+def test_signed_urls_upload_and_download(sandbox):
+    up = sandbox.upload_url("/workspace/signed.txt")
+    assert httpx.post(up, files={"file": ("signed.txt", b"via a signed url")}).status_code == 200
+    down = sandbox.download_url("/workspace/signed.txt")
+    assert httpx.get(down).content == b"via a signed url"
+    forged = down.replace("signature=v1_", "signature=v1_x")
+    assert httpx.get(forged).status_code == 401
+
+
+def test_paths_resolve_inside_the_sandbox_never_out(sandbox):
+    sandbox.commands.run("ln -s / /workspace/root-link; ln -s /etc/hostname /workspace/name-link")
+    # `..` and links go through the sandbox's own tree: the host's files
+    # are never what is read or written.
+    assert sandbox.files.read("/workspace/../etc/hostname").strip() == sandbox.commands.run("cat /etc/hostname").stdout.strip()
+    sandbox.files.write("/workspace/root-link/tmp/through-link", "inside")
+    assert sandbox.commands.run("cat /tmp/through-link").stdout == "inside"
+    assert not os.path.exists("/tmp/through-link")
+
+
+def test_list_filters_by_metadata_and_state_and_info_is_reported(sandbox):
+    tag = uuid.uuid4().hex
+    other = Sandbox.create(timeout=300, metadata={"run": tag})
+    try:
+        found = Sandbox.list(query=SandboxQuery(metadata={"run": tag})).next_items()
+        assert [s.sandbox_id for s in found] == [other.sandbox_id]
+        info = other.get_info()
+        assert info.metadata == {"run": tag} and info.state.value == "running"
+        running = {s.sandbox_id for s in Sandbox.list(query=SandboxQuery(state=[SandboxState.RUNNING])).next_items()}
+        assert {sandbox.sandbox_id, other.sandbox_id} <= running
+    finally:
+        other.kill()
+    assert other.sandbox_id not in {s.sandbox_id for s in Sandbox.list().next_items()}
+
+
+def test_timeout_pause_resume_keep_files(sandbox):
+    sandbox.set_timeout(600)
+    end = sandbox.get_info().end_at
+    assert end.timestamp() - time.time() > 500
+    sandbox.files.write("/workspace/kept.txt", "across a pause")
+    sandbox.pause()
+    assert Sandbox.get_info(sandbox.sandbox_id).state.value == "paused"
+    again = Sandbox.connect(sandbox.sandbox_id)
+    assert again.get_info().state.value == "running"
+    assert again.files.read("/workspace/kept.txt") == "across a pause"
+    assert again.commands.run("echo awake").stdout == "awake\n"
+
+
+def test_the_sandbox_timeout_ends_it():
+    sb = Sandbox.create(timeout=2)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if sb.sandbox_id not in {s.sandbox_id for s in Sandbox.list().next_items()}:
+            break
+        time.sleep(0.5)
+    else:
+        sb.kill()
+        pytest.fail("the sandbox outlived its timeout")
+    assert sb.kill() is False
+
+
+def test_a_killed_sandbox_is_gone_and_bad_keys_and_ids_are_refused():
+    sb = Sandbox.create(timeout=60)
+    assert sb.kill() is True
+    assert Sandbox.kill(sb.sandbox_id) is False
+    with pytest.raises(NotFoundException):
+        Sandbox.connect("tnosuchsandbox")
+    with pytest.raises(AuthenticationException):
+        Sandbox.create(api_key="e2b_" + "0" * 40)
+    r = httpx.get(API_URL + "/v2/sandboxes")
+    assert r.status_code == 401 and "API key" in r.json()["message"]
+
+
+def access_token(sandbox_id):
+    r = httpx.get(f"{API_URL}/sandboxes/{sandbox_id}", headers={"X-API-Key": os.environ["E2B_API_KEY"]})
+    assert r.status_code == 200, r.text
+    return r.json()["envdAccessToken"]
+
+
+def test_another_sandboxs_access_token_is_refused(sandbox):
+    other = Sandbox.create(timeout=60)
+    try:
+        headers = {
+            "E2b-Sandbox-Id": sandbox.sandbox_id,
+            "E2b-Sandbox-Port": "49983",
+            "X-Access-Token": access_token(other.sandbox_id),
+            "Content-Type": "application/json",
+            "Connect-Protocol-Version": "1",
+        }
+        r = httpx.post(os.environ["E2B_SANDBOX_URL"] + "/process.Process/List", headers=headers, content=b"{}")
+        assert r.status_code == 401 and r.json()["code"] == "unauthenticated"
+        headers["X-Access-Token"] = access_token(sandbox.sandbox_id)
+        assert httpx.post(os.environ["E2B_SANDBOX_URL"] + "/process.Process/List", headers=headers, content=b"{}").status_code == 200
+    finally:
+        other.kill()
+
+
+def test_fork_copies_the_sandbox(sandbox):
+    sandbox.files.write("/workspace/before-fork.txt", "shared")
+    children = sandbox.fork(count=1)
+    assert len(children) == 1 and not isinstance(children[0], Exception), children
+    child = children[0]
+    try:
+        assert child.sandbox_id != sandbox.sandbox_id
+        assert child.files.read("/workspace/before-fork.txt") == "shared"
+    finally:
+        child.kill()
