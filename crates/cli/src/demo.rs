@@ -236,6 +236,7 @@ async fn steps(d: &mut Demo, home: &Path, daemon_port: u16) -> Result<()> {
     d.say("the durable event log", t.elapsed(), &format!("{} entries: {}", kinds.len(), kinds.join(", ")));
     raw_file_and_metrics(d).await?;
     python_sdk(d).await?;
+    e2b_sdk(d).await?;
     mcp(d).await?;
     cluster(d, home).await?;
 
@@ -389,6 +390,52 @@ with cairn.Client() as c:
     finally:
         t.destroy()
 "#;
+
+/// An agent written for E2B, unmodified: E2B's own SDK, pointed at this
+/// daemon by three environment variables (docs/e2b.md).
+const E2B_AGENT: &str = r#"
+from e2b import Sandbox
+sb = Sandbox.create(timeout=120, metadata={"agent": "demo"})
+try:
+    r = sb.commands.run("echo hello from $(hostname); uname -s")
+    sb.files.write("/workspace/notes.txt", "written through E2B's SDK")
+    h = sb.commands.run("sleep 30", background=True)
+    listed = [p.pid for p in sb.commands.list()]
+    sb.commands.kill(h.pid)
+    print(f"sandbox {sb.sandbox_id} (a Cairn task): {r.stdout.strip()!r}")
+    print(f"notes.txt: {sb.files.read('/workspace/notes.txt')!r}; background command {h.pid} listed in {listed}, killed")
+finally:
+    sb.kill()
+"#;
+
+/// The E2B step: [`E2B_AGENT`] with the e2b SDK's own Python environment
+/// (scripts/setup-debian.sh makes it), with a key made for it.
+async fn e2b_sdk(d: &mut Demo) -> Result<()> {
+    let t = Instant::now();
+    let python = std::env::var("CAIRN_E2B_PYTHON").unwrap_or_else(|_| "/opt/cairn-test/e2b/bin/python".into());
+    let probe = tokio::process::Command::new(&python).args(["-c", "import e2b"]).output().await;
+    if !probe.as_ref().is_ok_and(|o| o.status.success()) {
+        d.say("an agent written for E2B: not shown", t.elapsed(), &format!("E2B's SDK is not at {python} (scripts/setup-debian.sh installs it)"));
+        return Ok(());
+    }
+    let key: cairn_api::api_keys::NewApiKey = d.client.post("/v1/api-keys", &cairn_api::api_keys::CreateApiKey { name: format!("demo-{}", std::process::id()) }).await?;
+    let out = tokio::process::Command::new(&python)
+        .args(["-c", E2B_AGENT])
+        .env("E2B_API_URL", &d.client.base)
+        .env("E2B_SANDBOX_URL", &d.client.base)
+        .env("E2B_API_KEY", &key.key)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .await
+        .context("run the e2b SDK")?;
+    let _: serde_json::Value = d.client.delete(&format!("/v1/api-keys/{}", key.name)).await?;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    if !out.status.success() || !text.contains("written through E2B's SDK") {
+        bail!("the E2B step failed ({}): {text}{}", out.status, String::from_utf8_lossy(&out.stderr));
+    }
+    d.say("an agent written for E2B (its own SDK, three variables changed)", t.elapsed(), &text);
+    Ok(())
+}
 
 /// The SDK step: runs [`SDK_AGENT`] with python3 against this daemon. The
 /// README's set-up installs the SDK; without it the step says how to.

@@ -7,8 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use axum::body::Bytes;
-use axum::extract::{FromRequest, Multipart, Query, Request, State};
+use axum::extract::{DefaultBodyLimit, FromRequest, Multipart, Query, Request, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -18,6 +17,7 @@ use base64::Engine as _;
 use serde::Deserialize;
 use serde_json::json;
 use sha2::{Digest, Sha256};
+use tokio::sync::mpsc;
 
 use crate::envd::Ctx;
 use crate::filesystem::{absolute, workdir, write_file};
@@ -27,7 +27,8 @@ pub(crate) fn routes() -> Router<Ctx> {
     Router::new()
         .route("/health", get(|| async { StatusCode::NO_CONTENT }))
         .route("/envs", get(envs))
-        .route("/files", get(download).post(upload))
+        // Uploads stream into the sandbox: bounded by its disk, not here.
+        .route("/files", get(download).post(upload).layer(DefaultBodyLimit::disable()))
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -134,35 +135,54 @@ async fn upload(State(ctx): State<Ctx>, headers: HeaderMap, Query(q): Query<File
         let task = authorized(&ctx, &headers, &q, "write")?.to_owned();
         let wd = workdir(&ctx, &task).await?;
         let multipart = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).is_some_and(|t| t.starts_with("multipart/form-data"));
-        let mut files: Vec<(String, Bytes)> = Vec::new();
+        let mut written = Vec::new();
         if multipart {
             let mut form = Multipart::from_request(req, &()).await.map_err(|e| E2bError::bad_request(format!("malformed multipart upload: {e}")))?;
-            while let Some(field) = form.next_field().await.map_err(|e| E2bError::bad_request(format!("malformed multipart upload: {e}")))? {
+            while let Some(mut field) = form.next_field().await.map_err(|e| E2bError::bad_request(format!("malformed multipart upload: {e}")))? {
                 // One file: the query's path; several: each part's file name.
                 let target = match (&q.path, field.file_name()) {
                     (Some(p), _) if !p.is_empty() => p.clone(),
                     (_, Some(name)) if !name.is_empty() => name.to_owned(),
                     _ => return Err(E2bError::bad_request("an uploaded part has no path: give ?path= or the part's file name")),
                 };
-                let data = field.bytes().await.map_err(|e| E2bError::bad_request(format!("the upload broke off: {e}")))?;
-                files.push((target, data));
+                let path = absolute(&target, &wd)?;
+                let (tx, rx) = mpsc::channel(8);
+                let feed = async move {
+                    while let Some(chunk) = field.chunk().await.map_err(|e| E2bError::bad_request(format!("the upload broke off: {e}")))? {
+                        if tx.send(chunk).await.is_err() {
+                            break;
+                        }
+                    }
+                    Ok::<_, E2bError>(())
+                };
+                let (w, f) = tokio::join!(write_file(&ctx, &task, &headers, &path, rx), feed);
+                w?;
+                f?;
+                written.push(entry(&path));
             }
         } else {
-            let Some(p) = q.path.clone().filter(|p| !p.is_empty()) else {
+            let Some(target) = q.path.clone().filter(|p| !p.is_empty()) else {
                 return Err(E2bError::bad_request("a raw upload needs ?path="));
             };
-            let data = Bytes::from_request(req, &()).await.map_err(|e| E2bError::bad_request(format!("the upload broke off: {e}")))?;
-            files.push((p, data));
-        }
-        if files.is_empty() {
-            return Err(E2bError::bad_request("the upload holds no file"));
-        }
-        let mut written = Vec::new();
-        for (target, data) in files {
             let path = absolute(&target, &wd)?;
-            write_file(&ctx, &task, &headers, &path, data).await?;
-            let name = path.rsplit('/').next().unwrap_or_default().to_owned();
-            written.push(json!({ "name": name, "type": "file", "path": path }));
+            let (tx, rx) = mpsc::channel(8);
+            let mut body = req.into_body().into_data_stream();
+            let feed = async move {
+                while let Some(chunk) = futures_util::StreamExt::next(&mut body).await {
+                    let chunk = chunk.map_err(|e| E2bError::bad_request(format!("the upload broke off: {e}")))?;
+                    if tx.send(chunk).await.is_err() {
+                        break;
+                    }
+                }
+                Ok::<_, E2bError>(())
+            };
+            let (w, f) = tokio::join!(write_file(&ctx, &task, &headers, &path, rx), feed);
+            w?;
+            f?;
+            written.push(entry(&path));
+        }
+        if written.is_empty() {
+            return Err(E2bError::bad_request("the upload holds no file"));
         }
         Ok::<_, E2bError>(written)
     }
@@ -171,6 +191,10 @@ async fn upload(State(ctx): State<Ctx>, headers: HeaderMap, Query(q): Query<File
         Ok(w) => Json(w).into_response(),
         Err(e) => e.into_response(),
     }
+}
+
+fn entry(path: &str) -> serde_json::Value {
+    json!({ "name": path.rsplit('/').next().unwrap_or_default(), "type": "file", "path": path })
 }
 
 #[cfg(test)]

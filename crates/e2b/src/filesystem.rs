@@ -270,19 +270,20 @@ pub(crate) async fn run(ctx: &Ctx, task: &str, headers: &HeaderMap, argv: &[&str
     }
 }
 
-/// Writes `data` to absolute `path` in the sandbox, making its directory
-/// if need be: `cat` run inside as the call's user, so the file is theirs
-/// and lands wherever the sandbox sees that path (its `/tmp` too).
-pub(crate) async fn write_file(ctx: &Ctx, task: &str, headers: &HeaderMap, path: &str, data: Bytes) -> Result<(), E2bError> {
+/// Writes what comes from `data` to absolute `path` in the sandbox, making
+/// its directory if need be: `cat` run inside as the call's user, so the
+/// file is theirs and lands wherever the sandbox sees that path (its `/tmp`
+/// too); the bytes stream through (a full disk is the sandbox's ENOSPC).
+pub(crate) async fn write_file(ctx: &Ctx, task: &str, headers: &HeaderMap, path: &str, data: tokio::sync::mpsc::Receiver<Bytes>) -> Result<(), E2bError> {
     let script = "mkdir -p -- \"$(dirname -- \"$1\")\" && cat > \"$1\"";
     let start = ExecStart {
         argv: vec!["sh".into(), "-c".into(), script.into(), "sh".into(), path.to_owned()],
         user: Ctx::user(headers),
         stdin: true,
-        timeout_ms: Some(600_000),
+        timeout_ms: Some(3_600_000),
         ..ExecStart::default()
     };
-    let mut collected = Collect { input: vec![data.to_vec(), Vec::new()], ..Collect::default() };
+    let mut collected = Collect { input: Some(data), ..Collect::default() };
     ctx.rt.exec(task, "e2b", start, &mut collected).await?;
     match collected.exit {
         Some(0) => Ok(()),
@@ -295,14 +296,14 @@ pub(crate) async fn write_file(ctx: &Ctx, task: &str, headers: &HeaderMap, path:
     }
 }
 
-/// An exec's output, collected; `input` is fed to its stdin in order (an
-/// empty chunk closes it).
+/// An exec's output, collected; what comes from `input` is fed to its
+/// stdin, which is closed when `input` ends.
 #[derive(Default)]
 struct Collect {
     stdout: Vec<u8>,
     stderr: Vec<u8>,
     exit: Option<i32>,
-    input: Vec<Vec<u8>>,
+    input: Option<tokio::sync::mpsc::Receiver<Bytes>>,
 }
 
 impl ExecChannel for Collect {
@@ -317,10 +318,14 @@ impl ExecChannel for Collect {
     }
 
     async fn recv(&mut self) -> ExecInput {
-        if self.input.is_empty() {
-            std::future::pending().await
-        } else {
-            ExecInput::Stdin(self.input.remove(0))
+        let Some(input) = self.input.as_mut() else { return std::future::pending().await };
+        match input.recv().await {
+            Some(chunk) if !chunk.is_empty() => ExecInput::Stdin(chunk.to_vec()),
+            Some(_) => ExecInput::Other,
+            None => {
+                self.input = None;
+                ExecInput::Stdin(Vec::new())
+            }
         }
     }
 }

@@ -80,7 +80,8 @@ def test_background_commands_are_listed_connected_fed_and_killed(sandbox):
 
 
 def test_files_round_trip_binary_and_directories(sandbox):
-    blob = bytes(range(256)) * 64 + b"\xff\xfe not utf-8 \x80"
+    # Larger than one read of the daemon's, and than a default body limit.
+    blob = os.urandom(5 << 20) + bytes(range(256)) * 64 + b"\xff\xfe not utf-8 \x80"
     sandbox.files.write("/workspace/data/blob.bin", blob)
     assert sandbox.files.read("/workspace/data/blob.bin", format="bytes") == blob
     sandbox.files.write("/workspace/hello.txt", "hi there")
