@@ -84,6 +84,15 @@ enum Cmd {
     ApiKey(verbs::api_key::ApiKeyCmd),
     /// Destroy a task's sandbox; its records stay.
     Destroy { task: String },
+    /// A signed link to a port a process listens on inside a task (HTTP
+    /// and WebSocket, relayed by the daemon; the sandbox stays offline).
+    Port {
+        task: String,
+        port: String,
+        /// How long the link works (default 1h, at most 7d).
+        #[arg(long)]
+        ttl: Option<String>,
+    },
     /// Take a snapshot of a task (or: snapshot list ID, snapshot diff ID A B).
     Snapshot(verbs::snapshot::SnapshotCli),
     /// Roll a task back in place to one of its snapshots.
@@ -386,6 +395,7 @@ async fn client_command(cmd: Cmd, json_out: bool) -> Result<u8> {
         Cmd::Key(c) => ledger::key(&client, c, json_out).await,
         Cmd::ApiKey(c) => verbs::api_key::run(&client, c, out).await,
         Cmd::Destroy { task } => verbs::task::destroy(&client, task, out).await,
+        Cmd::Port { task, port, ttl } => verbs::task::port_link(&client, task, port, ttl, out).await,
         Cmd::Snapshot(a) => verbs::snapshot::snapshot(&client, a, out).await,
         Cmd::Rollback(a) => verbs::snapshot::rollback(&client, a, out).await,
         Cmd::Fork(a) => verbs::snapshot::fork(&client, a, out).await,

@@ -35,6 +35,8 @@ pub enum EventKind {
     Complete,
     /// When the task ends by itself was set or changed.
     Deadline,
+    /// A request to one of the task's ports through the daemon.
+    Port,
 }
 
 impl EventKind {
@@ -61,6 +63,7 @@ impl EventKind {
             EventKind::Delivery => "delivery",
             EventKind::Complete => "complete",
             EventKind::Deadline => "deadline",
+            EventKind::Port => "port",
         }
     }
 }
@@ -69,7 +72,7 @@ impl FromStr for EventKind {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
         use EventKind::*;
-        [Create, SandboxStart, Exec, Cp, Destroy, SandboxLost, Snapshot, Rollback, Fork, SnapshotExpired, ServiceStart, Wait, EventReceived, Suspend, Wake, Recovered, Egress, PolicyUpdate, Delivery, Complete, Deadline]
+        [Create, SandboxStart, Exec, Cp, Destroy, SandboxLost, Snapshot, Rollback, Fork, SnapshotExpired, ServiceStart, Wait, EventReceived, Suspend, Wake, Recovered, Egress, PolicyUpdate, Delivery, Complete, Deadline, Port]
             .into_iter()
             .find(|k| k.as_str() == s)
             .ok_or_else(|| format!("unknown event kind {s:?}"))
@@ -120,7 +123,7 @@ pub struct Event {
 mod tests {
     use super::*;
 
-    const ALL: [(EventKind, &str); 21] = [
+    const ALL: [(EventKind, &str); 22] = [
         (EventKind::Create, "create"),
         (EventKind::SandboxStart, "sandbox_start"),
         (EventKind::Exec, "exec"),
@@ -142,6 +145,7 @@ mod tests {
         (EventKind::Delivery, "delivery"),
         (EventKind::Complete, "complete"),
         (EventKind::Deadline, "deadline"),
+        (EventKind::Port, "port"),
     ];
 
     #[test]

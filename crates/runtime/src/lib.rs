@@ -19,7 +19,8 @@
 //! One module per operation:
 //! - [`lifecycle`]: create, start, destroy, reconcile after a restart.
 //! - [`exec`] and [`files`]: commands and tar streams in a live sandbox;
-//!   [`processes`]: commands in the background, with handles.
+//!   [`processes`]: commands in the background, with handles; [`ports`]:
+//!   a task's listening ports reached through the daemon.
 //! - [`snapshot`], [`rollback`], [`fork`], [`gc`]: snapshots and what is
 //!   made from them; retention, mark and sweep, check.
 //! - [`template`]: images committed from a task's writable layer, and the
@@ -59,6 +60,7 @@ pub mod lifecycle;
 mod materialise;
 pub mod metrics;
 pub mod nodes;
+pub mod ports;
 pub mod processes;
 pub mod pull;
 mod queries;

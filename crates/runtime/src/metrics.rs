@@ -48,6 +48,8 @@ pub struct Metrics {
     pub(crate) snapshot_bytes_added: Counter,
     egress_decisions: Family<VerdictLabel, Counter>,
     webhooks: Family<ResultLabel, Counter>,
+    /// Requests to tasks' ports through the daemon.
+    pub(crate) port_requests: Counter,
 }
 
 /// 1 ms to about a minute, doubling.
@@ -73,6 +75,7 @@ impl Default for Metrics {
             snapshot_bytes_added: Counter::default(),
             egress_decisions: Family::default(),
             webhooks: Family::default(),
+            port_requests: Counter::default(),
             registry: Registry::default(),
         };
         registry.register("tasks", "Tasks by state", m.tasks.clone());
@@ -89,6 +92,7 @@ impl Default for Metrics {
         registry.register("snapshot_added_bytes", "Bytes snapshots added to the blob store", m.snapshot_bytes_added.clone());
         registry.register("egress_decisions", "Egress proxy decisions by verdict", m.egress_decisions.clone());
         registry.register("webhooks", "Webhooks received, by result", m.webhooks.clone());
+        registry.register("port_requests", "HTTP requests and WebSocket connections to tasks' ports through the daemon", m.port_requests.clone());
         Metrics { registry, ..m }
     }
 }

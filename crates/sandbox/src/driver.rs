@@ -115,6 +115,12 @@ pub trait SandboxDriver: Send + Sync + fmt::Debug + 'static {
     /// daemon to serve from outside.
     fn proxy_listener(&self, task: &str) -> Result<TcpListener>;
 
+    /// A TCP connection to `port` on the sandbox's own loopback (its
+    /// network stays its own: the socket is made inside and handed out),
+    /// non-blocking and perhaps still completing. The inner error is why
+    /// the sandbox refused it (nothing listens there).
+    fn connect_port(&self, task: &str, port: u16) -> Result<std::result::Result<std::net::TcpStream, String>>;
+
     /// Starts a command. `stdio` (stdin, stdout, stderr) is empty when the
     /// request asks for a tty. The inner error is why the command could not
     /// start (its own fault, not the sandbox's). The returned connection

@@ -59,6 +59,7 @@ pub enum Op {
     Start,
     Ping,
     ProxyListener,
+    ConnectPort,
     Exec,
     OomKills,
     Freeze,
@@ -84,6 +85,7 @@ impl Op {
             Op::Start => "start",
             Op::Ping => "ping",
             Op::ProxyListener => "proxy_listener",
+            Op::ConnectPort => "connect_port",
             Op::Exec => "exec",
             Op::OomKills => "oom_kills",
             Op::Freeze => "freeze",
@@ -560,6 +562,12 @@ impl SandboxDriver for FakeDriver {
         self.enter(Op::ProxyListener, task, "")?;
         self.live_init(task)?;
         TcpListener::bind(("127.0.0.1", 0)).map_err(|e| Error::sys("bind the fake proxy port", e))
+    }
+
+    fn connect_port(&self, task: &str, port: u16) -> Result<std::result::Result<std::net::TcpStream, String>> {
+        self.enter(Op::ConnectPort, task, port.to_string())?;
+        self.live_init(task)?;
+        Ok(Err(format!("the fake driver's sandboxes have no network of their own (port {port})")))
     }
 
     fn exec(&self, task: &str, req: &ExecRequest, stdio: &[RawFd]) -> Result<std::result::Result<RunningCommand, String>> {

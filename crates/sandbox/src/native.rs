@@ -414,6 +414,25 @@ impl SandboxDriver for NativeDriver {
         }
     }
 
+    fn connect_port(&self, task: &str, port: u16) -> Result<std::result::Result<std::net::TcpStream, String>> {
+        if self.gvisor_of(task).is_some() {
+            return Ok(Err("ports of gvisor tasks are not served yet: their network is gVisor's own".into()));
+        }
+        let conn = self.connect(task)?;
+        conn.set_read_timeout(Some(Duration::from_secs(5))).map_err(Error::Control)?;
+        proto::send(&conn, &Request::ConnectPort { port }, &[])?;
+        match proto::recv::<Reply>(&conn)? {
+            Some((Reply::PortConnection, fds)) if fds.len() == 1 => {
+                let fd = fds.into_iter().next().ok_or_else(|| Error::Protocol("no port connection".into()))?;
+                let stream = std::net::TcpStream::from(fd);
+                crate::net::check_port_connection(&stream, port)?;
+                Ok(Ok(stream))
+            }
+            Some((Reply::Failed { message, .. }, _)) => Ok(Err(message)),
+            other => Err(Error::Protocol(format!("unexpected answer to a port connection request: {other:?}"))),
+        }
+    }
+
     fn exec(&self, task: &str, req: &ExecRequest, stdio: &[RawFd]) -> Result<std::result::Result<RunningCommand, String>> {
         if let Some(g) = self.gvisor_of(task) {
             let root = self.gvisor_root(task)?;

@@ -44,6 +44,49 @@ pub fn check_proxy_listener(listener: &TcpListener) -> Result<()> {
     Ok(())
 }
 
+/// Begins a TCP connection to `port` on the loopback of the calling
+/// process's network namespace (the init's: the sandbox's), without waiting
+/// for it to complete. The egress proxy's own port is not a sandbox port.
+pub fn connect_loopback(port: u16) -> std::io::Result<OwnedFd> {
+    if port == 0 || port == PROXY_ADDR.port() {
+        return Err(std::io::Error::from_raw_os_error(libc::ECONNREFUSED));
+    }
+    // SAFETY: socket(2) with constant arguments; the fd is owned below.
+    let raw = unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC, 0) };
+    if raw < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `raw` is a fresh descriptor nothing else owns.
+    let sock = unsafe { OwnedFd::from_raw_fd(raw) };
+    let addr = libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: port.to_be(),
+        sin_addr: libc::in_addr { s_addr: u32::from(Ipv4Addr::LOCALHOST).to_be() },
+        sin_zero: [0; 8],
+    };
+    // SAFETY: connect with a valid sockaddr_in and its exact length.
+    let rc = unsafe { libc::connect(sock.as_raw_fd(), (&addr as *const libc::sockaddr_in).cast(), std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t) };
+    if rc != 0 {
+        let e = std::io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::EINPROGRESS) {
+            return Err(e);
+        }
+    }
+    Ok(sock)
+}
+
+/// Checks that a descriptor received from an init is a TCP socket bound
+/// for `port` on the loopback (connected, or still connecting).
+pub fn check_port_connection(stream: &std::net::TcpStream, port: u16) -> Result<()> {
+    match stream.peer_addr() {
+        Ok(peer) if peer == SocketAddr::new(std::net::IpAddr::V4(Ipv4Addr::LOCALHOST), port) => Ok(()),
+        Ok(peer) => Err(Error::Protocol(format!("the sandbox handed over a connection to {peer} for port {port}"))),
+        // Still connecting: the daemon finds out when it completes.
+        Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => Ok(()),
+        Err(e) => Err(Error::sys("the port connection's peer", e)),
+    }
+}
+
 /// Sets `lo` up in the calling process's network namespace.
 pub fn loopback_up() -> Result<()> {
     // SAFETY: socket(2) with constant arguments; the fd is owned below.

@@ -53,6 +53,11 @@ pub enum Request {
     /// The listening socket of the egress proxy port, which init bound in
     /// the sandbox's network namespace; it travels with [`Reply::ProxyListener`].
     ProxyListener,
+    /// A TCP connection to `port` on the sandbox's loopback, begun by init
+    /// in its network namespace without waiting for it to complete; the
+    /// socket travels with [`Reply::PortConnection`] (or the refusal comes
+    /// as [`Reply::Failed`]).
+    ConnectPort { port: u16 },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -65,6 +70,7 @@ pub enum Reply {
     Exited { code: Option<i32>, signal: Option<i32> },
     Pong { pid: i32 },
     ProxyListener,
+    PortConnection,
 }
 
 /// Sends one frame with `fds` attached.

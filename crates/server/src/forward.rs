@@ -81,17 +81,24 @@ async fn route(rt: &Runtime, task: &str, req: Request, next: Next) -> Response {
 }
 
 /// Sends `req` to the node at `base` over a new HTTP/1.1 connection and
-/// relays its answer; after a `101 Switching Protocols` (a WebSocket
-/// exec), relays the bytes both ways until either side closes.
+/// relays its answer ([`relay`]).
 async fn forward(mut req: Request, base: &str, from: &str) -> Result<Response, String> {
     let target: Uri = base.parse().map_err(|e| format!("bad node URL {base:?}: {e}"))?;
     let authority = target.authority().ok_or_else(|| format!("node URL {base:?} has no host"))?.to_string();
     let stream = tokio::net::TcpStream::connect(&authority).await.map_err(|e| e.to_string())?;
+    req.headers_mut().insert(FORWARDED, HeaderValue::from_str(from).map_err(|e| e.to_string())?);
+    relay(stream, req, &authority).await
+}
+
+/// Sends `req` over `stream` (HTTP/1.1, its path and query only, `Host:
+/// host`) and relays the answer; after a `101 Switching Protocols` (a
+/// WebSocket), relays the bytes both ways until either side closes.
+pub(crate) async fn relay(stream: tokio::net::TcpStream, mut req: Request, host: &str) -> Result<Response, String> {
     let _ = stream.set_nodelay(true);
     let (mut sender, conn) = hyper::client::conn::http1::handshake::<_, Body>(TokioIo::new(stream)).await.map_err(|e| e.to_string())?;
     tokio::spawn(async move {
         if let Err(e) = conn.with_upgrades().await {
-            tracing::debug!("forwarded connection: {e}");
+            tracing::debug!("relayed connection: {e}");
         }
     });
     let upgrading = req.headers().contains_key(axum::http::header::UPGRADE);
@@ -99,18 +106,17 @@ async fn forward(mut req: Request, base: &str, from: &str) -> Result<Response, S
     let (mut parts, body) = req.into_parts();
     let path = parts.uri.path_and_query().map(|p| p.as_str().to_owned()).unwrap_or_else(|| "/".into());
     parts.uri = path.parse().map_err(|e| format!("{e}"))?;
-    parts.headers.insert(axum::http::header::HOST, HeaderValue::from_str(&authority).map_err(|e| e.to_string())?);
-    parts.headers.insert(FORWARDED, HeaderValue::from_str(from).map_err(|e| e.to_string())?);
+    parts.headers.insert(axum::http::header::HOST, HeaderValue::from_str(host).map_err(|e| e.to_string())?);
     let mut resp = sender.send_request(Request::from_parts(parts, body)).await.map_err(|e| e.to_string())?;
     if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
         if let Some(client_side) = client_side {
-            let node_side = hyper::upgrade::on(&mut resp);
+            let far_side = hyper::upgrade::on(&mut resp);
             tokio::spawn(async move {
-                match tokio::try_join!(client_side, node_side) {
-                    Ok((client, node)) => {
-                        let _ = tokio::io::copy_bidirectional(&mut TokioIo::new(client), &mut TokioIo::new(node)).await;
+                match tokio::try_join!(client_side, far_side) {
+                    Ok((client, far)) => {
+                        let _ = tokio::io::copy_bidirectional(&mut TokioIo::new(client), &mut TokioIo::new(far)).await;
                     }
-                    Err(e) => tracing::warn!("forwarded upgrade: {e}"),
+                    Err(e) => tracing::warn!("relayed upgrade: {e}"),
                 }
             });
         }

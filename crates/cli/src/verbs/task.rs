@@ -163,6 +163,14 @@ pub(crate) async fn create(client: &Client, a: CreateArgs, out: Out) -> Result<u
     Ok(0)
 }
 
+/// `cairn port TASK PORT`: prints a signed link to the port.
+pub(crate) async fn port_link(client: &Client, task: String, port: String, ttl: Option<String>, out: Out) -> Result<u8> {
+    let query = ttl.map(|t| format!("?ttl={t}")).unwrap_or_default();
+    let v: Answer<serde_json::Value> = client.post_empty(&format!("/v1/tasks/{task}/port-links/{port}{query}")).await?;
+    out.print(&v, |v| v["url"].as_str().unwrap_or_default().to_owned());
+    Ok(0)
+}
+
 pub(crate) async fn update(client: &Client, a: UpdateArgs, out: Out) -> Result<u8> {
     if a.allow.is_empty() && a.deny.is_empty() && !a.clear_egress {
         return Err(anyhow!("nothing to update: give --allow, --deny or --clear-egress"));

@@ -106,6 +106,18 @@ fn handle(conn: UnixStream, proxy: &TcpListener) -> Option<(i32, UnixStream)> {
             let _ = proto::send(&conn, &Reply::ProxyListener, &[proxy.as_raw_fd()]);
             None
         }
+        Request::ConnectPort { port } => {
+            match crate::net::connect_loopback(port) {
+                Ok(socket) => {
+                    let _ = proto::send(&conn, &Reply::PortConnection, &[socket.as_raw_fd()]);
+                }
+                Err(e) => {
+                    let message = format!("nothing accepts connections on port {port} in the sandbox ({e})");
+                    let _ = proto::send(&conn, &Reply::Failed { errno: e.raw_os_error().unwrap_or(libc::ECONNREFUSED), message }, &[]);
+                }
+            }
+            None
+        }
         Request::Exec(exec_req) => match exec::spawn(&exec_req, fds) {
             Ok(sp) => {
                 let master: Vec<RawFd> = sp.pty_master.as_ref().map(|m| m.as_raw_fd()).into_iter().collect();

@@ -45,6 +45,8 @@
 //! | GET | /v1/images/{name} | show: kind, layers, manifest, run config |
 //! | POST | /mcp | the Model Context Protocol, streamable HTTP ([`cairn_mcp`]) |
 //! | GET, POST | /v1/api-keys | the E2B-compatible API's keys: list, create `{name}` |
+//! | POST | /v1/tasks/{id}/port-links/{port}?ttl= | a signed link to a port, and the task's traffic token |
+//! | any | /v1/tasks/{id}/ports/{port}/... | a task's port over HTTP or WebSocket ([`crate::ports`]; also by host name `{port}-{id}.{domain}`) |
 //! | DELETE | /v1/api-keys/{name} | revoke |
 //!
 //! E2B's API ([`cairn_e2b`]) is served beside it: its control routes
@@ -73,6 +75,7 @@ mod gateway;
 mod images;
 pub(crate) mod mcp;
 mod nodes;
+mod port_links;
 pub mod openapi;
 mod served;
 mod snapshots;
@@ -97,11 +100,15 @@ use served::Routes;
 pub(crate) type Rt = State<Arc<Runtime>>;
 
 pub fn router(rt: Arc<Runtime>, token: String) -> Router {
-    routes(Arc::new(token))
+    let token = Arc::new(token);
+    routes(token.clone())
         .into_router()
         // E2B's control API, under its own paths and keys (`X-API-Key`).
         .merge(cairn_e2b::control_routes())
         .fallback(|| async { ApiError::not_found("no such API endpoint") })
+        // A task's ports, by path or by host name, with their own checks
+        // (after forwarding: a port is reached on the node of its task).
+        .layer(middleware::from_fn_with_state((rt.clone(), token), crate::ports::serve_ports))
         .layer(middleware::from_fn_with_state(rt.clone(), crate::forward::forward_to_owner))
         .layer(middleware::from_fn(run_to_completion))
         // A request naming a sandbox (`E2b-Sandbox-Id`) is for E2B's
@@ -117,6 +124,7 @@ fn routes(token: Arc<String>) -> Routes {
         .merge(admin::routes())
         .merge(api_keys::routes())
         .merge(nodes::routes())
+        .merge(port_links::routes())
         .merge(tasks::routes())
         .merge(exec::routes())
         .merge(files::routes())

@@ -1,0 +1,151 @@
+//! A task's ports through the daemon: an HTTP server and a WebSocket echo
+//! inside a task, reached by path and by host name, with each way in (API
+//! token, traffic token, signed link and its cookie) and each refusal
+//! (none, a forged or expired link, a port nobody listens on, a port out
+//! of range). The sandbox stays offline throughout.
+
+mod common;
+
+use std::time::Duration;
+
+use common::Daemon;
+use futures_util::{SinkExt, StreamExt};
+
+/// A WebSocket echo server in Python's standard library, for the sandbox.
+const WS_ECHO: &str = r#"
+import base64, hashlib, socket, threading
+def serve(c):
+    req = b""
+    while b"\r\n\r\n" not in req:
+        req += c.recv(1024)
+    key = [l.split(b":", 1)[1].strip() for l in req.split(b"\r\n") if l.lower().startswith(b"sec-websocket-key")][0]
+    acc = base64.b64encode(hashlib.sha1(key + b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11").digest())
+    c.sendall(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: " + acc + b"\r\n\r\n")
+    while True:
+        h = c.recv(2)
+        if len(h) < 2 or h[0] & 0x0f == 8:
+            return
+        n = h[1] & 0x7f
+        if n == 126:
+            n = int.from_bytes(c.recv(2), "big")
+        mask = c.recv(4)
+        data = b""
+        while len(data) < n:
+            data += c.recv(n - len(data))
+        data = bytes(b ^ mask[i % 4] for i, b in enumerate(data))
+        reply = b"echo: " + data
+        c.sendall(bytes([0x81, len(reply)]) + reply)
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", 8765))
+s.listen()
+while True:
+    threading.Thread(target=serve, args=(s.accept()[0],), daemon=True).start()
+"#;
+
+fn must(d: &Daemon, task: &str, script: &str) -> String {
+    let (code, out, err) = d.sh(task, script);
+    assert_eq!(code, 0, "{script}: {err}");
+    out
+}
+
+/// A GET with `headers`: its status, `Set-Cookie` and body.
+struct Http {
+    rt: tokio::runtime::Runtime,
+    client: reqwest::Client,
+}
+
+impl Http {
+    fn new() -> Http {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let client = reqwest::Client::builder().timeout(Duration::from_secs(10)).redirect(reqwest::redirect::Policy::none()).build().unwrap();
+        Http { rt, client }
+    }
+
+    fn get(&self, url: &str, headers: &[(&str, &str)]) -> (u16, Option<String>, String) {
+        self.rt.block_on(async {
+            let mut req = self.client.get(url);
+            for (k, v) in headers {
+                req = req.header(*k, *v);
+            }
+            let r = req.send().await.unwrap();
+            let cookie = r.headers().get("set-cookie").map(|v| v.to_str().unwrap().to_owned());
+            (r.status().as_u16(), cookie, r.text().await.unwrap())
+        })
+    }
+}
+
+#[test]
+fn a_tasks_http_and_websocket_ports_are_reached_through_the_daemon_and_only_with_a_credential() {
+    let d = Daemon::start();
+    let token = std::fs::read_to_string(d.home().join("token")).unwrap().trim().to_owned();
+    let t = d.create(&[]);
+    must(&d, &t, "mkdir -p /workspace/www && printf 'hello from inside' > /workspace/www/index.html");
+    must(&d, &t, "cd /workspace/www && setsid python3 -m http.server 8000 >/dev/null 2>&1 < /dev/null &");
+    must(&d, &t, &format!("cat > /workspace/ws.py <<'EOF'\n{WS_ECHO}\nEOF\nsetsid python3 /workspace/ws.py >/dev/null 2>&1 < /dev/null &"));
+    must(&d, &t, "for i in $(seq 100); do python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", 8000)); socket.create_connection((\"127.0.0.1\", 8765))' 2>/dev/null && exit 0; sleep 0.1; done; exit 1");
+    let page = format!("{}/v1/tasks/{t}/ports/8000/index.html", d.url);
+    let c = Http::new();
+    let bearer = format!("Bearer {token}");
+    let auth = [("Authorization", bearer.as_str())];
+
+    // Refused without a credential; the API token, control.
+    let (status, _, body) = c.get(&page, &[]);
+    assert_eq!(status, 401);
+    assert!(body.contains("signed link"), "names the ways in: {body}");
+    assert_eq!(c.get(&page, &auth), (200, None, "hello from inside".to_owned()));
+    assert_eq!(c.get(&page, &[("Authorization", "Bearer wrong")]).0, 401);
+
+    // The traffic token and a signed link (whose cookie serves the next
+    // request); a forged and an expired link are refused.
+    let link = d.json(&["port", &t, "8000"]);
+    let traffic = link["traffic_token"].as_str().unwrap();
+    assert_eq!(c.get(&page, &[("X-Cairn-Traffic-Token", traffic)]).0, 200);
+    assert_eq!(c.get(&page, &[("X-Cairn-Traffic-Token", &"0".repeat(64))]).0, 401);
+    let url = link["url"].as_str().unwrap();
+    let (status, cookie, _) = c.get(url, &[]);
+    assert_eq!(status, 200);
+    let cookie = cookie.expect("a cookie for the port's path").split(';').next().unwrap().to_owned();
+    assert_eq!(c.get(&page, &[("Cookie", &cookie)]).0, 200);
+    assert_eq!(c.get(&url.replace("sig=", "sig=x"), &[]).0, 401, "a forged link");
+    let short = d.json(&["port", &t, "8000", "--ttl", "1s"]);
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(c.get(short["url"].as_str().unwrap(), &[]).0, 401, "an expired link");
+
+    // By host name, as E2B's get_host(port) gives it.
+    let host = format!("8000-{t}.sandbox.example.com");
+    assert_eq!(c.get(&format!("{}/index.html", d.url), &[("Host", &host), auth[0]]).2, "hello from inside");
+    assert_eq!(c.get(&format!("{}/index.html", d.url), &[("Host", &host)]).0, 401, "by host name, a credential too");
+
+    // Refusals in one line: nobody listens, out of range.
+    let (status, _, body) = c.get(&format!("{}/v1/tasks/{t}/ports/9/", d.url), &auth);
+    assert_eq!(status, 503);
+    assert!(body.contains("nothing listens") && !body.trim().contains('\n'), "{body}");
+    assert_eq!(c.get(&format!("{}/v1/tasks/{t}/ports/70000/", d.url), &auth).0, 400);
+    assert_eq!(c.get(&format!("{}/v1/tasks/{t}/ports/3128/", d.url), &auth).0, 503, "the egress proxy's port is not the task's");
+    assert_eq!(c.get(&format!("{}/v1/tasks/tnosuchtask/ports/8000/", d.url), &auth).0, 404);
+
+    // A WebSocket through the daemon.
+    let echoed = c.rt.block_on(async {
+        let ws_url = format!("{}/v1/tasks/{t}/ports/8765/", d.url.replace("http://", "ws://"));
+        let mut req = tokio_tungstenite::tungstenite::client::IntoClientRequest::into_client_request(ws_url.as_str()).unwrap();
+        req.headers_mut().insert("X-Cairn-Traffic-Token", traffic.parse().unwrap());
+        let (mut ws, _) = tokio_tungstenite::connect_async(req).await.expect("the WebSocket upgrade goes through");
+        ws.send(tokio_tungstenite::tungstenite::Message::text("ping")).await.unwrap();
+        let got = tokio::time::timeout(Duration::from_secs(10), ws.next()).await.unwrap().unwrap().unwrap();
+        got.into_text().unwrap().to_string()
+    });
+    assert_eq!(echoed, "echo: ping");
+
+    // Still offline, and every request is counted and logged.
+    let (code, _, _) = d.sh(&t, "python3 -c 'import socket; socket.create_connection((\"93.184.216.34\", 80), timeout=2)'");
+    assert_ne!(code, 0, "the sandbox has no way out");
+    let log = d.json(&["log", &t]);
+    let ports: Vec<&serde_json::Value> = log.as_array().unwrap().iter().filter(|e| e["kind"] == "port").collect();
+    assert!(ports.len() >= 5, "{ports:?}");
+    assert!(ports.iter().all(|e| !e["args"]["path"].as_str().unwrap_or("").contains("sig=")), "a link's signature is never logged");
+    let metrics = c.get(&format!("{}/metrics", d.url), &auth).2;
+    let counted: f64 = metrics.lines().find(|l| l.starts_with("cairn_port_requests_total")).and_then(|l| l.split_whitespace().nth(1)).and_then(|v| v.parse().ok()).unwrap_or(0.0);
+    assert!(counted >= 5.0, "{counted}");
+    d.ok(&["destroy", &t]);
+}

@@ -1,0 +1,97 @@
+//! Ports: a process listening on a port inside a task is reached through
+//! the daemon. The sandbox stays offline: its init makes the connection on
+//! its own loopback and hands the socket out, nothing is bridged. Who may
+//! reach a port: the daemon's API token, the task's traffic token, or a
+//! signed, expiring link to one port ([`Runtime::port_link`]).
+
+use std::time::Duration;
+
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine as _;
+use cairn_core::{EventKind, NewEvent};
+use serde_json::json;
+use subtle::ConstantTimeEq;
+
+use crate::runtime::Runtime;
+use crate::Error;
+
+/// How long a connection to a port may take to be accepted.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+impl Runtime {
+    /// A connection to `port` on the loopback of task `id`'s sandbox.
+    pub async fn connect_port(&self, id: &str, port: u16, actor: &str) -> Result<tokio::net::TcpStream, Error> {
+        if port == 0 {
+            return Err(Error::invalid("port 0 is no port: give 1 to 65535"));
+        }
+        let (task, _live) = self.running(id, actor).await?;
+        let (driver, tid) = (self.driver.clone(), task.id.to_string());
+        let made = tokio::task::spawn_blocking(move || driver.connect_port(&tid, port)).await??;
+        let refused = |why: String| Error::Unavailable(format!("port {port} of task {}: {why}", task.id));
+        let stream = made.map_err(refused)?;
+        let stream = tokio::net::TcpStream::from_std(stream).map_err(|e| Error::internal_from(e).context("the port connection"))?;
+        match tokio::time::timeout(CONNECT_TIMEOUT, stream.writable()).await {
+            Err(_) => return Err(refused(format!("not accepted within {CONNECT_TIMEOUT:?}"))),
+            Ok(Err(e)) => return Err(refused(e.to_string())),
+            Ok(Ok(())) => {}
+        }
+        if let Ok(Some(e)) = stream.take_error() {
+            return Err(refused(format!("nothing listens there ({e})")));
+        }
+        self.metrics.port_requests.inc();
+        Ok(stream)
+    }
+
+    /// Logs one request to a port of task `id`, with its answer's status.
+    pub async fn record_port_request(&self, id: &str, port: u16, method: &str, path: &str, status: u16, actor: &str) {
+        let Ok(task) = self.find(id).await else { return };
+        let path: String = path.chars().take(200).collect();
+        let ev = NewEvent {
+            task: task.id.clone(),
+            kind: EventKind::Port,
+            actor: actor.to_owned(),
+            args: json!({ "port": port, "method": method, "path": path, "status": status }),
+            exit_code: None,
+            duration_ms: None,
+        };
+        if let Err(e) = self.store.append_event(&ev).await {
+            tracing::warn!(task = %task.id, "cannot log a port request: {e}");
+        }
+    }
+
+    /// The token that reaches every port of task `task` (header
+    /// `X-Cairn-Traffic-Token`, or E2B's `E2b-Traffic-Access-Token`).
+    pub fn traffic_token(&self, task: &str) -> String {
+        hex::encode(self.link_key.mac_text(&format!("port-traffic\n{task}")))
+    }
+
+    pub fn check_traffic_token(&self, task: &str, token: &str) -> bool {
+        self.traffic_token(task).as_bytes().ct_eq(token.as_bytes()).into()
+    }
+
+    /// The query of a link to port `port` of task `task` that works until
+    /// `expires_ms`: `exp=...&sig=...`.
+    pub fn port_link_query(&self, task: &str, port: u16, expires_ms: i64) -> String {
+        let sig = URL_SAFE_NO_PAD.encode(self.link_key.mac_text(&format!("port-link\n{task}\n{port}\n{expires_ms}")));
+        format!("exp={expires_ms}&sig={sig}")
+    }
+
+    /// Whether `sig` signs a link to port `port` of `task` that has not
+    /// expired.
+    pub fn check_port_link(&self, task: &str, port: u16, expires_ms: i64, sig: &str) -> bool {
+        let expected = self.port_link_query(task, port, expires_ms);
+        let expected = expected.rsplit("sig=").next().unwrap_or_default();
+        bool::from(expected.as_bytes().ct_eq(sig.as_bytes())) && expires_ms >= cairn_store::now_ms()
+    }
+
+    /// A signed link to port `port` of task `id`, valid for `ttl`.
+    pub async fn port_link(&self, id: &str, port: u16, ttl: Duration) -> Result<String, Error> {
+        let task = self.find(id).await?;
+        if port == 0 {
+            return Err(Error::invalid("port 0 is no port: give 1 to 65535"));
+        }
+        let base = self.base_url.get().cloned().unwrap_or_default();
+        let expires = cairn_store::now_ms().saturating_add(ttl.as_millis().min(i64::MAX as u128) as i64);
+        Ok(format!("{base}/v1/tasks/{}/ports/{port}/?{}", task.id, self.port_link_query(task.id.as_str(), port, expires)))
+    }
+}
