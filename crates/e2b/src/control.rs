@@ -145,6 +145,7 @@ fn sandbox(rt: &Runtime, view: &TaskView) -> Value {
         "clientID": view.task.node.clone().unwrap_or_else(|| "cairn".into()),
         "envdVersion": ENVD_VERSION,
         "envdAccessToken": rt.sandbox_access_token(view.task.id.as_str()),
+        "trafficAccessToken": rt.traffic_token(view.task.id.as_str()),
         "domain": Value::Null,
     })
 }

@@ -124,7 +124,10 @@ async fn relay_to_port(rt: &Arc<Runtime>, token: &str, target: Target, mut req: 
             resp.headers_mut().append(header::SET_COOKIE, v);
         }
     }
-    rt.record_port_request(&target.task, target.port, &method, &rest, resp.status().as_u16(), "port").await;
+    // Logged beside the answer, not before it: the event log's write is
+    // not on the request's path.
+    let (rt, status) = (rt.clone(), resp.status().as_u16());
+    tokio::spawn(async move { rt.record_port_request(&target.task, target.port, &method, &rest, status, "port").await });
     resp
 }
 

@@ -210,3 +210,19 @@ def test_fork_copies_the_sandbox(sandbox):
         assert child.files.read("/workspace/before-fork.txt") == "shared"
     finally:
         child.kill()
+
+
+def test_get_host_reaches_a_server_in_the_sandbox(sandbox):
+    sandbox.files.write("/workspace/www/index.html", "served from the sandbox")
+    sandbox.commands.run("cd /workspace/www && python3 -m http.server 8000", background=True)
+    host = sandbox.get_host(8000)
+    assert host.startswith(f"8000-{sandbox.sandbox_id}.")
+    headers = {"Host": host, "e2b-traffic-access-token": sandbox.traffic_access_token}
+    deadline = time.monotonic() + 10
+    while True:
+        r = httpx.get(API_URL + "/index.html", headers=headers)
+        if r.status_code == 200 or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert r.text == "served from the sandbox"
+    assert httpx.get(API_URL + "/index.html", headers={"Host": host}).status_code == 401
