@@ -226,3 +226,90 @@ def test_get_host_reaches_a_server_in_the_sandbox(sandbox):
         time.sleep(0.1)
     assert r.text == "served from the sandbox"
     assert httpx.get(API_URL + "/index.html", headers={"Host": host}).status_code == 401
+
+
+def test_a_pty_takes_input_resizes_and_is_killed(sandbox):
+    import threading
+
+    from e2b import PtySize
+    from e2b.exceptions import InvalidArgumentException
+
+    h = sandbox.pty.create(PtySize(rows=24, cols=80), timeout=60)
+    out = []
+    done = {}
+    waiter = threading.Thread(target=lambda: done.setdefault("r", h.wait(on_pty=out.append)), daemon=True)
+    waiter.start()
+
+    def seen(text):
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            if text in b"".join(out).decode(errors="replace"):
+                return True
+            time.sleep(0.05)
+        return False
+
+    sandbox.pty.send_stdin(h.pid, b"stty size; echo marker-$((6*7))\n")
+    assert seen("marker-42") and seen("24 80"), b"".join(out)
+    sandbox.pty.resize(h.pid, PtySize(rows=40, cols=100))
+    sandbox.pty.send_stdin(h.pid, b"stty size; echo second-$((6*8))\n")
+    assert seen("second-48") and seen("40 100"), b"".join(out)
+    with pytest.raises(InvalidArgumentException):
+        sandbox.pty.resize(h.pid, PtySize(rows=0, cols=0))
+    assert sandbox.pty.kill(h.pid) is True
+    waiter.join(15)
+    assert not waiter.is_alive(), "the terminal's stream ended with its kill"
+    assert h.pid not in {p.pid for p in sandbox.commands.list()}
+
+
+def test_a_sandbox_killed_during_a_run_ends_the_stream_with_an_error():
+    import threading
+
+    sb = Sandbox.create(timeout=60)
+    result = {}
+
+    def run():
+        try:
+            sb.commands.run("sleep 30", timeout=60)
+            result["r"] = "returned"
+        except Exception as e:  # noqa: BLE001 - whichever the SDK raises
+            result["r"] = e
+
+    th = threading.Thread(target=run, daemon=True)
+    th.start()
+    time.sleep(1)
+    assert Sandbox.kill(sb.sandbox_id) is True
+    th.join(20)
+    assert not th.is_alive(), "the run still waits after its sandbox was killed"
+    assert isinstance(result["r"], Exception), result
+
+
+def test_malformed_connect_requests_are_refused_in_the_protocols_shape(sandbox):
+    base = os.environ["E2B_SANDBOX_URL"]
+    headers = {
+        "E2b-Sandbox-Id": sandbox.sandbox_id,
+        "X-Access-Token": access_token(sandbox.sandbox_id),
+        "Connect-Protocol-Version": "1",
+    }
+    # A unary call with broken JSON: Connect's error body.
+    r = httpx.post(base + "/process.Process/List", headers={**headers, "Content-Type": "application/json"}, content=b"{not json")
+    assert r.status_code == 400 and r.json()["code"] == "invalid_argument", r.text
+    # The binary codec is refused by name.
+    r = httpx.post(base + "/filesystem.Filesystem/Stat", headers={**headers, "Content-Type": "application/proto"}, content=b"\x0a\x01/")
+    assert r.status_code == 415 and "JSON codec" in r.json()["message"], r.text
+    # A stream whose envelope is cut short, or compressed: the end frame says why.
+    stream_headers = {**headers, "Content-Type": "application/connect+json"}
+    for body, why in [(b"\x00\x00\x00\x00\x09{", "truncated"), (b"\x01\x00\x00\x00\x02{}", "compressed"), (b"\x00\x00\x00\x00\x0d{\"process\":5}", "malformed")]:
+        r = httpx.post(base + "/process.Process/Start", headers=stream_headers, content=body)
+        assert r.status_code == 200 and r.headers["content-type"] == "application/connect+json", r.text
+        assert r.content[0] == 2 and b"invalid_argument" in r.content and why.encode() in r.content, (why, r.content)
+    # A client that drops a stream halfway leaves the daemon serving.
+    start = b'{"process":{"cmd":"/bin/sh","args":["-c","sleep 2; echo late"]},"stdin":false}'
+    frame = b"\x00" + len(start).to_bytes(4, "big") + start
+    with httpx.stream("POST", base + "/process.Process/Start", headers=stream_headers, content=frame) as s:
+        next(s.iter_raw())
+    assert sandbox.commands.run("echo still").stdout == "still\n"
+    # An unknown route of the sandbox API, and an unknown sandbox.
+    r = httpx.post(base + "/process.Process/Nope", headers={**headers, "Content-Type": "application/json"}, content=b"{}")
+    assert r.status_code == 404
+    r = httpx.post(base + "/process.Process/List", headers={**headers, "E2b-Sandbox-Id": "tnosuchsandbx", "Content-Type": "application/json"}, content=b"{}")
+    assert r.status_code == 401, "a token that is not this sandbox's is refused before anything is looked up"
