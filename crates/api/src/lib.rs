@@ -15,6 +15,7 @@ pub mod health;
 pub mod images;
 pub mod ledger;
 pub mod nodes;
+pub mod processes;
 pub mod snapshots;
 pub mod tasks;
 pub mod waits;

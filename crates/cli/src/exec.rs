@@ -258,6 +258,15 @@ pub(crate) struct ExecCli {
     /// sandbox) instead of the task's (its image's User, else root).
     #[arg(long, value_name = "USER[:GROUP]")]
     pub(crate) user: Option<String>,
+    /// Start the command in the background and print its handle (see
+    /// `cairn process`); it runs on when this client goes. With -i its
+    /// stdin stays open for `cairn process stdin`; with -t it gets a
+    /// terminal of 24x80 (resized through the API).
+    #[arg(short = 'd', long)]
+    pub(crate) detach: bool,
+    /// With --detach: a tag to find the command by.
+    #[arg(long, requires = "detach")]
+    pub(crate) tag: Option<String>,
     /// The command; without one, the task's default command runs (its
     /// image's Entrypoint and Cmd).
     #[arg(last = true)]
@@ -282,6 +291,23 @@ pub(crate) async fn cli(client: &Client, a: ExecCli, json_out: bool) -> Result<u
         risky: a.risky,
         user: a.user,
     };
+    if a.detach {
+        let start = cairn_api::exec::ExecStart {
+            argv: args.argv,
+            env: args.env,
+            workdir: args.workdir,
+            timeout_ms: args.timeout_ms,
+            risky: args.risky,
+            user: args.user,
+            stdin: args.stdin || args.tty,
+            tty: args.tty.then_some(cairn_api::exec::WinSize { rows: 24, cols: 80 }),
+            ..Default::default()
+        };
+        let body = cairn_api::processes::StartProcess { start, tag: a.tag };
+        let v: crate::client::Answer<cairn_api::processes::ProcessView> = client.post(&format!("/v1/tasks/{}/processes", args.task), &body).await?;
+        crate::verbs::Out { json: json_out }.print(&v, |p| p.id.to_string());
+        return Ok(0);
+    }
     let r = run(client, &args, Sink::Terminal).await?;
     if let Some(note) = exit_note(&r) {
         eprintln!("{note}");

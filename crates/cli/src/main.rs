@@ -79,6 +79,9 @@ enum Cmd {
     /// The node's ledger signing key.
     #[command(subcommand)]
     Key(ledger::KeyCmd),
+    /// Background commands (`cairn exec --detach`): list, show, stdin, kill.
+    #[command(subcommand)]
+    Process(verbs::process::ProcessCmd),
     /// Keys of the E2B-compatible API (X-API-Key): create, list, revoke.
     #[command(subcommand)]
     ApiKey(verbs::api_key::ApiKeyCmd),
@@ -394,6 +397,7 @@ async fn client_command(cmd: Cmd, json_out: bool) -> Result<u8> {
         Cmd::Log { task, verify, checkpoint } => ledger::log(&client, &task, verify, checkpoint, out).await,
         Cmd::Key(c) => ledger::key(&client, c, json_out).await,
         Cmd::ApiKey(c) => verbs::api_key::run(&client, c, out).await,
+        Cmd::Process(c) => verbs::process::run(&client, c, out).await,
         Cmd::Destroy { task } => verbs::task::destroy(&client, task, out).await,
         Cmd::Port { task, port, ttl } => verbs::task::port_link(&client, task, port, ttl, out).await,
         Cmd::Snapshot(a) => verbs::snapshot::snapshot(&client, a, out).await,

@@ -24,7 +24,7 @@ except ImportError as e:
 
 TOOLS = {
     "create_task", "list_tasks", "run_command", "read_file", "write_file", "list_files",
-    "snapshot", "rollback", "fork", "wait_for_approval", "deliver", "destroy_task",
+    "snapshot", "rollback", "fork", "wait_for_approval", "deliver", "destroy_task", "expose_port",
 }
 
 
@@ -177,6 +177,11 @@ async def scenario(session, api, token, label):
     check(woke["content"] == "hello from mcp\n", f"the woken task has its files: {woke}")
     both = await t.error("wait_for_approval", {"task": task, "wait_id": wait_id})
     check(both.startswith("invalid:"), f"task and wait_id together: {both}")
+
+    link = await t.ok("expose_port", {"task": task, "port": 8000, "ttl_seconds": 60})
+    check(f"/v1/tasks/{task}/ports/8000/" in link["url"] and "sig=" in link["url"], f"expose_port: {link}")
+    bad = await t.error("expose_port", {"task": task, "port": 0})
+    check(bad.startswith("invalid:"), f"port 0: {bad}")
 
     destroyed = await t.ok("destroy_task", {"task": fork})
     check(destroyed["id"] == fork, f"destroy_task: {destroyed}")

@@ -318,6 +318,7 @@ async fn list(State(ctx): State<Ctx>, headers: HeaderMap, body: Bytes) -> Respon
         let processes = ctx.rt.processes(task).await?;
         let entries: Vec<_> = processes
             .iter()
+            .filter(|p| !p.has_ended())
             .map(|p| {
                 let (cmd, args) = p.start.argv.split_first().map(|(c, a)| (c.clone(), a.to_vec())).unwrap_or_default();
                 let envs: BTreeMap<String, String> =

@@ -257,6 +257,17 @@ impl Fork {
     }
 }
 
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ExposePort {
+    /// The task's id or name.
+    pub task: String,
+    /// The port a server listens on inside the task (1 to 65535).
+    pub port: u16,
+    /// How long the link works, in seconds (default 3600, at most 7 days).
+    pub ttl_seconds: Option<u64>,
+}
+
 /// Longest a single `wait_for_approval` call blocks.
 pub const MAX_WAIT_SECS: f64 = 3600.0;
 /// How long it blocks when not told: under the common client tool-call

@@ -145,6 +145,18 @@ impl CairnTools {
         answer(self.rt.fork(&task, req, ACTOR).await.map(|tasks| json!({ "tasks": tasks })))
     }
 
+    #[tool(description = "Expose a port: a signed link through which a person (or a browser) reaches a server listening on \
+        `port` inside the task, over HTTP and WebSocket, until the link expires. The task stays offline: the daemon relays \
+        each request. Answers the url and when it expires.", annotations(read_only_hint = true))]
+    async fn expose_port(&self, Parameters(a): Parameters<args::ExposePort>) -> CallToolResult {
+        let ttl = a.ttl_seconds.unwrap_or(3600);
+        if a.port == 0 || ttl == 0 || ttl > 7 * 24 * 3600 {
+            return failure(&Error::invalid(format!("port {} with ttl_seconds {ttl}: give a port of 1 to 65535 and a ttl of 1 s to 7 days", a.port)));
+        }
+        let ttl = Duration::from_secs(ttl);
+        answer(self.rt.port_link(&a.task, a.port, ttl).await.map(|url| json!({ "url": url, "expires_in_seconds": ttl.as_secs() })))
+    }
+
     #[tool(description = "Ask a person to approve something, and wait for the answer. The task is suspended while it waits and \
         runs again, with its files, once answered. Give task and prompt to ask. If no answer comes within `timeout` seconds, the \
         answer has state \"pending\", the wait_id and the approval_url to show the person: call again with wait_id alone to keep \
@@ -266,6 +278,7 @@ mod tests {
             "wait_for_approval",
             "deliver",
             "destroy_task",
+            "expose_port",
         ] {
             assert!(names.iter().any(|n| n == want), "{want} missing from {names:?}");
         }

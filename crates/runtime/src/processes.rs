@@ -4,7 +4,8 @@
 //! while it runs through the same [`exec`](crate::exec) path as any
 //! command (admitted, logged, snapshotted when high-risk). A client that
 //! goes away leaves it running; it ends by itself, by its timeout or by a
-//! kill, and leaves the table when it has ended.
+//! kill, and leaves the table ten minutes after it has ended (so that a
+//! client can still collect its exit and output).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -24,6 +25,8 @@ use crate::Error;
 const KEPT_OUTPUT: usize = 1 << 20;
 /// Events a slow follower may fall behind by before it is cut off.
 const FOLLOWER_BACKLOG: usize = 4096;
+/// How long an ended command stays in the table.
+const KEEP_ENDED: std::time::Duration = std::time::Duration::from_secs(600);
 
 /// What happens to a background command, in order: `Started` once (or
 /// `Failed` instead of everything else), output, then `Ended` once.
@@ -58,6 +61,8 @@ struct Seen {
     started: Option<u64>,
     output: Vec<(u8, Bytes)>,
     kept_bytes: usize,
+    /// Older output was dropped to keep within [`KEPT_OUTPUT`].
+    dropped: bool,
     ended: Option<ProcessEvent>,
 }
 
@@ -102,6 +107,41 @@ impl Process {
         self.seen.lock().unwrap_or_else(PoisonError::into_inner).ended.is_some()
     }
 
+    /// How it ended (`Ended` or `Failed`), once it has.
+    pub fn end(&self) -> Option<ProcessEvent> {
+        self.seen.lock().unwrap_or_else(PoisonError::into_inner).ended.clone()
+    }
+
+    /// The output kept so far (the last [`KEPT_OUTPUT`] bytes), by channel:
+    /// stdout (or the terminal's), stderr, and whether older output was
+    /// dropped.
+    pub fn output(&self) -> (Vec<u8>, Vec<u8>, bool) {
+        let seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        for (channel, data) in &seen.output {
+            if *channel == cairn_api::exec::STDERR { err.extend_from_slice(data) } else { out.extend_from_slice(data) }
+        }
+        (out, err, seen.dropped)
+    }
+
+    /// Waits at most `limit` for the command to end; true when it has.
+    pub async fn wait(&self, limit: std::time::Duration) -> bool {
+        let mut follower = self.follow();
+        if follower.so_far.iter().any(|e| matches!(e, ProcessEvent::Ended(_) | ProcessEvent::Failed(_))) {
+            return true;
+        }
+        let ended = async {
+            loop {
+                match follower.live.recv().await {
+                    Ok(ProcessEvent::Ended(_) | ProcessEvent::Failed(_)) => return,
+                    Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+                }
+            }
+        };
+        tokio::time::timeout(limit, ended).await.is_ok() || self.has_ended()
+    }
+
     fn send(&self, input: ExecInput) -> Result<(), Error> {
         self.input.send(input).map_err(|_| Error::not_found(format!("command {} has ended", self.id)))
     }
@@ -116,6 +156,7 @@ impl Process {
                 while seen.kept_bytes > KEPT_OUTPUT && seen.output.len() > 1 {
                     let (_, dropped) = seen.output.remove(0);
                     seen.kept_bytes -= dropped.len();
+                    seen.dropped = true;
                 }
             }
             ProcessEvent::Ended(_) | ProcessEvent::Failed(_) => seen.ended = Some(event.clone()),
@@ -167,7 +208,7 @@ impl Runtime {
     pub async fn start_process(self: &Arc<Self>, id: &str, actor: &str, start: ExecStart, tag: Option<String>) -> Result<(Arc<Process>, Follower), Error> {
         let task = self.find(id).await?;
         if let Some(t) = &tag {
-            if self.processes.of(task.id.as_str()).iter().any(|p| p.tag.as_deref() == Some(t)) {
+            if self.processes.of(task.id.as_str()).iter().any(|p| p.tag.as_deref() == Some(t) && !p.has_ended()) {
                 return Err(Error::conflict(format!("task {} has a running command tagged {t:?}", task.id)));
             }
         }
@@ -193,26 +234,31 @@ impl Runtime {
             } else if !p.has_ended() {
                 p.record(ProcessEvent::Failed("the command ended without an exit status".into()));
             }
+            tokio::time::sleep(KEEP_ENDED).await;
             rt.processes.remove(&p.task, p.id);
         });
         Ok((process, follower))
     }
 
-    /// The background commands of task `id` still running, oldest first.
+    /// The background commands of task `id`, running or recently ended,
+    /// oldest first.
     pub async fn processes(&self, id: &str) -> Result<Vec<Arc<Process>>, Error> {
         let task = self.find(id).await?;
-        Ok(self.processes.of(task.id.as_str()).into_iter().filter(|p| !p.has_ended()).collect())
+        Ok(self.processes.of(task.id.as_str()))
     }
 
-    /// One running background command of task `id`.
+    /// One background command of task `id` (running, or recently ended).
     pub async fn process(&self, id: &str, which: &ProcessSelector) -> Result<Arc<Process>, Error> {
-        let found = self.processes(id).await?.into_iter().find(|p| match which {
+        let all = self.processes(id).await?;
+        let named = |p: &&Arc<Process>| match which {
             ProcessSelector::Id(n) => p.id == *n,
             ProcessSelector::Tag(t) => p.tag.as_deref() == Some(t.as_str()),
-        });
+        };
+        // A tag names the running command, else the last that had it.
+        let found = all.iter().filter(named).find(|p| !p.has_ended()).or_else(|| all.iter().filter(named).last()).cloned();
         found.ok_or_else(|| match which {
-            ProcessSelector::Id(n) => Error::not_found(format!("no running command {n} in task {id}")),
-            ProcessSelector::Tag(t) => Error::not_found(format!("no running command tagged {t:?} in task {id}")),
+            ProcessSelector::Id(n) => Error::not_found(format!("no command {n} in task {id}")),
+            ProcessSelector::Tag(t) => Error::not_found(format!("no command tagged {t:?} in task {id}")),
         })
     }
 }

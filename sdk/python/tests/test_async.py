@@ -37,3 +37,23 @@ def test_the_async_client_runs_a_task_through_its_arc(daemon, tmp_path):
             assert t.state == "destroyed"
 
     asyncio.run(main())
+
+
+def test_the_async_client_starts_and_waits_for_background_commands(daemon):
+    async def main() -> None:
+        async with cairn.AsyncClient(*daemon) as c:
+            t = await c.tasks.create()
+            try:
+                ps = await asyncio.gather(*(t.start(["sh", "-c", f"sleep 0.{i}; echo {i}"]) for i in range(1, 4)))
+                done = await asyncio.gather(*(p.wait(timeout=30) for p in ps))
+                assert [d.stdout for d in done] == ["1\n", "2\n", "3\n"] and all(d.exit_code == 0 for d in done)
+                cat = await t.start(["cat"], stdin=True)
+                await cat.write_stdin("async stdin", close=True)
+                assert (await cat.wait(timeout=30)).stdout == "async stdin"
+                long = await t.start(["sleep", "60"])
+                assert (await long.kill()).signal == 9
+                assert "/ports/9000/" in await t.url(9000)
+            finally:
+                await t.destroy()
+
+    asyncio.run(main())

@@ -221,3 +221,56 @@ def test_errors_carry_the_api_code(client, daemon):
         with pytest.raises(cairn.DaemonUnreachable, match="cannot reach the daemon"):
             gone.tasks.list()
     assert isinstance(client.tasks.list(), list), "positive control"
+
+
+def test_background_commands_have_handles_that_outlive_the_request(task):
+    sleeper = task.start("echo begun; sleep 60", tag="sleeper")
+    assert sleeper.info.running and sleeper.info.tag == "sleeper"
+    cat = task.start(["cat"], stdin=True)
+    assert {sleeper.id, cat.id} <= {p.id for p in task.processes() if p.running}
+    cat.write_stdin("fed ")
+    cat.write_stdin("through stdin", close=True)
+    done = cat.wait(timeout=30)
+    assert (done.running, done.exit_code, done.stdout) == (False, 0, "fed through stdin")
+    deadline = time.monotonic() + 10
+    while "begun" not in sleeper.output().stdout and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert sleeper.info.stdout == "begun\n" and sleeper.info.running, "output so far, while it runs"
+    killed = sleeper.kill()
+    assert not killed.running and killed.signal == 9 and killed.exit_code is None
+    assert task.process(sleeper.id).info.signal == 9, "an ended command stays to be asked about"
+    failing = task.start("echo partial; exit 4")
+    assert failing.wait(timeout=30).exit_code == 4
+    with pytest.raises(cairn.NotFound):
+        task.process(999999)
+
+
+def test_a_background_terminal_is_resized_and_its_timeout_ends_it(task):
+    term = task.start(["sh"], pty=(24, 80), stdin=True)
+    term.write_stdin("stty size\n")
+    deadline = time.monotonic() + 10
+    while "24 80" not in term.output().stdout and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert "24 80" in term.info.stdout
+    term.resize(40, 120)
+    term.write_stdin("stty size; exit\n")
+    assert "40 120" in term.wait(timeout=30).stdout
+    with pytest.raises(cairn.InvalidRequest):
+        task.start(["sleep", "30"]).resize(10, 10)
+    slow = task.start(["sleep", "30"], timeout=1)
+    assert slow.wait(timeout=30).timed_out
+
+
+def test_a_port_has_a_signed_url(task):
+    task.exec("mkdir -p /workspace/www && echo page > /workspace/www/index.html")
+    server = task.start("cd /workspace/www && exec python3 -m http.server 8000")
+    url = task.url(8000, ttl="10m")
+    assert f"/v1/tasks/{task.id}/ports/8000/" in url and "sig=" in url
+    deadline = time.monotonic() + 10
+    while True:
+        r = httpx.get(url)
+        if r.status_code == 200 or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert r.text == "page\n"
+    server.kill()

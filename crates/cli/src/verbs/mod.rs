@@ -6,6 +6,7 @@ pub mod api_key;
 pub mod egress;
 pub mod image;
 pub mod node;
+pub mod process;
 pub mod snapshot;
 pub mod task;
 pub mod waits;

@@ -45,6 +45,9 @@
 //! | GET | /v1/images/{name} | show: kind, layers, manifest, run config |
 //! | POST | /mcp | the Model Context Protocol, streamable HTTP ([`cairn_mcp`]) |
 //! | GET, POST | /v1/api-keys | the E2B-compatible API's keys: list, create `{name}` |
+//! | GET, POST | /v1/tasks/{id}/processes | background commands: list, start (a handle) |
+//! | GET | /v1/tasks/{id}/processes/{pid}?wait_ms= | one, with its output so far (waiting for its end) |
+//! | POST | /v1/tasks/{id}/processes/{pid}/stdin, /resize, /kill | its stdin (`?close=true`), terminal, end |
 //! | POST | /v1/tasks/{id}/port-links/{port}?ttl= | a signed link to a port, and the task's traffic token |
 //! | any | /v1/tasks/{id}/ports/{port}/... | a task's port over HTTP or WebSocket ([`crate::ports`]; also by host name `{port}-{id}.{domain}`) |
 //! | DELETE | /v1/api-keys/{name} | revoke |
@@ -76,6 +79,7 @@ mod images;
 pub(crate) mod mcp;
 mod nodes;
 mod port_links;
+mod processes;
 pub mod openapi;
 mod served;
 mod snapshots;
@@ -125,6 +129,7 @@ fn routes(token: Arc<String>) -> Routes {
         .merge(api_keys::routes())
         .merge(nodes::routes())
         .merge(port_links::routes())
+        .merge(processes::routes())
         .merge(tasks::routes())
         .merge(exec::routes())
         .merge(files::routes())

@@ -14,7 +14,7 @@ use utoipa::openapi::{ContentBuilder, Ref, RefOr, ResponseBuilder, Schema};
 use utoipa::{Modify, OpenApi};
 
 use super::served::Routes;
-use super::{admin, api_keys, deliver, port_links, egress, exec, files, gateway, images, mcp, nodes, snapshots, tasks, waits};
+use super::{admin, api_keys, deliver, port_links, processes, egress, exec, files, gateway, images, mcp, nodes, snapshots, tasks, waits};
 
 #[derive(Debug, OpenApi)]
 #[openapi(
@@ -28,6 +28,7 @@ use super::{admin, api_keys, deliver, port_links, egress, exec, files, gateway, 
         api_keys::list_api_keys, api_keys::create_api_key, api_keys::revoke_api_key,
         nodes::list,
         port_links::create_link,
+        processes::start, processes::list, processes::show, processes::stdin, processes::resize, processes::kill,
         tasks::list, tasks::create, tasks::show, tasks::destroy, tasks::events, tasks::watch,
         exec::exec, exec::run,
         files::download, files::upload, files::read_one, files::write_one, files::list_dir,

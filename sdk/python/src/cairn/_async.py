@@ -6,7 +6,7 @@ import os
 from typing import Any, Callable, Iterable
 
 from . import _ops as ops
-from ._models import DirEntry, Delivery, EgressPolicy, Event, ExecResult, RollbackNote, Snapshot, TaskInfo, Wait
+from ._models import DirEntry, Delivery, EgressPolicy, Event, ExecResult, ProcessInfo, RollbackNote, Snapshot, TaskInfo, Wait
 from ._transport import AsyncTransport, discover
 
 
@@ -109,6 +109,31 @@ class AsyncTask:
         `on_stdout`/`on_stderr`, output is streamed to them as it comes."""
         return await self._run(ops.exec_(self.id, cmd, env=env, cwd=cwd, timeout=timeout, stdin=stdin, on_stdout=on_stdout, on_stderr=on_stderr))
 
+    async def start(
+        self,
+        cmd: str | list[str],
+        *,
+        env: dict[str, str] | None = None,
+        cwd: str | None = None,
+        timeout: float | None = None,
+        stdin: bool = False,
+        pty: tuple[int, int] | None = None,
+        user: str | None = None,
+        tag: str | None = None,
+    ) -> AsyncProcess:
+        """`Task.start`, awaited."""
+        info = await self._run(ops.start_process(self.id, cmd, env=env, cwd=cwd, timeout=timeout, stdin=stdin, pty=pty, user=user, tag=tag))
+        return AsyncProcess(self, info)
+
+    async def processes(self) -> list[ProcessInfo]:
+        return await self._run(ops.list_processes(self.id))
+
+    async def process(self, pid: int) -> AsyncProcess:
+        return AsyncProcess(self, await self._run(ops.get_process(self.id, pid)))
+
+    async def url(self, port: int, *, ttl: str | None = None) -> str:
+        return await self._run(ops.port_url(self.id, port, ttl))
+
     async def snapshot(self, kind: str = "manual", note: str | None = None, *, healthy: bool | None = None, with_memory: bool = False) -> Snapshot:
         """kind: `milestone`, `pre-risk`, `branch` or `manual`. `with_memory`
         (gvisor tasks): also checkpoint the sandbox's processes and memory."""
@@ -176,3 +201,33 @@ class AsyncTask:
 
     async def destroy(self) -> AsyncTask:
         return self._update(await self._run(ops.destroy(self.id)))
+
+
+class AsyncProcess:
+    """`Process`, awaited."""
+
+    def __init__(self, task: AsyncTask, info: ProcessInfo) -> None:
+        self._task = task
+        self.id = info.id
+        self.info = info
+
+    async def output(self) -> ProcessInfo:
+        self.info = await self._task._run(ops.get_process(self._task.id, self.id))
+        return self.info
+
+    async def wait(self, timeout: float | None = None) -> ProcessInfo:
+        self.info = await self._task._run(ops.get_process(self._task.id, self.id, wait=timeout if timeout is not None else 1e9))
+        return self.info
+
+    async def write_stdin(self, data: bytes | str, *, close: bool = False) -> None:
+        self.info = await self._task._run(ops.process_stdin(self._task.id, self.id, data, close))
+
+    async def close_stdin(self) -> None:
+        self.info = await self._task._run(ops.process_stdin(self._task.id, self.id, b"", True))
+
+    async def resize(self, rows: int, cols: int) -> None:
+        self.info = await self._task._run(ops.resize_process(self._task.id, self.id, rows, cols))
+
+    async def kill(self) -> ProcessInfo:
+        self.info = await self._task._run(ops.kill_process(self._task.id, self.id))
+        return self.info

@@ -227,3 +227,35 @@ class EgressPolicy:
     @classmethod
     def from_json(cls, v: dict[str, Any]) -> EgressPolicy:
         return cls(list(v.get("allow", [])), list(v.get("deny", [])), v)
+
+
+@dataclass(frozen=True)
+class ProcessInfo:
+    """A command running in the background, with its handle (`id`), and its
+    output so far (the last MiB of each stream; UTF-8, invalid bytes
+    replaced). `exit_code` is set once it has ended (None when a signal
+    ended it; `signal` says which)."""
+
+    id: int
+    task: str
+    argv: list[str]
+    tag: str | None
+    tty: bool
+    running: bool
+    exit_code: int | None
+    signal: int | None
+    timed_out: bool
+    error: str | None
+    stdout: str
+    stderr: str
+    truncated: bool
+    raw: dict[str, Any] = field(repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, v: dict[str, Any]) -> ProcessInfo:
+        exit_ = v.get("exit") or {}
+        return cls(
+            v["id"], v.get("task", ""), list(v.get("argv", [])), v.get("tag"), bool(v.get("tty")), bool(v.get("running")),
+            exit_.get("exit_code") if exit_ and exit_.get("signal") is None else None, exit_.get("signal"), bool(exit_.get("timed_out")),
+            v.get("error"), v.get("stdout", ""), v.get("stderr", ""), bool(v.get("truncated")), v,
+        )

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from ._errors import CairnError, InvalidRequest, WaitTimeout
-from ._models import DirEntry, Delivery, EgressPolicy, Event, ExecResult, RollbackNote, Snapshot, TaskInfo, Wait
+from ._models import DirEntry, Delivery, EgressPolicy, Event, ExecResult, ProcessInfo, RollbackNote, Snapshot, TaskInfo, Wait
 from ._transport import Call, Op
 
 #: How long one blocking poll of a wait asks the daemon to hold it.
@@ -110,6 +110,66 @@ def exec_(
 
     end = yield Call("POST", path, json=body, on_event=on_event)
     return ExecResult.from_json(end, "".join(out), "".join(err))
+
+
+def start_process(
+    task: str,
+    cmd: str | list[str],
+    *,
+    env: dict[str, str] | None = None,
+    cwd: str | None = None,
+    timeout: float | None = None,
+    stdin: bool = False,
+    pty: tuple[int, int] | None = None,
+    user: str | None = None,
+    tag: str | None = None,
+) -> Op[ProcessInfo]:
+    argv = ["sh", "-c", cmd] if isinstance(cmd, str) else list(cmd)
+    body: dict[str, Any] = _drop_none({"argv": argv, "workdir": cwd, "user": user, "tag": tag})
+    body["stdin"] = stdin
+    if env:
+        body["env"] = [f"{k}={v}" for k, v in env.items()]
+    if timeout is not None:
+        body["timeout_ms"] = int(timeout * 1000)
+    if pty is not None:
+        body["tty"] = {"rows": pty[0], "cols": pty[1]}
+    return ProcessInfo.from_json((yield Call("POST", f"/v1/tasks/{task}/processes", json=body)))
+
+
+def get_process(task: str, pid: int, wait: float | None = None) -> Op[ProcessInfo]:
+    """The command and its output so far; with `wait` (seconds), after its
+    end unless the wait runs out first."""
+    if wait is None:
+        return ProcessInfo.from_json((yield Call("GET", f"/v1/tasks/{task}/processes/{pid}")))
+    deadline = time.monotonic() + wait
+    while True:
+        left = max(0.0, deadline - time.monotonic())
+        info = ProcessInfo.from_json((yield Call("GET", f"/v1/tasks/{task}/processes/{pid}", params={"wait_ms": int(min(left, 300) * 1000)})))
+        if not info.running or time.monotonic() >= deadline:
+            return info
+
+
+def list_processes(task: str) -> Op[list[ProcessInfo]]:
+    return [ProcessInfo.from_json(p) for p in (yield Call("GET", f"/v1/tasks/{task}/processes"))]
+
+
+def process_stdin(task: str, pid: int, data: bytes | str, close: bool = False) -> Op[ProcessInfo]:
+    content = data.encode() if isinstance(data, str) else bytes(data)
+    params = {"close": "true"} if close else None
+    return ProcessInfo.from_json((yield Call("POST", f"/v1/tasks/{task}/processes/{pid}/stdin", params=params, content=content)))
+
+
+def resize_process(task: str, pid: int, rows: int, cols: int) -> Op[ProcessInfo]:
+    return ProcessInfo.from_json((yield Call("POST", f"/v1/tasks/{task}/processes/{pid}/resize", json={"rows": rows, "cols": cols})))
+
+
+def kill_process(task: str, pid: int) -> Op[ProcessInfo]:
+    return ProcessInfo.from_json((yield Call("POST", f"/v1/tasks/{task}/processes/{pid}/kill", json={})))
+
+
+def port_url(task: str, port: int, ttl: str | None = None) -> Op[str]:
+    params = {"ttl": ttl} if ttl else None
+    return (yield Call("POST", f"/v1/tasks/{task}/port-links/{port}", params=params, json={}))["url"]
 
 
 def read_file(task: str, path: str) -> Op[bytes]:

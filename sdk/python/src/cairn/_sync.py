@@ -6,7 +6,7 @@ import os
 from typing import Any, Callable, Iterable
 
 from . import _ops as ops
-from ._models import DirEntry, Delivery, EgressPolicy, Event, ExecResult, RollbackNote, Snapshot, TaskInfo, Wait
+from ._models import DirEntry, Delivery, EgressPolicy, Event, ExecResult, ProcessInfo, RollbackNote, Snapshot, TaskInfo, Wait
 from ._transport import SyncTransport, discover
 
 
@@ -109,6 +109,36 @@ class Task:
         `on_stdout`/`on_stderr`, output is streamed to them as it comes."""
         return self._run(ops.exec_(self.id, cmd, env=env, cwd=cwd, timeout=timeout, stdin=stdin, on_stdout=on_stdout, on_stderr=on_stderr))
 
+    def start(
+        self,
+        cmd: str | list[str],
+        *,
+        env: dict[str, str] | None = None,
+        cwd: str | None = None,
+        timeout: float | None = None,
+        stdin: bool = False,
+        pty: tuple[int, int] | None = None,
+        user: str | None = None,
+        tag: str | None = None,
+    ) -> Process:
+        """Starts `cmd` in the background and returns its handle at once: a
+        client that goes away leaves it running. `pty=(rows, cols)` gives it
+        a terminal; `stdin=True` keeps its stdin open for `write_stdin`."""
+        info = self._run(ops.start_process(self.id, cmd, env=env, cwd=cwd, timeout=timeout, stdin=stdin, pty=pty, user=user, tag=tag))
+        return Process(self, info)
+
+    def processes(self) -> list[ProcessInfo]:
+        """The task's background commands, running or ended in the last ten minutes."""
+        return self._run(ops.list_processes(self.id))
+
+    def process(self, pid: int) -> Process:
+        return Process(self, self._run(ops.get_process(self.id, pid)))
+
+    def url(self, port: int, *, ttl: str | None = None) -> str:
+        """A signed link to a server listening on `port` inside the task,
+        through the daemon (valid for `ttl`, default 1h)."""
+        return self._run(ops.port_url(self.id, port, ttl))
+
     def snapshot(self, kind: str = "manual", note: str | None = None, *, healthy: bool | None = None, with_memory: bool = False) -> Snapshot:
         """kind: `milestone`, `pre-risk`, `branch` or `manual`. `with_memory`
         (gvisor tasks): also checkpoint the sandbox's processes and memory."""
@@ -176,3 +206,39 @@ class Task:
 
     def destroy(self) -> Task:
         return self._update(self._run(ops.destroy(self.id)))
+
+
+class Process:
+    """A background command's handle (`Task.start`)."""
+
+    def __init__(self, task: Task, info: ProcessInfo) -> None:
+        self._task = task
+        self.id = info.id
+        self.info = info
+
+    def __repr__(self) -> str:
+        return f"<Process {self.id} of {self._task.id} {'running' if self.info.running else 'ended'}>"
+
+    def output(self) -> ProcessInfo:
+        """How it stands, with its output so far."""
+        self.info = self._task._run(ops.get_process(self._task.id, self.id))
+        return self.info
+
+    def wait(self, timeout: float | None = None) -> ProcessInfo:
+        """Waits for its end (at most `timeout` seconds) and returns it."""
+        self.info = self._task._run(ops.get_process(self._task.id, self.id, wait=timeout if timeout is not None else 1e9))
+        return self.info
+
+    def write_stdin(self, data: bytes | str, *, close: bool = False) -> None:
+        self.info = self._task._run(ops.process_stdin(self._task.id, self.id, data, close))
+
+    def close_stdin(self) -> None:
+        self.info = self._task._run(ops.process_stdin(self._task.id, self.id, b"", True))
+
+    def resize(self, rows: int, cols: int) -> None:
+        self.info = self._task._run(ops.resize_process(self._task.id, self.id, rows, cols))
+
+    def kill(self) -> ProcessInfo:
+        """Kills it and everything it started; answers its end."""
+        self.info = self._task._run(ops.kill_process(self._task.id, self.id))
+        return self.info
