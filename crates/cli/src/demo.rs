@@ -237,6 +237,7 @@ async fn steps(d: &mut Demo, home: &Path, daemon_port: u16) -> Result<()> {
     raw_file_and_metrics(d).await?;
     python_sdk(d).await?;
     e2b_sdk(d).await?;
+    port(d).await?;
     mcp(d).await?;
     cluster(d, home).await?;
 
@@ -459,6 +460,40 @@ async fn python_sdk(d: &mut Demo) -> Result<()> {
         bail!("the SDK step failed ({}): {text}{}", out.status, String::from_utf8_lossy(&out.stderr));
     }
     d.say("an agent in Python, through the SDK (import cairn)", t.elapsed(), &text);
+    Ok(())
+}
+
+/// A server in the background inside the task, reached through the
+/// daemon with a signed link: the sandbox stays offline.
+async fn port(d: &mut Demo) -> Result<()> {
+    let t = Instant::now();
+    let start = cairn_api::exec::ExecStart {
+        argv: ["sh", "-c", "mkdir -p /workspace/site && echo 'served from inside the task' > /workspace/site/index.html && cd /workspace/site && exec python3 -m http.server 8000"]
+            .map(str::to_owned)
+            .to_vec(),
+        ..Default::default()
+    };
+    let server: cairn_api::processes::ProcessView =
+        d.client.post(&format!("/v1/tasks/{}/processes", d.task), &cairn_api::processes::StartProcess { start, tag: Some("site".into()) }).await?;
+    let link: serde_json::Value = d.client.post_empty(&format!("/v1/tasks/{}/port-links/8000?ttl=10m", d.task)).await?;
+    let url = link["url"].as_str().unwrap_or_default().to_owned();
+    let http = reqwest::Client::new();
+    let mut page = String::new();
+    for _ in 0..100 {
+        if let Ok(r) = http.get(&url).send().await {
+            if r.status().is_success() {
+                page = r.text().await.unwrap_or_default();
+                break;
+            }
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let _: cairn_api::processes::ProcessView = d.client.post_empty(&format!("/v1/tasks/{}/processes/{}/kill", d.task, server.id)).await?;
+    if page.trim() != "served from inside the task" {
+        bail!("the port step read {page:?} through {url}");
+    }
+    let shown: String = url.split('?').next().unwrap_or_default().to_owned();
+    d.say("a server in the background, reached through a signed link (cairn port)", t.elapsed(), &format!("command {} (tag site); {shown}?exp=...&sig=... answered {:?}", server.id, page.trim()));
     Ok(())
 }
 
