@@ -71,6 +71,18 @@ if ! /opt/cairn-test/e2b/bin/python -c 'import e2b, pytest, httpx' 2>/dev/null; 
   python3 -m venv /opt/cairn-test/e2b
   /opt/cairn-test/e2b/bin/pip install -q e2b pytest httpx
 fi
+# E2B's JavaScript SDK (current, from npm) runs with node's test runner in
+# tests/e2b_sdk.rs; it needs Node.js 20.18 or later.
+if ! command -v node >/dev/null; then
+  echo "installing Node.js and npm"
+  apt-get install -y -q nodejs npm >/dev/null
+fi
+if [[ ! -d /opt/cairn-test/e2b-js/node_modules/e2b ]]; then
+  echo "installing the e2b npm package into /opt/cairn-test/e2b-js"
+  mkdir -p /opt/cairn-test/e2b-js
+  [[ -f /opt/cairn-test/e2b-js/package.json ]] || echo '{"name": "cairn-e2b-js-sdk-test", "private": true}' >/opt/cairn-test/e2b-js/package.json
+  (cd /opt/cairn-test/e2b-js && npm install --no-audit --no-fund --silent e2b)
+fi
 # The tests of the blob store on S3-compatible storage start moto's S3
 # server on loopback.
 if ! python3 -c 'import moto.server, flask, flask_cors' 2>/dev/null; then

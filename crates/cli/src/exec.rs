@@ -301,7 +301,6 @@ pub(crate) async fn cli(client: &Client, a: ExecCli, json_out: bool) -> Result<u
             user: args.user,
             stdin: args.stdin || args.tty,
             tty: args.tty.then_some(cairn_api::exec::WinSize { rows: 24, cols: 80 }),
-            ..Default::default()
         };
         let body = cairn_api::processes::StartProcess { start, tag: a.tag };
         let v: crate::client::Answer<cairn_api::processes::ProcessView> = client.post(&format!("/v1/tasks/{}/processes", args.task), &body).await?;

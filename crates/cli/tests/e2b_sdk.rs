@@ -65,6 +65,47 @@ fn the_e2b_python_sdk_runs_against_a_daemon() {
     assert!(live.is_empty(), "the suite left sandboxes behind: {live:?}");
 }
 
+/// E2B's JavaScript SDK (the `e2b` package from npm, installed by
+/// `scripts/setup-debian.sh` at `/opt/cairn-test/e2b-js`, or where
+/// `CAIRN_E2B_JS` says) runs `tests/e2b/e2b_sdk.test.mjs` with node's test
+/// runner against a daemon.
+#[test]
+fn the_e2b_javascript_sdk_runs_against_a_daemon() {
+    common::require_root();
+    let sdk = PathBuf::from(std::env::var("CAIRN_E2B_JS").unwrap_or_else(|_| "/opt/cairn-test/e2b-js".into()));
+    let modules = sdk.join("node_modules");
+    assert!(modules.join("e2b").is_dir(), "no e2b npm package under {}: run scripts/setup-debian.sh", modules.display());
+    let node = Command::new("node").arg("--version").output().unwrap_or_else(|e| panic!("node is not installed ({e}): run scripts/setup-debian.sh"));
+    assert!(node.status.success(), "node --version failed");
+    // The test file beside the package's modules, so that its import finds them.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("e2b_sdk.test.mjs");
+    std::fs::copy(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/e2b/e2b_sdk.test.mjs"), &file).unwrap();
+    std::os::unix::fs::symlink(&modules, dir.path().join("node_modules")).unwrap();
+    let d = Daemon::start();
+    let key = d.ok(&["api-key", "create", "e2b-js-suite"]).trim().to_owned();
+    let mut cmd = Command::new("node");
+    cmd.args(["--test", "--test-reporter=tap"])
+        .arg(&file)
+        .current_dir(dir.path())
+        .env("E2B_API_URL", &d.url)
+        .env("E2B_SANDBOX_URL", &d.url)
+        .env("E2B_API_KEY", &key)
+        .env_remove("E2B_DOMAIN")
+        .env_remove("E2B_DEBUG")
+        .stdin(Stdio::null());
+    let out = common::output_within(&mut cmd, Duration::from_secs(600));
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    eprintln!("{text}");
+    assert!(out.status.success(), "the e2b JavaScript SDK suite failed:\n{text}");
+    let count = |prefix: &str| text.lines().find_map(|l| l.strip_prefix(prefix)).and_then(|n| n.trim().parse::<u32>().ok());
+    let defined = std::fs::read_to_string(&file).unwrap().lines().filter(|l| l.starts_with("test(")).count() as u32;
+    assert_eq!((count("# pass "), count("# fail "), count("# skipped ")), (Some(defined), Some(0), Some(0)), "every test of the file passed:\n{text}");
+    let tasks = d.json(&["task", "list"]);
+    let live: Vec<&serde_json::Value> = tasks.as_array().unwrap().iter().filter(|t| t["state"] != "destroyed").collect();
+    assert!(live.is_empty(), "the suite left sandboxes behind: {live:?}");
+}
+
 /// The keys themselves: made in E2B's format, listed without the key,
 /// refused once revoked; bad names and unknown keys fail in one line.
 #[test]
@@ -90,4 +131,35 @@ fn api_keys_are_made_listed_and_revoked() {
     assert_eq!(status(&key), "401", "a revoked key is refused");
     let err = d.fails(&["api-key", "revoke", "ci"]);
     assert!(err.contains("no API key named"), "{err}");
+}
+
+/// An upload larger than the task's disk: the sandbox's own ENOSPC, a 507
+/// in E2B's shape, the task and the daemon fine afterwards.
+#[test]
+fn an_upload_larger_than_the_tasks_disk_is_refused_with_507() {
+    let d = Daemon::start();
+    let key = d.ok(&["api-key", "create", "upload"]).trim().to_owned();
+    let t = d.create(&["--disk", "64M"]);
+    let detail = Command::new("curl").args(["-s", "--max-time", "10", "-H", &format!("X-API-Key: {key}"), &format!("{}/sandboxes/{t}", d.url)]).output().unwrap();
+    let detail: serde_json::Value = serde_json::from_slice(&detail.stdout).unwrap();
+    let token = detail["envdAccessToken"].as_str().unwrap_or_else(|| panic!("no access token: {detail}"));
+    let big = tempfile::NamedTempFile::new().unwrap();
+    big.as_file().set_len(96 << 20).unwrap();
+    let out = Command::new("curl")
+        .args(["-s", "--max-time", "120", "-w", "\n%{http_code}", "-H", &format!("E2b-Sandbox-Id: {t}"), "-H", &format!("X-Access-Token: {token}")])
+        .args(["-H", "Content-Type: application/octet-stream", "--data-binary"])
+        .arg(format!("@{}", big.path().display()))
+        .arg(format!("{}/files?path=/workspace/too-big.bin", d.url))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, status) = text.rsplit_once('\n').unwrap();
+    assert_eq!(status, "507", "{text}");
+    let body: serde_json::Value = serde_json::from_str(body).unwrap();
+    assert_eq!(body["code"], 507, "{body}");
+    assert!(body["message"].as_str().unwrap().contains("No space left"), "{body}");
+    // The task goes on: its space back, a command runs.
+    let (code, out, err) = d.sh(&t, "rm -f /workspace/too-big.bin && echo fine");
+    assert_eq!((code, out.as_str()), (0, "fine\n"), "{err}");
+    d.ok(&["destroy", &t]);
 }

@@ -2,6 +2,8 @@
 //! one it was started with. Alone in its binary: it lowers the test
 //! process's own soft limit, which the daemon inherits.
 
+#![allow(clippy::unwrap_used)]
+
 mod common;
 
 use common::Daemon;

@@ -4,6 +4,8 @@
 //! (none, a forged or expired link, a port nobody listens on, a port out
 //! of range). The sandbox stays offline throughout.
 
+#![allow(clippy::unwrap_used)]
+
 mod common;
 
 use std::time::Duration;

@@ -2,6 +2,8 @@
 //! handle; `cairn process` lists, shows (waiting for the end), feeds stdin
 //! and kills; bad handles fail in one line.
 
+#![allow(clippy::unwrap_used)]
+
 mod common;
 
 use std::io::Write;

@@ -119,6 +119,10 @@ fn parse<T: serde::de::DeserializeOwned + Default>(what: &str, body: &[u8]) -> R
     serde_json::from_slice(body).map_err(|e| E2bError::bad_request(format!("malformed {what} request: {e}")))
 }
 
+fn cairn_core_now_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+}
+
 fn rfc3339(ms: i64) -> String {
     humantime::format_rfc3339_millis(UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64)).to_string()
 }
@@ -355,11 +359,20 @@ async fn wake(rt: &Arc<Runtime>, id: &str, body: &[u8]) -> Result<Response, E2bE
     let req: TimeoutBody = parse("connect", body)?;
     let view = live_task(rt, id).await?;
     let paused = e2b_state(view.task.state) == Some("paused");
+    // The deadline first: a woken task whose deadline has passed would be
+    // ended (or paused) again at once.
+    let expired = view.task.config.deadline_ms.is_some_and(|d| d <= cairn_core_now_ms());
+    match req.timeout {
+        Some(secs) => {
+            rt.set_deadline(id, Some(Duration::from_secs(secs)), None, "e2b").await?;
+        }
+        None if expired => {
+            rt.set_deadline(id, Some(Duration::from_secs(DEFAULT_TIMEOUT_S)), None, "e2b").await?;
+        }
+        None => {}
+    }
     if paused {
         rt.resume(id, "e2b").await?;
-    }
-    if let Some(secs) = req.timeout {
-        rt.set_deadline(id, Some(Duration::from_secs(secs)), None, "e2b").await?;
     }
     let view = rt.show(id).await?;
     let status = if paused { StatusCode::CREATED } else { StatusCode::OK };

@@ -255,7 +255,7 @@ impl Runtime {
             ProcessSelector::Tag(t) => p.tag.as_deref() == Some(t.as_str()),
         };
         // A tag names the running command, else the last that had it.
-        let found = all.iter().filter(named).find(|p| !p.has_ended()).or_else(|| all.iter().filter(named).last()).cloned();
+        let found = all.iter().filter(named).find(|p| !p.has_ended()).or_else(|| all.iter().rfind(|p| named(p))).cloned();
         found.ok_or_else(|| match which {
             ProcessSelector::Id(n) => Error::not_found(format!("no command {n} in task {id}")),
             ProcessSelector::Tag(t) => Error::not_found(format!("no command tagged {t:?} in task {id}")),

@@ -313,3 +313,26 @@ def test_malformed_connect_requests_are_refused_in_the_protocols_shape(sandbox):
     assert r.status_code == 404
     r = httpx.post(base + "/process.Process/List", headers={**headers, "E2b-Sandbox-Id": "tnosuchsandbx", "Content-Type": "application/json"}, content=b"{}")
     assert r.status_code == 401, "a token that is not this sandbox's is refused before anything is looked up"
+
+
+def test_with_on_timeout_pause_the_sandbox_is_paused_at_its_timeout_and_connects_again():
+    sb = Sandbox.create(timeout=2, lifecycle={"on_timeout": "pause"})
+    try:
+        sb.files.write("/workspace/kept.txt", "kept through the timeout")
+        deadline = time.monotonic() + 30
+        while Sandbox.get_info(sb.sandbox_id).state.value != "paused":
+            assert time.monotonic() < deadline, "not paused at its timeout"
+            time.sleep(0.5)
+        again = Sandbox.connect(sb.sandbox_id, timeout=120)
+        assert again.files.read("/workspace/kept.txt") == "kept through the timeout"
+    finally:
+        Sandbox.kill(sb.sandbox_id)
+
+
+def test_several_files_upload_at_once(sandbox):
+    from e2b.sandbox.filesystem.filesystem import WriteEntry
+
+    written = sandbox.files.write_files([WriteEntry(path="/workspace/multi/a.txt", data="A"), WriteEntry(path="/workspace/multi/b.bin", data=b"\x00\xffB")])
+    assert sorted(w.path for w in written) == ["/workspace/multi/a.txt", "/workspace/multi/b.bin"]
+    assert sandbox.files.read("/workspace/multi/b.bin", format="bytes") == b"\x00\xffB"
+    assert sandbox.files.read("/workspace/multi/a.txt") == "A"
