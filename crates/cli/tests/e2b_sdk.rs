@@ -126,6 +126,8 @@ fn api_keys_are_made_listed_and_revoked() {
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
     assert_eq!(status(&key), "200", "control: the key works");
+    let health = Command::new("curl").args(["-s", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "10", &format!("{}/health", d.url)]).output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&health.stdout), "204", "E2B's health check takes no key");
     assert_eq!(status("e2b_0000000000000000000000000000000000000000"), "401");
     d.ok(&["api-key", "revoke", "ci"]);
     assert_eq!(status(&key), "401", "a revoked key is refused");

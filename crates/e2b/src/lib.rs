@@ -40,7 +40,8 @@ pub const ENVD_VERSION: &str = "0.6.4";
 
 /// The control API's routes, at the root of the daemon's address.
 pub fn control_routes() -> Router<Arc<Runtime>> {
-    control::routes()
+    // E2B's health check takes no key.
+    control::routes().route("/health", axum::routing::get(|| async { axum::http::StatusCode::NO_CONTENT }))
 }
 
 /// Middleware for the daemon's router: a request that names a sandbox in
