@@ -336,3 +336,30 @@ def test_several_files_upload_at_once(sandbox):
     assert sorted(w.path for w in written) == ["/workspace/multi/a.txt", "/workspace/multi/b.bin"]
     assert sandbox.files.read("/workspace/multi/b.bin", format="bytes") == b"\x00\xffB"
     assert sandbox.files.read("/workspace/multi/a.txt") == "A"
+
+
+def test_stream_input_feeds_a_command_over_a_chunked_request(sandbox):
+    import base64
+    import json
+
+    cat = sandbox.commands.run("cat", background=True, stdin=True)
+    headers = {
+        "E2b-Sandbox-Id": sandbox.sandbox_id,
+        "X-Access-Token": access_token(sandbox.sandbox_id),
+        "Connect-Protocol-Version": "1",
+        "Content-Type": "application/connect+json",
+    }
+
+    def frame(message):
+        body = json.dumps(message).encode()
+        return b"\x00" + len(body).to_bytes(4, "big") + body
+
+    def chunks():
+        yield frame({"start": {"process": {"pid": cat.pid}}})
+        for part in (b"streamed ", b"in parts"):
+            yield frame({"data": {"input": {"stdin": base64.b64encode(part).decode()}}})
+
+    r = httpx.post(os.environ["E2B_SANDBOX_URL"] + "/process.Process/StreamInput", headers=headers, content=chunks())
+    assert r.status_code == 200 and r.content.endswith(b"{}"), r.content
+    sandbox.commands.close_stdin(cat.pid)
+    assert cat.wait().stdout == "streamed in parts"
