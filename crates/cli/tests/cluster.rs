@@ -662,6 +662,52 @@ fn an_mcp_call_and_a_blocking_wait_reach_a_task_through_the_other_node() {
     assert!(approved.elapsed() < Duration::from_secs(15), "node-b's waiter saw the approval late: {:?}", approved.elapsed());
 }
 
+/// E2B's API on a cluster: a key made on one node works on the other, and
+/// an in-sandbox call that reaches node-b about a sandbox node-a runs is
+/// carried out on node-a (streams too); one with a wrong token is refused
+/// where it arrives.
+#[test]
+fn e2b_calls_reach_a_sandbox_through_the_other_node() {
+    let c = Cluster::start();
+    let id = c.a.create(&[]);
+    c.wait_running_on(NODE_A, &id, NODE_A, WAKE_LIMIT);
+    must(&c.a, &id, "echo from-node-a > /workspace/where");
+    let key = c.a.ok(&["api-key", "create", "cluster"]).trim().to_owned();
+    let (code, detail) = curl(&["-H", &format!("X-API-Key: {key}"), &format!("{}/sandboxes/{id}", c.b.url)]);
+    assert_eq!(code, 200, "the key made on node-a works on node-b: {detail}");
+    let detail: Value = serde_json::from_str(&detail).unwrap();
+    let token = detail["envdAccessToken"].as_str().unwrap().to_owned();
+    let call = |token: &str, method: &str, content_type: &str, body: &[u8]| {
+        let body_file = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(body_file.path(), body).unwrap();
+        curl(&[
+            "-X", "POST",
+            "-H", &format!("E2b-Sandbox-Id: {id}"),
+            "-H", &format!("X-Access-Token: {token}"),
+            "-H", "Connect-Protocol-Version: 1",
+            "-H", &format!("Content-Type: {content_type}"),
+            "--data-binary", &format!("@{}", body_file.path().display()),
+            &format!("{}/{method}", c.b.url),
+        ])
+    };
+    let (code, stat) = call(&token, "filesystem.Filesystem/Stat", "application/json", br#"{"path":"/workspace/where"}"#);
+    assert_eq!(code, 200, "{stat}");
+    assert!(stat.contains("\"name\":\"where\""), "{stat}");
+    // A server stream through node-b: the command runs in node-a's sandbox.
+    let start = br#"{"process":{"cmd":"cat","args":["/workspace/where"]},"stdin":false}"#;
+    let mut frame = vec![0u8];
+    frame.extend_from_slice(&(start.len() as u32).to_be_bytes());
+    frame.extend_from_slice(start);
+    let (code, stream) = call(&token, "process.Process/Start", "application/connect+json", &frame);
+    assert_eq!(code, 200, "{stream}");
+    let encoded = base64::engine::general_purpose::STANDARD.encode("from-node-a\n");
+    assert!(stream.contains(&encoded) && stream.contains("\"end\":{\"exitCode\":0"), "the output and the end of the command: {stream}");
+    // Negative control: a wrong token is refused on node-b, not forwarded.
+    let (code, refused) = call(&"0".repeat(64), "filesystem.Filesystem/Stat", "application/json", br#"{"path":"/workspace/where"}"#);
+    assert_eq!(code, 401, "{refused}");
+    c.a.ok(&["destroy", &id]);
+}
+
 #[test]
 fn a_timer_set_on_a_lost_node_fires_on_the_other() {
     let mut c = Cluster::start();

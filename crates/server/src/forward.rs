@@ -47,7 +47,20 @@ fn mcp_task(body: &[u8]) -> Option<String> {
 pub(crate) async fn forward_to_owner(State(rt): State<Arc<Runtime>>, req: Request, next: Next) -> Response {
     // Unauthenticated requests are refused here, not forwarded (nor told
     // where a task runs).
-    if req.headers().contains_key(FORWARDED) || !req.headers().contains_key(axum::http::header::AUTHORIZATION) {
+    if req.headers().contains_key(FORWARDED) {
+        return next.run(req).await;
+    }
+    // E2B's in-sandbox API names its sandbox in a header and carries that
+    // sandbox's access token, checked before anything is forwarded.
+    let sandbox = req.headers().get(cairn_e2b::SANDBOX_ID_HEADER).and_then(|v| v.to_str().ok()).map(str::to_owned);
+    if let Some(task) = sandbox {
+        let token = req.headers().get("x-access-token").and_then(|v| v.to_str().ok()).unwrap_or("");
+        if rt.is_clustered() && rt.check_sandbox_access_token(&task, token) {
+            return route(&rt, &task, req, next).await;
+        }
+        return next.run(req).await;
+    }
+    if !req.headers().contains_key(axum::http::header::AUTHORIZATION) {
         return next.run(req).await;
     }
     // An MCP tool call is about the task in its arguments.
