@@ -36,6 +36,8 @@ CAIRN_URL=$URL CAIRN_TOKEN=$(cat "$CAIRN_HOME/token") python3 "$ROOT/bench/e2b_b
 
 python3 - "$WORK/e2b.json" "$WORK/cairn.json" "$ROOT/docs/benchmarks.md" "$("$E2B_PY" -m pip show e2b | awk '/^Version/ {print $2}')" <<'PY'
 import json, sys, datetime, os
+sys.path.insert(0, os.path.join(os.path.dirname(sys.argv[3]), "..", "bench"))
+from section import write_section
 e2b, cairn, doc, version = json.load(open(sys.argv[1])), json.load(open(sys.argv[2])), sys.argv[3], sys.argv[4]
 port = json.load(open(os.path.join(os.path.dirname(sys.argv[1]), "port.json")))
 rows = [("create + first command", "create_first"), ("warm command round trip", "run"),
@@ -61,14 +63,7 @@ out += ["",
         "a `cat` in the sandbox writes as the call's user; Cairn's a raw body the daemon writes through its",
         "descriptor-relative file code. Through the daemon, a port's request is relayed over a connection the",
         "sandbox's init makes on its own loopback, one per request.", ""]
-text = open(doc).read()
-start = text.find("\n## E2B's SDK against Cairn\n")
 section = "\n".join(out)
-if start >= 0:
-    nxt = text.find("\n## ", start + 1)
-    text = text[:start + 1] + section + (text[nxt:] if nxt >= 0 else "\n")
-else:
-    text = text.rstrip("\n") + "\n\n" + section
-open(doc, "w").write(text)
+write_section(doc, section)
 print(section)
 PY

@@ -29,6 +29,12 @@ fn require_sdk(python: &str) {
     }
 }
 
+/// Points an E2B SDK's process at daemon `d` with `key`: the three
+/// variables and nothing else of E2B's.
+fn at_daemon<'a>(cmd: &'a mut Command, d: &Daemon, key: &str) -> &'a mut Command {
+    cmd.env("E2B_API_URL", &d.url).env("E2B_SANDBOX_URL", &d.url).env("E2B_API_KEY", key).env_remove("E2B_DOMAIN").env_remove("E2B_DEBUG").stdin(Stdio::null())
+}
+
 #[test]
 fn the_e2b_python_sdk_runs_against_a_daemon() {
     common::require_root();
@@ -39,15 +45,7 @@ fn the_e2b_python_sdk_runs_against_a_daemon() {
     assert!(key.starts_with("e2b_") && key.len() == 44, "a key in E2B's format: {key}");
     let tests = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/e2b");
     let mut cmd = Command::new(&python);
-    cmd.args(["-m", "pytest", "-q", "-p", "no:cacheprovider", "test_e2b_sdk.py"])
-        .current_dir(&tests)
-        .env("PYTHONDONTWRITEBYTECODE", "1")
-        .env("E2B_API_URL", &d.url)
-        .env("E2B_SANDBOX_URL", &d.url)
-        .env("E2B_API_KEY", &key)
-        .env_remove("E2B_DOMAIN")
-        .env_remove("E2B_DEBUG")
-        .stdin(Stdio::null());
+    at_daemon(&mut cmd, &d, &key).args(["-m", "pytest", "-q", "-p", "no:cacheprovider", "test_e2b_sdk.py"]).current_dir(&tests).env("PYTHONDONTWRITEBYTECODE", "1");
     let out = common::output_within(&mut cmd, Duration::from_secs(600));
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     eprintln!("{text}");
@@ -85,15 +83,7 @@ fn the_e2b_javascript_sdk_runs_against_a_daemon() {
     let d = Daemon::start();
     let key = d.ok(&["api-key", "create", "e2b-js-suite"]).trim().to_owned();
     let mut cmd = Command::new("node");
-    cmd.args(["--test", "--test-reporter=tap"])
-        .arg(&file)
-        .current_dir(dir.path())
-        .env("E2B_API_URL", &d.url)
-        .env("E2B_SANDBOX_URL", &d.url)
-        .env("E2B_API_KEY", &key)
-        .env_remove("E2B_DOMAIN")
-        .env_remove("E2B_DEBUG")
-        .stdin(Stdio::null());
+    at_daemon(&mut cmd, &d, &key).args(["--test", "--test-reporter=tap"]).arg(&file).current_dir(dir.path());
     let out = common::output_within(&mut cmd, Duration::from_secs(600));
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     eprintln!("{text}");

@@ -119,7 +119,7 @@ fn parse<T: serde::de::DeserializeOwned + Default>(what: &str, body: &[u8]) -> R
     serde_json::from_slice(body).map_err(|e| E2bError::bad_request(format!("malformed {what} request: {e}")))
 }
 
-fn cairn_core_now_ms() -> i64 {
+fn now_ms() -> i64 {
     std::time::SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
 }
 
@@ -361,7 +361,7 @@ async fn wake(rt: &Arc<Runtime>, id: &str, body: &[u8]) -> Result<Response, E2bE
     let paused = e2b_state(view.task.state) == Some("paused");
     // The deadline first: a woken task whose deadline has passed would be
     // ended (or paused) again at once.
-    let expired = view.task.config.deadline_ms.is_some_and(|d| d <= cairn_core_now_ms());
+    let expired = view.task.config.deadline_ms.is_some_and(|d| d <= now_ms());
     match req.timeout {
         Some(secs) => {
             rt.set_deadline(id, Some(Duration::from_secs(secs)), None, "e2b").await?;

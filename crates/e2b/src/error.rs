@@ -71,19 +71,8 @@ impl IntoResponse for E2bError {
 
 impl From<cairn_runtime::Error> for E2bError {
     fn from(e: cairn_runtime::Error) -> Self {
-        use cairn_runtime::Error as E;
-        let status = match &e {
-            E::Invalid(_) => StatusCode::BAD_REQUEST,
-            E::NotFound(_) => StatusCode::NOT_FOUND,
-            E::Conflict(_) => StatusCode::CONFLICT,
-            E::Unauthorized(_) => StatusCode::UNAUTHORIZED,
-            E::Forbidden(_) => StatusCode::FORBIDDEN,
-            E::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
-            E::TooMany(_) => StatusCode::TOO_MANY_REQUESTS,
-            E::NoSpace(_) => StatusCode::INSUFFICIENT_STORAGE,
-            E::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
-            E::Internal { .. } => StatusCode::INTERNAL_SERVER_ERROR,
-        };
+        // The same status Cairn's own API gives the error.
+        let status = StatusCode::from_u16(e.code().status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         E2bError::new(status, e.to_string())
     }
 }

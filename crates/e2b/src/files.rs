@@ -60,7 +60,7 @@ fn authorized<'a>(ctx: &'a Ctx, headers: &HeaderMap, q: &FileQuery, operation: &
         return Err(E2bError::unauthenticated("missing access token (X-Access-Token) or URL signature"));
     };
     if let Some(exp) = q.signature_expiration {
-        if exp < cairn_store_now_s() {
+        if exp < now_s() {
             return Err(E2bError::unauthenticated("the signed URL has expired"));
         }
     }
@@ -94,7 +94,7 @@ fn serde_urlencoded_query(query: &str) -> Option<FileQuery> {
     Query::<FileQuery>::try_from_uri(&format!("/?{query}").parse().ok()?).ok().map(|Query(q)| q)
 }
 
-fn cairn_store_now_s() -> i64 {
+fn now_s() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0)
 }
 

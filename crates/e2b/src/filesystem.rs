@@ -146,15 +146,11 @@ async fn stat_path(ctx: &Ctx, task: &str, path: &str) -> Result<Value, E2bError>
     let Some((dir, name)) = split(path) else {
         return Ok(json!({ "name": "", "type": "FILE_TYPE_DIRECTORY", "path": "/", "mode": 0o755, "permissions": "drwxr-xr-x" }));
     };
-    let listing = cairn_runtime::files::list_dir(ctx.rt.clone(), task, dir.clone(), "e2b".into()).await.map_err(not_found_as_file)?;
+    let listing = cairn_runtime::files::list_dir(ctx.rt.clone(), task, dir.clone(), "e2b".into()).await?;
     match listing.entries.iter().find(|e| e.name == name) {
         Some(e) => Ok(entry_info(&listing.path, e)),
         None => Err(E2bError::not_found(format!("{path}: no such file or directory in the sandbox"))),
     }
-}
-
-fn not_found_as_file(e: cairn_runtime::Error) -> E2bError {
-    E2bError::from(e)
 }
 
 fn unary(result: Result<Value, E2bError>) -> Response {

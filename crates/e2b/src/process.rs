@@ -247,7 +247,7 @@ enum Step {
 }
 
 async fn finish(sender: StreamSender, error: Option<E2bError>) {
-    sender.end(error.as_ref()).await;
+    sender.end(error.as_ref()).await
 }
 
 async fn forward(sender: &StreamSender, process: &Process, event: ProcessEvent, pty: bool, sent_start: &mut bool) -> Step {
@@ -284,9 +284,8 @@ async fn forward(sender: &StreamSender, process: &Process, event: ProcessEvent, 
                 None if exit.exit_code == 0 => json!({ "exitCode": 0, "exited": true, "status": "exit status 0" }),
                 None => json!({ "exitCode": exit.exit_code, "exited": true, "status": format!("exit status {}", exit.exit_code), "error": format!("exit status {}", exit.exit_code) }),
             };
-            if !sender.send(&json!({ "event": { "end": end } })).await {
-                return Step::Stop(None);
-            }
+            // The stream ends after the end event, delivered or not.
+            sender.send(&json!({ "event": { "end": end } })).await;
             return Step::Stop(None);
         }
         ProcessEvent::Failed(message) => return Step::Stop(Some(E2bError::new(axum::http::StatusCode::BAD_REQUEST, message))),

@@ -7,7 +7,7 @@
 //! kill, and leaves the table ten minutes after it has ended (so that a
 //! client can still collect its exit and output).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -59,7 +59,7 @@ pub struct Process {
 #[derive(Debug, Default)]
 struct Seen {
     started: Option<u64>,
-    output: Vec<(u8, Bytes)>,
+    output: VecDeque<(u8, Bytes)>,
     kept_bytes: usize,
     /// Older output was dropped to keep within [`KEPT_OUTPUT`].
     dropped: bool,
@@ -152,9 +152,9 @@ impl Process {
             ProcessEvent::Started { step } => seen.started = Some(*step),
             ProcessEvent::Output { channel, data } => {
                 seen.kept_bytes += data.len();
-                seen.output.push((*channel, data.clone()));
+                seen.output.push_back((*channel, data.clone()));
                 while seen.kept_bytes > KEPT_OUTPUT && seen.output.len() > 1 {
-                    let (_, dropped) = seen.output.remove(0);
+                    let Some((_, dropped)) = seen.output.pop_front() else { break };
                     seen.kept_bytes -= dropped.len();
                     seen.dropped = true;
                 }

@@ -384,7 +384,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (lower, base, upper) = (dir.path().join("lower"), dir.path().join("base"), dir.path().join("upper"));
         let whiteout = |p: &Path| nix::sys::stat::mknod(p, nix::sys::stat::SFlag::S_IFCHR, nix::sys::stat::Mode::empty(), 0).unwrap();
-        for d in [&lower.join("etc"), &lower.join("old"), &base.join("etc"), &base.join("work"), &upper.join("work")] {
+        for d in [&lower.join("etc"), &lower.join("old"), &base.join("etc"), &base.join("srv"), &upper.join("srv")] {
             fs::create_dir_all(d).unwrap();
         }
         fs::write(lower.join("etc/motd"), "one\n").unwrap();
@@ -394,19 +394,19 @@ mod tests {
         // made then deleted again after the fork; the directory old deleted.
         fs::write(base.join("etc/motd"), "two\n").unwrap();
         whiteout(&base.join("etc/issue"));
-        fs::write(base.join("work/kept"), "kept\n").unwrap();
-        fs::write(base.join("work/dropped"), "dropped\n").unwrap();
+        fs::write(base.join("srv/kept"), "kept\n").unwrap();
+        fs::write(base.join("srv/dropped"), "dropped\n").unwrap();
         whiteout(&base.join("old"));
         // After the fork: motd changed again, dropped deleted, old made anew.
         fs::create_dir_all(upper.join("etc")).unwrap();
         fs::write(upper.join("etc/motd"), "three\n").unwrap();
-        whiteout(&upper.join("work/dropped"));
+        whiteout(&upper.join("srv/dropped"));
         fs::create_dir_all(upper.join("old")).unwrap();
         fs::write(upper.join("old/y"), "y\n").unwrap();
         let d = layer_diff(&[LayerDirs { upper, history: vec![base], lowers: vec![lower], at: "/".into() }]).unwrap();
         assert!(d.contains("--- a/etc/motd\n+++ b/etc/motd\n@@ -1 +1 @@\n-one\n+three\n"), "{d}");
         assert!(d.contains("deleted file mode 100644\n--- a/etc/issue\n"), "{d}");
-        assert!(d.contains("new file mode 100644\n--- /dev/null\n+++ b/work/kept\n"), "{d}");
+        assert!(d.contains("new file mode 100644\n--- /dev/null\n+++ b/srv/kept\n"), "{d}");
         assert!(d.contains("deleted file mode 100644\n--- a/old/x\n"), "{d}");
         assert!(d.contains("new file mode 100644\n--- /dev/null\n+++ b/old/y\n"), "{d}");
         assert!(!d.contains("dropped"), "made and deleted again is no change: {d}");
