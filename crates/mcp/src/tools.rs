@@ -154,7 +154,7 @@ impl CairnTools {
             return failure(&Error::invalid(format!("port {} with ttl_seconds {ttl}: give a port of 1 to 65535 and a ttl of 1 s to 7 days", a.port)));
         }
         let ttl = Duration::from_secs(ttl);
-        answer(self.rt.port_link(&a.task, a.port, ttl).await.map(|url| json!({ "url": url, "expires_in_seconds": ttl.as_secs() })))
+        answer(self.rt.port_link(&a.task, a.port, ttl).await.map(|link| json!({ "url": link.url, "expires_ms": link.expires_ms })))
     }
 
     #[tool(description = "Ask a person to approve something, and wait for the answer. The task is suspended while it waits and \

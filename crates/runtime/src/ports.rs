@@ -15,6 +15,15 @@ use subtle::ConstantTimeEq;
 use crate::runtime::Runtime;
 use crate::Error;
 
+/// A signed link to one port, and the token that reaches all of the task's.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct PortLink {
+    pub url: String,
+    /// Unix time in milliseconds.
+    pub expires_ms: i64,
+    pub traffic_token: String,
+}
+
 /// How long a connection to a port may take to be accepted.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -85,13 +94,14 @@ impl Runtime {
     }
 
     /// A signed link to port `port` of task `id`, valid for `ttl`.
-    pub async fn port_link(&self, id: &str, port: u16, ttl: Duration) -> Result<String, Error> {
+    pub async fn port_link(&self, id: &str, port: u16, ttl: Duration) -> Result<PortLink, Error> {
         let task = self.find(id).await?;
         if port == 0 {
             return Err(Error::invalid("port 0 is no port: give 1 to 65535"));
         }
         let base = self.base_url.get().cloned().unwrap_or_default();
-        let expires = cairn_store::now_ms().saturating_add(ttl.as_millis().min(i64::MAX as u128) as i64);
-        Ok(format!("{base}/v1/tasks/{}/ports/{port}/?{}", task.id, self.port_link_query(task.id.as_str(), port, expires)))
+        let expires_ms = cairn_store::now_ms().saturating_add(ttl.as_millis().min(i64::MAX as u128) as i64);
+        let url = format!("{base}/v1/tasks/{}/ports/{port}/?{}", task.id, self.port_link_query(task.id.as_str(), port, expires_ms));
+        Ok(PortLink { url, expires_ms, traffic_token: self.traffic_token(task.id.as_str()) })
     }
 }

@@ -36,8 +36,5 @@ async fn create_link(rt: Rt, Path((id, port)): Path<(String, String)>, Query(q):
     if ttl.is_zero() || ttl > std::time::Duration::from_secs(7 * 24 * 3600) {
         return Err(ApiError::bad_request(format!("ttl {:?} is not between 1s and 7d", q.ttl.unwrap_or_default())));
     }
-    let url = rt.port_link(&id, port, ttl).await?;
-    let task = rt.show(&id).await?.task.id;
-    let expires_ms = url.split("exp=").nth(1).and_then(|s| s.split('&').next()).and_then(|s| s.parse::<i64>().ok());
-    Ok(Json(json!({ "url": url, "expires_ms": expires_ms, "traffic_token": rt.traffic_token(task.as_str()) })))
+    Ok(Json(json!(rt.port_link(&id, port, ttl).await?)))
 }
