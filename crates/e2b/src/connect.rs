@@ -1,4 +1,5 @@
-//! The Connect protocol as E2B's SDKs speak it to envd: the JSON codec,
+//! The Connect protocol as E2B's SDKs speak it to envd: the JSON codec
+//! (the binary one is translated to it in `codec.rs`),
 //! unary calls (a JSON body in, a JSON body out) and server streams
 //! (enveloped messages: a flag byte, a big-endian length, the JSON; the
 //! last envelope, flagged `0x02`, carries `{}` or the error). Requests may
@@ -14,16 +15,16 @@ use tokio::sync::mpsc;
 
 use crate::E2bError;
 
-const END_STREAM: u8 = 0x02;
-const COMPRESSED: u8 = 0x01;
+pub(crate) const END_STREAM: u8 = 0x02;
+pub(crate) const COMPRESSED: u8 = 0x01;
 /// The largest message taken in one envelope.
-const MAX_MESSAGE: usize = 64 << 20;
+pub(crate) const MAX_MESSAGE: usize = 64 << 20;
 
 /// A unary call's request message.
 pub(crate) fn unary_request<T: DeserializeOwned>(method: &str, headers: &HeaderMap, body: &[u8]) -> Result<T, E2bError> {
     let content_type = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("application/json");
     if !content_type.starts_with("application/json") {
-        return Err(E2bError::new(StatusCode::UNSUPPORTED_MEDIA_TYPE, format!("{method}: only the JSON codec is served, not {content_type}")));
+        return Err(E2bError::new(StatusCode::UNSUPPORTED_MEDIA_TYPE, format!("{method}: a Connect request is application/json or application/proto, not {content_type}")));
     }
     decode(method, if body.is_empty() { b"{}" } else { body })
 }

@@ -10,11 +10,13 @@
 //! - The in-sandbox API that E2B serves from `envd` inside each sandbox,
 //!   served here by the daemon for every task, picked by the request's
 //!   `E2b-Sandbox-Id` header and checked against the task's access token:
-//!   `connect.rs` (the Connect protocol's JSON codec), `process.rs`
+//!   `connect.rs` (the Connect protocol's JSON codec; `codec.rs` translates
+//!   its binary codec, from the wire schema in `proto/`), `process.rs`
 //!   (`process.Process`), `filesystem.rs` (`filesystem.Filesystem`) and
 //!   `files.rs` (`/files`, `/health`, `/envs`).
 //! - `error.rs`: errors in each protocol's own shape.
 
+mod codec;
 mod connect;
 mod control;
 mod error;
@@ -68,7 +70,11 @@ pub async fn route_sandbox_requests(State(rt): State<Arc<Runtime>>, req: Request
 }
 
 fn envd_routes() -> Router<envd::Ctx> {
-    files::routes().merge(process::routes()).merge(filesystem::routes()).fallback(|| async { E2bError::not_found("no such route of the sandbox API").into_response() })
+    files::routes()
+        .merge(process::routes())
+        .merge(filesystem::routes())
+        .fallback(|| async { E2bError::not_found("no such route of the sandbox API").into_response() })
+        .layer(axum::middleware::from_fn(codec::translate_binary))
 }
 
 /// What an in-sandbox API handler gets.

@@ -293,9 +293,14 @@ def test_malformed_connect_requests_are_refused_in_the_protocols_shape(sandbox):
     # A unary call with broken JSON: Connect's error body.
     r = httpx.post(base + "/process.Process/List", headers={**headers, "Content-Type": "application/json"}, content=b"{not json")
     assert r.status_code == 400 and r.json()["code"] == "invalid_argument", r.text
-    # The binary codec is refused by name.
-    r = httpx.post(base + "/filesystem.Filesystem/Stat", headers={**headers, "Content-Type": "application/proto"}, content=b"\x0a\x01/")
-    assert r.status_code == 415 and "JSON codec" in r.json()["message"], r.text
+    # Broken protobuf, in a unary call and in a stream: Connect's error, in JSON.
+    r = httpx.post(base + "/filesystem.Filesystem/Stat", headers={**headers, "Content-Type": "application/proto"}, content=b"\x0a\x64/")
+    assert r.status_code == 400 and r.json()["code"] == "invalid_argument" and "malformed protobuf" in r.json()["message"], r.text
+    r = httpx.post(base + "/process.Process/Start", headers={**headers, "Content-Type": "application/connect+proto"}, content=b"\x00\x00\x00\x00\x01\x0f")
+    assert r.status_code == 200 and r.content[0] == 2 and b"malformed protobuf" in r.content, r.content
+    # A codec that is neither, refused by name.
+    r = httpx.post(base + "/filesystem.Filesystem/Stat", headers={**headers, "Content-Type": "text/plain"}, content=b"/")
+    assert r.status_code == 415 and "text/plain" in r.json()["message"], r.text
     # A stream whose envelope is cut short, or compressed: the end frame says why.
     stream_headers = {**headers, "Content-Type": "application/connect+json"}
     for body, why in [(b"\x00\x00\x00\x00\x09{", "truncated"), (b"\x01\x00\x00\x00\x02{}", "compressed"), (b"\x00\x00\x00\x00\x0d{\"process\":5}", "malformed")]:
@@ -313,6 +318,46 @@ def test_malformed_connect_requests_are_refused_in_the_protocols_shape(sandbox):
     assert r.status_code == 404
     r = httpx.post(base + "/process.Process/List", headers={**headers, "E2b-Sandbox-Id": "tnosuchsandbx", "Content-Type": "application/json"}, content=b"{}")
     assert r.status_code == 401, "a token that is not this sandbox's is refused before anything is looked up"
+
+
+def test_e2b_generated_clients_speak_the_binary_codec(sandbox):
+    """E2B's own generated Connect clients with connectrpc's default codec
+    (protobuf): a server stream, a client stream and unary calls."""
+    from connectrpc.code import Code
+    from connectrpc.errors import ConnectError
+    from protobuf import Oneof
+    from e2b.envd.filesystem import filesystem_connect, filesystem_pb
+    from e2b.envd.process import process_connect, process_pb
+    from e2b.sandbox.commands.stream_input import stream_input_data, stream_input_start
+
+    base = os.environ["E2B_SANDBOX_URL"]
+    headers = {"E2b-Sandbox-Id": sandbox.sandbox_id, "X-Access-Token": access_token(sandbox.sandbox_id)}
+    plain = {"send_compression": None, "accept_compression": ()}
+    with process_connect.ProcessClientSync(base, **plain) as proc:
+        run = process_pb.StartRequest(process=process_pb.ProcessConfig(cmd="/bin/sh", args=["-c", "printf 'bin\\377'; exit 3"]))
+        events = [e.event.event for e in proc.start(run, headers=headers)]
+        assert b"".join(e.value.output.value for e in events if e.field == "data") == b"bin\xff", events
+        ends = [e.value for e in events if e.field == "end"]
+        assert len(ends) == 1 and ends[0].exit_code == 3 and ends[0].exited, ends
+        # A background cat fed through a client stream of protobuf messages.
+        cat = proc.start(process_pb.StartRequest(process=process_pb.ProcessConfig(cmd="/bin/cat"), stdin=True), headers=headers)
+        first = next(cat).event.event
+        assert first.field == "start", first
+        pid = first.value.pid
+        proc.stream_input(iter([stream_input_start(pid), stream_input_data("stdin", b"fed \x00\xfe\n")]), headers=headers)
+        proc.close_stdin(process_pb.CloseStdinRequest(process=process_pb.ProcessSelector(selector=Oneof("pid", pid))), headers=headers)
+        rest = [e.event.event for e in cat]
+        assert b"".join(e.value.output.value for e in rest if e.field == "data") == b"fed \x00\xfe\n", rest
+        assert [e.value.exit_code for e in rest if e.field == "end"] == [0], rest
+    with filesystem_connect.FilesystemClientSync(base, **plain) as fs:
+        made = fs.make_dir(filesystem_pb.MakeDirRequest(path="/workspace/binary-codec"), headers=headers).entry
+        assert made.type == filesystem_pb.FileType.DIRECTORY and made.path == "/workspace/binary-codec", made
+        listed = fs.list_dir(filesystem_pb.ListDirRequest(path="/workspace", depth=1), headers=headers).entries
+        assert "binary-codec" in [e.name for e in listed], listed
+        # An error still arrives as Connect's error (JSON in either codec).
+        with pytest.raises(ConnectError) as missing:
+            fs.stat(filesystem_pb.StatRequest(path="/workspace/nope"), headers=headers)
+        assert missing.value.code == Code.NOT_FOUND and "no such file" in str(missing.value), repr(missing.value)
 
 
 def test_with_on_timeout_pause_the_sandbox_is_paused_at_its_timeout_and_connects_again():
@@ -363,3 +408,52 @@ def test_stream_input_feeds_a_command_over_a_chunked_request(sandbox):
     assert r.status_code == 200 and r.content.endswith(b"{}"), r.content
     sandbox.commands.close_stdin(cat.pid)
     assert cat.wait().stdout == "streamed in parts"
+
+
+def test_a_client_stream_over_h2c_feeds_a_command_while_it_is_open(sandbox):
+    """HTTP/2 without TLS (prior knowledge), as Connect's client streams
+    need it: the first input reaches the command before the stream ends."""
+    import base64
+    import json
+    import threading
+
+    writer = sandbox.commands.run("cat > /workspace/h2c.txt", background=True, stdin=True)
+    headers = {
+        "E2b-Sandbox-Id": sandbox.sandbox_id,
+        "X-Access-Token": access_token(sandbox.sandbox_id),
+        "Connect-Protocol-Version": "1",
+        "Content-Type": "application/connect+json",
+    }
+    first_arrived = threading.Event()
+
+    def frame(message):
+        body = json.dumps(message).encode()
+        return b"\x00" + len(body).to_bytes(4, "big") + body
+
+    def chunks():
+        yield frame({"start": {"process": {"pid": writer.pid}}})
+        yield frame({"data": {"input": {"stdin": base64.b64encode(b"one\n").decode()}}})
+        assert first_arrived.wait(30), "the first input never reached the command"
+        yield frame({"data": {"input": {"stdin": base64.b64encode(b"two\n").decode()}}})
+
+    answer = {}
+
+    def send():
+        with httpx.Client(http1=False, http2=True, timeout=60) as client:
+            answer["r"] = client.post(os.environ["E2B_SANDBOX_URL"] + "/process.Process/StreamInput", headers=headers, content=chunks())
+
+    sender = threading.Thread(target=send)
+    sender.start()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if sandbox.commands.run("cat /workspace/h2c.txt").stdout == "one\n":
+            first_arrived.set()
+            break
+        time.sleep(0.1)
+    sender.join(60)
+    assert first_arrived.is_set(), "the first input did not arrive while the stream was open"
+    r = answer["r"]
+    assert r.http_version == "HTTP/2" and r.status_code == 200 and r.content.endswith(b"{}"), (r.http_version, r.content)
+    sandbox.commands.close_stdin(writer.pid)
+    assert writer.wait().exit_code == 0
+    assert sandbox.files.read("/workspace/h2c.txt") == "one\ntwo\n"
