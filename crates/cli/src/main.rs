@@ -183,6 +183,13 @@ enum Cmd {
         #[arg(last = true)]
         argv: Vec<std::ffi::OsString>,
     },
+    /// Watches a directory inside a gvisor sandbox.
+    #[command(name = "__gvisor-watch", hide = true)]
+    GvisorWatch {
+        path: PathBuf,
+        #[arg(long)]
+        recursive: bool,
+    },
 }
 
 #[derive(Args, Debug)]
@@ -257,6 +264,9 @@ fn main() -> ExitCode {
     }
     if let Cmd::GvisorExec { argv } = &cli.cmd {
         return ExitCode::from(cairn_sandbox::gvisor_exec_main(argv) as u8);
+    }
+    if let Cmd::GvisorWatch { path, recursive } = &cli.cmd {
+        return ExitCode::from(cairn_sandbox::watch::run(path, *recursive, &mut std::io::stdout().lock()) as u8);
     }
     let json_out = cli.json;
     let result = match cli.cmd {
@@ -412,7 +422,7 @@ async fn client_command(cmd: Cmd, json_out: bool) -> Result<u8> {
         Cmd::Check { read_data } => verbs::snapshot::check(&client, read_data, out).await,
         Cmd::Image(c) => verbs::image::run(&client, c, out).await,
         Cmd::Mcp => mcp::bridge(&client).await,
-        Cmd::Serve(_) | Cmd::Demo | Cmd::Verify { .. } | Cmd::SandboxStart { .. } | Cmd::GvisorInit | Cmd::GvisorExec { .. } => unreachable!("handled above"),
+        Cmd::Serve(_) | Cmd::Demo | Cmd::Verify { .. } | Cmd::SandboxStart { .. } | Cmd::GvisorInit | Cmd::GvisorExec { .. } | Cmd::GvisorWatch { .. } => unreachable!("handled above"),
     }
 }
 

@@ -94,6 +94,11 @@ impl StreamSender {
         }
     }
 
+    /// Resolves once the client has gone away.
+    pub(crate) async fn closed(&self) {
+        self.0.closed().await
+    }
+
     /// Ends the stream, with `error` if it failed.
     pub(crate) async fn end(self, error: Option<&E2bError>) {
         let body = match error {

@@ -3,7 +3,8 @@
 //! sandbox, never out of it); changes (make a directory, move, remove) run
 //! as commands inside the sandbox, as the user the call names, so the
 //! daemon follows no sandbox path for them at all. A relative path is
-//! taken from the task's working directory.
+//! taken from the task's working directory. Watches are the sandbox's own
+//! inotify ([`cairn_runtime::watchers`]).
 
 use std::time::{Duration, UNIX_EPOCH};
 
@@ -16,6 +17,7 @@ use axum::Router;
 use cairn_api::exec::{ExecStart, STDERR, STDOUT};
 use cairn_api::files::{DirEntry, EntryKind};
 use cairn_runtime::exec::{ExecChannel, ExecInput, ExecOutput};
+use cairn_runtime::watchers::{WatchEvent, WatchKind};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -27,17 +29,16 @@ use crate::E2bError;
 const MAX_DEPTH: u32 = 16;
 
 pub(crate) fn routes() -> Router<Ctx> {
-    let unimplemented = |what: &'static str| post(move || async move { E2bError::not_implemented(what).connect_response() });
     Router::new()
         .route("/filesystem.Filesystem/Stat", post(stat))
         .route("/filesystem.Filesystem/ListDir", post(list_dir))
         .route("/filesystem.Filesystem/MakeDir", post(make_dir))
         .route("/filesystem.Filesystem/Move", post(move_entry))
         .route("/filesystem.Filesystem/Remove", post(remove))
-        .route("/filesystem.Filesystem/WatchDir", unimplemented("watching a directory"))
-        .route("/filesystem.Filesystem/CreateWatcher", unimplemented("watching a directory"))
-        .route("/filesystem.Filesystem/GetWatcherEvents", unimplemented("watching a directory"))
-        .route("/filesystem.Filesystem/RemoveWatcher", unimplemented("watching a directory"))
+        .route("/filesystem.Filesystem/WatchDir", post(watch_dir))
+        .route("/filesystem.Filesystem/CreateWatcher", post(create_watcher))
+        .route("/filesystem.Filesystem/GetWatcherEvents", post(get_watcher_events))
+        .route("/filesystem.Filesystem/RemoveWatcher", post(remove_watcher))
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -45,6 +46,20 @@ pub(crate) fn routes() -> Router<Ctx> {
 struct PathRequest {
     path: String,
     depth: Option<u32>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+struct WatchRequest {
+    path: String,
+    recursive: bool,
+    include_entry: bool,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+struct WatcherRequest {
+    watcher_id: String,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -240,6 +255,128 @@ async fn remove(State(ctx): State<Ctx>, headers: HeaderMap, body: Bytes) -> Resp
             let path = absolute(&req.path, &workdir(&ctx, task).await?)?;
             stat_path(&ctx, task, &path).await?;
             run(&ctx, task, &headers, &["rm", "-rf", "--", &path]).await?;
+            Ok(json!({}))
+        }
+        .await,
+    )
+}
+
+/// E2B's `FilesystemEvent` for `event` of a watch on `dir`; with `entry`,
+/// the entry's `EntryInfo` when it still exists.
+async fn filesystem_event(ctx: &Ctx, task: &str, dir: &str, event: &WatchEvent, entry: bool) -> Value {
+    let kind = match event.kind {
+        WatchKind::Create => "EVENT_TYPE_CREATE",
+        WatchKind::Write => "EVENT_TYPE_WRITE",
+        WatchKind::Remove => "EVENT_TYPE_REMOVE",
+        WatchKind::Rename => "EVENT_TYPE_RENAME",
+        WatchKind::Chmod => "EVENT_TYPE_CHMOD",
+    };
+    let mut message = json!({ "name": event.name, "type": kind });
+    if entry && !matches!(event.kind, WatchKind::Remove | WatchKind::Rename) {
+        let path = normalize(&format!("{dir}/{}", event.name));
+        if let Ok(info) = stat_path(ctx, task, &path).await {
+            message["entry"] = info;
+        }
+    }
+    message
+}
+
+/// The directory a watch request names, absolute.
+async fn watched_dir(ctx: &Ctx, task: &str, req: &WatchRequest) -> Result<String, E2bError> {
+    absolute(&req.path, &workdir(ctx, task).await?)
+}
+
+/// A stream of the directory's changes, from the moment the first message
+/// (`start`) is sent, until the client goes away or the directory does.
+async fn watch_dir(State(ctx): State<Ctx>, headers: HeaderMap, body: Bytes) -> Response {
+    let started = async {
+        let task = ctx.authorized(&headers)?.to_owned();
+        let req: WatchRequest = connect::stream_request("WatchDir", &body)?;
+        let dir = watched_dir(&ctx, &task, &req).await?;
+        let watch = ctx.rt.watch_dir(&task, &dir, req.recursive, "e2b").await?;
+        Ok::<_, E2bError>((task, dir, req.include_entry, watch))
+    }
+    .await;
+    let (task, dir, include_entry, watch) = match started {
+        Ok(s) => s,
+        Err(e) => return connect::stream_error(e).await,
+    };
+    let every = crate::process::keepalive(&headers);
+    let (response, sender) = connect::stream_response();
+    tokio::spawn(async move {
+        // The whole watch, not just its events: its connection keeps it alive.
+        let mut watch = watch;
+        if !sender.send(&json!({ "start": {} })).await {
+            return;
+        }
+        loop {
+            let tick = async {
+                match every {
+                    Some(d) => tokio::time::sleep(d).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                event = watch.events.recv() => match event {
+                    Some(event) => {
+                        let message = filesystem_event(&ctx, &task, &dir, &event, include_entry).await;
+                        if !sender.send(&json!({ "filesystem": message })).await {
+                            return;
+                        }
+                    }
+                    None => {
+                        let gone = E2bError::not_found(format!("the watch of {dir} ended: the directory or the sandbox is gone"));
+                        return sender.end(Some(&gone)).await;
+                    }
+                },
+                () = tick => {
+                    if !sender.send(&json!({ "keepalive": {} })).await {
+                        return;
+                    }
+                }
+                // The client went away: the watch stops with `watch`.
+                () = sender.closed() => return,
+            }
+        }
+    });
+    response
+}
+
+async fn create_watcher(State(ctx): State<Ctx>, headers: HeaderMap, body: Bytes) -> Response {
+    unary(
+        async {
+            let task = ctx.authorized(&headers)?;
+            let req: WatchRequest = connect::unary_request("CreateWatcher", &headers, &body)?;
+            let dir = watched_dir(&ctx, task, &req).await?;
+            let id = ctx.rt.create_watcher(task, &dir, req.recursive, req.include_entry, "e2b").await?;
+            Ok(json!({ "watcherId": id }))
+        }
+        .await,
+    )
+}
+
+async fn get_watcher_events(State(ctx): State<Ctx>, headers: HeaderMap, body: Bytes) -> Response {
+    unary(
+        async {
+            let task = ctx.authorized(&headers)?;
+            let req: WatcherRequest = connect::unary_request("GetWatcherEvents", &headers, &body)?;
+            let taken = ctx.rt.watcher_events(task, &req.watcher_id).await?;
+            let mut events = Vec::with_capacity(taken.events.len());
+            for e in &taken.events {
+                events.push(filesystem_event(&ctx, task, &taken.path, e, taken.with_entries).await);
+            }
+            Ok(json!({ "events": events }))
+        }
+        .await,
+    )
+}
+
+async fn remove_watcher(State(ctx): State<Ctx>, headers: HeaderMap, body: Bytes) -> Response {
+    unary(
+        async {
+            let task = ctx.authorized(&headers)?;
+            let req: WatcherRequest = connect::unary_request("RemoveWatcher", &headers, &body)?;
+            ctx.rt.remove_watcher(task, &req.watcher_id).await?;
             Ok(json!({}))
         }
         .await,

@@ -137,7 +137,7 @@ struct UpdateRequest {
 }
 
 /// `Keepalive-Ping-Interval` (seconds): how often an idle stream says so.
-fn keepalive(headers: &HeaderMap) -> Option<Duration> {
+pub(crate) fn keepalive(headers: &HeaderMap) -> Option<Duration> {
     let secs: u64 = headers.get("keepalive-ping-interval")?.to_str().ok()?.trim().parse().ok()?;
     (secs > 0).then(|| Duration::from_secs(secs))
 }

@@ -20,7 +20,8 @@
 //! - [`lifecycle`]: create, start, destroy, reconcile after a restart.
 //! - [`exec`] and [`files`]: commands and tar streams in a live sandbox;
 //!   [`processes`]: commands in the background, with handles; [`ports`]:
-//!   a task's listening ports reached through the daemon.
+//!   a task's listening ports reached through the daemon; [`watchers`]:
+//!   directory watches by the sandbox's own inotify.
 //! - [`snapshot`], [`rollback`], [`fork`], [`gc`]: snapshots and what is
 //!   made from them; retention, mark and sweep, check.
 //! - [`template`]: images committed from a task's writable layer, and the
@@ -76,6 +77,7 @@ pub mod template;
 pub mod waits;
 pub mod wake;
 mod wakes;
+pub mod watchers;
 
 pub use config::Config;
 pub use error::{Error, Result};

@@ -82,6 +82,7 @@ pub struct Runtime {
     pub(crate) admission: crate::admission::Admission,
     /// Commands running in the background, with handles.
     pub(crate) processes: crate::processes::Processes,
+    pub(crate) watchers: crate::watchers::Watchers,
 }
 
 /// Marks a task busy while a command runs (the exec records its end as
@@ -182,6 +183,7 @@ impl Runtime {
             capacity: config.capacity,
             admission: crate::admission::Admission::new(bounds),
             processes: Default::default(),
+            watchers: Default::default(),
         })
     }
 

@@ -121,6 +121,12 @@ pub trait SandboxDriver: Send + Sync + fmt::Debug + 'static {
     /// the sandbox refused it (nothing listens there).
     fn connect_port(&self, task: &str, port: u16) -> Result<std::result::Result<std::net::TcpStream, String>>;
 
+    /// Watches directory `path` of the sandbox with the sandbox's own
+    /// inotify ([`crate::watch`]), writing its lines to `out`; the watch
+    /// lasts while the returned command's connection stays open. The inner
+    /// error is why it could not start.
+    fn watch(&self, task: &str, path: &str, recursive: bool, out: RawFd) -> Result<std::result::Result<RunningCommand, String>>;
+
     /// Starts a command. `stdio` (stdin, stdout, stderr) is empty when the
     /// request asks for a tty. The inner error is why the command could not
     /// start (its own fault, not the sandbox's). The returned connection

@@ -60,6 +60,7 @@ pub enum Op {
     Ping,
     ProxyListener,
     ConnectPort,
+    Watch,
     Exec,
     OomKills,
     Freeze,
@@ -86,6 +87,7 @@ impl Op {
             Op::Ping => "ping",
             Op::ProxyListener => "proxy_listener",
             Op::ConnectPort => "connect_port",
+            Op::Watch => "watch",
             Op::Exec => "exec",
             Op::OomKills => "oom_kills",
             Op::Freeze => "freeze",
@@ -568,6 +570,12 @@ impl SandboxDriver for FakeDriver {
         self.enter(Op::ConnectPort, task, port.to_string())?;
         self.live_init(task)?;
         Ok(Err(format!("the fake driver's sandboxes have no network of their own (port {port})")))
+    }
+
+    fn watch(&self, task: &str, path: &str, _recursive: bool, _out: RawFd) -> Result<std::result::Result<RunningCommand, String>> {
+        self.enter(Op::Watch, task, path.to_owned())?;
+        self.live_init(task)?;
+        Ok(Err("the fake driver has no directory watches".into()))
     }
 
     fn exec(&self, task: &str, req: &ExecRequest, stdio: &[RawFd]) -> Result<std::result::Result<RunningCommand, String>> {

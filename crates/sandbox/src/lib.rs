@@ -22,7 +22,8 @@
 //! - `process`: the single-threaded helper that creates the namespaces and
 //!   the sandbox's init, which runs commands on request;
 //! - `slots`: the host-wide record of the uid slots sandboxes use;
-//! - `home_mount`: the daemon's home mounted on itself `nosuid,nodev`.
+//! - `home_mount`: the daemon's home mounted on itself `nosuid,nodev`;
+//! - `watch`: directory watches with inotify, run inside the sandbox.
 //!
 //! The daemon is multithreaded, so it never forks into namespaces itself: it
 //! runs `cairn __sandbox-start`, a short-lived single-threaded helper
@@ -49,6 +50,7 @@ pub(crate) mod seccomp;
 mod slots;
 pub(crate) mod traces;
 pub(crate) mod uidmap;
+pub mod watch;
 
 pub use gvisor::init::{exec_main as gvisor_exec_main, init_main as gvisor_init_main};
 pub use disk_budget::DiskSpace;

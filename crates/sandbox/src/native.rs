@@ -9,7 +9,7 @@
 use std::fs;
 use std::io::Write;
 use std::net::TcpListener;
-use std::os::fd::{OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::DirBuilderExt;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -430,6 +430,28 @@ impl SandboxDriver for NativeDriver {
             }
             Some((Reply::Failed { message, .. }, _)) => Ok(Err(message)),
             other => Err(Error::Protocol(format!("unexpected answer to a port connection request: {other:?}"))),
+        }
+    }
+
+    fn watch(&self, task: &str, path: &str, recursive: bool, out: RawFd) -> Result<std::result::Result<RunningCommand, String>> {
+        if self.gvisor_of(task).is_some() {
+            // gVisor's inotify, from `cairn __gvisor-watch` run inside.
+            let mut argv = crate::gvisor::spec::cairn_args(crate::watch::WATCH_SUBCOMMAND);
+            argv.push(path.to_owned());
+            if recursive {
+                argv.push("--recursive".to_owned());
+            }
+            let req = ExecRequest { argv, env: Vec::new(), cwd: "/".into(), tty: None, user: None };
+            let null = std::fs::File::open("/dev/null").map_err(|e| Error::Io("/dev/null".into(), e))?;
+            return self.exec(task, &req, &[null.as_raw_fd(), out, null.as_raw_fd()]);
+        }
+        let conn = self.connect(task)?;
+        proto::send(&conn, &Request::Watch { path: path.to_owned(), recursive }, &[out])?;
+        match proto::recv::<Reply>(&conn)? {
+            Some((Reply::Started { pid }, _)) => Ok(Ok(RunningCommand { conn, pid, pty_master: None })),
+            Some((Reply::Failed { message, .. }, _)) => Ok(Err(message)),
+            Some((other, _)) => Err(Error::Protocol(format!("unexpected answer to a watch: {other:?}"))),
+            None => Err(Error::NotRunning(task.to_owned())),
         }
     }
 

@@ -58,6 +58,11 @@ pub enum Request {
     /// socket travels with [`Reply::PortConnection`] (or the refusal comes
     /// as [`Reply::Failed`]).
     ConnectPort { port: u16 },
+    /// A watch on a directory of the sandbox ([`crate::watch`]), run by a
+    /// child of init that writes its lines to the one descriptor the frame
+    /// carries. Answered like an exec: [`Reply::Started`], then
+    /// [`Reply::Exited`]; closing the connection ends the watch.
+    Watch { path: String, recursive: bool },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

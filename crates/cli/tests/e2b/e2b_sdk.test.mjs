@@ -65,3 +65,23 @@ test('sandboxes are listed by metadata, paused, connected to and killed', async 
   assert.equal(await Sandbox.kill(sb.sandboxId), true)
   assert.equal(await Sandbox.kill(sb.sandboxId), false)
 })
+
+test('a directory watch streams changes as they happen, recursively, until stopped', async () => {
+  const sb = await create()
+  await sb.files.makeDir('/workspace/watched')
+  const events = []
+  const handle = await sb.files.watchDir('/workspace/watched', (e) => events.push(`${e.type}:${e.name}`), { recursive: true })
+  await sb.files.write('/workspace/watched/a.txt', 'x')
+  await sb.commands.run('mkdir -p /workspace/watched/sub && echo y > /workspace/watched/sub/b.txt && mv /workspace/watched/a.txt /workspace/watched/c.txt && rm /workspace/watched/c.txt')
+  const want = ['create:a.txt', 'write:a.txt', 'create:sub', 'create:sub/b.txt', 'rename:a.txt', 'create:c.txt', 'remove:c.txt']
+  const deadline = Date.now() + 15_000
+  while (!want.every((w) => events.includes(w)) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100))
+  assert.deepEqual(want.filter((w) => !events.includes(w)), [], `events seen: ${events.join(', ')}`)
+  await handle.stop()
+  const seen = events.length
+  await sb.files.write('/workspace/watched/after-stop.txt', 'z')
+  await new Promise((r) => setTimeout(r, 500))
+  assert.equal(events.length, seen, `no event after stop: ${events.slice(seen).join(', ')}`)
+  // A missing directory is refused with the SDK's error.
+  await assert.rejects(sb.files.watchDir('/workspace/nope', () => {}), NotFoundError)
+})

@@ -360,6 +360,35 @@ def test_e2b_generated_clients_speak_the_binary_codec(sandbox):
         assert missing.value.code == Code.NOT_FOUND and "no such file" in str(missing.value), repr(missing.value)
 
 
+def test_watch_dir_collects_changes_until_stopped_and_refuses_what_is_no_directory(sandbox):
+    from e2b.sandbox.filesystem.watch_handle import FilesystemEventType as T
+
+    sandbox.files.make_dir("/workspace/watched/sub")
+    handle = sandbox.files.watch_dir("/workspace/watched", recursive=True, include_entry=True)
+    sandbox.files.write("/workspace/watched/a.bin", b"\x00\xff")
+    sandbox.commands.run("echo y > /workspace/watched/sub/b.txt; chmod 600 /workspace/watched/sub/b.txt; rm /workspace/watched/a.bin")
+    want = {("a.bin", T.CREATE), ("a.bin", T.WRITE), ("sub/b.txt", T.CREATE), ("sub/b.txt", T.CHMOD), ("a.bin", T.REMOVE)}
+    seen = []
+    deadline = time.monotonic() + 15
+    while not want <= {(e.name, e.type) for e in seen} and time.monotonic() < deadline:
+        seen += handle.get_new_events()
+        time.sleep(0.1)
+    assert want <= {(e.name, e.type) for e in seen}, seen
+    # With include_entry, an entry that still exists comes with its details.
+    chmod = next(e for e in seen if e.type == T.CHMOD)
+    assert chmod.entry is not None and chmod.entry.path == "/workspace/watched/sub/b.txt" and chmod.entry.mode & 0o777 == 0o600, chmod
+    handle.stop()
+    with pytest.raises(Exception):
+        handle.get_new_events()
+    # A file, a missing directory and a link the sandbox planted are refused.
+    sandbox.commands.run("echo f > /workspace/plain.txt; ln -sfn /etc /workspace/planted")
+    for path, why in [("/workspace/plain.txt", "not a directory"), ("/workspace/missing", "no such directory"), ("/workspace/planted", "symbolic link")]:
+        with pytest.raises(Exception) as refused:
+            sandbox.files.watch_dir(path)
+        assert why in str(refused.value), (path, refused.value)
+    assert sandbox.commands.run("echo alive").stdout == "alive\n"
+
+
 def test_with_on_timeout_pause_the_sandbox_is_paused_at_its_timeout_and_connects_again():
     sb = Sandbox.create(timeout=2, lifecycle={"on_timeout": "pause"})
     try:

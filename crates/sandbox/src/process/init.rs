@@ -118,6 +118,31 @@ fn handle(conn: UnixStream, proxy: &TcpListener) -> Option<(i32, UnixStream)> {
             }
             None
         }
+        Request::Watch { path, recursive } => {
+            let Some(out) = fds.into_iter().next() else {
+                let _ = proto::send(&conn, &Reply::Failed { errno: libc::EINVAL, message: "a watch needs the descriptor its events go to".into() }, &[]);
+                return None;
+            };
+            // SAFETY: init is single-threaded, so the child may run Rust
+            // code after the fork; it leaves only through `_exit`.
+            match unsafe { nix::unistd::fork() } {
+                Ok(nix::unistd::ForkResult::Child) => {
+                    // Its own group, which init kills when the daemon hangs up.
+                    let _ = nix::unistd::setpgid(Pid::from_raw(0), Pid::from_raw(0));
+                    let code = crate::watch::run(std::path::Path::new(&path), recursive, &mut std::fs::File::from(out));
+                    // SAFETY: ends the forked child without running init's exit handlers.
+                    unsafe { libc::_exit(code) }
+                }
+                Ok(nix::unistd::ForkResult::Parent { child }) => {
+                    let _ = proto::send(&conn, &Reply::Started { pid: child.as_raw() }, &[]);
+                    Some((child.as_raw(), conn))
+                }
+                Err(e) => {
+                    let _ = proto::send(&conn, &Reply::Failed { errno: e as i32, message: format!("cannot start the watch: {e}") }, &[]);
+                    None
+                }
+            }
+        }
         Request::Exec(exec_req) => match exec::spawn(&exec_req, fds) {
             Ok(sp) => {
                 let master: Vec<RawFd> = sp.pty_master.as_ref().map(|m| m.as_raw_fd()).into_iter().collect();
