@@ -183,6 +183,9 @@ enum Cmd {
         #[arg(last = true)]
         argv: Vec<std::ffi::OsString>,
     },
+    /// Relays one connection to a port inside a gvisor sandbox.
+    #[command(name = "__gvisor-connect", hide = true)]
+    GvisorConnect { port: u16 },
     /// Watches a directory inside a gvisor sandbox.
     #[command(name = "__gvisor-watch", hide = true)]
     GvisorWatch {
@@ -264,6 +267,9 @@ fn main() -> ExitCode {
     }
     if let Cmd::GvisorExec { argv } = &cli.cmd {
         return ExitCode::from(cairn_sandbox::gvisor_exec_main(argv) as u8);
+    }
+    if let Cmd::GvisorConnect { port } = &cli.cmd {
+        return ExitCode::from(cairn_sandbox::gvisor_connect_main(*port) as u8);
     }
     if let Cmd::GvisorWatch { path, recursive } = &cli.cmd {
         return ExitCode::from(cairn_sandbox::watch::run(path, *recursive, &mut std::io::stdout().lock()) as u8);
@@ -422,7 +428,7 @@ async fn client_command(cmd: Cmd, json_out: bool) -> Result<u8> {
         Cmd::Check { read_data } => verbs::snapshot::check(&client, read_data, out).await,
         Cmd::Image(c) => verbs::image::run(&client, c, out).await,
         Cmd::Mcp => mcp::bridge(&client).await,
-        Cmd::Serve(_) | Cmd::Demo | Cmd::Verify { .. } | Cmd::SandboxStart { .. } | Cmd::GvisorInit | Cmd::GvisorExec { .. } | Cmd::GvisorWatch { .. } => unreachable!("handled above"),
+        Cmd::Serve(_) | Cmd::Demo | Cmd::Verify { .. } | Cmd::SandboxStart { .. } | Cmd::GvisorInit | Cmd::GvisorExec { .. } | Cmd::GvisorConnect { .. } | Cmd::GvisorWatch { .. } => unreachable!("handled above"),
     }
 }
 

@@ -1,16 +1,23 @@
 //! Ports: a process listening on a port inside a task is reached through
 //! the daemon. The sandbox stays offline: its init makes the connection on
-//! its own loopback and hands the socket out, nothing is bridged. Who may
+//! its own loopback and hands the socket out (under gvisor, a relay run
+//! inside connects and copies the bytes over a socket pair); nothing is
+//! bridged. Who may
 //! reach a port: the daemon's API token, the task's traffic token, or a
 //! signed, expiring link to one port ([`Runtime::port_link`]).
 
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;
 use cairn_core::{EventKind, NewEvent};
+use cairn_sandbox::{PortConnection, RunningCommand};
 use serde_json::json;
 use subtle::ConstantTimeEq;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio_util::either::Either;
 
 use crate::runtime::Runtime;
 use crate::Error;
@@ -24,12 +31,40 @@ pub struct PortLink {
     pub traffic_token: String,
 }
 
+/// A connection to a port in a sandbox: a TCP socket made inside it, or
+/// the socket of a relay running inside it (gvisor), kept alive with it.
+#[derive(Debug)]
+pub struct PortStream {
+    io: Either<tokio::net::TcpStream, tokio::net::UnixStream>,
+    _relay: Option<RunningCommand>,
+}
+
+impl AsyncRead for PortStream {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for PortStream {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}
+
 /// How long a connection to a port may take to be accepted.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 impl Runtime {
     /// A connection to `port` on the loopback of task `id`'s sandbox.
-    pub async fn connect_port(&self, id: &str, port: u16, actor: &str) -> Result<tokio::net::TcpStream, Error> {
+    pub async fn connect_port(&self, id: &str, port: u16, actor: &str) -> Result<PortStream, Error> {
         if port == 0 {
             return Err(Error::invalid("port 0 is no port: give 1 to 65535"));
         }
@@ -37,16 +72,28 @@ impl Runtime {
         let (driver, tid) = (self.driver.clone(), task.id.to_string());
         let made = tokio::task::spawn_blocking(move || driver.connect_port(&tid, port)).await??;
         let refused = |why: String| Error::Unavailable(format!("port {port} of task {}: {why}", task.id));
-        let stream = made.map_err(refused)?;
-        let stream = tokio::net::TcpStream::from_std(stream).map_err(|e| Error::internal_from(e).context("the port connection"))?;
-        match tokio::time::timeout(CONNECT_TIMEOUT, stream.writable()).await {
-            Err(_) => return Err(refused(format!("not accepted within {CONNECT_TIMEOUT:?}"))),
-            Ok(Err(e)) => return Err(refused(e.to_string())),
-            Ok(Ok(())) => {}
-        }
-        if let Ok(Some(e)) = stream.take_error() {
-            return Err(refused(format!("nothing listens there ({e})")));
-        }
+        let internal = |e: std::io::Error| Error::internal_from(e).context("the port connection");
+        let stream = match made.map_err(refused)? {
+            PortConnection::Socket(socket) => {
+                let stream = tokio::net::TcpStream::from_std(socket).map_err(internal)?;
+                match tokio::time::timeout(CONNECT_TIMEOUT, stream.writable()).await {
+                    Err(_) => return Err(refused(format!("not accepted within {CONNECT_TIMEOUT:?}"))),
+                    Ok(Err(e)) => return Err(refused(e.to_string())),
+                    Ok(Ok(())) => {}
+                }
+                if let Ok(Some(e)) = stream.take_error() {
+                    return Err(refused(format!("nothing listens there ({e})")));
+                }
+                // Requests are small and answered at once: no Nagle delay.
+                let _ = stream.set_nodelay(true);
+                PortStream { io: Either::Left(stream), _relay: None }
+            }
+            PortConnection::Relayed { stream, relay } => {
+                stream.set_nonblocking(true).map_err(internal)?;
+                let stream = tokio::net::UnixStream::from_std(stream).map_err(internal)?;
+                PortStream { io: Either::Right(stream), _relay: Some(relay) }
+            }
+        };
         self.metrics.port_requests.inc();
         Ok(stream)
     }

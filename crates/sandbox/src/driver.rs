@@ -115,11 +115,10 @@ pub trait SandboxDriver: Send + Sync + fmt::Debug + 'static {
     /// daemon to serve from outside.
     fn proxy_listener(&self, task: &str) -> Result<TcpListener>;
 
-    /// A TCP connection to `port` on the sandbox's own loopback (its
-    /// network stays its own: the socket is made inside and handed out),
-    /// non-blocking and perhaps still completing. The inner error is why
-    /// the sandbox refused it (nothing listens there).
-    fn connect_port(&self, task: &str, port: u16) -> Result<std::result::Result<std::net::TcpStream, String>>;
+    /// A connection to `port` on the sandbox's own loopback (its network
+    /// stays its own: nothing is bridged). The inner error is why the
+    /// sandbox refused it (nothing listens there).
+    fn connect_port(&self, task: &str, port: u16) -> Result<std::result::Result<PortConnection, String>>;
 
     /// Watches directory `path` of the sandbox with the sandbox's own
     /// inotify ([`crate::watch`]), writing its lines to `out`; the watch
@@ -251,6 +250,17 @@ pub struct RunningCommand {
     pub conn: UnixStream,
     pub pid: i32,
     pub pty_master: Option<OwnedFd>,
+}
+
+/// A connection to a port inside a sandbox.
+#[derive(Debug)]
+pub enum PortConnection {
+    /// A TCP socket made inside the sandbox's network namespace and handed
+    /// out (native), non-blocking and perhaps still completing.
+    Socket(std::net::TcpStream),
+    /// A relay running inside the sandbox (gvisor), already connected; its
+    /// bytes travel over `stream` for as long as `relay` is kept.
+    Relayed { stream: std::os::unix::net::UnixStream, relay: RunningCommand },
 }
 
 /// A sandbox start prepared ahead of need, for a fresh task id. The native

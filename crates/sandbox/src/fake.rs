@@ -566,7 +566,7 @@ impl SandboxDriver for FakeDriver {
         TcpListener::bind(("127.0.0.1", 0)).map_err(|e| Error::sys("bind the fake proxy port", e))
     }
 
-    fn connect_port(&self, task: &str, port: u16) -> Result<std::result::Result<std::net::TcpStream, String>> {
+    fn connect_port(&self, task: &str, port: u16) -> Result<std::result::Result<crate::PortConnection, String>> {
         self.enter(Op::ConnectPort, task, port.to_string())?;
         self.live_init(task)?;
         Ok(Err(format!("the fake driver's sandboxes have no network of their own (port {port})")))

@@ -52,9 +52,9 @@ pub(crate) mod traces;
 pub(crate) mod uidmap;
 pub mod watch;
 
-pub use gvisor::init::{exec_main as gvisor_exec_main, init_main as gvisor_init_main};
+pub use gvisor::init::{connect_main as gvisor_connect_main, exec_main as gvisor_exec_main, init_main as gvisor_init_main};
 pub use disk_budget::DiskSpace;
-pub use driver::{InitProcess, InitState, Prestarted, RunningCommand, SandboxDriver};
+pub use driver::{InitProcess, InitState, PortConnection, Prestarted, RunningCommand, SandboxDriver};
 pub use error::{Error, Result};
 pub use image::Image;
 pub use native::{NativeDriver, HELPER_SUBCOMMAND};

@@ -24,7 +24,7 @@ use nix::unistd::Pid;
 use crate::cgroup::CgroupLayout;
 use crate::disk::{self, DiskPool};
 use crate::disk_budget::DiskSpace;
-use crate::driver::{InitProcess, Prestarted, RunningCommand, SandboxDriver};
+use crate::driver::{InitProcess, PortConnection, Prestarted, RunningCommand, SandboxDriver};
 use crate::home_mount::{self, HomeMount};
 use crate::image::Image;
 use crate::process::spawn::{process_start_time, HelperReport, SandboxSpec};
@@ -233,6 +233,37 @@ impl NativeDriver {
         });
     }
 
+    /// A gvisor sandbox's port, through `cairn __gvisor-connect` run inside
+    /// ([`gvisor::init::connect_main`]) with one end of a socket pair as its
+    /// stdin and stdout.
+    fn relay_port(&self, task: &str, port: u16) -> Result<std::result::Result<PortConnection, String>> {
+        let (ours, theirs) = UnixStream::pair().map_err(Error::Control)?;
+        let mut argv = gvisor::spec::cairn_args(gvisor::init::CONNECT_SUBCOMMAND);
+        argv.push(port.to_string());
+        let req = ExecRequest { argv, env: Vec::new(), cwd: "/".into(), tty: None, user: None };
+        let null = fs::File::open("/dev/null").map_err(|e| Error::Io("/dev/null".into(), e))?;
+        let relay = match self.exec(task, &req, &[theirs.as_raw_fd(), theirs.as_raw_fd(), null.as_raw_fd()])? {
+            Ok(r) => r,
+            Err(why) => return Ok(Err(why)),
+        };
+        drop(theirs);
+        // The relay's first byte says whether it connected.
+        ours.set_read_timeout(Some(Duration::from_secs(10))).map_err(Error::Control)?;
+        let mut answer = [0u8; 1];
+        match std::io::Read::read(&mut &ours, &mut answer) {
+            Ok(1) if answer[0] == b'+' => {}
+            Ok(1) if answer[0] == b'-' => {
+                let mut why = String::new();
+                let _ = std::io::BufRead::read_line(&mut std::io::BufReader::new(std::io::Read::take(&ours, 1024)), &mut why);
+                return Ok(Err(why.trim().to_owned()));
+            }
+            Ok(_) => return Ok(Err(format!("the relay to port {port} ended before it connected"))),
+            Err(e) => return Ok(Err(format!("the relay to port {port} did not answer ({e})"))),
+        }
+        ours.set_read_timeout(None).map_err(Error::Control)?;
+        Ok(Ok(PortConnection::Relayed { stream: ours, relay }))
+    }
+
     fn connect(&self, task: &str) -> Result<UnixStream> {
         let sock = self.paths(task).control_socket;
         UnixStream::connect(&sock).map_err(|e| match e.kind() {
@@ -414,9 +445,9 @@ impl SandboxDriver for NativeDriver {
         }
     }
 
-    fn connect_port(&self, task: &str, port: u16) -> Result<std::result::Result<std::net::TcpStream, String>> {
+    fn connect_port(&self, task: &str, port: u16) -> Result<std::result::Result<PortConnection, String>> {
         if self.gvisor_of(task).is_some() {
-            return Ok(Err("ports of gvisor tasks are not served yet: their network is gVisor's own".into()));
+            return self.relay_port(task, port);
         }
         let conn = self.connect(task)?;
         conn.set_read_timeout(Some(Duration::from_secs(5))).map_err(Error::Control)?;
@@ -426,7 +457,7 @@ impl SandboxDriver for NativeDriver {
                 let fd = fds.into_iter().next().ok_or_else(|| Error::Protocol("no port connection".into()))?;
                 let stream = std::net::TcpStream::from(fd);
                 crate::net::check_port_connection(&stream, port)?;
-                Ok(Ok(stream))
+                Ok(Ok(PortConnection::Socket(stream)))
             }
             Some((Reply::Failed { message, .. }, _)) => Ok(Err(message)),
             other => Err(Error::Protocol(format!("unexpected answer to a port connection request: {other:?}"))),

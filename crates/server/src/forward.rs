@@ -99,6 +99,7 @@ async fn forward(mut req: Request, base: &str, from: &str) -> Result<Response, S
     let target: Uri = base.parse().map_err(|e| format!("bad node URL {base:?}: {e}"))?;
     let authority = target.authority().ok_or_else(|| format!("node URL {base:?} has no host"))?.to_string();
     let stream = tokio::net::TcpStream::connect(&authority).await.map_err(|e| e.to_string())?;
+    let _ = stream.set_nodelay(true);
     req.headers_mut().insert(FORWARDED, HeaderValue::from_str(from).map_err(|e| e.to_string())?);
     relay(stream, req, &authority).await
 }
@@ -106,8 +107,10 @@ async fn forward(mut req: Request, base: &str, from: &str) -> Result<Response, S
 /// Sends `req` over `stream` (HTTP/1.1, its path and query only, `Host:
 /// host`) and relays the answer; after a `101 Switching Protocols` (a
 /// WebSocket), relays the bytes both ways until either side closes.
-pub(crate) async fn relay(stream: tokio::net::TcpStream, mut req: Request, host: &str) -> Result<Response, String> {
-    let _ = stream.set_nodelay(true);
+pub(crate) async fn relay<S>(stream: S, mut req: Request, host: &str) -> Result<Response, String>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static,
+{
     let (mut sender, conn) = hyper::client::conn::http1::handshake::<_, Body>(TokioIo::new(stream)).await.map_err(|e| e.to_string())?;
     tokio::spawn(async move {
         if let Err(e) = conn.with_upgrades().await {
