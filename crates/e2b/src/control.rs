@@ -12,6 +12,9 @@
 //! | `POST /sandboxes/{id}/resume`, `/connect` | wake (and a deadline) |
 //! | `POST /sandboxes/{id}/fork` | fork |
 //! | `GET /templates` | images |
+//! | `POST /sandboxes/{id}/snapshots` | an image committed from a new snapshot of the task |
+//! | `GET /snapshots` | the images committed from tasks |
+//! | `DELETE /templates/{id}` | remove the image |
 //!
 //! Every route takes a Cairn API key in `X-API-Key`.
 
@@ -62,7 +65,9 @@ pub(crate) fn routes() -> Router<Arc<Runtime>> {
         .route("/teams", get(not_served("teams")))
         .route("/sandboxes/{id}/network", axum::routing::put(not_served("changing a sandbox's network")))
         .route("/sandboxes/{id}/metrics", get(not_served("sandbox metrics")))
-        .route("/sandboxes/{id}/snapshots", post(not_served("named snapshots through the E2B API (use cairn snapshot)")))
+        .route("/sandboxes/{id}/snapshots", post(create_snapshot))
+        .route("/snapshots", get(list_snapshots))
+        .route("/templates/{id}", axum::routing::delete(delete_template))
         .layer(middleware::from_fn(api_key_layer))
 }
 
@@ -424,6 +429,87 @@ async fn templates(State(rt): Rt, headers: HeaderMap) -> Result<Response, E2bErr
         })
         .collect();
     Ok(Json(list).into_response())
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct SnapshotBody {
+    name: Option<String>,
+    mode: Option<String>,
+}
+
+/// What E2B calls a snapshot: a template made from the sandbox as it is
+/// now. In Cairn, an image committed from a new snapshot of the task (its
+/// files; a new sandbox from it starts fresh, as E2B's `filesystem` mode).
+async fn create_snapshot(State(rt): Rt, headers: HeaderMap, Path(id): Path<String>, body: Bytes) -> Result<Response, E2bError> {
+    check_key(&rt, &headers).await?;
+    let req: SnapshotBody = parse("snapshot", &body)?;
+    if let Some(mode) = req.mode.as_deref().filter(|m| !["full", "filesystem"].contains(m)) {
+        return Err(E2bError::bad_request(format!("snapshot: mode {mode:?} is neither \"full\" nor \"filesystem\"")));
+    }
+    let task = live_task(&rt, &id).await?.task.id.to_string();
+    let now_ms = std::time::SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis()).unwrap_or_default();
+    let name = req.name.unwrap_or_else(|| format!("{task}-snapshot-{now_ms}"));
+    cairn_core::check_image_name(&name).map_err(|e| E2bError::bad_request(format!("snapshot: {e}")))?;
+    let commit = cairn_api::images::CommitRequest { task, name: name.clone(), from: None };
+    let image = rt.commit_image(commit, "e2b").await?;
+    Ok((StatusCode::CREATED, Json(snapshot_info(&image.name))).into_response())
+}
+
+fn snapshot_info(name: &str) -> Value {
+    json!({ "snapshotID": name, "names": [name] })
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+struct SnapshotQuery {
+    #[serde(rename = "sandboxID")]
+    sandbox_id: Option<String>,
+    name: Option<String>,
+    next_token: Option<String>,
+    limit: Option<usize>,
+}
+
+/// The images committed from tasks (by E2B's snapshots or `cairn image
+/// commit`), by name, paged; optionally those of one sandbox.
+async fn list_snapshots(State(rt): Rt, headers: HeaderMap, Query(q): Query<SnapshotQuery>) -> Result<Response, E2bError> {
+    check_key(&rt, &headers).await?;
+    let limit = q.limit.unwrap_or(100).clamp(1, MAX_PAGE);
+    let mut names: Vec<String> = rt
+        .list_images()
+        .await?
+        .into_iter()
+        .filter(|i| {
+            // `task ID at snapshot S`, as a commit records it.
+            let from = i.source.strip_prefix("task ").and_then(|r| r.split_once(' ')).map(|(t, _)| t);
+            from.is_some() && q.sandbox_id.as_deref().is_none_or(|s| from == Some(s))
+        })
+        .map(|i| i.name)
+        .filter(|n| q.name.as_deref().is_none_or(|want| n == want || n.split(':').next() == Some(want)))
+        .filter(|n| q.next_token.as_deref().is_none_or(|after| n.as_str() > after))
+        .collect();
+    names.sort();
+    let more = names.len() > limit;
+    names.truncate(limit);
+    let list: Vec<Value> = names.iter().map(|n| snapshot_info(n)).collect();
+    let mut response = Json(list).into_response();
+    if more {
+        if let Some(next) = names.last().and_then(|n| HeaderValue::from_str(n).ok()) {
+            response.headers_mut().insert("x-next-token", next);
+        }
+    }
+    Ok(response)
+}
+
+/// Removes a template (an image), as E2B deletes a snapshot: refused while
+/// a task uses it.
+async fn delete_template(State(rt): Rt, headers: HeaderMap, Path(id): Path<String>) -> Result<Response, E2bError> {
+    check_key(&rt, &headers).await?;
+    if !rt.list_images().await?.iter().any(|i| i.name == id) {
+        return Err(E2bError::not_found(format!("template {id:?} not found")));
+    }
+    rt.remove_image(&id).await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
 }
 
 #[cfg(test)]

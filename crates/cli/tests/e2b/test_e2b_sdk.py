@@ -417,6 +417,36 @@ def test_watch_dir_collects_changes_until_stopped_and_refuses_what_is_no_directo
     assert sandbox.commands.run("echo alive").stdout == "alive\n"
 
 
+def test_a_snapshot_makes_new_sandboxes_with_its_files_and_is_listed_and_deleted(sandbox):
+    sandbox.files.write("/workspace/snap.txt", "in the snapshot")
+    info = sandbox.create_snapshot()
+    assert info.snapshot_id and info.names == [info.snapshot_id], info
+    # The source runs on.
+    assert sandbox.commands.run("echo still").stdout == "still\n"
+    sandbox.files.write("/workspace/snap.txt", "changed after")
+    child = Sandbox.create(info.snapshot_id, timeout=120)
+    try:
+        assert child.files.read("/workspace/snap.txt") == "in the snapshot"
+        listed = [s.snapshot_id for s in sandbox.list_snapshots().next_items()]
+        assert listed == [info.snapshot_id], listed
+        assert info.snapshot_id in [s.snapshot_id for s in Sandbox.list_snapshots().next_items()]
+        # In use by a sandbox: not deleted.
+        with pytest.raises(Exception) as used:
+            Sandbox.delete_snapshot(info.snapshot_id)
+        assert "used by" in str(used.value), used.value
+    finally:
+        child.kill()
+    assert Sandbox.delete_snapshot(info.snapshot_id) is True
+    assert Sandbox.delete_snapshot(info.snapshot_id) is False
+    assert sandbox.list_snapshots().next_items() == []
+    named = sandbox.create_snapshot(name="suite-named-snapshot")
+    assert named.snapshot_id == "suite-named-snapshot"
+    with pytest.raises(Exception) as taken:
+        sandbox.create_snapshot(name="suite-named-snapshot")
+    assert "already exists" in str(taken.value), taken.value
+    assert Sandbox.delete_snapshot("suite-named-snapshot") is True
+
+
 def test_with_on_timeout_pause_the_sandbox_is_paused_at_its_timeout_and_connects_again():
     sb = Sandbox.create(timeout=2, lifecycle={"on_timeout": "pause"})
     try:
