@@ -96,6 +96,9 @@ struct NewSandbox {
     metadata: Option<BTreeMap<String, String>>,
     env_vars: Option<BTreeMap<String, String>>,
     network: Option<Network>,
+    /// E2B's MCP gateway, and volumes: not served.
+    mcp: Option<Value>,
+    volume_mounts: Option<Value>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -197,6 +200,12 @@ async fn live_task(rt: &Runtime, id: &str) -> Result<TaskView, E2bError> {
 async fn create(State(rt): Rt, headers: HeaderMap, body: Bytes) -> Result<Response, E2bError> {
     check_key(&rt, &headers).await?;
     let req: NewSandbox = parse("create", &body)?;
+    if req.mcp.as_ref().is_some_and(|m| !m.is_null()) {
+        return Err(E2bError::not_implemented("the MCP gateway (Cairn's own MCP server is `cairn mcp`, see docs/mcp.md)"));
+    }
+    if req.volume_mounts.as_ref().is_some_and(|v| v.as_array().is_some_and(|a| !a.is_empty())) {
+        return Err(E2bError::not_implemented("volumes"));
+    }
     let template = req.template_id.clone().unwrap_or_else(|| BASE_TEMPLATE.to_owned());
     let images = rt.list_images().await?;
     // `base` is the node's default image unless an image has that name.

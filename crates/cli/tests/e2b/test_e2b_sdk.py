@@ -447,6 +447,18 @@ def test_a_snapshot_makes_new_sandboxes_with_its_files_and_is_listed_and_deleted
     assert Sandbox.delete_snapshot("suite-named-snapshot") is True
 
 
+def test_what_is_not_served_answers_501_with_its_name():
+    before = {s.sandbox_id for s in Sandbox.list().next_items()}
+    with pytest.raises(Exception) as mcp:
+        Sandbox.create(mcp={"exa": {"apiKey": "x"}})
+    assert "MCP gateway" in str(mcp.value) and "501" in repr(mcp.value) + str(getattr(mcp.value, "status_code", "")), repr(mcp.value)
+    key = {"X-API-Key": os.environ["E2B_API_KEY"]}
+    for method, path, what in [("POST", "/templates", "Dockerfile"), ("GET", "/volumes", "volumes"), ("GET", "/teams", "teams")]:
+        r = httpx.request(method, API_URL + path, headers=key, json={})
+        assert r.status_code == 501 and what in r.json()["message"], (path, r.status_code, r.text)
+    assert {s.sandbox_id for s in Sandbox.list().next_items()} <= before, "a refused create made a sandbox"
+
+
 def test_with_on_timeout_pause_the_sandbox_is_paused_at_its_timeout_and_connects_again():
     sb = Sandbox.create(timeout=2, lifecycle={"on_timeout": "pause"})
     try:
