@@ -708,6 +708,51 @@ fn e2b_calls_reach_a_sandbox_through_the_other_node() {
     c.a.ok(&["destroy", &id]);
 }
 
+/// A port of a task on node-a is reached through node-b with each of its
+/// credentials (a traffic token, a signed link, by host name), and an
+/// E2B signed `/files` URL (no header names its sandbox) too; a wrong
+/// token is refused on node-b.
+#[test]
+fn ports_and_signed_file_urls_reach_a_task_through_the_other_node() {
+    let c = Cluster::start();
+    let id = c.a.create(&[]);
+    c.wait_running_on(NODE_A, &id, NODE_A, WAKE_LIMIT);
+    must(&c.a, &id, "mkdir -p /workspace/www && echo served-by-node-a > /workspace/www/f.txt");
+    must(&c.a, &id, "cd /workspace/www && setsid python3 -m http.server 8000 >/dev/null 2>&1 < /dev/null &");
+    must(&c.a, &id, "for i in $(seq 100); do python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", 8000))' 2>/dev/null && exit 0; sleep 0.1; done; exit 1");
+    let link = c.a.json(&["port", &id, "8000"]);
+    let traffic = link["traffic_token"].as_str().unwrap().to_owned();
+    let page = format!("{}/v1/tasks/{id}/ports/8000/f.txt", c.b.url);
+    let (code, body) = curl(&["-H", &format!("X-Cairn-Traffic-Token: {traffic}"), &page]);
+    assert_eq!((code, body.as_str()), (200, "served-by-node-a\n"), "by path with the traffic token");
+    // The signed link, sent to node-b.
+    let url = link["url"].as_str().unwrap();
+    let on_b = format!("{}{}", c.b.url, &url[url.find("/v1/").unwrap()..]).replace("/ports/8000/", "/ports/8000/f.txt");
+    let (code, body) = curl(&[&on_b]);
+    assert_eq!((code, body.as_str()), (200, "served-by-node-a\n"), "a signed link: {on_b}");
+    // By host name (E2B's get_host), through node-b.
+    let host = format!("Host: 8000-{id}.sandbox.example.com");
+    let (code, body) = curl(&["-H", &host, "-H", &format!("E2b-Traffic-Access-Token: {traffic}"), &format!("{}/f.txt", c.b.url)]);
+    assert_eq!((code, body.as_str()), (200, "served-by-node-a\n"), "by host name");
+    // Negative control: a wrong token is refused where it arrives.
+    let (code, _) = curl(&["-H", &format!("X-Cairn-Traffic-Token: {}", "0".repeat(64)), &page]);
+    assert_eq!(code, 401);
+    // An E2B signed download URL, sent to node-b.
+    let key = c.a.ok(&["api-key", "create", "cluster-files"]).trim().to_owned();
+    let (_, detail) = curl(&["-H", &format!("X-API-Key: {key}"), &format!("{}/sandboxes/{id}", c.b.url)]);
+    let token = serde_json::from_str::<Value>(&detail).unwrap()["envdAccessToken"].as_str().unwrap().to_owned();
+    let path = "/workspace/www/f.txt";
+    let raw = format!("{path}:read:root:{token}");
+    let signature = format!("v1_{}", base64::engine::general_purpose::STANDARD_NO_PAD.encode(<sha2::Sha256 as sha2::Digest>::digest(raw.as_bytes())));
+    // As the SDK sends it: URL-encoded (base64 has `+` and `/`).
+    let signature = signature.replace('+', "%2B").replace('/', "%2F");
+    let (code, body) = curl(&[&format!("{}/files?path={path}&username=root&signature={signature}", c.b.url)]);
+    assert_eq!((code, body.as_str()), (200, "served-by-node-a\n"), "a signed /files URL");
+    let (code, _) = curl(&[&format!("{}/files?path={path}&username=root&signature=v1_forged", c.b.url)]);
+    assert_eq!(code, 401, "a forged signature");
+    c.a.ok(&["destroy", &id]);
+}
+
 #[test]
 fn a_timer_set_on_a_lost_node_fires_on_the_other() {
     let mut c = Cluster::start();

@@ -54,12 +54,10 @@ pub async fn route_sandbox_requests(State(rt): State<Arc<Runtime>>, req: Request
         Some(t) => t,
         // A signed `/files` URL carries no header: the sandbox is the one
         // whose access token signed it.
-        None if req.uri().path() == "/files" && req.uri().query().is_some_and(|q| q.contains("signature=")) => {
-            match files::signer(&rt, req.method().clone(), req.uri().query().map(str::to_owned)).await {
-                Some(t) => t,
-                None => return E2bError::unauthenticated("the URL signature is not valid for any sandbox (or has expired)").into_response(),
-            }
-        }
+        None if is_signed_files_url(req.uri()) => match signed_files_sandbox(&rt, req.method(), req.uri()).await {
+            Some(t) => t,
+            None => return E2bError::unauthenticated("the URL signature is not valid for any sandbox (or has expired)").into_response(),
+        },
         None => return next.run(req).await,
     };
     let envd = envd_routes().with_state(envd::Ctx { rt, task: Arc::from(task.as_str()) });
@@ -67,6 +65,19 @@ pub async fn route_sandbox_requests(State(rt): State<Arc<Runtime>>, req: Request
         Ok(r) => r,
         Err(e) => match e {},
     }
+}
+
+fn is_signed_files_url(uri: &axum::http::Uri) -> bool {
+    uri.path() == "/files" && uri.query().is_some_and(|q| q.contains("signature="))
+}
+
+/// The sandbox whose access token signed a `/files` URL (E2B's
+/// `download_url`, `upload_url`), which carries no header naming it.
+pub async fn signed_files_sandbox(rt: &Arc<Runtime>, method: &axum::http::Method, uri: &axum::http::Uri) -> Option<String> {
+    if !is_signed_files_url(uri) {
+        return None;
+    }
+    files::signer(rt, method.clone(), uri.query().map(str::to_owned)).await
 }
 
 fn envd_routes() -> Router<envd::Ctx> {

@@ -44,7 +44,7 @@ fn mcp_task(body: &[u8]) -> Option<String> {
 }
 
 /// Serves the request here, or forwards it to the node that runs its task.
-pub(crate) async fn forward_to_owner(State(rt): State<Arc<Runtime>>, req: Request, next: Next) -> Response {
+pub(crate) async fn forward_to_owner(State((rt, token)): State<(Arc<Runtime>, Arc<String>)>, req: Request, next: Next) -> Response {
     // Unauthenticated requests are refused here, not forwarded (nor told
     // where a task runs).
     if req.headers().contains_key(FORWARDED) {
@@ -59,6 +59,17 @@ pub(crate) async fn forward_to_owner(State(rt): State<Arc<Runtime>>, req: Reques
             return route(&rt, &task, req, next).await;
         }
         return next.run(req).await;
+    }
+    if rt.is_clustered() {
+        // A port's request (by path or host name), with any of its
+        // credentials, checked here: served on the node of its task.
+        if let Some(task) = crate::ports::authorized_port_task(&rt, &token, req.uri(), req.headers()).await {
+            return route(&rt, &task, req, next).await;
+        }
+        // A signed `/files` URL of E2B's: the sandbox whose token signed it.
+        if let Some(task) = cairn_e2b::signed_files_sandbox(&rt, req.method(), req.uri()).await {
+            return route(&rt, &task, req, next).await;
+        }
     }
     if !req.headers().contains_key(axum::http::header::AUTHORIZATION) {
         return next.run(req).await;
@@ -101,7 +112,9 @@ async fn forward(mut req: Request, base: &str, from: &str) -> Result<Response, S
     let stream = tokio::net::TcpStream::connect(&authority).await.map_err(|e| e.to_string())?;
     let _ = stream.set_nodelay(true);
     req.headers_mut().insert(FORWARDED, HeaderValue::from_str(from).map_err(|e| e.to_string())?);
-    relay(stream, req, &authority).await
+    // The client's own host name goes along: a port may be addressed by it.
+    let host = req.headers().get(axum::http::header::HOST).and_then(|v| v.to_str().ok()).map(str::to_owned).unwrap_or(authority);
+    relay(stream, req, &host).await
 }
 
 /// Sends `req` over `stream` (HTTP/1.1, its path and query only, `Host:

@@ -16,7 +16,7 @@
 use std::sync::Arc;
 
 use axum::extract::{Request, State};
-use axum::http::{header, HeaderMap, HeaderValue};
+use axum::http::{header, HeaderMap, HeaderValue, Uri};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use cairn_api::ErrorCode;
@@ -71,22 +71,34 @@ fn by_host(host: &str, path_and_query: &str) -> Option<Target> {
     Some(Target { task: task.to_owned(), port, rest: path_and_query.to_owned(), cookie_path: None })
 }
 
+/// The port a request is for, by path or by host name; `None` when it is
+/// for no port.
+async fn target_of(rt: &Runtime, uri: &Uri, headers: &HeaderMap) -> Option<Result<Target, ApiError>> {
+    let pq = uri.path_and_query().map(|p| p.as_str().to_owned()).unwrap_or_else(|| "/".into());
+    if let Some(found) = by_path(&pq) {
+        return Some(found);
+    }
+    let host = headers.get(header::HOST).and_then(|v| v.to_str().ok()).unwrap_or("");
+    let target = by_host(host, &pq)?;
+    // A name that is not a task's is not ours to answer.
+    rt.show(&target.task).await.is_ok().then_some(Ok(target))
+}
+
 /// Middleware: requests for a task's port are relayed to it; others go on.
 pub async fn serve_ports(State((rt, token)): State<(Arc<Runtime>, Arc<String>)>, req: Request, next: Next) -> Response {
-    let pq = req.uri().path_and_query().map(|p| p.as_str().to_owned()).unwrap_or_else(|| "/".into());
-    let target = match by_path(&pq) {
-        Some(Ok(t)) => t,
-        Some(Err(e)) => return e.into_response(),
-        None => {
-            let host = req.headers().get(header::HOST).and_then(|v| v.to_str().ok()).unwrap_or("");
-            match by_host(host, &pq) {
-                // A name that is not a task's is not ours to answer.
-                Some(t) if rt.show(&t.task).await.is_ok() => t,
-                _ => return next.run(req).await,
-            }
-        }
-    };
-    relay_to_port(&rt, &token, target, req).await
+    match target_of(&rt, req.uri(), req.headers()).await {
+        Some(Ok(target)) => relay_to_port(&rt, &token, target, req).await,
+        Some(Err(e)) => e.into_response(),
+        None => next.run(req).await,
+    }
+}
+
+/// The task of a request for one of its ports that carries a valid
+/// credential (see [`authorize`]); `None` for anything else.
+pub(crate) async fn authorized_port_task(rt: &Runtime, token: &str, uri: &Uri, headers: &HeaderMap) -> Option<String> {
+    let target = target_of(rt, uri, headers).await?.ok()?;
+    authorize(rt, token, &target, headers, uri.query()).ok()?;
+    Some(target.task)
 }
 
 async fn relay_to_port(rt: &Arc<Runtime>, token: &str, target: Target, mut req: Request) -> Response {

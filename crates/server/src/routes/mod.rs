@@ -112,12 +112,12 @@ pub fn router(rt: Arc<Runtime>, token: String) -> Router {
         .fallback(|| async { ApiError::not_found("no such API endpoint") })
         // A task's ports, by path or by host name, with their own checks
         // (after forwarding: a port is reached on the node of its task).
-        .layer(middleware::from_fn_with_state((rt.clone(), token), crate::ports::serve_ports))
+        .layer(middleware::from_fn_with_state((rt.clone(), token.clone()), crate::ports::serve_ports))
         // A request naming a sandbox (`E2b-Sandbox-Id`) is for E2B's
         // in-sandbox API, whatever its path (after forwarding: it is served
         // on the node of its sandbox).
         .layer(middleware::from_fn_with_state(rt.clone(), cairn_e2b::route_sandbox_requests))
-        .layer(middleware::from_fn_with_state(rt.clone(), crate::forward::forward_to_owner))
+        .layer(middleware::from_fn_with_state((rt.clone(), token), crate::forward::forward_to_owner))
         .layer(middleware::from_fn(run_to_completion))
         .with_state(rt)
 }
