@@ -447,6 +447,33 @@ def test_a_snapshot_makes_new_sandboxes_with_its_files_and_is_listed_and_deleted
     assert Sandbox.delete_snapshot("suite-named-snapshot") is True
 
 
+def test_a_sandbox_killed_during_a_run_ends_the_stream_with_the_sdks_error():
+    import threading
+
+    sb = Sandbox.create(timeout=120)
+    outcome = {}
+
+    def run():
+        try:
+            outcome["result"] = sb.commands.run("echo started; sleep 60")
+        except Exception as e:
+            outcome["error"] = e
+
+    runner = threading.Thread(target=run, daemon=True)
+    runner.start()
+    deadline = time.monotonic() + 20
+    while "sleep 60" not in sb.commands.run("ps -eo args || true").stdout and time.monotonic() < deadline:
+        time.sleep(0.1)
+    killed_at = time.monotonic()
+    assert Sandbox.kill(sb.sandbox_id) is True
+    runner.join(30)
+    assert not runner.is_alive(), "the run did not end when its sandbox was killed"
+    assert time.monotonic() - killed_at < 30
+    error = outcome.get("error")
+    assert error is not None, f"the run ended without an error: {outcome}"
+    assert type(error).__module__.startswith("e2b"), repr(error)
+
+
 def test_what_is_not_served_answers_501_with_its_name():
     before = {s.sandbox_id for s in Sandbox.list().next_items()}
     with pytest.raises(Exception) as mcp:
