@@ -58,6 +58,21 @@ pub struct ExecStart {
 #[serde(tag = "type", rename_all = "lowercase")]
 pub enum ClientFrame {
     Resize { rows: u16, cols: u16 },
+    /// A signal for the command (its process group under the native
+    /// driver): one of [`SIGNALS`], by number.
+    Signal { signal: i32 },
+}
+
+/// The signals a client may send a command: HUP, INT, QUIT, KILL, USR1,
+/// USR2, TERM.
+pub const SIGNALS: [i32; 7] = [1, 2, 3, 9, 10, 12, 15];
+
+/// A signal of [`SIGNALS`] by name (`TERM`, `SIGTERM`) or number.
+pub fn signal_number(name: &str) -> Option<i32> {
+    let names = [("HUP", 1), ("INT", 2), ("QUIT", 3), ("KILL", 9), ("USR1", 10), ("USR2", 12), ("TERM", 15)];
+    let upper = name.trim().to_ascii_uppercase();
+    let bare = upper.strip_prefix("SIG").unwrap_or(&upper);
+    names.iter().find(|(n, _)| *n == bare).map(|(_, s)| *s).or_else(|| bare.parse().ok().filter(|s| SIGNALS.contains(s)))
 }
 
 /// A text frame from the daemon.

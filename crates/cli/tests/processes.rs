@@ -33,6 +33,14 @@ fn detached_commands_are_listed_shown_fed_and_killed_from_the_cli() {
 
     let killed = d.json(&["process", "kill", &t, &sleeper]);
     assert_eq!((killed["running"].as_bool(), killed["exit"]["signal"].as_i64()), (Some(false), Some(9)), "{killed}");
+    // Another signal reaches the command, which may handle it.
+    let trapper = d.ok(&["exec", "-d", &t, "--", "sh", "-c", "trap 'echo got-term; exit 7' TERM; touch /tmp/trapping; while true; do sleep 0.1; done"]).trim().to_owned();
+    d.ok(&["exec", &t, "--", "sh", "-c", "for i in $(seq 200); do [ -e /tmp/trapping ] && exit 0; sleep 0.05; done; exit 1"]);
+    d.ok(&["process", "kill", &t, &trapper, "--signal", "TERM"]);
+    let trapped = d.json(&["process", "show", &t, &trapper, "--wait", "30s"]);
+    assert_eq!((trapped["exit"]["exit_code"].as_i64(), trapped["stdout"].as_str()), (Some(7), Some("got-term\n")), "{trapped}");
+    let err = d.fails(&["process", "kill", &t, &trapper, "--signal", "STOP"]);
+    assert!(err.contains("STOP") && err.contains("TERM"), "{err}");
     let err = d.fails(&["process", "show", &t, "999999"]);
     assert!(err.contains("no command 999999"), "{err}");
     let err = d.fails(&["process", "kill", &t, "nope"]);

@@ -1,8 +1,8 @@
 //! `process.Process`: commands in the sandbox, as Cairn's background
 //! commands ([`cairn_runtime::processes`]). A command's `pid` is its
 //! handle, unique in the daemon. A client that drops a stream leaves the
-//! command running; `SendSignal` kills it (`SIGTERM` as `SIGKILL`: the
-//! sandbox's exec protocol ends a command's whole process group at once).
+//! command running; `SendSignal` sends `SIGTERM` to the command's process
+//! group (the command may handle it), and `SIGKILL` kills the group.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -422,13 +422,14 @@ async fn send_signal(State(ctx): State<Ctx>, headers: HeaderMap, body: Bytes) ->
     let sent = async {
         let task = ctx.authorized(&headers)?;
         let req: SendSignalRequest = connect::unary_request("SendSignal", &headers, &body)?;
-        let known = matches!(&req.signal, serde_json::Value::String(s) if s == "SIGNAL_SIGKILL" || s == "SIGNAL_SIGTERM")
-            || matches!(req.signal.as_u64(), Some(9 | 15));
-        if !known {
-            return Err(E2bError::bad_request(format!("SendSignal: unknown signal {}; SIGNAL_SIGKILL and SIGNAL_SIGTERM are served", req.signal)));
-        }
+        let signal = match (&req.signal, req.signal.as_u64()) {
+            (serde_json::Value::String(s), _) if s == "SIGNAL_SIGKILL" => 9,
+            (serde_json::Value::String(s), _) if s == "SIGNAL_SIGTERM" => 15,
+            (_, Some(n @ (9 | 15))) => n as i32,
+            _ => return Err(E2bError::bad_request(format!("SendSignal: unknown signal {}; SIGNAL_SIGKILL and SIGNAL_SIGTERM are served", req.signal))),
+        };
         let process = ctx.rt.process(task, &req.process.resolve()?).await?;
-        process.kill()?;
+        process.signal(signal)?;
         Ok::<_, E2bError>(json!({}))
     }
     .await;

@@ -219,7 +219,8 @@ async fn run<C: ExecChannel>(tasks: &Arc<Runtime>, id: &str, actor: &str, start:
         }
         Ok(cmd) => {
             let _ = ws.send(ExecOutput::Frame(&ServerFrame::Started { step })).await;
-            let (code, signal, timed_out) = pump(cmd, &mut io, ws, start.timeout_ms).await;
+            let signaller = Signaller { driver: tasks.driver.clone(), task: task.id.to_string() };
+            let (code, signal, timed_out) = pump(cmd, &mut io, ws, start.timeout_ms, signaller).await;
             // Any OOM kill in the task's cgroup while the command ran counts:
             // a shell reports its killed child as exit 137, not as a signal.
             let oom_killed = tasks.driver.oom_kills(task.id.as_str()).unwrap_or(0) > oom_before;
@@ -306,8 +307,8 @@ impl Stdio {
 
 /// Moves bytes until the command exits (then drains briefly). Returns the
 /// exit code or signal, and whether the timeout stopped it.
-async fn pump<C: ExecChannel>(cmd: RunningCommand, io: &mut ParentIo, ws: &mut C, timeout_ms: Option<u64>) -> (Option<i32>, Option<i32>, bool) {
-    let RunningCommand { conn, pty_master, .. } = cmd;
+async fn pump<C: ExecChannel>(cmd: RunningCommand, io: &mut ParentIo, ws: &mut C, timeout_ms: Option<u64>, signaller: Signaller) -> (Option<i32>, Option<i32>, bool) {
+    let RunningCommand { conn, pty_master, pid } = cmd;
     let _ = conn.set_nonblocking(true);
     let Ok(mut conn) = tokio::net::UnixStream::from_std(conn) else { return (None, None, false) };
     let mut pty_out = None;
@@ -375,6 +376,15 @@ async fn pump<C: ExecChannel>(cmd: RunningCommand, io: &mut ParentIo, ws: &mut C
                             cairn_sandbox::set_winsize(fd, WinSize { rows, cols });
                         }
                     }
+                    ExecInput::Control(ClientFrame::Signal { signal }) => {
+                        // KILL is the control connection's own way; the
+                        // others go to the command, which may handle them.
+                        if signal == libc::SIGKILL {
+                            client_gone = true;
+                        } else if cairn_api::exec::SIGNALS.contains(&signal) {
+                            signaller.send(pid, signal);
+                        }
+                    }
                     ExecInput::Other => {}
                     ExecInput::Gone => { client_gone = true; }
                 }
@@ -390,6 +400,24 @@ async fn pump<C: ExecChannel>(cmd: RunningCommand, io: &mut ParentIo, ws: &mut C
     }
     let (code, signal) = exited.unwrap_or((None, None));
     (code, signal, false)
+}
+
+/// Sends signals to a running command through the driver, off the async
+/// threads; a failure is logged (the command may have just ended).
+struct Signaller {
+    driver: Arc<dyn cairn_sandbox::SandboxDriver>,
+    task: String,
+}
+
+impl Signaller {
+    fn send(&self, pid: i32, signal: i32) {
+        let (driver, task) = (self.driver.clone(), self.task.clone());
+        tokio::task::spawn_blocking(move || match driver.signal(&task, pid, signal) {
+            Ok(Ok(())) => {}
+            Ok(Err(why)) => tracing::debug!("signal {signal} for command {pid} of task {task}: {why}"),
+            Err(e) => tracing::warn!("signal {signal} for command {pid} of task {task}: {e}"),
+        });
+    }
 }
 
 async fn sleep_until(t: Option<tokio::time::Instant>) {

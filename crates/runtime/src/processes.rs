@@ -103,6 +103,16 @@ impl Process {
         self.send(ExecInput::Gone)
     }
 
+    /// Sends `signal` (one of [`cairn_api::exec::SIGNALS`]) to the command:
+    /// KILL kills it as [`Process::kill`] does; the others reach it, which
+    /// may handle them.
+    pub fn signal(&self, signal: i32) -> Result<(), Error> {
+        if !cairn_api::exec::SIGNALS.contains(&signal) {
+            return Err(Error::invalid(format!("signal {signal} is not sent to commands: give one of {:?}", cairn_api::exec::SIGNALS)));
+        }
+        self.send(ExecInput::Control(ClientFrame::Signal { signal }))
+    }
+
     pub fn has_ended(&self) -> bool {
         self.seen.lock().unwrap_or_else(PoisonError::into_inner).ended.is_some()
     }

@@ -126,6 +126,11 @@ pub trait SandboxDriver: Send + Sync + fmt::Debug + 'static {
     /// error is why it could not start.
     fn watch(&self, task: &str, path: &str, recursive: bool, out: RawFd) -> Result<std::result::Result<RunningCommand, String>>;
 
+    /// Sends `signal` to a running command (its `RunningCommand::pid`):
+    /// its process group under the native driver, the process under
+    /// gvisor. The inner error is why it was not sent.
+    fn signal(&self, task: &str, pid: i32, signal: i32) -> Result<std::result::Result<(), String>>;
+
     /// Starts a command. `stdio` (stdin, stdout, stderr) is empty when the
     /// request asks for a tty. The inner error is why the command could not
     /// start (its own fault, not the sandbox's). The returned connection

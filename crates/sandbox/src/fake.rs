@@ -61,6 +61,7 @@ pub enum Op {
     ProxyListener,
     ConnectPort,
     Watch,
+    Signal,
     Exec,
     OomKills,
     Freeze,
@@ -88,6 +89,7 @@ impl Op {
             Op::ProxyListener => "proxy_listener",
             Op::ConnectPort => "connect_port",
             Op::Watch => "watch",
+            Op::Signal => "signal",
             Op::Exec => "exec",
             Op::OomKills => "oom_kills",
             Op::Freeze => "freeze",
@@ -570,6 +572,16 @@ impl SandboxDriver for FakeDriver {
         self.enter(Op::ConnectPort, task, port.to_string())?;
         self.live_init(task)?;
         Ok(Err(format!("the fake driver's sandboxes have no network of their own (port {port})")))
+    }
+
+    fn signal(&self, task: &str, pid: i32, signal: i32) -> Result<std::result::Result<(), String>> {
+        self.enter(Op::Signal, task, format!("{pid} {signal}"))?;
+        self.live_init(task)?;
+        // The fake's commands are host processes.
+        match nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::try_from(signal).map_err(|e| Error::sys("signal", e))?) {
+            Ok(()) => Ok(Ok(())),
+            Err(e) => Ok(Err(format!("cannot signal command {pid}: {e}"))),
+        }
     }
 
     fn watch(&self, task: &str, path: &str, _recursive: bool, _out: RawFd) -> Result<std::result::Result<RunningCommand, String>> {

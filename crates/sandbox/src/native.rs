@@ -464,6 +464,20 @@ impl SandboxDriver for NativeDriver {
         }
     }
 
+    fn signal(&self, task: &str, pid: i32, signal: i32) -> Result<std::result::Result<(), String>> {
+        if let Some(g) = self.gvisor_of(task) {
+            return g.signal(task, &self.gvisor_paths(task)?, pid, signal);
+        }
+        let conn = self.connect(task)?;
+        conn.set_read_timeout(Some(Duration::from_secs(5))).map_err(Error::Control)?;
+        proto::send(&conn, &Request::Signal { pid, signal }, &[])?;
+        match proto::recv::<Reply>(&conn)? {
+            Some((Reply::Signalled, _)) => Ok(Ok(())),
+            Some((Reply::Failed { message, .. }, _)) => Ok(Err(message)),
+            other => Err(Error::Protocol(format!("unexpected answer to a signal: {other:?}"))),
+        }
+    }
+
     fn watch(&self, task: &str, path: &str, recursive: bool, out: RawFd) -> Result<std::result::Result<RunningCommand, String>> {
         if self.gvisor_of(task).is_some() {
             // gVisor's inotify, from `cairn __gvisor-watch` run inside.

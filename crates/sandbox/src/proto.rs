@@ -63,6 +63,9 @@ pub enum Request {
     /// carries. Answered like an exec: [`Reply::Started`], then
     /// [`Reply::Exited`]; closing the connection ends the watch.
     Watch { path: String, recursive: bool },
+    /// `signal` for the process group of a command init started (`pid`,
+    /// as [`Reply::Started`] gave it); answered [`Reply::Signalled`].
+    Signal { pid: i32, signal: i32 },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -76,6 +79,7 @@ pub enum Reply {
     Pong { pid: i32 },
     ProxyListener,
     PortConnection,
+    Signalled,
 }
 
 /// Sends one frame with `fds` attached.

@@ -23,8 +23,14 @@ pub(crate) enum ProcessCmd {
     },
     /// Send this process's stdin to the command's (then close it).
     Stdin { task: String, id: String },
-    /// Kill the command and everything it started.
-    Kill { task: String, id: String },
+    /// Kill the command and everything it started, or send it another signal.
+    Kill {
+        task: String,
+        id: String,
+        /// A signal other than KILL: TERM, INT, HUP, QUIT, USR1, USR2 (or its number).
+        #[arg(long)]
+        signal: Option<String>,
+    },
 }
 
 fn line(p: &ProcessView) -> String {
@@ -60,8 +66,15 @@ pub(crate) async fn run(client: &Client, cmd: ProcessCmd, out: Out) -> Result<u8
             let v: Answer<ProcessView> = client.send(client.request(reqwest::Method::POST, &path).body(data)).await?;
             out.print(&v, line);
         }
-        ProcessCmd::Kill { task, id } => {
-            let v: Answer<ProcessView> = client.post_empty(&format!("/v1/tasks/{task}/processes/{id}/kill")).await?;
+        ProcessCmd::Kill { task, id, signal } => {
+            let query = match signal {
+                Some(s) => {
+                    let n = cairn_api::exec::signal_number(&s).ok_or_else(|| anyhow::anyhow!("signal {s:?} is not one of HUP, INT, QUIT, KILL, USR1, USR2, TERM"))?;
+                    format!("?signal={n}")
+                }
+                None => String::new(),
+            };
+            let v: Answer<ProcessView> = client.post_empty(&format!("/v1/tasks/{task}/processes/{id}/kill{query}")).await?;
             out.print(&v, line);
         }
     }

@@ -474,6 +474,22 @@ def test_a_sandbox_killed_during_a_run_ends_the_stream_with_the_sdks_error():
     assert type(error).__module__.startswith("e2b"), repr(error)
 
 
+def test_sigterm_reaches_a_command_that_may_handle_it(sandbox):
+    h = sandbox.commands.run("trap 'echo got-term; exit 7' TERM; touch /workspace/trapping; while true; do sleep 0.1; done", background=True)
+    deadline = time.monotonic() + 20
+    while not sandbox.files.exists("/workspace/trapping") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    headers = {"E2b-Sandbox-Id": sandbox.sandbox_id, "X-Access-Token": access_token(sandbox.sandbox_id), "Content-Type": "application/json"}
+    r = httpx.post(os.environ["E2B_SANDBOX_URL"] + "/process.Process/SendSignal", headers=headers, json={"process": {"pid": h.pid}, "signal": "SIGNAL_SIGTERM"})
+    assert r.status_code == 200, r.text
+    with pytest.raises(CommandExitException) as ended:
+        h.wait()
+    assert ended.value.exit_code == 7 and "got-term" in ended.value.stdout, ended.value
+    # An unknown signal is refused in the protocol's shape.
+    r = httpx.post(os.environ["E2B_SANDBOX_URL"] + "/process.Process/SendSignal", headers=headers, json={"process": {"pid": h.pid}, "signal": "SIGNAL_SIGSTOP"})
+    assert r.status_code == 400 and r.json()["code"] == "invalid_argument", r.text
+
+
 def test_what_is_not_served_answers_501_with_its_name():
     before = {s.sandbox_id for s in Sandbox.list().next_items()}
     with pytest.raises(Exception) as mcp:

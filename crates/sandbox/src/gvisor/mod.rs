@@ -367,6 +367,22 @@ impl Gvisor {
         Ok(Ok(RunningCommand { conn: ours, pid, pty_master }))
     }
 
+    /// Sends `signal` to process `pid` of the sandbox (`runsc kill -pid`).
+    pub fn signal(&self, task: &str, paths: &SandboxPaths, pid: i32, signal: i32) -> Result<std::result::Result<(), String>> {
+        let out = self
+            .runsc(paths)
+            .command()
+            .args(["kill", "-pid", &pid.to_string(), task, &signal.to_string()])
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| Error::Helper(format!("cannot run runsc kill: {e}")))?;
+        if out.status.success() {
+            Ok(Ok(()))
+        } else {
+            Ok(Err(format!("runsc kill: {}", String::from_utf8_lossy(&out.stderr).trim())))
+        }
+    }
+
     /// Checkpoints the sandbox into the memory layer of its disk: the
     /// proxy's connections are ended first; the sandbox stops.
     pub fn checkpoint(&self, task: &str, paths: &SandboxPaths) -> Result<()> {

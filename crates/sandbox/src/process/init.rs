@@ -73,7 +73,7 @@ pub fn serve(listener: &UnixListener, proxy: &TcpListener) -> ! {
         }
         if ready[0] {
             while let Ok((conn, _)) = listener.accept() {
-                if let Some((pid, conn)) = handle(conn, proxy) {
+                if let Some((pid, conn)) = handle(conn, proxy, &sessions) {
                     sessions.insert(pid, Session { conn, abandoned: false });
                 }
             }
@@ -84,7 +84,7 @@ pub fn serve(listener: &UnixListener, proxy: &TcpListener) -> ! {
 }
 
 /// Reads one request; returns the session of a started command.
-fn handle(conn: UnixStream, proxy: &TcpListener) -> Option<(i32, UnixStream)> {
+fn handle(conn: UnixStream, proxy: &TcpListener, sessions: &HashMap<i32, Session>) -> Option<(i32, UnixStream)> {
     // The daemon is the only client; a stuck one must not stall pid 1.
     let _ = conn.set_nonblocking(false);
     let _ = conn.set_read_timeout(Some(Duration::from_secs(5)));
@@ -116,6 +116,19 @@ fn handle(conn: UnixStream, proxy: &TcpListener) -> Option<(i32, UnixStream)> {
                     let _ = proto::send(&conn, &Reply::Failed { errno: e.raw_os_error().unwrap_or(libc::ECONNREFUSED), message }, &[]);
                 }
             }
+            None
+        }
+        Request::Signal { pid, signal } => {
+            // Only a command of init's own, still running.
+            let reply = match (sessions.get(&pid), Signal::try_from(signal)) {
+                (Some(s), Ok(sig)) if !s.abandoned => match killpg(Pid::from_raw(pid), sig) {
+                    Ok(()) => Reply::Signalled,
+                    Err(e) => Reply::Failed { errno: e as i32, message: format!("cannot signal command {pid}: {e}") },
+                },
+                (_, Err(_)) => Reply::Failed { errno: libc::EINVAL, message: format!("{signal} is no signal") },
+                _ => Reply::Failed { errno: libc::ESRCH, message: format!("no running command {pid}") },
+            };
+            let _ = proto::send(&conn, &reply, &[]);
             None
         }
         Request::Watch { path, recursive } => {

@@ -145,12 +145,32 @@ async fn resize(rt: Rt, Path((id, pid)): Path<(String, String)>, b: axum::body::
     operation_id = "kill_process",
     path = "/v1/tasks/{id}/processes/{pid}/kill",
     tag = "exec",
-    params(("id" = String, Path, description = "Task id or name"), ("pid" = u32, Path, description = "The command's handle")),
-    responses((status = 200, description = "Killed (with its process group); its end as recorded", body = ProcessView))
+    params(
+        ("id" = String, Path, description = "Task id or name"),
+        ("pid" = u32, Path, description = "The command's handle"),
+        ("signal" = Option<String>, Query, description = "A signal other than KILL (TERM, INT, HUP, QUIT, USR1, USR2, or its number): sent to the command's process group, which may handle it"),
+    ),
+    responses((status = 200, description = "Killed (with its process group; its end as recorded), or signalled", body = ProcessView))
 )]
-async fn kill(rt: Rt, Path((id, pid)): Path<(String, String)>) -> Result<Json<ProcessView>, ApiError> {
+async fn kill(rt: Rt, Path((id, pid)): Path<(String, String)>, Query(q): Query<KillQuery>) -> Result<Json<ProcessView>, ApiError> {
     let p = rt.process(&id, &pid_of(&pid)?).await?;
-    p.kill()?;
-    p.wait(Duration::from_secs(10)).await;
+    let signal = match q.signal.as_deref() {
+        None => SIGKILL,
+        Some(name) => cairn_api::exec::signal_number(name).ok_or_else(|| ApiError::bad_request(format!("signal {name:?} is not one of HUP, INT, QUIT, KILL, USR1, USR2, TERM")))?,
+    };
+    if signal == SIGKILL {
+        p.kill()?;
+        p.wait(Duration::from_secs(10)).await;
+    } else {
+        p.signal(signal)?;
+    }
     Ok(Json(view(&p)))
+}
+
+/// KILL, the signal that ends a command through its control connection.
+const SIGKILL: i32 = 9;
+
+#[derive(Debug, Deserialize)]
+struct KillQuery {
+    signal: Option<String>,
 }
