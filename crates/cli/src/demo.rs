@@ -399,12 +399,22 @@ from e2b import Sandbox
 sb = Sandbox.create(timeout=120, metadata={"agent": "demo"})
 try:
     r = sb.commands.run("echo hello from $(hostname); uname -s")
+    watch = sb.files.watch_dir("/workspace")
     sb.files.write("/workspace/notes.txt", "written through E2B's SDK")
     h = sb.commands.run("sleep 30", background=True)
     listed = [p.pid for p in sb.commands.list()]
     sb.commands.kill(h.pid)
+    seen = sorted({f"{e.type.value} {e.name}" for e in watch.get_new_events()})
+    watch.stop()
+    snap = sb.create_snapshot()
+    child = Sandbox.create(snap.snapshot_id, timeout=60)
+    from_snapshot = child.files.read("/workspace/notes.txt")
+    child.kill()
+    Sandbox.delete_snapshot(snap.snapshot_id)
     print(f"sandbox {sb.sandbox_id} (a Cairn task): {r.stdout.strip()!r}")
     print(f"notes.txt: {sb.files.read('/workspace/notes.txt')!r}; background command {h.pid} listed in {listed}, killed")
+    print(f"watched /workspace (the sandbox's own inotify): {seen}")
+    print(f"snapshot {snap.snapshot_id}: a new sandbox from it reads {from_snapshot!r}")
 finally:
     sb.kill()
 "#;
@@ -431,7 +441,8 @@ async fn e2b_sdk(d: &mut Demo) -> Result<()> {
         .context("run the e2b SDK")?;
     let _: serde_json::Value = d.client.delete(&format!("/v1/api-keys/{}", key.name)).await?;
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    if !out.status.success() || !text.contains("written through E2B's SDK") {
+    let shown = ["written through E2B's SDK", "'create notes.txt'", "reads \"written through E2B's SDK\""];
+    if !out.status.success() || !shown.iter().all(|s| text.contains(s)) {
         bail!("the E2B step failed ({}): {text}{}", out.status, String::from_utf8_lossy(&out.stderr));
     }
     d.say("an agent written for E2B (its own SDK, three variables changed)", t.elapsed(), &text);
