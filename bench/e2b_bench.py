@@ -104,12 +104,14 @@ print(round(statistics.median(xs) * 1e3, 3))
 
 def port_round_trip(n: int) -> dict:
     """A GET of a small page from a server in a task: through the daemon
-    (its port route, a kept-alive client) and inside the task itself."""
+    (its port route, a kept-alive client) and inside the task itself; on
+    the driver `ISOLATION` names (the daemon's default without it)."""
     import cairn
     import httpx
 
+    options = {"isolation": os.environ["ISOLATION"]} if os.environ.get("ISOLATION") else {}
     with cairn.Client() as c:
-        t = c.tasks.create()
+        t = c.tasks.create(**options)
         try:
             t.exec(["sh", "-c", "mkdir -p /workspace/www && echo ok > /workspace/www/index.html && cd /workspace/www && setsid python3 -m http.server 8000 >/dev/null 2>&1 < /dev/null &"])
             url = f"{os.environ['CAIRN_URL']}/v1/tasks/{t.id}/ports/8000/"
@@ -121,11 +123,13 @@ def port_round_trip(n: int) -> dict:
                 for _ in range(10):
                     h.get(url)
                 through = [timed(lambda: h.get(url).raise_for_status()) for _ in range(n)]
+                # A new client connection each: under gvisor, a new relay each.
+                fresh = [timed(lambda: httpx.get(url, headers=h.headers).raise_for_status()) for _ in range(max(3, n // 10))]
             t.files.write("/workspace/inside.py", INSIDE)
             inside = float(t.exec(["python3", "/workspace/inside.py", str(n)]).stdout.strip())
         finally:
             t.destroy()
-    return {"through_daemon": ms(through), "inside": inside, "n": n}
+    return {"through_daemon": ms(through), "fresh_connection": ms(fresh), "inside": inside, "n": n}
 
 
 if __name__ == "__main__":
