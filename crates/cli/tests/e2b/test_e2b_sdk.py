@@ -256,6 +256,74 @@ def test_get_host_reaches_a_server_in_the_sandbox(sandbox):
     assert httpx.get(API_URL + "/index.html", headers={"Host": host}).status_code == 401
 
 
+WS_ECHO = """
+import base64, hashlib, socket, threading
+def serve(c):
+    req = b""
+    while b"\\r\\n\\r\\n" not in req:
+        req += c.recv(1024)
+    key = [l.split(b":", 1)[1].strip() for l in req.split(b"\\r\\n") if l.lower().startswith(b"sec-websocket-key")][0]
+    acc = base64.b64encode(hashlib.sha1(key + b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11").digest())
+    c.sendall(b"HTTP/1.1 101 Switching Protocols\\r\\nUpgrade: websocket\\r\\nConnection: Upgrade\\r\\nSec-WebSocket-Accept: " + acc + b"\\r\\n\\r\\n")
+    while True:
+        h = c.recv(2)
+        if len(h) < 2 or h[0] & 0x0f == 8:
+            return
+        n = h[1] & 0x7f
+        mask = c.recv(4)
+        data = b""
+        while len(data) < n:
+            data += c.recv(n - len(data))
+        reply = b"echo: " + bytes(b ^ mask[i % 4] for i, b in enumerate(data))
+        c.sendall(bytes([0x81, len(reply)]) + reply)
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", 8765))
+s.listen()
+while True:
+    threading.Thread(target=serve, args=(s.accept()[0],), daemon=True).start()
+"""
+
+
+def test_a_websocket_in_the_sandbox_echoes_through_get_host(sandbox):
+    import base64
+    import socket
+    from urllib.parse import urlparse
+
+    sandbox.files.write("/workspace/ws.py", WS_ECHO)
+    sandbox.commands.run("python3 /workspace/ws.py", background=True)
+    host = sandbox.get_host(8765)
+    api = urlparse(API_URL)
+    key = base64.b64encode(os.urandom(16)).decode()
+    request = (
+        f"GET / HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+        f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n"
+        f"E2b-Traffic-Access-Token: {sandbox.traffic_access_token}\r\n\r\n"
+    ).encode()
+    deadline = time.monotonic() + 10
+    while True:
+        conn = socket.create_connection((api.hostname, api.port), timeout=10)
+        conn.sendall(request)
+        answer = b""
+        while b"\r\n\r\n" not in answer:
+            chunk = conn.recv(1024)
+            if not chunk:
+                break
+            answer += chunk
+        if answer.startswith(b"HTTP/1.1 101") or time.monotonic() > deadline:
+            break
+        conn.close()
+        time.sleep(0.2)
+    assert answer.startswith(b"HTTP/1.1 101"), answer
+    payload, mask = b"over the daemon", os.urandom(4)
+    conn.sendall(bytes([0x81, 0x80 | len(payload)]) + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload)))
+    frame = answer.split(b"\r\n\r\n", 1)[1]
+    while len(frame) < 2 or len(frame) < 2 + frame[1]:
+        frame += conn.recv(1024)
+    assert frame[0] == 0x81 and frame[2 : 2 + frame[1]] == b"echo: over the daemon", frame
+    conn.close()
+
+
 def test_a_pty_takes_input_resizes_and_is_killed(sandbox):
     import threading
 
