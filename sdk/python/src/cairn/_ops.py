@@ -41,6 +41,7 @@ def create_task(
     idle_suspend: str | None = None,
     keep_last: int | None = None,
     expire_after: str | None = None,
+    isolation: str | None = None,
 ) -> Op[TaskInfo]:
     body = _drop_none(
         {
@@ -54,6 +55,7 @@ def create_task(
             "idle_suspend": idle_suspend,
             "keep_last": keep_last,
             "expire_after": expire_after,
+            "isolation": isolation,
         }
     )
     if env:
