@@ -16,6 +16,7 @@ pub mod images;
 pub mod ledger;
 pub mod nodes;
 pub mod processes;
+pub mod secrets;
 pub mod snapshots;
 pub mod tasks;
 pub mod waits;

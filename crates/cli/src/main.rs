@@ -85,6 +85,9 @@ enum Cmd {
     /// Keys of the E2B-compatible API (X-API-Key): create, list, revoke.
     #[command(subcommand)]
     ApiKey(verbs::api_key::ApiKeyCmd),
+    /// Credentials the egress proxy injects (never inside a sandbox): set (from stdin), list, rm.
+    #[command(subcommand)]
+    Secret(verbs::secret::SecretCmd),
     /// Destroy a task's sandbox; its records stay.
     Destroy { task: String },
     /// A signed link to a port a process listens on inside a task (HTTP
@@ -413,6 +416,7 @@ async fn client_command(cmd: Cmd, json_out: bool) -> Result<u8> {
         Cmd::Log { task, verify, checkpoint } => ledger::log(&client, &task, verify, checkpoint, out).await,
         Cmd::Key(c) => ledger::key(&client, c, json_out).await,
         Cmd::ApiKey(c) => verbs::api_key::run(&client, c, out).await,
+        Cmd::Secret(c) => verbs::secret::run(&client, c, out).await,
         Cmd::Process(c) => verbs::process::run(&client, c, out).await,
         Cmd::Destroy { task } => verbs::task::destroy(&client, task, out).await,
         Cmd::Port { task, port, ttl } => verbs::task::port_link(&client, task, port, ttl, out).await,

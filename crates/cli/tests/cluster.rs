@@ -753,6 +753,45 @@ fn ports_and_signed_file_urls_reach_a_task_through_the_other_node() {
     c.a.ok(&["destroy", &id]);
 }
 
+/// Secrets on a cluster: nodes holding the same cluster key share one
+/// secrets key through the store; a node with another key refuses to
+/// start, and one without the setting serves no secrets (each saying so).
+#[test]
+fn secrets_are_shared_under_the_cluster_key_and_refused_without_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = |name: &str, key: &str| {
+        let key_file = dir.path().join(format!("{name}.key"));
+        std::fs::write(&key_file, key).unwrap();
+        let cfg = dir.path().join(format!("{name}.toml"));
+        std::fs::write(&cfg, format!("[secrets]\ncluster_key_file = \"{}\"\n", key_file.display())).unwrap();
+        cfg.display().to_string()
+    };
+    let shared = config("shared", &"ab".repeat(32));
+    let c = Cluster::start_with(&["--config", &shared], &["--config", &shared]);
+    let mut set = c.a.cmd().args(["secret", "set", "CLUSTER_TOKEN"]).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    std::io::Write::write_all(&mut set.stdin.take().unwrap(), b"cluster-secret-value").unwrap();
+    let out = set.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let listed = c.b.json(&["secret", "list"]);
+    assert_eq!(listed[0]["name"], "CLUSTER_TOKEN", "node-b lists node-a's secret: {listed}");
+    let blob = format!("s3://{}/{BLOB_PREFIX}", c.bucket);
+    let env = c.moto.env();
+    // Another cluster key: the node refuses to start, in one line.
+    let other = config("other", &"cd".repeat(32));
+    let home = tempfile::Builder::new().prefix("cairn-test-").tempdir_in("/var/tmp").unwrap();
+    let mut serve = Command::new(common::CAIRN);
+    serve.args(["serve", "--listen", "127.0.0.1:0", "--store", &c._db.url, "--blob", &blob, "--node", "node-c", "--config", &other]).env("CAIRN_HOME", home.path()).envs(env.iter().map(|(k, v)| (*k, v.as_str())));
+    let refused = common::output_within(&mut serve, Duration::from_secs(60));
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success() && err.contains("does not open the cluster's secrets key"), "{err}");
+    // Without the setting: the node runs, and says why it has no secrets.
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let plain = Daemon::start_with_env(&["--store", &c._db.url, "--blob", &blob, "--node", "node-d"], &env);
+    let err = plain.fails(&["secret", "set", "ANOTHER", "--file", &shared]);
+    assert!(err.contains("cluster_key_file"), "{err}");
+    assert_eq!(plain.json(&["secret", "list"])[0]["name"], "CLUSTER_TOKEN", "names are listed all the same");
+}
+
 #[test]
 fn a_timer_set_on_a_lost_node_fires_on_the_other() {
     let mut c = Cluster::start();

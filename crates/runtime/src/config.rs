@@ -111,6 +111,10 @@ pub struct Config {
     pub disk_space: cairn_sandbox::DiskSpace,
     /// `[images]`: what one import or pull may unpack.
     pub image_limits: cairn_sandbox::image::ImportLimits,
+    /// `[secrets] cluster_key_file`: on a cluster, the key every node holds
+    /// (the same file on each), under which the secrets key is shared
+    /// through the store; `None`: secrets are not served on a cluster.
+    pub secrets_cluster_key: Option<std::path::PathBuf>,
 }
 
 /// The `[limits]` table: bounds on what clients hold open at once. A
@@ -259,6 +263,7 @@ impl Default for Config {
             limits: LimitsConfig::default(),
             disk_space: cairn_sandbox::DiskSpace::default(),
             image_limits: cairn_sandbox::image::ImportLimits::default(),
+            secrets_cluster_key: None,
         }
     }
 }
@@ -286,6 +291,14 @@ struct File {
     disk: DiskFile,
     #[serde(default)]
     images: ImagesFile,
+    #[serde(default)]
+    secrets: SecretsFile,
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct SecretsFile {
+    cluster_key_file: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -491,6 +504,9 @@ impl Config {
         }
         if let Some(m) = file.images.max_apparent_size {
             c.image_limits.max_logical_size = cairn_core::parse_bytes(&m).map_err(|e| format!("images.max_apparent_size: {e}"))?;
+        }
+        if let Some(k) = file.secrets.cluster_key_file {
+            c.secrets_cluster_key = Some(k);
         }
         if let Some(b) = file.disk.budget {
             c.disk_space.budget = Some(cairn_core::parse_bytes(&b).map_err(|e| format!("disk.budget: {e}"))?);

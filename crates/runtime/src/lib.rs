@@ -30,7 +30,8 @@
 //! - [`deadline`]: tasks that end by themselves at a time (E2B's timeout).
 //! - [`waits`] and [`intake`]: waits, and the events that satisfy them
 //!   (webhooks verified on plain bytes, approvals, operator events, timers).
-//! - [`egress`]: each live sandbox's allowlist proxy and its decision log.
+//! - [`egress`]: each live sandbox's allowlist proxy and its decision log;
+//!   [`secrets`]: credentials it may inject, sealed at rest.
 //! - [`deliver`] and [`ledger`]: deliverables, signed delivery records, the
 //!   hash-chained event log and the node's signing keys.
 //! - [`gateway`]: webhook signatures and signed approval links.
@@ -68,6 +69,7 @@ mod queries;
 mod reaper;
 pub mod rollback;
 pub mod run;
+pub mod secrets;
 pub mod runtime;
 mod services;
 mod slots;

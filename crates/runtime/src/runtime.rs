@@ -49,6 +49,8 @@ pub struct Runtime {
     pub(crate) snaps: crate::snapshot::SnapshotState,
     /// Signs approval links.
     pub(crate) link_key: crate::gateway::approval::LinkKey,
+    /// The key secrets are sealed under, or why this daemon has none.
+    pub(crate) secrets: crate::secrets::Secrets,
     /// The node's ledger signing keys (`$CAIRN_HOME/keys/`).
     pub(crate) keys: std::sync::Mutex<cairn_ledger::NodeKeys>,
     /// The daemon's base URL (for webhook and approval links), once bound.
@@ -150,6 +152,7 @@ impl Runtime {
                 link_key = crate::gateway::approval::LinkKey::adopt_hex(&key_path, &shared).map_err(|e| OpenError::Config(e.to_string()))?;
             }
         }
+        let secrets = crate::secrets::open(home.root(), store.as_ref(), config.secrets_cluster_key.as_deref()).await.map_err(OpenError::Config)?;
         let keys = cairn_ledger::NodeKeys::load_or_create(&home.root().join("keys"))?;
         let bounds = crate::admission::resolve(&config.limits, crate::admission::nofile()).map_err(OpenError::Config)?;
         // Subscribed before anything writes: waiters see every change.
@@ -162,6 +165,7 @@ impl Runtime {
             driver,
             snaps: crate::snapshot::SnapshotState::new(repo, risk, config.gc_grace),
             link_key,
+            secrets,
             keys: std::sync::Mutex::new(keys),
             base_url: std::sync::OnceLock::new(),
             cells,

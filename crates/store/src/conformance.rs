@@ -18,7 +18,7 @@ use cairn_core::{
 };
 use cairn_ledger::{verify_chain, Checkpoint, NodeKeys, SignedCheckpoint, GENESIS};
 
-use crate::{now_ms, ApiKeyRow, Error, NodeRow, SharedStore, Store, Unheld};
+use crate::{now_ms, ApiKeyRow, Error, NodeRow, SecretRow, SharedStore, Store, Unheld};
 
 /// A database for one test case, empty when created and gone when dropped.
 pub(crate) trait TestDatabase: Sized {
@@ -62,6 +62,7 @@ macro_rules! conformance_suite {
                 the_first_nodes_secret_is_every_nodes,
                 gc_and_snapshots_of_different_nodes_keep_apart,
                 api_keys_are_found_by_hash_used_and_revoked,
+                secrets_are_set_again_counted_and_removed,
             );
         }
     };
@@ -936,4 +937,26 @@ pub(crate) async fn api_keys_are_found_by_hash_used_and_revoked(db: &impl TestDa
     // The name is free again.
     a.insert_api_key(&key("ci", "ef", 8000)).await.unwrap();
     assert_eq!(b.use_api_key(&"ef".repeat(32), 8001).await.unwrap().as_deref(), Some("ci"));
+}
+
+pub(crate) async fn secrets_are_set_again_counted_and_removed(db: &impl TestDatabase) {
+    let a = db.open().await;
+    let b = db.open().await;
+    a.put_secret("TOKEN", "sealed-1", 1000).await.unwrap();
+    a.put_secret("API_KEY", "sealed-2", 1500).await.unwrap();
+    let listed = b.secrets().await.unwrap();
+    assert_eq!(listed.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(), ["API_KEY", "TOKEN"], "every node's, by name");
+    let token = SecretRow { name: "TOKEN".into(), sealed: "sealed-1".into(), created_ms: 1000, updated_ms: 1000, last_used_ms: None, uses: 0 };
+    assert_eq!(b.secret("TOKEN").await.unwrap(), Some(token.clone()));
+    // Counted uses, then a new value: the count and the creation stay.
+    b.use_secret("TOKEN", 3, 2000).await.unwrap();
+    a.put_secret("TOKEN", "sealed-3", 3000).await.unwrap();
+    let again = SecretRow { sealed: "sealed-3".into(), updated_ms: 3000, last_used_ms: Some(2000), uses: 3, ..token };
+    assert_eq!(a.secret("TOKEN").await.unwrap(), Some(again));
+    b.use_secret("NOBODY", 1, 4000).await.unwrap();
+    assert_eq!(a.secret("NOBODY").await.unwrap(), None, "a use of no secret makes none");
+    assert!(b.remove_secret("TOKEN").await.unwrap());
+    assert!(!a.remove_secret("TOKEN").await.unwrap(), "removed already");
+    assert_eq!(a.secret("TOKEN").await.unwrap(), None);
+    assert_eq!(b.secrets().await.unwrap().len(), 1, "the other stays");
 }

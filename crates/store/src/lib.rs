@@ -7,7 +7,7 @@
 //! only the line that opens it.
 //! `Store` joins one trait per concern ([`TaskStore`], [`EventStore`],
 //! [`SandboxStore`], [`SnapshotStore`], [`WaitStore`], [`CheckpointStore`],
-//! [`NodeStore`], [`LeaseStore`], [`ApiKeyStore`]);
+//! [`NodeStore`], [`LeaseStore`], [`ApiKeyStore`], [`SecretStore`]);
 //! `src/store.rs` states the contract every backend keeps: multi-part
 //! writes are one transaction, state changes are a compare-and-set over
 //! core's transition table, a task's log never forks.
@@ -39,7 +39,7 @@ pub use postgres::PostgresStore;
 pub use sqlite::SqliteStore;
 pub use url::StoreUrl;
 pub use store::{
-    now_ms, ApiKeyRow, ApiKeyStore, ChangeListener, CheckpointStore, Delivered, EventStore, LeaseStore, NodeRow, NodeStore, SandboxRow, SandboxStore, SharedStore, SnapshotStore, Store,
+    now_ms, ApiKeyRow, ApiKeyStore, SecretRow, SecretStore, ChangeListener, CheckpointStore, Delivered, EventStore, LeaseStore, NodeRow, NodeStore, SandboxRow, SandboxStore, SharedStore, SnapshotStore, Store,
     Unheld,
     TaskStore, WaitStore,
 };

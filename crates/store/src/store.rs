@@ -64,7 +64,7 @@ pub struct Delivered {
 /// The whole task database: every concern, plus what a handle on it is.
 #[async_trait]
 pub trait Store:
-    TaskStore + EventStore + SandboxStore + SnapshotStore + WaitStore + CheckpointStore + NodeStore + LeaseStore + ApiKeyStore + std::fmt::Debug
+    TaskStore + EventStore + SandboxStore + SnapshotStore + WaitStore + CheckpointStore + NodeStore + LeaseStore + ApiKeyStore + SecretStore + std::fmt::Debug
 {
     /// Where the database is, as a store URL without its password
     /// (`sqlite:///var/lib/cairn/cairn.db`, `postgres://cairn@db/cairn`), for
@@ -437,4 +437,43 @@ pub trait ApiKeyStore: Send + Sync {
     /// `now_ms` in the same statement; `None` when no key has it (never
     /// made, or revoked).
     async fn use_api_key(&self, hash: &str, now_ms: i64) -> Result<Option<String>>;
+}
+
+/// A secret as the store keeps it: its value sealed by the caller.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SecretRow {
+    /// Unique: the name rules and placeholders use.
+    pub name: String,
+    /// The value sealed under the daemon's secrets key (base64 of the
+    /// nonce and the ciphertext); the store never sees the value.
+    pub sealed: String,
+    /// When the name was first set (ms since the epoch).
+    pub created_ms: i64,
+    /// When its value was last set.
+    pub updated_ms: i64,
+    /// The latest request that used it; `None` until one did.
+    pub last_used_ms: Option<i64>,
+    /// How many requests used it.
+    pub uses: i64,
+}
+
+/// Secrets for the egress proxy, shared by every node of the database.
+/// The store sees sealed values only: the caller seals and opens them.
+#[async_trait]
+pub trait SecretStore: Send + Sync {
+    /// Stores `sealed` under `name`: a new secret, or a new value for an
+    /// existing one (which keeps its creation time and use count).
+    async fn put_secret(&self, name: &str, sealed: &str, now_ms: i64) -> Result<()>;
+
+    /// Every secret, by name.
+    async fn secrets(&self) -> Result<Vec<SecretRow>>;
+
+    /// The secret `name`, if any.
+    async fn secret(&self, name: &str) -> Result<Option<SecretRow>>;
+
+    /// Removes the secret `name`; false when there is none.
+    async fn remove_secret(&self, name: &str) -> Result<bool>;
+
+    /// Counts `uses` more uses of `name`, the latest at `now_ms`.
+    async fn use_secret(&self, name: &str, uses: i64, now_ms: i64) -> Result<()>;
 }

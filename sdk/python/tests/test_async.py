@@ -57,3 +57,15 @@ def test_the_async_client_starts_and_waits_for_background_commands(daemon):
                 await t.destroy()
 
     asyncio.run(main())
+
+
+def test_the_async_client_sets_lists_and_removes_secrets(daemon):
+    async def main() -> None:
+        async with cairn.AsyncClient(*daemon) as c:
+            made = await c.secrets.set("SDK_ASYNC_TOKEN", "async-secret-value")
+            assert made.name == "SDK_ASYNC_TOKEN"
+            assert "SDK_ASYNC_TOKEN" in [s.name for s in await c.secrets.list()]
+            await c.secrets.remove("SDK_ASYNC_TOKEN")
+            assert "SDK_ASYNC_TOKEN" not in [s.name for s in await c.secrets.list()]
+
+    asyncio.run(main())

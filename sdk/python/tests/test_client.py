@@ -274,3 +274,22 @@ def test_a_port_has_a_signed_url(task):
         time.sleep(0.1)
     assert r.text == "page\n"
     server.kill()
+
+
+def test_secrets_are_set_listed_never_read_back_and_removed(client):
+    name = "SDK_SUITE_TOKEN"
+    made = client.secrets.set(name, "sdk-secret-value-1")
+    assert made.name == name and made.uses == 0 and made.last_used_ms is None
+    again = client.secrets.set(name, b"sdk-secret-value-2")
+    assert again.created_ms == made.created_ms and again.updated_ms >= made.updated_ms
+    listed = [s for s in client.secrets.list() if s.name == name]
+    assert listed == [again]
+    assert "sdk-secret-value" not in repr(client.secrets.list())
+    with pytest.raises(cairn.InvalidRequest):
+        client.secrets.set("1-bad name", "x")
+    with pytest.raises(cairn.InvalidRequest):
+        client.secrets.set("EMPTY", b"")
+    client.secrets.remove(name)
+    assert name not in [s.name for s in client.secrets.list()]
+    with pytest.raises(cairn.NotFound):
+        client.secrets.remove(name)

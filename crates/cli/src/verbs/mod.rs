@@ -3,6 +3,7 @@
 //! prints the typed answer as a line or, with `--json`, as it came.
 
 pub mod api_key;
+pub mod secret;
 pub mod egress;
 pub mod image;
 pub mod node;

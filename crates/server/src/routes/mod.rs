@@ -51,6 +51,8 @@
 //! | POST | /v1/tasks/{id}/port-links/{port}?ttl= | a signed link to a port, and the task's traffic token |
 //! | any | /v1/tasks/{id}/ports/{port}/... | a task's port over HTTP or WebSocket ([`crate::ports`]; also by host name `{port}-{id}.{domain}`) |
 //! | DELETE | /v1/api-keys/{name} | revoke |
+//! | GET | /v1/secrets, /v1/secrets/{name} | the egress proxy's secrets: names and use, never values |
+//! | PUT, DELETE | /v1/secrets/{name} | set (the raw value as the body), remove |
 //!
 //! E2B's API ([`cairn_e2b`]) is served beside it: its control routes
 //! (`/sandboxes`, `/v2/sandboxes`, `/templates`) with `X-API-Key`, and its
@@ -70,6 +72,7 @@
 
 mod admin;
 mod api_keys;
+mod secrets;
 mod deliver;
 mod egress;
 pub mod exec;
@@ -128,6 +131,7 @@ fn routes(token: Arc<String>) -> Routes {
     let private = Routes::new()
         .merge(admin::routes())
         .merge(api_keys::routes())
+        .merge(secrets::routes())
         .merge(nodes::routes())
         .merge(port_links::routes())
         .merge(processes::routes())

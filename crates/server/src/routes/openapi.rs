@@ -14,7 +14,7 @@ use utoipa::openapi::{ContentBuilder, Ref, RefOr, ResponseBuilder, Schema};
 use utoipa::{Modify, OpenApi};
 
 use super::served::Routes;
-use super::{admin, api_keys, deliver, port_links, processes, egress, exec, files, gateway, images, mcp, nodes, snapshots, tasks, waits};
+use super::{admin, api_keys, deliver, port_links, processes, secrets, egress, exec, files, gateway, images, mcp, nodes, snapshots, tasks, waits};
 
 #[derive(Debug, OpenApi)]
 #[openapi(
@@ -26,6 +26,7 @@ use super::{admin, api_keys, deliver, port_links, processes, egress, exec, files
         serve,
         admin::health, admin::metrics, admin::gc, admin::check,
         api_keys::list_api_keys, api_keys::create_api_key, api_keys::revoke_api_key,
+        secrets::list_secrets, secrets::show_secret, secrets::set_secret, secrets::remove_secret,
         nodes::list,
         port_links::create_link,
         processes::start, processes::list, processes::show, processes::stdin, processes::resize, processes::kill,
@@ -55,6 +56,7 @@ use super::{admin, api_keys, deliver, port_links, processes, egress, exec, files
         (name = "snapshots", description = "Snapshots, rollback in place, forks"),
         (name = "waits", description = "Waits, the inbox, suspend and resume"),
         (name = "egress", description = "A task's egress allowlist and decision log"),
+        (name = "secrets", description = "Credentials the egress proxy injects: set and listed, never answered"),
         (name = "deliveries", description = "Deliverables, signed records, the ledger and the node's keys"),
         (name = "images", description = "Base images"),
         (name = "gateway", description = "Routes with their own authentication instead of the bearer token"),

@@ -26,6 +26,7 @@
 //! concern of the contract, as in `sqlite/`.
 
 mod api_keys;
+mod secrets;
 mod leases;
 mod ledger;
 mod nodes;

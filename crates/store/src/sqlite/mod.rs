@@ -14,6 +14,7 @@
 //! concern of the contract.
 
 mod api_keys;
+mod secrets;
 mod leases;
 mod ledger;
 mod nodes;

@@ -10,7 +10,7 @@
 `cairn.AsyncClient` has the same calls, awaited.
 """
 
-from ._async import AsyncClient, AsyncFiles, AsyncProcess, AsyncTask, AsyncTasks
+from ._async import AsyncClient, AsyncFiles, AsyncProcess, AsyncSecrets, AsyncTask, AsyncTasks
 from ._errors import (
     CairnError,
     Conflict,
@@ -27,8 +27,8 @@ from ._errors import (
     Unavailable,
     WaitTimeout,
 )
-from ._models import Deliverable, Delivery, DirEntry, EgressPolicy, Event, ExecResult, ProcessInfo, RollbackNote, Snapshot, TaskInfo, Wait
-from ._sync import Client, Files, Process, Task, Tasks
+from ._models import Deliverable, Delivery, DirEntry, EgressPolicy, Event, ExecResult, ProcessInfo, RollbackNote, Secret, Snapshot, TaskInfo, Wait
+from ._sync import Client, Files, Process, Secrets, Task, Tasks
 from ._verify import VerifyError, verify, verify_or_raise
 
 __version__ = "0.1.0"
@@ -37,6 +37,7 @@ __all__ = [
     "AsyncClient",
     "AsyncFiles",
     "AsyncProcess",
+    "AsyncSecrets",
     "AsyncTask",
     "AsyncTasks",
     "CairnError",
@@ -59,6 +60,8 @@ __all__ = [
     "ProcessInfo",
     "ProtocolError",
     "RollbackNote",
+    "Secret",
+    "Secrets",
     "Snapshot",
     "Task",
     "TaskInfo",

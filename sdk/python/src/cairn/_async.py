@@ -6,7 +6,7 @@ import os
 from typing import Any, Callable, Iterable
 
 from . import _ops as ops
-from ._models import DirEntry, Delivery, EgressPolicy, Event, ExecResult, ProcessInfo, RollbackNote, Snapshot, TaskInfo, Wait
+from ._models import DirEntry, Delivery, EgressPolicy, Event, ExecResult, ProcessInfo, RollbackNote, Secret, Snapshot, TaskInfo, Wait
 from ._transport import AsyncTransport, discover
 
 
@@ -20,6 +20,7 @@ class AsyncClient:
         self._t = AsyncTransport(url, token, timeout)
         self.url = url
         self.tasks = AsyncTasks(self)
+        self.secrets = AsyncSecrets(self)
 
     async def close(self) -> None:
         await self._t.close()
@@ -49,6 +50,23 @@ class AsyncTasks:
 
     async def list(self) -> list[AsyncTask]:
         return [AsyncTask(self._c, t) for t in await self._c._t.run(ops.list_tasks())]
+
+
+class AsyncSecrets:
+    """Credentials the egress proxy injects into a task's requests: set
+    and listed here, never read back."""
+
+    def __init__(self, client: AsyncClient) -> None:
+        self._c = client
+
+    async def set(self, name: str, value: str | bytes) -> Secret:
+        return await self._c._t.run(ops.set_secret(name, value))
+
+    async def list(self) -> list[Secret]:
+        return await self._c._t.run(ops.list_secrets())
+
+    async def remove(self, name: str) -> None:
+        await self._c._t.run(ops.remove_secret(name))
 
 
 class AsyncFiles:

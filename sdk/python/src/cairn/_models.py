@@ -259,3 +259,18 @@ class ProcessInfo:
             exit_.get("exit_code") if exit_ and exit_.get("signal") is None else None, exit_.get("signal"), bool(exit_.get("timed_out")),
             v.get("error"), v.get("stdout", ""), v.get("stderr", ""), bool(v.get("truncated")), v,
         )
+
+
+@dataclass(frozen=True)
+class Secret:
+    """A secret as the daemon lists it: its name and use, never its value."""
+
+    name: str
+    created_ms: int
+    updated_ms: int
+    last_used_ms: int | None
+    uses: int
+
+    @classmethod
+    def from_json(cls, v: dict[str, Any]) -> Secret:
+        return cls(v["name"], v["created_ms"], v["updated_ms"], v.get("last_used_ms"), v.get("uses", 0))

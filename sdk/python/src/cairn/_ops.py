@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from ._errors import CairnError, InvalidRequest, WaitTimeout
-from ._models import DirEntry, Delivery, EgressPolicy, Event, ExecResult, ProcessInfo, RollbackNote, Snapshot, TaskInfo, Wait
+from ._models import DirEntry, Delivery, EgressPolicy, Event, ExecResult, ProcessInfo, RollbackNote, Secret, Snapshot, TaskInfo, Wait
 from ._transport import Call, Op
 
 #: How long one blocking poll of a wait asks the daemon to hold it.
@@ -288,3 +288,16 @@ def deliver(
     record_path = out_dir / "record.json"
     record_path.write_bytes(record)
     return Delivery.from_json(v, str(record_path))
+
+
+def set_secret(name: str, value: str | bytes) -> Op[Secret]:
+    content = value.encode() if isinstance(value, str) else bytes(value)
+    return Secret.from_json((yield Call("PUT", f"/v1/secrets/{name}", content=content)))
+
+
+def list_secrets() -> Op[list[Secret]]:
+    return [Secret.from_json(v) for v in (yield Call("GET", "/v1/secrets"))]
+
+
+def remove_secret(name: str) -> Op[None]:
+    yield Call("DELETE", f"/v1/secrets/{name}")

@@ -6,7 +6,7 @@ import os
 from typing import Any, Callable, Iterable
 
 from . import _ops as ops
-from ._models import DirEntry, Delivery, EgressPolicy, Event, ExecResult, ProcessInfo, RollbackNote, Snapshot, TaskInfo, Wait
+from ._models import DirEntry, Delivery, EgressPolicy, Event, ExecResult, ProcessInfo, RollbackNote, Secret, Snapshot, TaskInfo, Wait
 from ._transport import SyncTransport, discover
 
 
@@ -20,6 +20,7 @@ class Client:
         self._t = SyncTransport(url, token, timeout)
         self.url = url
         self.tasks = Tasks(self)
+        self.secrets = Secrets(self)
 
     def close(self) -> None:
         self._t.close()
@@ -49,6 +50,23 @@ class Tasks:
 
     def list(self) -> list[Task]:
         return [Task(self._c, t) for t in self._c._t.run(ops.list_tasks())]
+
+
+class Secrets:
+    """Credentials the egress proxy injects into a task's requests: set
+    and listed here, never read back."""
+
+    def __init__(self, client: Client) -> None:
+        self._c = client
+
+    def set(self, name: str, value: str | bytes) -> Secret:
+        return self._c._t.run(ops.set_secret(name, value))
+
+    def list(self) -> list[Secret]:
+        return self._c._t.run(ops.list_secrets())
+
+    def remove(self, name: str) -> None:
+        self._c._t.run(ops.remove_secret(name))
 
 
 class Files:
