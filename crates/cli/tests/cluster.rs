@@ -826,8 +826,15 @@ fn a_node_killed_with_its_sandboxes_is_recovered_by_the_other() {
     assert!(had.contains(&id), "node-a had the task's sandbox: {had:?}");
     assert_eq!(c.live_on(&id), BTreeSet::new());
 
-    let t = c.wait_running_on(NODE_B, &id, NODE_B, RECOVERY_LIMIT);
+    let mut t = c.wait_running_on(NODE_B, &id, NODE_B, RECOVERY_LIMIT);
     eprintln!("recovered on node-b {:.1} s after node-a was lost", lost.elapsed().as_secs_f64());
+    // The note is written once the services have started again, a moment
+    // after the sandbox is ready.
+    let noted_by = Instant::now() + Duration::from_secs(30);
+    while t["recovery_note"].is_null() && Instant::now() < noted_by {
+        std::thread::sleep(Duration::from_millis(100));
+        t = c.b.json(&["task", "show", &id]);
+    }
     let note = t["recovery_note"].as_str().unwrap_or_else(|| panic!("no recovery note: {t}"));
     assert!(note.contains(NODE_A), "the recovery note names the lost node: {note}");
     assert_eq!(t["memory"], "data kept", "{t}");

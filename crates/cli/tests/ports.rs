@@ -122,3 +122,63 @@ fn a_tasks_http_and_websocket_ports_are_reached_through_the_daemon_and_only_with
     assert!(counted >= 5.0, "{counted}");
     d.ok(&["destroy", &t]);
 }
+
+/// A server that answers with the port of the connection it came on, and
+/// keeps connections open (HTTP/1.1) unless asked to close one.
+const PEER_PORT: &str = r#"
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+class H(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def do_GET(self):
+        body = str(self.client_address[1]).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        if self.path == "/close":
+            self.send_header("Connection", "close")
+            self.close_connection = True
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a):
+        pass
+ThreadingHTTPServer(("127.0.0.1", 8001), H).serve_forever()
+"#;
+
+#[test]
+fn connections_to_a_port_are_kept_for_the_next_request_and_replaced_when_closed() {
+    let d = Daemon::start();
+    let token = std::fs::read_to_string(d.home().join("token")).unwrap().trim().to_owned();
+    let t = d.create(&[]);
+    must(&d, &t, &format!("cat > /workspace/peer.py <<'EOF'\n{PEER_PORT}\nEOF\nsetsid python3 /workspace/peer.py >/dev/null 2>&1 < /dev/null &"));
+    must(&d, &t, "for i in $(seq 100); do python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", 8001))' 2>/dev/null && exit 0; sleep 0.1; done; exit 1");
+    let c = Http::new();
+    let bearer = format!("Bearer {token}");
+    let auth = [("Authorization", bearer.as_str())];
+    let url = |path: &str| format!("{}/v1/tasks/{t}/ports/8001{path}", d.url);
+    let first = c.get(&url("/"), &auth);
+    let second = c.get(&url("/"), &auth);
+    assert_eq!((first.0, second.0), (200, 200));
+    if common::under_gvisor() {
+        assert_ne!(first.2, second.2, "a gvisor port's relay is never kept (a checkpoint could not save it)");
+    } else {
+        assert_eq!(first.2, second.2, "the second request came on the first one's connection");
+    }
+    // The server closes it: the next request gets a new connection.
+    let closing = c.get(&url("/close"), &auth);
+    assert_eq!(closing.0, 200);
+    let third = c.get(&url("/"), &auth);
+    assert_eq!(third.0, 200);
+    assert_ne!(third.2, closing.2, "a new connection after the server closed the kept one");
+    // A request with a body never rides a kept connection, and is answered.
+    let posted = c.rt.block_on(async { c.client.post(url("/")).header("Authorization", &bearer).body("x").send().await.unwrap().status().as_u16() });
+    assert_eq!(posted, 501, "http.server has no POST: its own answer, relayed");
+    // After a suspend the kept connection is dead: the request wakes the task.
+    d.ok(&["suspend", &t]);
+    let (after, _, after_body) = c.get(&url("/"), &auth);
+    if common::under_gvisor() {
+        assert_eq!(after, 200, "the server survived the suspend with its memory (gvisor): a new connection reaches it: {after_body}");
+    } else {
+        assert_eq!(after, 503, "the server did not survive the suspend (native): refused, not hung");
+    }
+    assert_eq!(d.state(&t), "running", "the request woke the task");
+    d.ok(&["destroy", &t]);
+}

@@ -39,6 +39,15 @@ pub struct PortStream {
     _relay: Option<RunningCommand>,
 }
 
+impl PortStream {
+    /// Whether the connection may be kept for later requests: not a gvisor
+    /// relay, which a checkpoint of the sandbox could not save (a process
+    /// holding the daemon's socket).
+    pub fn keepable(&self) -> bool {
+        self._relay.is_none()
+    }
+}
+
 impl AsyncRead for PortStream {
     fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
         Pin::new(&mut self.io).poll_read(cx, buf)
@@ -94,12 +103,12 @@ impl Runtime {
                 PortStream { io: Either::Right(stream), _relay: Some(relay) }
             }
         };
-        self.metrics.port_requests.inc();
         Ok(stream)
     }
 
     /// Logs one request to a port of task `id`, with its answer's status.
     pub async fn record_port_request(&self, id: &str, port: u16, method: &str, path: &str, status: u16, actor: &str) {
+        self.metrics.port_requests.inc();
         let Ok(task) = self.find(id).await else { return };
         let path: String = path.chars().take(200).collect();
         let ev = NewEvent {

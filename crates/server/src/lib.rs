@@ -10,6 +10,7 @@
 //! same code serves `cairn serve` and the embedded daemon of `cairn demo`.
 
 mod forward;
+mod port_pool;
 mod ports;
 mod error;
 pub mod gateway;

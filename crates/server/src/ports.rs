@@ -106,10 +106,6 @@ async fn relay_to_port(rt: &Arc<Runtime>, token: &str, target: Target, mut req: 
         Ok(link) => link,
         Err(e) => return e.into_response(),
     };
-    let stream = match rt.connect_port(&target.task, target.port, "port").await {
-        Ok(s) => s,
-        Err(e) => return ApiError::from(e).into_response(),
-    };
     // A signed link's own parameters stay here: neither the task's server
     // nor its log sees them.
     let rest = if link.is_some() { without_link_params(&target.rest) } else { target.rest.clone() };
@@ -122,12 +118,24 @@ async fn relay_to_port(rt: &Arc<Runtime>, token: &str, target: Target, mut req: 
         Ok(uri) => *req.uri_mut() = uri,
         Err(e) => return ApiError::bad_request(format!("cannot relay the path {rest:?}: {e}")).into_response(),
     }
-    let host = format!("127.0.0.1:{}", target.port);
-    let mut resp = match crate::forward::relay(stream, req, &host).await {
-        Ok(r) => r,
-        Err(e) => {
-            let msg = format!("port {} of task {}: the server there broke off: {e}", target.port, target.task);
-            return ApiError::new(ErrorCode::Unavailable, msg).into_response();
+    let broke = |e: String| ApiError::new(ErrorCode::Unavailable, format!("port {} of task {}: the server there broke off: {e}", target.port, target.task)).into_response();
+    let mut resp = if crate::port_pool::reusable(&req) {
+        // Kept-alive connections: see `port_pool`.
+        let connect = rt.connect_port(&target.task, target.port, "port");
+        match crate::port_pool::send(&target.task, target.port, req, connect).await {
+            Ok(r) => r,
+            Err(crate::port_pool::SendError::Connect(e)) => return ApiError::from(e).into_response(),
+            Err(crate::port_pool::SendError::Broken(e)) => return broke(e),
+        }
+    } else {
+        let stream = match rt.connect_port(&target.task, target.port, "port").await {
+            Ok(s) => s,
+            Err(e) => return ApiError::from(e).into_response(),
+        };
+        let host = format!("127.0.0.1:{}", target.port);
+        match crate::forward::relay(stream, req, &host).await {
+            Ok(r) => r,
+            Err(e) => return broke(e),
         }
     };
     if let (Some(query), Some(path)) = (link, &target.cookie_path) {
