@@ -78,6 +78,22 @@ pub struct Attempt {
     /// final entry follows with this unset).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub open: bool,
+    /// An intercepted request's method and path (without the query).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub method: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// The secrets the proxy put into the request, by name.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub secrets: Vec<String>,
+    /// How many times a secret in the response was replaced by its
+    /// placeholder.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub scrubbed: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// What the client asked the proxy for.
@@ -88,6 +104,9 @@ pub enum AttemptKind {
     Connect,
     /// A plain HTTP request.
     Http,
+    /// One request inside a tunnel the proxy intercepts (a host with
+    /// request rules or injections).
+    Intercepted,
 }
 
 impl AttemptKind {
@@ -95,6 +114,7 @@ impl AttemptKind {
         match self {
             AttemptKind::Connect => "connect",
             AttemptKind::Http => "http",
+            AttemptKind::Intercepted => "intercepted",
         }
     }
 }
@@ -118,6 +138,10 @@ mod tests {
             bytes_down: 20,
             duration_ms: 30,
             open: false,
+            method: None,
+            path: None,
+            secrets: Vec::new(),
+            scrubbed: 0,
         };
         crate::assert_wire_shape(
             &attempt,

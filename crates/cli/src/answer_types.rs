@@ -140,6 +140,10 @@ fn egress_decisions() {
             bytes_down: 2,
             duration_ms: 3,
             open,
+            method: (!open).then(|| "GET".to_owned()),
+            path: (!open).then(|| "/repos/acme/".to_owned()),
+            secrets: if open { Vec::new() } else { vec!["TOKEN".to_owned()] },
+            scrubbed: u64::from(!open),
         };
         reads_back_whole::<api::egress::Attempt>(&attempt);
     }

@@ -29,6 +29,9 @@ pub enum Error {
     /// A head or handshake bigger than the parser will buffer.
     #[error("{what} exceeds {limit} bytes")]
     TooLarge { what: &'static str, limit: usize },
+    /// A certificate or TLS configuration the proxy could not make or load.
+    #[error("TLS: {0}")]
+    Tls(String),
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -17,15 +17,23 @@
 //!   check that its `Host` header names the same place.
 //! - [`sni`]: the server name in a TLS ClientHello ([`parse_client_hello`]),
 //!   read from the bytes a client sends into a CONNECT tunnel.
+//! - [`rules`]: per-host request rules (methods, path prefixes) and the
+//!   headers and placeholders the proxy fills in from secrets.
+//! - [`scrub`]: byte strings replaced in a stream, across chunk borders.
+//! - [`ca`]: a task's own certificate authority, whose leaves the proxy
+//!   shows for the hosts it intercepts.
 //! - [`proxy`]: the proxy of one task ([`TaskProxy`]): CONNECT tunnels and
 //!   plain HTTP forwarding, each attempt logged as an [`Attempt`].
 
 pub mod addr;
+pub mod ca;
 pub mod connect;
 mod error;
 pub mod host;
 pub mod policy;
 pub mod proxy;
+pub mod rules;
+pub mod scrub;
 pub mod sni;
 
 pub use addr::{classify, AllowedRanges, Cidr};
@@ -33,5 +41,6 @@ pub use connect::{host_header_agrees, parse_request_head, RequestHead, Target};
 pub use error::{Error, Result};
 pub use host::{normalise, parse_ip_literal, Host};
 pub use policy::{Decision, Policy, Rule};
+pub use rules::{HostRules, Inject, Injection, Part, RequestRule};
 pub use proxy::{Attempt, AttemptKind, ProxyConfig, Resolver, SystemResolver, TaskProxy};
 pub use sni::{parse_client_hello, ClientHello};

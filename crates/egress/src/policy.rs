@@ -6,6 +6,7 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 
 use crate::host::{normalise, parse_ip_literal};
+use crate::rules::{HostRules, Injection, RequestRule};
 use crate::{Error, Host, Result};
 
 /// Ports an allow rule without a port covers: plain and TLS HTTP.
@@ -73,6 +74,16 @@ impl Rule {
             Pattern::Exact(normalise(name)?)
         };
         Ok(Rule { pattern, port })
+    }
+
+    /// Whether the rule names an address rather than names.
+    pub fn is_address(&self) -> bool {
+        matches!(self.pattern, Pattern::Address(_))
+    }
+
+    /// Whether this rule, as an allow rule, covers `host` on `port`.
+    pub fn covers(&self, host: &Host, port: u16) -> bool {
+        self.matches(host, port, false)
     }
 
     /// Whether this rule covers `host`; `any_port` makes a rule without a
@@ -154,6 +165,12 @@ pub struct Policy {
     pub allow: Vec<Rule>,
     #[serde(default)]
     pub deny: Vec<Rule>,
+    /// Per-host request rules: a host they cover takes only what they allow.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub requests: Vec<RequestRule>,
+    /// Headers set and placeholders replaced in the requests to a host.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub injections: Vec<Injection>,
 }
 
 /// The answer for one destination, with what to write in the decision log.
@@ -176,7 +193,53 @@ impl Policy {
         Ok(Policy {
             allow: rules(allow)?,
             deny: rules(deny)?,
+            requests: Vec::new(),
+            injections: Vec::new(),
         })
+    }
+
+    /// Adds request rules and injections (`HOST=...` strings). Each must
+    /// name a host an allow rule covers: they refine what is allowed,
+    /// never widen it.
+    pub fn with_requests<S: AsRef<str>>(mut self, requests: &[S], injections: &[S]) -> Result<Self> {
+        for r in requests {
+            self.requests.push(RequestRule::parse(r.as_ref())?);
+        }
+        for i in injections {
+            self.injections.push(Injection::parse(i.as_ref())?);
+        }
+        let hosts = self.requests.iter().map(|r| (&r.host, r.to_string())).chain(self.injections.iter().map(|i| (&i.host, i.to_string())));
+        for (host, text) in hosts {
+            // The same rule, or a name every allowed port of which the
+            // policy allows (`api.example.com` under `*.example.com`).
+            let allowed = |h: &Host, ports: &[u16]| ports.iter().all(|p| self.decide(h, *p).allowed);
+            let covered = self.allow.contains(host)
+                || match (&host.pattern, host.port) {
+                    (Pattern::Exact(h), Some(p)) => allowed(h, &[p]),
+                    (Pattern::Exact(h), None) => allowed(h, &DEFAULT_PORTS),
+                    _ => false,
+                };
+            if !covered {
+                return Err(Error::Rule { rule: text, problem: format!("no allow rule {host}: allow the host first (--allow {host})") });
+            }
+        }
+        Ok(self)
+    }
+
+    /// The request rules and injections that cover `host` on `port`.
+    pub fn rules_for(&self, host: &Host, port: u16) -> HostRules {
+        crate::rules::rules_for(&self.requests, &self.injections, host, port)
+    }
+
+    /// Every secret the injections name, each once.
+    pub fn secrets(&self) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        for n in self.injections.iter().flat_map(Injection::secrets) {
+            if !out.iter().any(|o| o == n) {
+                out.push(n.to_owned());
+            }
+        }
+        out
     }
 
     pub fn decide(&self, host: &Host, port: u16) -> Decision {

@@ -100,6 +100,10 @@ async fn http_requests_are_forwarded_in_origin_form() {
             bytes_down: r.body.len() as u64,
             duration_ms: a.duration_ms,
             open: false,
+            method: None,
+            path: None,
+            secrets: Vec::new(),
+            scrubbed: 0,
         }
     );
 

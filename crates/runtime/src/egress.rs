@@ -149,7 +149,7 @@ impl Egress {
         let (policy, policy_rx) = watch::channel(Arc::new(policy_of(rules)));
         let (log_tx, log_rx) = mpsc::unbounded_channel();
         let resolver: Arc<dyn cairn_egress::Resolver> = self.resolver.clone();
-        let proxy = match TaskProxy::start(listener, policy_rx, self.config.clone(), resolver, log_tx) {
+        let proxy = match TaskProxy::start(listener, policy_rx, self.config.clone(), resolver, log_tx, None) {
             Ok(p) => p,
             Err(e) => {
                 tracing::error!(task = %task, "cannot serve the egress proxy: {e}");

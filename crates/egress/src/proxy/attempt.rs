@@ -25,6 +25,9 @@ pub enum AttemptKind {
     /// A plain HTTP request (one per request on a keep-alive connection),
     /// and any request too malformed to say it was a `CONNECT`.
     Http,
+    /// One request inside a tunnel the proxy intercepts (the host has
+    /// request rules or injections): decided by those rules.
+    Intercepted,
 }
 
 /// One connection attempt, as written to the task's decision log.
@@ -64,6 +67,22 @@ pub struct Attempt {
     /// this unset).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub open: bool,
+    /// An intercepted request's method and path (without the query).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub method: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// The secrets the proxy put into this request, by name.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub secrets: Vec<String>,
+    /// How many times a secret in the response was replaced by its
+    /// placeholder.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub scrubbed: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// A host as sent, cut to the length the log keeps.
@@ -195,6 +214,10 @@ impl Recorder {
                 bytes_down: 0,
                 duration_ms: 0,
                 open: false,
+                method: None,
+                path: None,
+                secrets: Vec::new(),
+                scrubbed: 0,
             },
             started,
             meter: Arc::default(),
@@ -222,6 +245,29 @@ impl Recorder {
 
     pub fn address(&mut self, addr: SocketAddr) {
         self.attempt.address = Some(addr);
+    }
+
+    pub fn address_of(&self) -> Option<SocketAddr> {
+        self.attempt.address
+    }
+
+    /// An intercepted request's method and path.
+    pub fn request(&mut self, method: &str, path: &str) {
+        self.attempt.method = Some(method.to_owned());
+        self.attempt.path = Some(path.chars().take(MAX_LOGGED_HOST).collect());
+    }
+
+    /// The request rule that allowed it ("" for none).
+    pub fn rule(&mut self, rule: String) {
+        self.attempt.rule = (!rule.is_empty()).then_some(rule);
+    }
+
+    pub fn secrets(&mut self, names: Vec<String>) {
+        self.attempt.secrets = names;
+    }
+
+    pub fn scrubbed(&mut self, n: u64) {
+        self.attempt.scrubbed += n;
     }
 
     pub fn allowed(&mut self) {
@@ -332,6 +378,10 @@ mod tests {
             bytes_down: 2,
             duration_ms: 3,
             open: false,
+            method: None,
+            path: None,
+            secrets: Vec::new(),
+            scrubbed: 0,
         };
         let v = serde_json::to_value(&a).unwrap();
         assert_eq!(v["kind"], "http");

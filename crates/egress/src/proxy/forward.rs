@@ -377,7 +377,7 @@ fn upstream_request(
 /// and `Content-Length`, which a client must not be able to drop). With
 /// `Transfer-Encoding` present any `Content-Length` goes too: hyper frames
 /// the forwarded body itself.
-fn strip_hop_by_hop(headers: &mut HeaderMap) {
+pub(super) fn strip_hop_by_hop(headers: &mut HeaderMap) {
     let listed: Vec<HeaderName> = headers
         .get_all(CONNECTION)
         .iter()

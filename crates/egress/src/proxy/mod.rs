@@ -22,7 +22,8 @@
 //! `route` (the steps shared by tunnels and forwarded requests), `conn` (one
 //! client connection, the connection limit), `head` (reading the first
 //! request head), `respond` (the responses the proxy writes itself),
-//! `tunnel` (CONNECT, the SNI check, the two-way relay), `forward` (plain
+//! `tunnel` (CONNECT, the SNI check, the two-way relay), `intercept` (a
+//! tunnel to a host with request rules, TLS ended by the proxy), `forward` (plain
 //! HTTP through hyper) and `stream` (the client stream with its
 //! already-read bytes in front).
 
@@ -30,6 +31,7 @@ mod attempt;
 mod conn;
 mod forward;
 mod head;
+mod intercept;
 mod resolve;
 mod respond;
 mod route;
@@ -49,6 +51,7 @@ use tokio_util::sync::CancellationToken;
 use crate::{AllowedRanges, Policy};
 
 pub use attempt::{Attempt, AttemptKind};
+pub use intercept::{upstream_tls, Interception, SecretValues};
 pub use resolve::{Resolver, SystemResolver};
 
 /// How a task's proxy behaves. Limits apply per [`TaskProxy`].
@@ -99,6 +102,9 @@ pub(crate) struct Ctx {
     pub listener: SocketAddr,
     /// Cancelled when the proxy shuts down.
     pub cancel: CancellationToken,
+    /// How hosts with request rules are intercepted; without it their
+    /// tunnels are refused.
+    pub interception: Option<Arc<Interception>>,
 }
 
 /// The proxy of one task, serving one listening socket (created by the
@@ -122,6 +128,7 @@ impl TaskProxy {
         config: Arc<ProxyConfig>,
         resolver: Arc<dyn Resolver>,
         log: mpsc::UnboundedSender<Attempt>,
+        interception: Option<Interception>,
     ) -> io::Result<TaskProxy> {
         let runtime = tokio::runtime::Handle::try_current().map_err(io::Error::other)?;
         listener.set_nonblocking(true)?;
@@ -138,6 +145,7 @@ impl TaskProxy {
             log,
             listener: local_addr,
             cancel: cancel.clone(),
+            interception: interception.map(Arc::new),
         });
         let task = runtime.spawn(accept_loop(listener, ctx));
         Ok(TaskProxy {

@@ -57,6 +57,17 @@ pub(crate) async fn run(
         Ok(u) => u,
         Err(r) => return refuse(&mut client, rec, r.status, &r.reason, linger).await,
     };
+    // A host with request rules or injections is intercepted, if the task
+    // has a CA to do it with.
+    let intercepts = policy.borrow().rules_for(&host, port).intercepts();
+    let interception = match (intercepts, ctx.interception.as_deref()) {
+        (false, _) => None,
+        (true, Some(i)) => Some(i),
+        (true, None) => {
+            let why = format!("{host} has request rules, but this proxy has no CA to intercept it with");
+            return refuse(&mut client, rec, 502, &why, linger).await;
+        }
+    };
     if client.write_all(ESTABLISHED).await.is_err() {
         rec.reason("client closed the connection before the tunnel was established");
         return rec.finish();
@@ -64,6 +75,14 @@ pub(crate) async fn run(
     rec.status(200);
     // Bytes sent right after the head are already tunnel data.
     let early = buf.split_off(head.head_len.min(buf.len()));
+    let deadline = started + config.max_duration;
+    if let Some(interception) = interception {
+        rec.reason("intercepted: each request decided by the host's rules");
+        if let Some(why) = super::intercept::run(ctx, interception, client, early, upstream, &host, port, &mut rec, deadline).await {
+            rec.reason(why);
+        }
+        return rec.finish();
+    }
     let tunnel = Tunnel {
         on_open: Box::new(rec.open_notice()),
         host: &host,
@@ -73,7 +92,6 @@ pub(crate) async fn run(
         activity: Activity::new(),
         gate_open: Notify::new(),
     };
-    let deadline = started + config.max_duration;
     let end = tunnel
         .relay(&mut client, &mut upstream, early, &mut policy, deadline)
         .await;

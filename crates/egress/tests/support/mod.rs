@@ -153,6 +153,7 @@ impl World {
             Arc::new(config),
             resolver.clone(),
             log_tx,
+            None,
         )
         .unwrap();
         assert_eq!(proxy.local_addr(), addr);
