@@ -14,6 +14,12 @@ pub struct PolicyUpdate {
     pub allow: Vec<String>,
     #[serde(default)]
     pub deny: Vec<String>,
+    /// Request rules to add (`HOST=METHODS PATH_PREFIX`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rules: Vec<String>,
+    /// Injections to add (`HOST=HEADER: VALUE`, `HOST=$NAME`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub inject: Vec<String>,
     #[serde(default)]
     pub clear: bool,
 }
@@ -24,6 +30,10 @@ pub struct EgressView {
     pub task: TaskId,
     pub allow: Vec<String>,
     pub deny: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rules: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub inject: Vec<String>,
     pub decisions: Vec<Decision>,
 }
 

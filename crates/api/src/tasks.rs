@@ -37,6 +37,14 @@ pub struct CreateRequest {
     pub allow: Vec<String>,
     #[serde(default)]
     pub deny: Vec<String>,
+    /// Request rules, `HOST=METHODS PATH_PREFIX` (`api.example.com=GET,POST
+    /// /repos/acme/`): the host takes only what they allow.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rules: Vec<String>,
+    /// Injections, `HOST=HEADER: VALUE` with `{{secret:NAME}}` in VALUE, or
+    /// `HOST=$NAME` (the agent's placeholder, replaced on the way out).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub inject: Vec<String>,
     /// The isolation driver: `native` or `gvisor` (default: the daemon's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub isolation: Option<String>,

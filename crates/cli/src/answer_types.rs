@@ -68,6 +68,7 @@ fn images() {
             committed: if template { vec![Committed { at: "/".into(), layer: "sha256:12".into() }] } else { Vec::new() },
             fork_of: template.then(|| "s2345".into()),
             stack: vec![cairn_sandbox::Layer { lowers: vec!["/not/either".into()], at: "/".into(), history: 1 }],
+            trust: Some("/not/stored".into()),
         };
         reads_back_whole::<api::images::Image>(&image);
         let layer_details = if oci {

@@ -308,6 +308,20 @@ pub struct EgressRules {
     pub allow: Vec<String>,
     #[serde(default)]
     pub deny: Vec<String>,
+    /// Request rules, `HOST=METHODS PATH_PREFIX`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rules: Vec<String>,
+    /// Injections, `HOST=HEADER: VALUE` (secrets as `{{secret:NAME}}`) or
+    /// `HOST=$NAME`. Secrets by name only, never a value.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub inject: Vec<String>,
+}
+
+impl EgressRules {
+    /// Whether the proxy intercepts some host (and the task has a CA).
+    pub fn intercepts(&self) -> bool {
+        !self.rules.is_empty() || !self.inject.is_empty()
+    }
 }
 
 impl Default for TaskConfig {

@@ -185,6 +185,9 @@ pub struct EgressConfig {
     pub idle_timeout: Duration,
     pub max_duration: Duration,
     pub handshake_timeout: Duration,
+    /// A PEM bundle trusted for upstream certificates of intercepted hosts,
+    /// besides the host's roots (`[egress] upstream_ca`).
+    pub upstream_ca: Option<std::path::PathBuf>,
 }
 
 impl Default for EgressConfig {
@@ -197,6 +200,7 @@ impl Default for EgressConfig {
             idle_timeout: Duration::from_secs(300),
             max_duration: Duration::from_secs(3600),
             handshake_timeout: Duration::from_secs(10),
+            upstream_ca: None,
         }
     }
 }
@@ -226,10 +230,19 @@ impl EgressConfig {
 
 /// Checks allow and deny rules and returns them normalised.
 pub fn egress_rules(allow: &[String], deny: &[String]) -> Result<cairn_core::EgressRules, cairn_egress::Error> {
-    let policy = cairn_egress::Policy::parse(allow, deny)?;
+    egress_rules_with(allow, deny, &[], &[])
+}
+
+/// Checks allow, deny, request rules and injections together (each request
+/// rule and injection needs a host the allow rules cover) and returns them
+/// normalised.
+pub fn egress_rules_with(allow: &[String], deny: &[String], rules: &[String], inject: &[String]) -> Result<cairn_core::EgressRules, cairn_egress::Error> {
+    let policy = cairn_egress::Policy::parse(allow, deny)?.with_requests(rules, inject)?;
     Ok(cairn_core::EgressRules {
         allow: policy.allow.iter().map(ToString::to_string).collect(),
         deny: policy.deny.iter().map(ToString::to_string).collect(),
+        rules: policy.requests.iter().map(ToString::to_string).collect(),
+        inject: policy.injections.iter().map(ToString::to_string).collect(),
     })
 }
 
@@ -367,6 +380,7 @@ struct EgressFile {
     idle_timeout: Option<String>,
     max_duration: Option<String>,
     handshake_timeout: Option<String>,
+    upstream_ca: Option<std::path::PathBuf>,
     #[serde(default)]
     hosts: std::collections::BTreeMap<String, OneOrMany>,
 }
@@ -530,8 +544,13 @@ impl Config {
         let mut e = EgressConfig {
             default_rules: egress_rules(&f.allow, &f.deny).map_err(|e| format!("egress: {e}"))?,
             allow_private: cairn_egress::AllowedRanges::parse(&f.allow_private).map_err(|e| format!("egress.allow_private: {e}"))?,
+            upstream_ca: f.upstream_ca,
             ..EgressConfig::default()
         };
+        if let Some(path) = &e.upstream_ca {
+            let pem = std::fs::read(path).map_err(|err| format!("egress.upstream_ca {}: {err}", path.display()))?;
+            cairn_egress::proxy::upstream_tls(Some(&pem)).map_err(|err| format!("egress.upstream_ca {}: {err}", path.display()))?;
+        }
         if let Some(n) = f.max_connections {
             if n == 0 {
                 return Err("egress.max_connections: must be at least 1".into());

@@ -25,6 +25,9 @@ const LOG_BATCH: usize = 256;
 pub struct Egress {
     config: Arc<ProxyConfig>,
     resolver: Arc<SystemResolver>,
+    /// Trust roots for the upstreams of intercepted hosts; the error says
+    /// why there are none.
+    upstream_tls: Result<Arc<rustls::ClientConfig>, String>,
 }
 
 impl std::fmt::Debug for Egress {
@@ -38,6 +41,8 @@ pub(crate) struct Proxy {
     /// The sandbox it serves.
     pub(crate) init: InitProcess,
     policy: watch::Sender<Arc<Policy>>,
+    /// The values of the secrets the rules name, for an intercepting proxy.
+    secrets: Option<watch::Sender<Arc<cairn_egress::proxy::SecretValues>>>,
     proxy: TaskProxy,
 }
 
@@ -49,7 +54,10 @@ impl std::fmt::Debug for Proxy {
 
 impl Proxy {
     /// Hands new rules to the proxy: tunnels they deny are cut.
-    pub(crate) fn update(&self, rules: &EgressRules) {
+    pub(crate) fn update(&self, rules: &EgressRules, secrets: Option<cairn_egress::proxy::SecretValues>) {
+        if let (Some(tx), Some(values)) = (&self.secrets, secrets) {
+            tx.send_replace(Arc::new(values));
+        }
         self.policy.send_replace(Arc::new(policy_of(rules)));
     }
 
@@ -63,7 +71,12 @@ pub use cairn_api::egress::{Decision, EgressView, PolicyUpdate};
 
 /// The rules after `update`, checked and normalised.
 pub fn apply_update(update: &PolicyUpdate, current: &EgressRules) -> Result<EgressRules, Error> {
-        let added = crate::config::egress_rules(&update.allow, &update.deny).map_err(|e| Error::invalid(e.to_string()))?;
+        let added = cairn_egress::Policy::parse(&update.allow, &update.deny).map_err(|e| Error::invalid(e.to_string()))?;
+        let added = EgressRules {
+            allow: added.allow.iter().map(ToString::to_string).collect(),
+            deny: added.deny.iter().map(ToString::to_string).collect(),
+            ..EgressRules::default()
+        };
         let mut rules = if update.clear { EgressRules::default() } else { current.clone() };
         for r in added.allow {
             rules.deny.retain(|d| *d != r);
@@ -77,13 +90,22 @@ pub fn apply_update(update: &PolicyUpdate, current: &EgressRules) -> Result<Egre
                 rules.deny.push(r);
             }
         }
-        Ok(rules)
+        // Request rules and injections are added, then all are checked
+        // together (each needs a host the allow rules cover).
+        let (mut more_rules, mut more_inject) = (rules.rules.clone(), rules.inject.clone());
+        more_rules.extend(update.rules.iter().cloned());
+        more_inject.extend(update.inject.iter().cloned());
+        let mut checked = crate::config::egress_rules_with(&rules.allow, &rules.deny, &more_rules, &more_inject).map_err(|e| Error::invalid(e.to_string()))?;
+        let dedup = |v: Vec<String>| v.iter().enumerate().filter(|(i, x)| !v[..*i].contains(x)).map(|(_, x)| x.clone()).collect::<Vec<_>>();
+        checked.rules = dedup(checked.rules);
+        checked.inject = dedup(checked.inject);
+        Ok(checked)
 }
 
 /// The policy the proxy enforces for stored rules (stored rules were
 /// checked when they were set; one that no longer parses denies all).
 pub fn policy_of(rules: &EgressRules) -> Policy {
-    Policy::parse(&rules.allow, &rules.deny).unwrap_or_else(|e| {
+    Policy::parse(&rules.allow, &rules.deny).and_then(|p| p.with_requests(&rules.rules, &rules.inject)).unwrap_or_else(|e| {
         tracing::error!("stored egress rules do not parse ({e}); denying everything");
         Policy::default()
     })
@@ -119,7 +141,23 @@ impl Egress {
             handshake_timeout: config.handshake_timeout,
             ..ProxyConfig::default()
         };
-        Egress { config: Arc::new(proxy), resolver: Arc::new(SystemResolver::new(config.hosts.clone().into_iter().collect())) }
+        let extra = config.upstream_ca.as_ref().map(|p| std::fs::read(p).map_err(|e| format!("egress.upstream_ca {}: {e}", p.display())));
+        let upstream_tls = match extra.transpose() {
+            Ok(pem) => cairn_egress::proxy::upstream_tls(pem.as_deref()).map(Arc::new).map_err(|e| e.to_string()),
+            Err(e) => Err(e),
+        };
+        Egress { config: Arc::new(proxy), resolver: Arc::new(SystemResolver::new(config.hosts.clone().into_iter().collect())), upstream_tls }
+    }
+
+    /// The upstream trust roots, if they could be loaded.
+    pub(crate) fn upstream_tls(&self) -> Option<Arc<rustls::ClientConfig>> {
+        match &self.upstream_tls {
+            Ok(c) => Some(c.clone()),
+            Err(e) => {
+                tracing::error!("intercepted hosts cannot be reached: {e}");
+                None
+            }
+        }
     }
 
     /// Starts serving the proxy port of a sandbox that just started (or
@@ -133,6 +171,7 @@ impl Egress {
         task: &TaskId,
         rules: &EgressRules,
         init: InitProcess,
+        interception: Option<(cairn_egress::proxy::Interception, watch::Sender<Arc<cairn_egress::proxy::SecretValues>>)>,
     ) -> Option<Proxy> {
         let (d, id) = (driver.clone(), task.to_string());
         let listener = match tokio::task::spawn_blocking(move || d.proxy_listener(&id)).await {
@@ -149,7 +188,11 @@ impl Egress {
         let (policy, policy_rx) = watch::channel(Arc::new(policy_of(rules)));
         let (log_tx, log_rx) = mpsc::unbounded_channel();
         let resolver: Arc<dyn cairn_egress::Resolver> = self.resolver.clone();
-        let proxy = match TaskProxy::start(listener, policy_rx, self.config.clone(), resolver, log_tx, None) {
+        let (interception, secrets) = match interception {
+            Some((i, tx)) => (Some(i), Some(tx)),
+            None => (None, None),
+        };
+        let proxy = match TaskProxy::start(listener, policy_rx, self.config.clone(), resolver, log_tx, interception) {
             Ok(p) => p,
             Err(e) => {
                 tracing::error!(task = %task, "cannot serve the egress proxy: {e}");
@@ -157,7 +200,7 @@ impl Egress {
             }
         };
         tokio::spawn(write_decisions(store.clone(), metrics.clone(), task.clone(), log_rx));
-        Some(Proxy { init, policy, proxy })
+        Some(Proxy { init, policy, secrets, proxy })
     }
 }
 
@@ -174,7 +217,8 @@ impl crate::runtime::Runtime {
             .filter(|e| Attempt::deserialize(&e.args).is_ok())
             .filter_map(|e| Some(Decision { seq: e.seq, time_ms: e.time_ms, attempt: e.args.as_object()?.clone() }))
             .collect();
-        Ok(EgressView { task: task.id, allow: task.config.egress.allow, deny: task.config.egress.deny, decisions })
+        let e = task.config.egress;
+        Ok(EgressView { task: task.id, allow: e.allow, deny: e.deny, rules: e.rules, inject: e.inject, decisions })
     }
 
     /// Changes a task's rules: stored with a `policy_update` event first,
@@ -188,16 +232,19 @@ impl crate::runtime::Runtime {
             return Err(Error::conflict(format!("task {} is {}; its egress policy cannot change", task.id, task.state)));
         }
         task.config.egress = apply_update(&update, &task.config.egress)?;
+        self.check_rule_secrets(&task.config.egress).await?;
+        self.ensure_task_ca(&task.id, &task.config.egress).await?;
         let event = NewEvent {
             task: task.id.clone(),
             kind: EventKind::PolicyUpdate,
             actor: actor.to_owned(),
-            args: json!({ "request": update, "allow": task.config.egress.allow, "deny": task.config.egress.deny }),
+            args: json!({ "request": update, "allow": task.config.egress.allow, "deny": task.config.egress.deny, "rules": task.config.egress.rules, "inject": task.config.egress.inject }),
             exit_code: None,
             duration_ms: None,
         };
         self.store.set_config(&task.id, &task.config, &event).await?;
-        self.cells.of(&task.id).with_proxy(|p| p.update(&task.config.egress));
+        let values = if task.config.egress.intercepts() { Some(self.secret_values(&task.config.egress).await) } else { None };
+        self.cells.of(&task.id).with_proxy(|p| p.update(&task.config.egress, values));
         drop(_guard);
         self.egress_view(task.id.as_str()).await
     }
@@ -209,6 +256,13 @@ async fn write_decisions(store: SharedStore, metrics: Arc<crate::metrics::Metric
     while rx.recv_many(&mut batch, LOG_BATCH).await > 0 {
         for a in &batch {
             metrics.egress_decision(a.allowed);
+        }
+        // Each request a secret went out in counts as one use of it.
+        let now = cairn_store::now_ms();
+        for name in batch.iter().flat_map(|a| &a.secrets) {
+            if let Err(e) = store.use_secret(name, 1, now).await {
+                tracing::warn!(task = %task, "cannot count a use of secret {name}: {e}");
+            }
         }
         let events: Vec<NewEvent> = batch.drain(..).map(|a| decision_event(&task, &a)).collect();
         if let Err(e) = store.append_events(&events).await {
@@ -233,13 +287,13 @@ mod tests {
     use super::*;
 
     fn rules(allow: &[&str], deny: &[&str]) -> EgressRules {
-        EgressRules { allow: allow.iter().map(|s| s.to_string()).collect(), deny: deny.iter().map(|s| s.to_string()).collect() }
+        EgressRules { allow: allow.iter().map(|s| s.to_string()).collect(), deny: deny.iter().map(|s| s.to_string()).collect(), ..EgressRules::default() }
     }
 
     #[test]
     fn update_moves_rules_between_lists_and_normalises() {
         let current = rules(&["a.example.com", "b.example.com"], &[]);
-        let up = PolicyUpdate { allow: vec!["C.Example.com.".into()], deny: vec!["a.example.com".into()], clear: false };
+        let up = PolicyUpdate { allow: vec!["C.Example.com.".into()], deny: vec!["a.example.com".into()], ..Default::default() };
         let new = apply_update(&up, &current).unwrap();
         assert_eq!(new, rules(&["b.example.com", "c.example.com"], &["a.example.com"]));
         let back = apply_update(&PolicyUpdate { allow: vec!["a.example.com".into()], ..Default::default() }, &new).unwrap();

@@ -74,7 +74,7 @@ pub(crate) fn environment(task: &cairn_core::TaskConfig, exec_env: &[String], ho
         Some(e) => e.1 = v,
         None => env.push((k, v)),
     };
-    for (k, v) in crate::egress::proxy_environment(&task.egress) {
+    for (k, v) in crate::egress::proxy_environment(&task.egress).into_iter().chain(crate::intercept::trust_environment(&task.egress)) {
         set(k.to_owned(), v);
     }
     for e in &task.env {

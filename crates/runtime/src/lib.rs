@@ -54,6 +54,7 @@ pub mod files;
 pub mod fork;
 pub mod gateway;
 pub mod gc;
+pub mod intercept;
 pub mod home;
 pub mod intake;
 pub mod lease;

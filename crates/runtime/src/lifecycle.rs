@@ -90,10 +90,10 @@ impl Runtime {
         if req.services.iter().any(|s| s.trim().is_empty() || s.contains('\0')) {
             return Err(Error::invalid("a --service must be a non-empty command"));
         }
-        let egress = if req.allow.is_empty() && req.deny.is_empty() {
+        let egress = if req.allow.is_empty() && req.deny.is_empty() && req.rules.is_empty() && req.inject.is_empty() {
             self.default_egress.clone()
         } else {
-            crate::config::egress_rules(&req.allow, &req.deny).map_err(|e| Error::invalid(e.to_string()))?
+            crate::config::egress_rules_with(&req.allow, &req.deny, &req.rules, &req.inject).map_err(|e| Error::invalid(e.to_string()))?
         };
         let isolation = match &req.isolation {
             Some(i) => i.parse::<cairn_core::Isolation>()?,
@@ -135,6 +135,7 @@ impl Runtime {
     /// create, so the first exec is as fast as any other).
     pub async fn create(&self, req: CreateRequest, actor: &str) -> Result<TaskView, Error> {
         let mut config = self.config_from(&req)?;
+        self.check_rule_secrets(&config.egress).await?;
         let image = self.image(&config.image).await?;
         apply_image_config(&mut config, &image, req.workdir.is_some())?;
         self.admit_disks(config.limits.disk_bytes).await?;
@@ -144,6 +145,9 @@ impl Runtime {
         let id = ahead.as_ref().and_then(|p| p.task.parse().ok()).unwrap_or_else(TaskId::random);
         let mut task = Task::new(id, req.name.clone(), config, now);
         task.webhook_secret = Some(crate::gateway::webhook::new_secret());
+        // Its CA before the task exists: a crash in between leaves only an
+        // unused sealed row behind.
+        self.ensure_task_ca(&task.id, &task.config.egress).await?;
         self.store.insert_task(&task).await?;
         // New: nobody else can hold it.
         self.take_lease(&task.id).await?;
@@ -181,7 +185,12 @@ impl Runtime {
         };
         let ids = self.driver.uid_range(slot, task.config.isolation)?;
         let driver = self.driver.clone();
-        let (id, config, image2) = (task.id.to_string(), task.config.clone(), image.clone());
+        // A task with request rules trusts its CA through a layer over the image.
+        let mut image2 = image.clone();
+        if let Some(trust) = self.trust_layer(&task.id, image).await? {
+            image2.trust = Some(trust);
+        }
+        let (id, config) = (task.id.to_string(), task.config.clone());
         let started = tokio::task::spawn_blocking(move || driver.start(&id, &config, &image2, slot, ahead)).await?;
         let duration_ms = Some(begun.elapsed().as_millis() as u64);
         let mut event = NewEvent {
@@ -343,6 +352,9 @@ impl Runtime {
         if result.is_ok() {
             self.release_slot(&task.id).await?;
             self.store.set_sandbox_state(&task.id, SandboxState::None, None).await?;
+            // Final: no sandbox of this task will trust its CA again.
+            self.remove_trust_layer(&task.id);
+            self.remove_task_ca(&task.id).await;
         }
         Ok(result)
     }

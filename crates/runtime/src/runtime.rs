@@ -263,7 +263,8 @@ impl Runtime {
         if cell.with_proxy(|p| p.init == live.init) == Some(true) {
             return;
         }
-        if let Some(proxy) = self.egress.start_proxy(&self.store, &self.metrics, &self.driver, &task.id, &task.config.egress, live.init).await {
+        let interception = if task.config.egress.intercepts() { self.interception(&task.id, &task.config.egress).await } else { None };
+        if let Some(proxy) = self.egress.start_proxy(&self.store, &self.metrics, &self.driver, &task.id, &task.config.egress, live.init, interception).await {
             // The proxy of a sandbox this one replaced (a rollback) stops here.
             if let Some(old) = cell.set_proxy(proxy) {
                 tokio::spawn(old.stop());

@@ -150,12 +150,34 @@ impl Runtime {
         Ok(view(row))
     }
 
-    /// Every secret, by name: never a value.
+    /// Every secret, by name: never a value. (The store also keeps the
+    /// tasks' CAs sealed this way, under names no secret can have.)
     pub async fn secrets(&self) -> Result<Vec<SecretView>, Error> {
-        Ok(self.store.secrets().await?.into_iter().map(view).collect())
+        Ok(self.store.secrets().await?.into_iter().filter(|r| check_secret_name(&r.name).is_ok()).map(view).collect())
+    }
+
+    /// Seals `value` under `name` and keeps it (a secret, or a task's CA).
+    pub(crate) async fn put_sealed(&self, name: &str, value: &[u8]) -> Result<(), Error> {
+        let sealed = self.seal_key()?.seal(name, value);
+        self.store.put_secret(name, &sealed, cairn_store::now_ms()).await?;
+        Ok(())
+    }
+
+    /// The value kept under `name`, opened; `None` if there is none.
+    pub(crate) async fn open_sealed(&self, name: &str) -> Result<Option<Zeroizing<Vec<u8>>>, Error> {
+        let Some(row) = self.store.secret(name).await? else { return Ok(None) };
+        let key = self.seal_key()?;
+        key.open(name, &row.sealed).map(Some).ok_or_else(|| Error::internal(format!("{name} does not open with this daemon's secrets key")))
+    }
+
+    /// The value of secret `name`, for the egress proxy (its uses are
+    /// counted per request, from the decision log).
+    pub(crate) async fn secret_value(&self, name: &str) -> Result<Zeroizing<Vec<u8>>, Error> {
+        self.open_sealed(name).await?.ok_or_else(|| Error::not_found(format!("no secret named {name:?}")))
     }
 
     pub async fn remove_secret(&self, name: &str) -> Result<(), Error> {
+        check_secret_name(name)?;
         if self.store.remove_secret(name).await? {
             Ok(())
         } else {
@@ -163,15 +185,6 @@ impl Runtime {
         }
     }
 
-    /// The value of secret `name`, for the egress proxy to use; counts the use.
-    #[allow(dead_code)]
-    pub(crate) async fn reveal_secret(&self, name: &str) -> Result<Zeroizing<Vec<u8>>, Error> {
-        let key = self.seal_key()?;
-        let row = self.store.secret(name).await?.ok_or_else(|| Error::not_found(format!("no secret named {name:?}")))?;
-        let value = key.open(name, &row.sealed).ok_or_else(|| Error::internal(format!("secret {name} does not open with this daemon's secrets key")))?;
-        self.store.use_secret(name, 1, cairn_store::now_ms()).await?;
-        Ok(value)
-    }
 }
 
 fn view(r: cairn_store::SecretRow) -> SecretView {

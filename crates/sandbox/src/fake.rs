@@ -688,6 +688,7 @@ mod tests {
             committed: Vec::new(),
             fork_of: None,
             stack: Vec::new(),
+            trust: None,
         }
     }
 

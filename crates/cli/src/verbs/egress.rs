@@ -1,4 +1,4 @@
-//! `cairn egress log`.
+//! `cairn egress log` and `cairn egress set`.
 
 use anyhow::Result;
 use cairn_api::egress::EgressView;
@@ -12,11 +12,15 @@ use super::Out;
 pub(crate) enum EgressCmd {
     /// Every connection attempt through the task's proxy, allowed or not.
     Log { task: String },
+    /// Changes a task's egress rules (as `cairn task update`): --allow,
+    /// --deny, --rule, --inject, --clear-egress.
+    Set(super::task::UpdateArgs),
 }
 
 pub(crate) async fn run(client: &Client, cmd: EgressCmd, out: Out) -> Result<u8> {
     match cmd {
         EgressCmd::Log { task } => log(client, task, out).await,
+        EgressCmd::Set(a) => super::task::update(client, a, out).await,
     }
 }
 

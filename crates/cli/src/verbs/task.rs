@@ -83,6 +83,16 @@ pub(crate) struct CreateArgs {
     /// Never let it reach HOST[:PORT] (repeatable; wins over --allow).
     #[arg(long, value_name = "HOST[:PORT]")]
     pub(crate) deny: Vec<String>,
+    /// A request rule for an allowed host: only these methods under this
+    /// path prefix (repeatable), e.g. 'api.example.com=GET,POST /repos/acme/'.
+    #[arg(long = "rule", value_name = "HOST=METHODS PATH_PREFIX")]
+    pub(crate) rules: Vec<String>,
+    /// A header the proxy sets on the requests to an allowed host, its value
+    /// naming secrets as {{secret:NAME}} (repeatable), e.g.
+    /// 'api.example.com=Authorization: Bearer {{secret:GITHUB_TOKEN}}'; or
+    /// 'HOST=$NAME': the agent may send $NAME, replaced on the way out.
+    #[arg(long, value_name = "HOST=HEADER: VALUE")]
+    pub(crate) inject: Vec<String>,
     /// The isolation driver: native (namespaces around the workload) or
     /// gvisor (runsc: a second kernel, whose suspends keep processes and
     /// memory). Default: the daemon's.
@@ -114,6 +124,12 @@ pub(crate) struct UpdateArgs {
     /// the same rule from the allow list.
     #[arg(long, value_name = "HOST[:PORT]")]
     pub(crate) deny: Vec<String>,
+    /// Add a request rule (repeatable): 'HOST=METHODS PATH_PREFIX'.
+    #[arg(long = "rule", value_name = "HOST=METHODS PATH_PREFIX")]
+    pub(crate) rules: Vec<String>,
+    /// Add an injection (repeatable): 'HOST=HEADER: VALUE' or 'HOST=$NAME'.
+    #[arg(long, value_name = "HOST=HEADER: VALUE")]
+    pub(crate) inject: Vec<String>,
     /// Remove every rule first (alone: the task goes offline).
     #[arg(long)]
     pub(crate) clear_egress: bool,
@@ -146,6 +162,8 @@ pub(crate) async fn create(client: &Client, a: CreateArgs, out: Out) -> Result<u
         risky: a.risky,
         services: a.services,
         idle_suspend: a.idle_suspend,
+        rules: a.rules,
+        inject: a.inject,
         allow: a.allow,
         deny: a.deny,
         isolation: a.isolation,
@@ -172,10 +190,10 @@ pub(crate) async fn port_link(client: &Client, task: String, port: String, ttl: 
 }
 
 pub(crate) async fn update(client: &Client, a: UpdateArgs, out: Out) -> Result<u8> {
-    if a.allow.is_empty() && a.deny.is_empty() && !a.clear_egress {
-        return Err(anyhow!("nothing to update: give --allow, --deny or --clear-egress"));
+    if a.allow.is_empty() && a.deny.is_empty() && a.rules.is_empty() && a.inject.is_empty() && !a.clear_egress {
+        return Err(anyhow!("nothing to update: give --allow, --deny, --rule, --inject or --clear-egress"));
     }
-    let body = api::egress::PolicyUpdate { allow: a.allow, deny: a.deny, clear: a.clear_egress };
+    let body = api::egress::PolicyUpdate { allow: a.allow, deny: a.deny, rules: a.rules, inject: a.inject, clear: a.clear_egress };
     let v: Answer<EgressView> = client.post(&format!("/v1/tasks/{}/egress", a.task), &body).await?;
     out.print(&v, |v| format!("{}: {}", v.task, output::policy_line(&v.allow, &v.deny)));
     Ok(0)

@@ -140,6 +140,11 @@ pub struct Image {
     /// when loaded).
     #[serde(skip)]
     pub stack: Vec<Layer>,
+    /// A read-only directory laid over the image root for one task (the
+    /// daemon's: the task's CA added to the trust store), above the image
+    /// and below the task's own changes. Never stored with the image.
+    #[serde(skip)]
+    pub trust: Option<PathBuf>,
 }
 
 /// One layer a template adds: a task's writable layer at one overlay.
@@ -176,12 +181,18 @@ impl Image {
     /// under [`Layer::disk_name`]; snapshots and restores read and write
     /// them there.
     pub fn layers(&self) -> Vec<Layer> {
-        if self.kind == ImageKind::Template {
-            return self.stack.clone();
+        let mut layers = if self.kind == ImageKind::Template {
+            self.stack.clone()
+        } else {
+            let root = if self.lowers.is_empty() { vec![self.rootfs.clone()] } else { self.lowers.clone() };
+            let mut layers = vec![Layer { lowers: root, at: "/".into(), history: 0 }];
+            layers.extend(self.projections.iter().map(|p| Layer { lowers: vec![p.host_path.clone()], at: p.at.clone(), history: 0 }));
+            layers
+        };
+        if let (Some(trust), Some(root)) = (&self.trust, layers.iter_mut().find(|l| l.at == Path::new("/"))) {
+            let at = root.history.min(root.lowers.len());
+            root.lowers.insert(at, trust.clone());
         }
-        let root = if self.lowers.is_empty() { vec![self.rootfs.clone()] } else { self.lowers.clone() };
-        let mut layers = vec![Layer { lowers: root, at: "/".into(), history: 0 }];
-        layers.extend(self.projections.iter().map(|p| Layer { lowers: vec![p.host_path.clone()], at: p.at.clone(), history: 0 }));
         layers
     }
 }
@@ -508,6 +519,7 @@ impl ImageStore {
             committed: Vec::new(),
             fork_of: None,
             stack: Vec::new(),
+            trust: None,
         };
         staging.publish(&self.image_dir(name), &image)?;
         image.lowers = self.lowers_of(&image.layers)?;
@@ -568,6 +580,7 @@ impl ImageStore {
             committed,
             fork_of,
             stack: Vec::new(),
+            trust: None,
         };
         staging.publish(&self.image_dir(name), &image)?;
         let image = self.load(name)?;
@@ -828,6 +841,7 @@ impl ImageStore {
             committed: Vec::new(),
             fork_of: None,
             stack: Vec::new(),
+            trust: None,
         })
     }
 

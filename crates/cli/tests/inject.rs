@@ -1,0 +1,169 @@
+//! Secrets the proxy injects, end to end: a real sandbox whose `curl`
+//! calls an HTTPS upstream on the host's loopback (its own CA, which the
+//! daemon's `[egress] upstream_ca` trusts) through a host with a request
+//! rule and an injected header. The request arrives with the secret; the
+//! agent sees only the placeholder, and no byte of the secret is anywhere
+//! the agent or the task's records can reach.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpListener;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+
+use common::Daemon;
+
+const SECRET: &str = "ghp_InjectedOnly_7f3a9c2e";
+
+/// An HTTPS echo server for `api.test`: answers each request with its head
+/// (and the Authorization header again as `X-Echo-Authorization`).
+/// Returns its port, its CA's PEM, and the heads it received.
+fn upstream() -> (u16, String, Arc<Mutex<Vec<String>>>) {
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut ca = rcgen::CertificateParams::new(Vec::new()).unwrap();
+    ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    ca.distinguished_name.push(rcgen::DnType::CommonName, "inject test upstream CA");
+    let ca = ca.self_signed(&ca_key).unwrap();
+    let key = rcgen::KeyPair::generate().unwrap();
+    let leaf = rcgen::CertificateParams::new(vec!["api.test".to_owned()]).unwrap().signed_by(&key, &ca, &ca_key).unwrap();
+    let config = rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(vec![leaf.der().clone()], rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()))
+        .unwrap();
+    let config = Arc::new(config);
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let record = seen.clone();
+    std::thread::spawn(move || {
+        for sock in listener.incoming().flatten() {
+            let (config, record) = (config.clone(), record.clone());
+            std::thread::spawn(move || {
+                let Ok(conn) = rustls::ServerConnection::new(config) else { return };
+                let mut tls = rustls::StreamOwned::new(conn, sock);
+                let mut reader = BufReader::new(&mut tls);
+                let mut head = String::new();
+                let mut auth = String::new();
+                loop {
+                    let mut line = String::new();
+                    if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                        break;
+                    }
+                    if line.to_ascii_lowercase().starts_with("authorization:") {
+                        auth = line.split_once(':').unwrap().1.trim().to_owned();
+                    }
+                    head.push_str(&line);
+                }
+                // The proxy connects at CONNECT time: a connection that
+                // ends without a request is no request.
+                if head.is_empty() {
+                    return;
+                }
+                record.lock().unwrap().push(head.clone());
+                let _ = write!(tls, "HTTP/1.1 200 OK\r\nX-Echo-Authorization: {auth}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{head}", head.len());
+                let _ = tls.flush();
+                tls.conn.send_close_notify();
+                let _ = tls.flush();
+            });
+        }
+    });
+    (port, ca.pem(), seen)
+}
+
+fn set_secret(d: &Daemon, name: &str, value: &str) {
+    let mut child = d.cmd().args(["secret", "set", name]).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    child.stdin.take().unwrap().write_all(value.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+fn curl(d: &Daemon, task: &str, args: &str) -> String {
+    let (code, out, err) = d.sh(task, &format!("curl -sS --max-time 20 {args}"));
+    assert_eq!(code, 0, "curl {args}: {out}{err}");
+    out
+}
+
+#[test]
+fn an_injected_secret_reaches_the_upstream_and_nothing_the_agent_can_read() {
+    let (port, ca_pem, seen) = upstream();
+    let dir = tempfile::tempdir().unwrap();
+    let ca_file = dir.path().join("upstream-ca.pem");
+    std::fs::write(&ca_file, &ca_pem).unwrap();
+    let config = dir.path().join("egress.toml");
+    std::fs::write(
+        &config,
+        format!("[egress]\nallow_private = [\"127.0.0.0/8\"]\nupstream_ca = {:?}\n\n[egress.hosts]\n\"api.test\" = \"127.0.0.1:{port}\"\n\"plain.test\" = \"127.0.0.1:{port}\"\n", ca_file.to_str().unwrap()),
+    )
+    .unwrap();
+    let d = Daemon::start_with(&["--config", config.to_str().unwrap()]);
+    set_secret(&d, "GITHUB_TOKEN", SECRET);
+
+    // Bad input first: a rule naming a secret that does not exist.
+    let err = d.fails(&["task", "create", "--allow", "api.test", "--inject", "api.test=Authorization: Bearer {{secret:NOPE}}"]);
+    assert!(err.contains("NOPE") && err.contains("does not exist"), "{err}");
+    let err = d.fails(&["task", "create", "--inject", "api.test=X-A: b"]);
+    assert!(err.contains("allow the host first"), "{err}");
+
+    let task = d.create(&[
+        "--allow", "api.test", "--allow", "plain.test", "--rule", "api.test=GET /repos/acme/",
+        "--inject", "api.test=Authorization: Bearer {{secret:GITHUB_TOKEN}}",
+    ]);
+    let echo = curl(&d, &task, "-D - https://api.test/repos/acme/tool");
+    let head = seen.lock().unwrap().last().cloned().unwrap();
+    assert!(head.contains(&format!("Bearer {SECRET}")), "the request arrives with the secret: {head}");
+    assert!(echo.contains("Bearer $GITHUB_TOKEN") && !echo.contains(SECRET), "the agent sees the placeholder: {echo}");
+    assert!(echo.to_ascii_lowercase().contains("x-echo-authorization: bearer $github_token"), "{echo}");
+    // A method the rule does not allow: 403 naming the rule; nothing sent.
+    let before = seen.lock().unwrap().len();
+    let refused = curl(&d, &task, "-X POST -w ' %{http_code}' https://api.test/repos/acme/tool");
+    assert!(refused.contains("api.test=GET /repos/acme/") && refused.ends_with(" 403"), "{refused}");
+    assert_eq!(seen.lock().unwrap().len(), before);
+    // A host without rules is a plain tunnel: the task's CA is not shown
+    // there, so curl (trusting the image's roots and the task's CA only)
+    // refuses the upstream's own certificate, and nothing is injected.
+    let (code, _, err) = d.sh(&task, "curl -sS --max-time 20 https://plain.test/x");
+    assert_ne!(code, 0, "plain.test's own certificate is not trusted in the sandbox");
+    assert!(err.to_lowercase().contains("certificate"), "{err}");
+
+    // No byte of the secret anywhere the agent or the records reach.
+    // (The command names the secret in two halves: its argv is recorded.)
+    let (half1, half2) = SECRET.split_at(8);
+    let (_, found, _) = d.sh(&task, &format!("a={half1}; b={half2}; grep -rl \"$a$b\" /etc /root /tmp /var /workspace /proc/*/environ 2>/dev/null; env | grep -c \"$a$b\""));
+    assert_eq!(found.trim(), "0", "found in the sandbox: {found}");
+    let env = d.sh(&task, "echo $SSL_CERT_FILE $NODE_EXTRA_CA_CERTS; grep -c 'BEGIN CERTIFICATE' /etc/cairn/egress-ca.pem").1;
+    assert!(env.starts_with("/etc/cairn/ca-bundle.pem /etc/cairn/egress-ca.pem\n1"), "{env}");
+    for view in [d.ok(&["--json", "task", "show", &task]), d.ok(&["--json", "egress", "log", &task]), d.ok(&["--json", "log", &task]), d.ok(&["--json", "secret", "list"])] {
+        assert!(!view.contains(SECRET), "{view}");
+    }
+    let log = d.json(&["egress", "log", &task]);
+    let req = log["decisions"].as_array().unwrap().iter().find(|e| e["kind"] == "intercepted" && e["status"] == 200).cloned().unwrap();
+    assert_eq!(req["secrets"], serde_json::json!(["GITHUB_TOKEN"]));
+    assert_eq!(req["rule"], "api.test=GET /repos/acme/");
+    let listed = d.json(&["secret", "list"]);
+    let uses = listed.as_array().unwrap().iter().find(|s| s["name"] == "GITHUB_TOKEN").unwrap()["uses"].as_i64().unwrap();
+    assert!(uses >= 1, "{listed}");
+    assert!(listed.as_array().unwrap().iter().all(|s| !s["name"].as_str().unwrap().contains('/')), "the tasks' CAs are not listed: {listed}");
+
+    // Suspend and wake: the rules and the trust stay.
+    d.ok(&["suspend", &task]);
+    d.ok(&["resume", &task]);
+    let again = curl(&d, &task, "https://api.test/repos/acme/again");
+    assert!(again.contains("Bearer $GITHUB_TOKEN") && !again.contains(SECRET), "{again}");
+
+    // A task without rules sees no CA of Cairn's.
+    let plain = d.create(&["--allow", "plain.test"]);
+    let (_, out, _) = d.sh(&plain, "ls /etc/cairn 2>&1; echo \"[$SSL_CERT_FILE]\"");
+    assert!(out.contains("No such file") && out.contains("[]"), "{out}");
+    d.ok(&["destroy", &plain]);
+    d.ok(&["destroy", &task]);
+    let mut leftover = String::new();
+    for entry in std::fs::read_dir(d.home.path().join("trust")).into_iter().flatten().flatten() {
+        leftover.push_str(&entry.path().display().to_string());
+    }
+    assert!(leftover.is_empty(), "trust layers left: {leftover}");
+}
