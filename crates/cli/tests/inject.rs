@@ -75,6 +75,44 @@ fn upstream() -> (u16, String, Arc<Mutex<Vec<String>>>) {
     (port, ca.pem(), seen)
 }
 
+/// Every regular file under `dir` whose bytes hold `needle` (symbolic
+/// links not followed).
+fn files_holding(dir: &std::path::Path, needle: &[u8]) -> Vec<String> {
+    let mut found = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else { return found };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let Ok(meta) = std::fs::symlink_metadata(&path) else { continue };
+        if meta.is_dir() {
+            found.extend(files_holding(&path, needle));
+        } else if meta.is_file() && std::fs::read(&path).is_ok_and(|b| b.windows(needle.len()).any(|w| w == needle)) {
+            found.push(path.display().to_string());
+        }
+    }
+    found
+}
+
+/// The daemon's own files that could hold a task's data: its store and
+/// log (the home's top), the blob store with every snapshot, the keys, the
+/// trust layers, and each task disk (through its mount). Not the images,
+/// which are the daemon's, nor the sandboxes' assembled roots.
+fn daemon_files_holding(home: &std::path::Path, needle: &[u8]) -> Vec<String> {
+    let mut found: Vec<String> = std::fs::read_dir(home)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+        .filter(|e| std::fs::read(e.path()).is_ok_and(|b| b.windows(needle.len()).any(|w| w == needle)))
+        .map(|e| e.path().display().to_string())
+        .collect();
+    for sub in ["blobs", "keys", "trust"] {
+        found.extend(files_holding(&home.join(sub), needle));
+    }
+    for run in std::fs::read_dir(home.join("run")).into_iter().flatten().flatten() {
+        found.extend(files_holding(&run.path().join("disk"), needle));
+    }
+    found
+}
+
 fn set_secret(d: &Daemon, name: &str, value: &str) {
     let mut child = d.cmd().args(["secret", "set", name]).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
     child.stdin.take().unwrap().write_all(value.as_bytes()).unwrap();
@@ -149,11 +187,35 @@ fn an_injected_secret_reaches_the_upstream_and_nothing_the_agent_can_read() {
     assert!(uses >= 1, "{listed}");
     assert!(listed.as_array().unwrap().iter().all(|s| !s["name"].as_str().unwrap().contains('/')), "the tasks' CAs are not listed: {listed}");
 
+    // Nor in the daemon's home: its store, logs, snapshots and blobs (the
+    // task disks' images are scanned through their mounts).
+    assert_eq!(daemon_files_holding(d.home.path(), SECRET.as_bytes()), Vec::<String>::new());
+    // The scan sees what is there: a file the agent wrote (on its disk)
+    // and the secret's name (in the store's events).
+    let (m1, m2) = ("agent-wrote-", "this-marker");
+    d.sh(&task, &format!("echo {m1}$(echo {m2}) > /workspace/marker"));
+    let marker = format!("{m1}{m2}");
+    assert!(daemon_files_holding(d.home.path(), marker.as_bytes()).iter().any(|f| f.contains("/disk/")), "the scan reaches the task disk");
+    assert!(daemon_files_holding(d.home.path(), b"GITHUB_TOKEN").iter().any(|f| f.contains("cairn.db")), "the scan reaches the store");
+
     // Suspend and wake: the rules and the trust stay.
     d.ok(&["suspend", &task]);
     d.ok(&["resume", &task]);
     let again = curl(&d, &task, "https://api.test/repos/acme/again");
     assert!(again.contains("Bearer $GITHUB_TOKEN") && !again.contains(SECRET), "{again}");
+
+    // A rollback and a fork keep them too (the fork with a CA of its own).
+    let snap = d.json(&["snapshot", &task, "--kind", "milestone"])["id"].as_str().unwrap().to_owned();
+    d.ok(&["rollback", &task, "--to", &snap, "--reason", "check the trust after a rollback"]);
+    let again = curl(&d, &task, "https://api.test/repos/acme/rolled-back");
+    assert!(again.contains("Bearer $GITHUB_TOKEN") && !again.contains(SECRET), "{again}");
+    let kid = d.json(&["fork", &task, "--from", &snap]).as_array().unwrap()[0]["id"].as_str().unwrap().to_owned();
+    let forked = curl(&d, &kid, "https://api.test/repos/acme/forked");
+    assert!(forked.contains("Bearer $GITHUB_TOKEN") && !forked.contains(SECRET), "{forked}");
+    assert_ne!(d.sh(&kid, "cat /etc/cairn/egress-ca.pem").1, d.sh(&task, "cat /etc/cairn/egress-ca.pem").1, "each task its own CA");
+    let refused = curl(&d, &kid, "-X DELETE -w ' %{http_code}' https://api.test/repos/acme/tool");
+    assert!(refused.ends_with(" 403"), "the fork keeps the rules: {refused}");
+    d.ok(&["destroy", &kid]);
 
     // A task without rules sees no CA of Cairn's.
     let plain = d.create(&["--allow", "plain.test"]);

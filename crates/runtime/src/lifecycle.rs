@@ -186,6 +186,9 @@ impl Runtime {
         let ids = self.driver.uid_range(slot, task.config.isolation)?;
         let driver = self.driver.clone();
         // A task with request rules trusts its CA through a layer over the image.
+        // (A fork, a rollback to a config with rules, or a wake of a task
+        // given rules while it slept get theirs here.)
+        self.ensure_task_ca(&task.id, &task.config.egress).await?;
         let mut image2 = image.clone();
         if let Some(trust) = self.trust_layer(&task.id, image).await? {
             image2.trust = Some(trust);
