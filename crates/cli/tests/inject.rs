@@ -204,6 +204,19 @@ fn an_injected_secret_reaches_the_upstream_and_nothing_the_agent_can_read() {
     let again = curl(&d, &task, "https://api.test/repos/acme/again");
     assert!(again.contains("Bearer $GITHUB_TOKEN") && !again.contains(SECRET), "{again}");
 
+    // The delivery record names the secrets the task's requests used and
+    // where they went, never a value.
+    let delivered = d.json(&["deliver", &task, "--file", "/workspace/marker"]);
+    let payload = delivered["record"]["payload"].as_str().unwrap();
+    let statement = base64::Engine::decode(&base64::engine::general_purpose::STANDARD, payload).unwrap();
+    assert!(!statement.windows(SECRET.len()).any(|w| w == SECRET.as_bytes()));
+    let statement: serde_json::Value = serde_json::from_slice(&statement).unwrap();
+    let used = &statement["predicate"]["egress"]["secrets_used"];
+    assert_eq!(used[0]["name"], "GITHUB_TOKEN", "{used}");
+    assert_eq!(used[0]["hosts"], serde_json::json!(["api.test"]), "{used}");
+    assert!(used[0]["requests"].as_u64().unwrap() >= 1, "{used}");
+    assert_eq!(statement["predicate"]["egress"]["inject"], serde_json::json!(["api.test=authorization: Bearer {{secret:GITHUB_TOKEN}}"]));
+
     // A rollback and a fork keep them too (the fork with a CA of its own).
     let snap = d.json(&["snapshot", &task, "--kind", "milestone"])["id"].as_str().unwrap().to_owned();
     d.ok(&["rollback", &task, "--to", &snap, "--reason", "check the trust after a rollback"]);

@@ -5,7 +5,8 @@
 //! The record is an in-toto Statement v1 whose subjects are the
 //! deliverables and whose predicate names the task, its image, its
 //! snapshot chain, the ledger head and its signed checkpoint, the egress
-//! policy and the times; it is signed by the node key in a DSSE envelope.
+//! policy (with the secrets its requests used, by name, and the hosts they
+//! went to) and the times; it is signed by the node key in a DSSE envelope.
 
 pub mod patch;
 
@@ -200,7 +201,13 @@ impl Runtime {
             "image": task.config.image,
             "snapshots": chain,
             "ledger": { "seq": checkpoint.seq, "head": checkpoint.head, "checkpoint": checkpoint.envelope },
-            "egress": { "allow": task.config.egress.allow, "deny": task.config.egress.deny },
+            "egress": {
+                "allow": task.config.egress.allow,
+                "deny": task.config.egress.deny,
+                "rules": task.config.egress.rules,
+                "inject": task.config.egress.inject,
+                "secrets_used": self.secrets_used(&task.id).await?,
+            },
             "deliverables": deliverables,
             "times": { "created_ms": task.created_ms, "delivered_ms": now },
             "node": { "key_id": checkpoint.key_id, "daemon": env!("CARGO_PKG_VERSION") },
@@ -234,6 +241,25 @@ impl Runtime {
             false
         };
         Ok(DeliveryView { task: task.id, record_id, record, deliverables, ledger_seq: checkpoint.seq, ledger_head: checkpoint.head, completed })
+    }
+
+    /// The secrets the proxy put into this task's requests, by name, each
+    /// with the hosts they went to and how many requests carried it (from
+    /// the decision log; never a value).
+    async fn secrets_used(&self, task: &cairn_core::TaskId) -> Result<Vec<Value>, Error> {
+        let mut used: std::collections::BTreeMap<String, (std::collections::BTreeSet<String>, u64)> = Default::default();
+        for e in self.store.events(task).await?.into_iter().filter(|e| e.kind == EventKind::Egress) {
+            let Ok(a) = serde_json::from_value::<cairn_egress::Attempt>(e.args) else { continue };
+            if !a.allowed {
+                continue;
+            }
+            for name in a.secrets {
+                let entry = used.entry(name).or_default();
+                entry.0.insert(a.host.clone());
+                entry.1 += 1;
+            }
+        }
+        Ok(used.into_iter().map(|(name, (hosts, requests))| json!({ "name": name, "hosts": hosts, "requests": requests })).collect())
     }
 
     /// Deliverables no record names and older than `grace`: left by a
