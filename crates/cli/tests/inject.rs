@@ -230,6 +230,16 @@ fn an_injected_secret_reaches_the_upstream_and_nothing_the_agent_can_read() {
     assert!(refused.ends_with(" 403"), "the fork keeps the rules: {refused}");
     d.ok(&["destroy", &kid]);
 
+    // E2B's create takes the same rules in its `network` shape.
+    let key = d.ok(&["api-key", "create", "inject-test"]).trim().to_owned();
+    let body = r#"{"templateID":"base","network":{"allowOut":["api.test"],"inject":["api.test=Authorization: Bearer {{secret:GITHUB_TOKEN}}"]}}"#;
+    let out = std::process::Command::new("curl").args(["-sS", "-X", "POST", &format!("{}/sandboxes", d.url), "-H", &format!("X-API-Key: {key}"), "-H", "Content-Type: application/json", "-d", body]).output().unwrap();
+    let created: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&out.stdout)));
+    let e2b = created["sandboxID"].as_str().unwrap_or_else(|| panic!("{created}")).to_owned();
+    let echo = curl(&d, &e2b, "https://api.test/from-e2b");
+    assert!(echo.contains("Bearer $GITHUB_TOKEN") && !echo.contains(SECRET), "{echo}");
+    d.ok(&["destroy", &e2b]);
+
     // A task without rules sees no CA of Cairn's.
     let plain = d.create(&["--allow", "plain.test"]);
     let (_, out, _) = d.sh(&plain, "ls /etc/cairn 2>&1; echo \"[$SSL_CERT_FILE]\"");

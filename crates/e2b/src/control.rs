@@ -106,6 +106,10 @@ struct NewSandbox {
 struct Network {
     allow_out: Vec<String>,
     deny_out: Vec<String>,
+    /// Cairn's own: request rules and injections, as `--rule` and
+    /// `--inject` take them (docs/e2b.md).
+    rules: Vec<String>,
+    inject: Vec<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -230,6 +234,8 @@ async fn create(State(rt): Rt, headers: HeaderMap, body: Bytes) -> Result<Respon
         suspend_at_timeout: req.auto_pause,
         allow: network.allow_out,
         deny: network.deny_out,
+        rules: network.rules,
+        inject: network.inject,
         ..CreateRequest::default()
     };
     let view = rt.create(create, "e2b").await?;
