@@ -9,10 +9,10 @@ export PATH=$HOME/.cargo/bin:$PATH
 # One build from scratch: incremental caches would only double the disk it uses.
 export CARGO_INCREMENTAL=${CARGO_INCREMENTAL:-0}
 cargo test --workspace --locked
-# The isolation, limits, egress, delivery, injection and E2B SDK tests once
+# The isolation, limits, egress, delivery, injection, ports and E2B SDK tests once
 # more on the gvisor driver: their daemons give every task --isolation
 # gvisor (runsc comes with setup-debian.sh).
-CAIRN_TEST_ISOLATION=gvisor cargo test --locked -p cairn-cli --test isolation --test egress --test deliver --test inject --test e2b_sdk
+CAIRN_TEST_ISOLATION=gvisor cargo test --locked -p cairn-cli --test isolation --test egress --test deliver --test inject --test ports --test e2b_sdk
 # Lints are part of the build: warnings fail it.
 cargo clippy --workspace --all-targets --locked -- -D warnings
 # A short fuzz run of the egress parsers.

@@ -2,7 +2,8 @@
 //! inside a task, reached by path and by host name, with each way in (API
 //! token, traffic token, signed link and its cookie) and each refusal
 //! (none, a forged or expired link, a port nobody listens on, a port out
-//! of range). The sandbox stays offline throughout.
+//! of range); a request whose body comes late and an answer larger than a
+//! socket's buffer, each whole. The sandbox stays offline throughout.
 
 #![allow(clippy::unwrap_used)]
 
@@ -103,7 +104,8 @@ fn a_tasks_http_and_websocket_ports_are_reached_through_the_daemon_and_only_with
         let ws_url = format!("{}/v1/tasks/{t}/ports/8765/", d.url.replace("http://", "ws://"));
         let mut req = tokio_tungstenite::tungstenite::client::IntoClientRequest::into_client_request(ws_url.as_str()).unwrap();
         req.headers_mut().insert("X-Cairn-Traffic-Token", traffic.parse().unwrap());
-        let (mut ws, _) = tokio_tungstenite::connect_async(req).await.expect("the WebSocket upgrade goes through");
+        let upgrade = tokio::time::timeout(Duration::from_secs(10), tokio_tungstenite::connect_async(req)).await.expect("the WebSocket upgrade is answered");
+        let (mut ws, _) = upgrade.expect("the WebSocket upgrade goes through");
         ws.send(tokio_tungstenite::tungstenite::Message::text("ping")).await.unwrap();
         let got = tokio::time::timeout(Duration::from_secs(10), ws.next()).await.unwrap().unwrap().unwrap();
         got.into_text().unwrap().to_string()
@@ -180,5 +182,60 @@ fn connections_to_a_port_are_kept_for_the_next_request_and_replaced_when_closed(
         assert_eq!(after, 503, "the server did not survive the suspend (native): refused, not hung");
     }
     assert_eq!(d.state(&t), "running", "the request woke the task");
+    d.ok(&["destroy", &t]);
+}
+
+/// A server that answers `GET /big` with [`BIG`] bytes and a `POST` with
+/// its body, read to its end.
+const LATE_AND_LARGE: &str = r#"
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+class H(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def answer(self, body):
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def do_GET(self):
+        self.answer(b"x" * (4 << 20))
+    def do_POST(self):
+        self.answer(self.rfile.read(int(self.headers["Content-Length"])))
+    def log_message(self, *a):
+        pass
+ThreadingHTTPServer(("127.0.0.1", 8002), H).serve_forever()
+"#;
+
+/// The size of the large answer: many times a socket's buffer.
+const BIG: usize = 4 << 20;
+
+#[test]
+fn a_request_whose_body_comes_late_and_a_large_answer_go_through_whole() {
+    use std::io::{Read, Write};
+    let d = Daemon::start();
+    let token = std::fs::read_to_string(d.home().join("token")).unwrap().trim().to_owned();
+    let t = d.create(&[]);
+    must(&d, &t, &format!("cat > /workspace/late.py <<'EOF'\n{LATE_AND_LARGE}\nEOF\nsetsid python3 /workspace/late.py >/dev/null 2>&1 < /dev/null &"));
+    must(&d, &t, "for i in $(seq 100); do python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", 8002))' 2>/dev/null && exit 0; sleep 0.1; done; exit 1");
+    let addr = d.url.trim_start_matches("http://").to_owned();
+    let c = Http::new();
+    // Several times each: under gvisor each request has a relay of its own.
+    for i in 0..4 {
+        // The body follows the head after a pause: the connection to the
+        // port must wait for it, not end.
+        let mut conn = std::net::TcpStream::connect(&addr).unwrap();
+        conn.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let head = format!("POST /v1/tasks/{t}/ports/8002/echo HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\nContent-Length: 11\r\nConnection: close\r\n\r\n");
+        conn.write_all(head.as_bytes()).unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        conn.write_all(b"late body ").unwrap();
+        conn.write_all(i.to_string().as_bytes()).unwrap();
+        let mut answer = String::new();
+        conn.read_to_string(&mut answer).unwrap();
+        assert!(answer.starts_with("HTTP/1.1 200") && answer.ends_with(&format!("\r\n\r\nlate body {i}")), "{answer}");
+
+        // A large answer: the sandbox's side outruns the reader.
+        let (status, _, body) = c.get(&format!("{}/v1/tasks/{t}/ports/8002/big", d.url), &[("Authorization", &format!("Bearer {token}"))]);
+        assert_eq!((status, body.len()), (200, BIG), "the whole answer");
+    }
     d.ok(&["destroy", &t]);
 }

@@ -235,14 +235,19 @@ impl NativeDriver {
 
     /// A gvisor sandbox's port, through `cairn __gvisor-connect` run inside
     /// ([`gvisor::init::connect_main`]) with one end of a socket pair as its
-    /// stdin and stdout.
+    /// stdin, which carries both ways.
     fn relay_port(&self, task: &str, port: u16) -> Result<std::result::Result<PortConnection, String>> {
         let (ours, theirs) = UnixStream::pair().map_err(Error::Control)?;
         let mut argv = gvisor::spec::cairn_args(gvisor::init::CONNECT_SUBCOMMAND);
         argv.push(port.to_string());
         let req = ExecRequest { argv, env: Vec::new(), cwd: "/".into(), tty: None, user: None };
         let null = fs::File::open("/dev/null").map_err(|e| Error::Io("/dev/null".into(), e))?;
-        let relay = match self.exec(task, &req, &[theirs.as_raw_fd(), theirs.as_raw_fd(), null.as_raw_fd()])? {
+        // Not as stdout too: runsc imports each descriptor on its own and
+        // makes the host's file non-blocking as it does, so a second import
+        // of the socket began non-blocking inside (which one came second
+        // varied), and the relay ended at the first read or write that had
+        // to wait: a request cut off, an answer cut short.
+        let relay = match self.exec(task, &req, &[theirs.as_raw_fd(), null.as_raw_fd(), null.as_raw_fd()])? {
             Ok(r) => r,
             Err(why) => return Ok(Err(why)),
         };

@@ -5,7 +5,10 @@ import base64, hashlib, socket, threading
 def serve(c):
     req = b""
     while b"\r\n\r\n" not in req:
-        req += c.recv(1024)
+        chunk = c.recv(1024)
+        if not chunk:
+            return
+        req += chunk
     key = [l.split(b":", 1)[1].strip() for l in req.split(b"\r\n") if l.lower().startswith(b"sec-websocket-key")][0]
     acc = base64.b64encode(hashlib.sha1(key + b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11").digest())
     c.sendall(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: " + acc + b"\r\n\r\n")
@@ -19,7 +22,10 @@ def serve(c):
         mask = c.recv(4)
         data = b""
         while len(data) < n:
-            data += c.recv(n - len(data))
+            chunk = c.recv(n - len(data))
+            if not chunk:
+                return
+            data += chunk
         data = bytes(b ^ mask[i % 4] for i, b in enumerate(data))
         reply = b"echo: " + data
         c.sendall(bytes([0x81, len(reply)]) + reply)

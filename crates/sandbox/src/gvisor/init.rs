@@ -86,46 +86,53 @@ pub fn exec_main(argv: &[std::ffi::OsString]) -> i32 {
 }
 
 /// Relays one connection to `port` on the sandbox's loopback, run inside
-/// by `runsc exec` with one socket of the daemon's as stdin and stdout (a
-/// gvisor sandbox has no network device the daemon could reach, and the
-/// daemon cannot enter gVisor's network stack). Answers `+` once connected,
-/// or `-` and why on one line; then copies both ways until the port's side
-/// ends.
+/// by `runsc exec` with one socket of the daemon's as stdin, which carries
+/// both ways (a gvisor sandbox has no network device the daemon could
+/// reach, and the daemon cannot enter gVisor's network stack; why not as
+/// stdout too: see `relay_port` in `native.rs`). Answers `+` once
+/// connected, or `-` and why on one line; then copies both ways until the
+/// port's side ends.
 pub fn connect_main(port: u16) -> i32 {
     use std::io::Write;
     use std::os::fd::AsFd;
-    let mut daemon_out = match io::stdout().as_fd().try_clone_to_owned() {
-        Ok(fd) => std::fs::File::from(fd),
+    let daemon = match io::stdin().as_fd().try_clone_to_owned() {
+        Ok(fd) => UnixStream::from(fd),
         Err(e) => {
-            eprintln!("cairn: stdout: {e}");
+            eprintln!("cairn: stdin: {e}");
             return 1;
         }
     };
-    let refuse = |out: &mut std::fs::File, why: String| {
-        let _ = writeln!(out, "-{why}");
+    // The copies take an error for the end, so they must wait, whatever
+    // runsc made of the descriptor (it may hand it over non-blocking).
+    if let Err(e) = daemon.set_nonblocking(false) {
+        eprintln!("cairn: stdin: {e}");
+        return 1;
+    }
+    let refuse = |why: String| {
+        let _ = writeln!(&mut &daemon, "-{why}");
         1
     };
     if let Err(e) = crate::seccomp::gvisor_filter().and_then(|f| crate::seccomp::apply(&f)) {
-        return refuse(&mut daemon_out, format!("cannot install the syscall filter: {e}"));
+        return refuse(format!("cannot install the syscall filter: {e}"));
     }
     if port == 0 || port == crate::net::PROXY_ADDR.port() {
-        return refuse(&mut daemon_out, format!("port {port} is not a port of the task's own"));
+        return refuse(format!("port {port} is not a port of the task's own"));
     }
     let conn = match TcpStream::connect((std::net::Ipv4Addr::LOCALHOST, port)) {
         Ok(c) => c,
-        Err(e) => return refuse(&mut daemon_out, format!("nothing listens on port {port} in the sandbox ({e})")),
+        Err(e) => return refuse(format!("nothing listens on port {port} in the sandbox ({e})")),
     };
-    if daemon_out.write_all(b"+").is_err() {
+    if (&daemon).write_all(b"+").is_err() {
         return 1;
     }
-    let (Ok(conn_w), Ok(daemon_in)) = (conn.try_clone(), io::stdin().as_fd().try_clone_to_owned()) else { return 1 };
+    let (Ok(conn_w), Ok(daemon_in)) = (conn.try_clone(), daemon.try_clone()) else { return 1 };
     // Daemon to port: at the daemon's end of sending, pass the half-close on.
     thread::spawn(move || {
-        let _ = io::copy(&mut std::fs::File::from(daemon_in), &mut &conn_w);
+        let _ = io::copy(&mut &daemon_in, &mut &conn_w);
         let _ = conn_w.shutdown(Shutdown::Write);
     });
     // Port to daemon: when the port's side ends, so does the relay.
-    let _ = io::copy(&mut &conn, &mut daemon_out);
+    let _ = io::copy(&mut &conn, &mut &daemon);
     0
 }
 
