@@ -309,6 +309,18 @@ async fn a_placeholder_the_agent_sends_is_replaced_on_the_way_out_only_where_inj
     assert!(seen.2.contains(&("authorization".to_owned(), format!("token {SECRET}"))));
     assert!(!body.contains(SECRET) && body.contains("token $GITHUB_TOKEN"), "{body}");
     assert_eq!(s.request_entry().await.secrets, vec!["GITHUB_TOKEN".to_owned()]);
+    // A placeholder split across two writes of the head is replaced whole.
+    let mut tls = s.tls(HOST, &s.ca_pem, b"http/1.1").await.unwrap();
+    tls.write_all(format!("GET /split HTTP/1.1\r\nHost: {HOST}\r\nAuthorization: token $GITH").as_bytes()).await.unwrap();
+    tls.flush().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    tls.write_all(b"UB_TOKEN\r\nConnection: close\r\n\r\n").await.unwrap();
+    let resp = read_response(&mut tls).await;
+    assert_eq!(resp.status, 200, "{resp:?}");
+    let seen = up.seen.lock().unwrap().last().cloned().unwrap();
+    assert!(seen.2.contains(&("authorization".to_owned(), format!("token {SECRET}"))), "{:?}", seen.2);
+    assert!(!resp.text().contains(SECRET));
+    s.request_entry().await;
     // A host without rules is a plain tunnel: the upstream's own
     // certificate, and the placeholder reaches it as the agent wrote it.
     let tls = s.tls("plain.example.com", &up.ca_pem, b"http/1.1").await.expect("the upstream's own certificate");
@@ -359,20 +371,28 @@ async fn bad_clients_and_bad_upstreams_are_refused_clearly() {
     let resp = read_response(&mut t).await;
     assert_eq!(resp.status, 400);
     assert!(resp.text().contains("speak TLS"), "{resp:?}");
-    // Smuggling: both framings at once, and a request hidden behind them.
-    // The chunked framing wins, the length goes, the connection closes
-    // after the response (RFC 9112 6.3): the hidden request never runs.
-    let mut tls = s.tls(HOST, &s.ca_pem, b"http/1.1").await.unwrap();
-    let smuggled = format!("POST /x HTTP/1.1\r\nHost: {HOST}\r\nContent-Length: 40\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\nGET /smuggled HTTP/1.1\r\nHost: {HOST}\r\n\r\n");
-    tls.write_all(smuggled.as_bytes()).await.unwrap();
-    let resp = read_response(&mut tls).await;
-    assert_eq!(resp.header("connection"), Some("close"), "{resp:?}");
-    let rest = support::read_to_close(&mut tls).await;
-    assert!(rest.is_empty(), "nothing after: {}", String::from_utf8_lossy(&rest));
-    let seen = up.seen.lock().unwrap().clone();
-    assert!(seen.iter().all(|(_, t, _)| t != "/smuggled"), "the hidden request never reached the upstream");
-    let x = seen.iter().find(|(_, t, _)| t == "/x").unwrap();
-    assert!(!x.2.iter().any(|(n, _)| n == "content-length"), "the upstream gets one framing: {:?}", x.2);
+    // Smuggling: both framings at once, and a request hidden behind them,
+    // in either order: refused with 400, and nothing after it is read.
+    for framing in ["Content-Length: 40\r\nTransfer-Encoding: chunked", "Transfer-Encoding: chunked\r\nContent-Length: 40"] {
+        let mut tls = s.tls(HOST, &s.ca_pem, b"http/1.1").await.unwrap();
+        let smuggled = format!("POST /x HTTP/1.1\r\nHost: {HOST}\r\n{framing}\r\n\r\n0\r\n\r\nGET /smuggled HTTP/1.1\r\nHost: {HOST}\r\n\r\n");
+        tls.write_all(smuggled.as_bytes()).await.unwrap();
+        let resp = read_response(&mut tls).await;
+        assert_eq!(resp.status, 400, "{resp:?}");
+        assert!(resp.text().contains("both Content-Length and Transfer-Encoding"), "{resp:?}");
+        let rest = support::read_to_close(&mut tls).await;
+        assert!(rest.is_empty(), "nothing after: {}", String::from_utf8_lossy(&rest));
+        let seen = up.seen.lock().unwrap().clone();
+        assert!(seen.iter().all(|(_, t, _)| t != "/smuggled" && t != "/x"), "neither reached the upstream");
+        let a = s.request_entry().await;
+        assert!(a.status == Some(400) && !a.allowed, "{a:?}");
+    }
+    // The marker header a client sends itself is no refusal: it is dropped.
+    let req = Request::get("/x").header("host", HOST).header("x-cairn-framing-refused", "guess").body(Full::new(Bytes::new())).unwrap();
+    assert_eq!(s.send(b"http/1.1", req).await.0, 200);
+    let seen = up.seen.lock().unwrap().last().cloned().unwrap();
+    assert!(!seen.2.iter().any(|(n, _)| n == "x-cairn-framing-refused"));
+    s.request_entry().await;
     // A 10 MB header.
     let mut tls = s.tls(HOST, &s.ca_pem, b"http/1.1").await.unwrap();
     let big = "a".repeat(10 << 20);

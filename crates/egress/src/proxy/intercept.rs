@@ -32,6 +32,7 @@ use tokio::sync::{watch, Mutex};
 use tokio::time::Instant;
 
 use super::attempt::{Activity, AttemptKind, Meter, Recorder};
+use super::framing::{FramingGuard, Guarded, REFUSED_HEADER};
 use super::forward::strip_hop_by_hop;
 use super::respond::{response, response_bytes};
 use super::stream::Prefixed;
@@ -205,22 +206,27 @@ pub(crate) async fn run(
         activity: activity.clone(),
         tunnel: rec.meter().clone(),
     });
+    // HTTP/2 when the client chose it; else HTTP/1.1, each request's
+    // framing checked before hyper reads it (see `framing`).
+    let h2 = client.get_ref().1.alpn_protocol() == Some(b"h2");
+    let token = framing_token();
     let service = {
-        let (session, log, cancel) = (session.clone(), ctx.log.clone(), ctx.cancel.clone());
+        let (session, log, cancel, token) = (session.clone(), ctx.log.clone(), ctx.cancel.clone(), token.clone());
         service_fn(move |req| {
             let rec = Recorder::new(AttemptKind::Intercepted, Instant::now(), log.clone(), cancel.clone(), Arc::default());
-            handle(session.clone(), req, rec)
+            handle(session.clone(), req, rec, token.clone())
         })
     };
-    let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-    builder
-        .http1()
-        .timer(TokioTimer::new())
-        .max_buf_size(MAX_HEAD.max(8192))
-        .max_headers(MAX_HEADERS)
-        .auto_date_header(false);
-    builder.http2().max_header_list_size(u32::try_from(MAX_HEAD).unwrap_or(u32::MAX)).auto_date_header(false);
-    let serving = builder.serve_connection(TokioIo::new(client), service);
+    let serving: std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), hyper::Error>> + Send>> = if h2 {
+        let mut builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+        builder.max_header_list_size(u32::try_from(MAX_HEAD).unwrap_or(u32::MAX)).auto_date_header(false);
+        Box::pin(builder.serve_connection(TokioIo::new(client), service))
+    } else {
+        let guard = FramingGuard::new(token, host.to_string(), MAX_HEAD);
+        let mut builder = hyper::server::conn::http1::Builder::new();
+        builder.timer(TokioTimer::new()).max_buf_size(MAX_HEAD.max(8192)).max_headers(MAX_HEADERS).auto_date_header(false);
+        Box::pin(builder.serve_connection(TokioIo::new(Guarded::new(client, guard)), service))
+    };
     let idle = config.idle_timeout;
     let mut policy = ctx.policy.clone();
     tokio::select! {
@@ -277,12 +283,26 @@ fn refuse(mut rec: Recorder, status: u16, why: &str) -> Response<ProxyBody> {
     response(status, why).map(|b| http_body_util::Full::new(b).map_err(|never| match never {}).boxed_unsync())
 }
 
-async fn handle(session: Arc<Session>, req: Request<Incoming>, mut rec: Recorder) -> Result<Response<ProxyBody>, Infallible> {
+/// A token no client can guess, which marks the guard's refusals.
+fn framing_token() -> String {
+    let mut bytes = [0u8; 16];
+    // A failed read leaves zeros: the marker is then guessable, which only
+    // lets a client have its own request refused.
+    let _ = ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut bytes);
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+async fn handle(session: Arc<Session>, mut req: Request<Incoming>, mut rec: Recorder, token: String) -> Result<Response<ProxyBody>, Infallible> {
     session.activity.touch();
     rec.target(session.host.as_str(), session.port);
     rec.host(&session.host);
     if let Some(a) = session.address {
         rec.address(a);
+    }
+    if let Some(marker) = req.headers_mut().remove(REFUSED_HEADER) {
+        if let Some(why) = marker.to_str().ok().and_then(|m| m.strip_prefix(token.as_str())).filter(|_| !token.is_empty()) {
+            return Ok(refuse(rec, 400, why.trim()));
+        }
     }
     let method = req.method().as_str().to_owned();
     let path = req.uri().path().to_owned();
@@ -333,8 +353,7 @@ fn checked(session: &Session, rules: &HostRules, req: &Request<Incoming>) -> Res
         Some(_) => return Err((400, format!("the request names another host than the tunnel's {host}"))),
         None => return Err((400, "the request names no host".to_owned())),
     }
-    // Both framings at once never get here: hyper keeps the chunked one,
-    // drops the length and closes the connection after (RFC 9112 6.3).
+    // An ambiguous framing never gets here: the framing guard answered it.
     if req.method() == Method::CONNECT || req.headers().contains_key(UPGRADE) {
         return Err((501, format!("protocol upgrades are not relayed to {host}, whose requests the proxy checks")));
     }

@@ -23,13 +23,15 @@
 //! client connection, the connection limit), `head` (reading the first
 //! request head), `respond` (the responses the proxy writes itself),
 //! `tunnel` (CONNECT, the SNI check, the two-way relay), `intercept` (a
-//! tunnel to a host with request rules, TLS ended by the proxy), `forward` (plain
+//! tunnel to a host with request rules, TLS ended by the proxy), `framing`
+//! (its HTTP/1.1 requests' framing checked before hyper reads them), `forward` (plain
 //! HTTP through hyper) and `stream` (the client stream with its
 //! already-read bytes in front).
 
 mod attempt;
 mod conn;
 mod forward;
+mod framing;
 mod head;
 mod intercept;
 mod resolve;
