@@ -70,8 +70,15 @@ pub async fn run() -> Result<u8> {
     // daemon is told its name and that this one loopback address may be
     // reached (both are printed at start-up, as any operator exception).
     let docs = docs_site().await?;
+    // And an HTTPS API that echoes the credential it is sent, with a CA of
+    // its own, which the daemon is told to trust for upstreams.
+    let (api_addr, api_ca) = api_site().await?;
+    let api_ca_file = home.path().join("demo-api-ca.pem");
+    std::fs::write(&api_ca_file, api_ca)?;
     let mut config = cairn_server::Config { listen: "127.0.0.1:0".parse()?, disk_pool: 1, ..Default::default() };
     config.egress.hosts.insert(DOCS_HOST.to_owned(), vec![(docs.ip(), Some(docs.port()))]);
+    config.egress.hosts.insert(API_HOST.to_owned(), vec![(api_addr.ip(), Some(api_addr.port()))]);
+    config.egress.upstream_ca = Some(api_ca_file);
     config.egress.allow_private = cairn_egress::AllowedRanges::parse(&["127.0.0.1/32"])?;
     let exceptions = config.egress.exceptions().join("\n");
     let daemon = cairn_server::Daemon::start(cairn_server::DaemonOptions {
@@ -188,6 +195,7 @@ async fn steps(d: &mut Demo, home: &Path, daemon_port: u16) -> Result<()> {
     }
     outln!("      host: /usr/bin/cairn-demo-marker does not exist");
     egress(d).await?;
+    injection(d).await?;
     d.show(
         "memory limit: allocating 400M in a 256M task is OOM-killed",
         "dd if=/dev/zero of=/dev/null bs=400M count=1",
@@ -658,6 +666,87 @@ async fn docs_site() -> Result<std::net::SocketAddr> {
         }
     });
     Ok(addr)
+}
+
+const API_HOST: &str = "api.demo.test";
+
+/// An HTTPS API for `API_HOST` (its certificate from a CA made here) that
+/// answers with the Authorization header it was sent. Returns its address
+/// and its CA's certificate.
+async fn api_site() -> Result<(std::net::SocketAddr, String)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let pem = cairn_egress::ca::generate("demo-api")?;
+    let ca = cairn_egress::ca::TaskCa::load("demo-api", &pem)?;
+    // It speaks HTTP/1.1 only, and says so.
+    let mut config = (*ca.server_config(&cairn_egress::Host::parse(API_HOST)?)?).clone();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    tokio::spawn(async move {
+        while let Ok((conn, _)) = listener.accept().await {
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let Ok(mut tls) = acceptor.accept(conn).await else { return };
+                let mut head = Vec::new();
+                let mut buf = [0u8; 4096];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match tls.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let head = String::from_utf8_lossy(&head);
+                let auth = head.lines().find_map(|l| l.strip_prefix("authorization: ").or_else(|| l.strip_prefix("Authorization: "))).unwrap_or("(none)");
+                let body = format!("the API saw Authorization: {auth}\n");
+                let reply = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
+                let _ = tls.write_all(reply.as_bytes()).await;
+                let _ = tls.shutdown().await;
+            });
+        }
+    });
+    Ok((addr, pem.cert))
+}
+
+/// A credential the sandbox never holds: the proxy injects it into the
+/// requests to one host that a rule allows, and takes it out of the answer.
+async fn injection(d: &mut Demo) -> Result<()> {
+    const VALUE: &str = "demo-token-4f1c9a7e";
+    let t = Instant::now();
+    let req = d.client.request(reqwest::Method::PUT, "/v1/secrets/DEMO_TOKEN").body(VALUE);
+    let _: api::secrets::SecretView = d.client.send(req).await?;
+    let create = api::tasks::CreateRequest {
+        allow: vec![API_HOST.into()],
+        rules: vec![format!("{API_HOST}=GET /repos/acme/")],
+        inject: vec![format!("{API_HOST}=Authorization: Bearer {{{{secret:DEMO_TOKEN}}}}")],
+        ..Default::default()
+    };
+    let agent: TaskView = d.client.post("/v1/tasks", &create).await?;
+    let main_task = std::mem::replace(&mut d.task, agent.task.id.to_string());
+    d.say(
+        "secrets: set one, and a task whose proxy injects it into one host's requests",
+        t.elapsed(),
+        &format!("cairn secret set DEMO_TOKEN; task {} --rule '{}' --inject '{}'", d.task, create.rules[0], create.inject[0]),
+    );
+    let result = async {
+        d.show(
+            "the API gets the secret; the agent sees only its placeholder",
+            &format!("curl -sS --max-time 10 https://{API_HOST}/repos/acme/tool; env | grep -q demo-token && echo 'IN THE ENVIRONMENT' || echo 'not in the environment'"),
+            |r| text(r).contains("Bearer $DEMO_TOKEN") && !text(r).contains(VALUE) && text(r).contains("not in the environment"),
+        )
+        .await?;
+        d.show(
+            "a request outside the rule is refused by the proxy",
+            &format!("curl -sS --max-time 10 -X DELETE https://{API_HOST}/repos/acme/tool"),
+            |r| text(r).contains("refused by the request rules"),
+        )
+        .await?;
+        anyhow::Ok(())
+    }
+    .await;
+    let agent = std::mem::replace(&mut d.task, main_task);
+    let _ = d.client.delete::<TaskView>(&format!("/v1/tasks/{agent}")).await;
+    result
 }
 
 /// Offline by default; one allowed host through the proxy; what it refuses;
