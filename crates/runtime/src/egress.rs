@@ -257,11 +257,16 @@ async fn write_decisions(store: SharedStore, metrics: Arc<crate::metrics::Metric
         for a in &batch {
             metrics.egress_decision(a.allowed);
         }
-        // Each request a secret went out in counts as one use of it.
+        // Each request a secret went out in counts as one use of it: one
+        // update per secret per batch.
         let now = cairn_store::now_ms();
+        let mut uses: std::collections::BTreeMap<&str, i64> = Default::default();
         for name in batch.iter().flat_map(|a| &a.secrets) {
-            if let Err(e) = store.use_secret(name, 1, now).await {
-                tracing::warn!(task = %task, "cannot count a use of secret {name}: {e}");
+            *uses.entry(name.as_str()).or_default() += 1;
+        }
+        for (name, n) in uses {
+            if let Err(e) = store.use_secret(name, n, now).await {
+                tracing::warn!(task = %task, "cannot count the uses of secret {name}: {e}");
             }
         }
         let events: Vec<NewEvent> = batch.drain(..).map(|a| decision_event(&task, &a)).collect();

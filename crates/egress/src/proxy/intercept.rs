@@ -137,6 +137,30 @@ struct Session {
     activity: Arc<Activity>,
     /// The tunnel's own meter: the sum of its requests.
     tunnel: Arc<Meter>,
+    /// The scrubber of the last rules and secrets seen, made once for the
+    /// requests that follow (a change of either makes a new one).
+    scrubber: std::sync::Mutex<Option<CachedScrubber>>,
+}
+
+/// The secrets' names and values a scrubber was made for, and the scrubber.
+type CachedScrubber = (Vec<String>, Arc<SecretValues>, Option<Arc<Replacer>>);
+
+impl Session {
+    /// What replaces the secrets of `rules` in responses; `None` when the
+    /// host gets no secret.
+    fn scrubber(&self, rules: &HostRules, secrets: &Arc<SecretValues>) -> Option<Arc<Replacer>> {
+        let names = rules.secrets();
+        let mut cached = self.scrubber.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some((n, s, r)) = cached.as_ref() {
+            if *n == names && Arc::ptr_eq(s, secrets) {
+                return r.clone();
+            }
+        }
+        let pairs: Vec<(Vec<u8>, Vec<u8>)> = names.iter().filter_map(|n| Some((secrets.get(n)?.to_vec(), format!("${n}").into_bytes()))).collect();
+        let made = Replacer::new(&pairs).map(Arc::new);
+        *cached = Some((names, secrets.clone(), made.clone()));
+        made
+    }
 }
 
 /// Runs an intercepted tunnel after `200 Connection established` was sent.
@@ -205,6 +229,7 @@ pub(crate) async fn run(
         secrets: interception.secrets.clone(),
         activity: activity.clone(),
         tunnel: rec.meter().clone(),
+        scrubber: std::sync::Mutex::new(None),
     });
     // HTTP/2 when the client chose it; else HTTP/1.1, each request's
     // framing checked before hyper reads it (see `framing`).
@@ -463,17 +488,13 @@ fn prepared(
 
 /// The host's response as the agent gets it: secrets in headers and body
 /// replaced by their placeholders (bodies decoded to do so).
-fn scrubbed(session: &Session, rules: &HostRules, secrets: &SecretValues, resp: Response<Incoming>, mut rec: Recorder) -> Response<ProxyBody> {
-    let pairs: Vec<(Vec<u8>, Vec<u8>)> = rules
-        .secrets()
-        .iter()
-        .filter_map(|n| Some((secrets.get(n)?.to_vec(), format!("${n}").into_bytes())))
-        .collect();
+fn scrubbed(session: &Session, rules: &HostRules, secrets: &Arc<SecretValues>, resp: Response<Incoming>, mut rec: Recorder) -> Response<ProxyBody> {
+    let replacer = session.scrubber(rules, secrets);
     let (mut parts, body) = resp.into_parts();
     strip_hop_by_hop(&mut parts.headers);
     let meter = session.tunnel.clone();
     let activity = session.activity.clone();
-    let Some(replacer) = Replacer::new(&pairs) else {
+    let Some(replacer) = replacer else {
         // No secret goes to this host: the body passes as it is.
         let own = rec.meter().clone();
         let body = body
@@ -491,6 +512,7 @@ fn scrubbed(session: &Session, rules: &HostRules, secrets: &SecretValues, resp: 
         return Response::from_parts(parts, BodyExt::boxed_unsync(body));
     };
     scrub_headers(&mut parts.headers, &replacer, &mut rec);
+    let replacer = Replacer::clone(&replacer);
     let encoding = parts.headers.get(CONTENT_ENCODING).and_then(|v| v.to_str().ok()).map(|v| v.trim().to_ascii_lowercase());
     let raw = body.into_data_stream().map_err(std::io::Error::other);
     let raw = BufReader::new(tokio_util::io::StreamReader::new(raw));
@@ -508,7 +530,7 @@ fn scrubbed(session: &Session, rules: &HostRules, secrets: &SecretValues, resp: 
     parts.headers.remove(CONTENT_LENGTH);
     parts.headers.remove(CONTENT_ENCODING);
     let own = rec.meter().clone();
-    let state = Scan { reader: decoded, stream: replacer.stream(), rec: Some(rec), meter, own, activity };
+    let state = Scan { reader: decoded, stream: replacer.stream(), buf: vec![0u8; SCAN_CHUNK], rec: Some(rec), meter, own, activity };
     let stream = futures_util::stream::unfold(state, Scan::next).map(|r| r.map(Frame::data));
     Response::from_parts(parts, BodyExt::boxed_unsync(StreamBody::new(stream)))
 }
@@ -533,6 +555,7 @@ fn scrub_headers(headers: &mut HeaderMap, replacer: &Replacer, rec: &mut Recorde
 struct Scan {
     reader: Box<dyn AsyncRead + Send + Unpin>,
     stream: crate::scrub::ReplaceStream,
+    buf: Vec<u8>,
     rec: Option<Recorder>,
     meter: Arc<Meter>,
     own: Arc<Meter>,
@@ -542,8 +565,7 @@ struct Scan {
 impl Scan {
     async fn next(mut self) -> Option<(Result<Bytes, BoxError>, Scan)> {
         let mut rec = self.rec.take()?;
-        let mut buf = vec![0u8; SCAN_CHUNK];
-        match self.reader.read(&mut buf).await {
+        match self.reader.read(&mut self.buf).await {
             Ok(0) => {
                 let tail = self.stream.finish();
                 rec.scrubbed(self.stream.replaced);
@@ -552,7 +574,7 @@ impl Scan {
                 Some((Ok(Bytes::from(tail)), self))
             }
             Ok(n) => {
-                let out = self.stream.feed(buf.get(..n).unwrap_or_default());
+                let out = self.stream.feed(self.buf.get(..n).unwrap_or_default());
                 self.count(out.len());
                 self.rec = Some(rec);
                 Some((Ok(Bytes::from(out)), self))
