@@ -19,6 +19,8 @@ use crate::Error;
 
 /// Most decision-log entries written in one transaction.
 const LOG_BATCH: usize = 256;
+/// How long the log writer waits for more entries before it writes.
+const LOG_GATHER: std::time::Duration = std::time::Duration::from_millis(10);
 
 /// What every task's proxy shares: the proxy settings and the resolver.
 /// Each live sandbox's own proxy is a [`Proxy`] in the task's cell.
@@ -254,6 +256,18 @@ impl crate::runtime::Runtime {
 async fn write_decisions(store: SharedStore, metrics: Arc<crate::metrics::Metrics>, task: TaskId, mut rx: mpsc::UnboundedReceiver<Attempt>) {
     let mut batch = Vec::new();
     while rx.recv_many(&mut batch, LOG_BATCH).await > 0 {
+        // A moment for more to come: under load (an intercepted host logs
+        // every request) one transaction then carries many entries instead
+        // of one each, which the store's worker thread pays per call.
+        if batch.len() < LOG_BATCH {
+            tokio::time::sleep(LOG_GATHER).await;
+            while batch.len() < LOG_BATCH {
+                match rx.try_recv() {
+                    Ok(a) => batch.push(a),
+                    Err(_) => break,
+                }
+            }
+        }
         for a in &batch {
             metrics.egress_decision(a.allowed);
         }
