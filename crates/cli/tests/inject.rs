@@ -85,11 +85,25 @@ fn files_holding(dir: &std::path::Path, needle: &[u8]) -> Vec<String> {
         let Ok(meta) = std::fs::symlink_metadata(&path) else { continue };
         if meta.is_dir() {
             found.extend(files_holding(&path, needle));
-        } else if meta.is_file() && std::fs::read(&path).is_ok_and(|b| b.windows(needle.len()).any(|w| w == needle)) {
+        } else if meta.is_file() && read_no_follow(&path).is_some_and(|b| b.windows(needle.len()).any(|w| w == needle)) {
             found.push(path.display().to_string());
         }
     }
     found
+}
+
+/// A regular file's bytes, opened without following a symbolic link (a
+/// task disk is the sandbox's to change while it is read).
+fn read_no_follow(path: &std::path::Path) -> Option<Vec<u8>> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut file = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK).open(path).ok()?;
+    if !file.metadata().ok()?.is_file() {
+        return None;
+    }
+    let mut out = Vec::new();
+    file.read_to_end(&mut out).ok()?;
+    Some(out)
 }
 
 /// The daemon's own files that could hold a task's data: its store and
@@ -101,7 +115,7 @@ fn daemon_files_holding(home: &std::path::Path, needle: &[u8]) -> Vec<String> {
         .unwrap()
         .flatten()
         .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
-        .filter(|e| std::fs::read(e.path()).is_ok_and(|b| b.windows(needle.len()).any(|w| w == needle)))
+        .filter(|e| read_no_follow(&e.path()).is_some_and(|b| b.windows(needle.len()).any(|w| w == needle)))
         .map(|e| e.path().display().to_string())
         .collect();
     for sub in ["blobs", "keys", "trust"] {

@@ -233,13 +233,7 @@ impl Policy {
 
     /// Every secret the injections name, each once.
     pub fn secrets(&self) -> Vec<String> {
-        let mut out: Vec<String> = Vec::new();
-        for n in self.injections.iter().flat_map(Injection::secrets) {
-            if !out.iter().any(|o| o == n) {
-                out.push(n.to_owned());
-            }
-        }
-        out
+        crate::rules::secret_names(&self.injections)
     }
 
     pub fn decide(&self, host: &Host, port: u16) -> Decision {

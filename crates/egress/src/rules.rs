@@ -304,14 +304,19 @@ impl HostRules {
 
     /// Every secret these injections use, by name, each once.
     pub fn secrets(&self) -> Vec<String> {
-        let mut out: Vec<String> = Vec::new();
-        for n in self.injections.iter().flat_map(Injection::secrets) {
-            if !out.iter().any(|o| o == n) {
-                out.push(n.to_owned());
-            }
-        }
-        out
+        secret_names(&self.injections)
     }
+}
+
+/// Every secret `injections` use, by name, each once, in order.
+pub fn secret_names(injections: &[Injection]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for n in injections.iter().flat_map(Injection::secrets) {
+        if !out.iter().any(|o| o == n) {
+            out.push(n.to_owned());
+        }
+    }
+    out
 }
 
 /// The rules that cover `host` on `port` among `requests` and `injections`.

@@ -53,15 +53,19 @@ impl Runtime {
         Ok(())
     }
 
-    /// Makes task `task`'s CA if it has none; a task without request rules
-    /// gets none.
-    pub(crate) async fn ensure_task_ca(&self, task: &TaskId, rules: &EgressRules) -> Result<(), Error> {
-        if !rules.intercepts() || self.task_ca(task).await?.is_some() {
-            return Ok(());
+    /// Task `task`'s CA, made if it has none; `None` for a task without
+    /// request rules (and no store read: every sandbox start asks).
+    pub(crate) async fn ensure_task_ca(&self, task: &TaskId, rules: &EgressRules) -> Result<Option<CaPem>, Error> {
+        if !rules.intercepts() {
+            return Ok(None);
+        }
+        if let Some(pem) = self.task_ca(task).await? {
+            return Ok(Some(pem));
         }
         let pem = ca::generate(task.as_str()).map_err(|e| Error::internal(e.to_string()))?;
         let both = serde_json::json!({ "cert": pem.cert, "key": pem.key }).to_string();
-        self.put_sealed(&ca_name(task), both.as_bytes()).await
+        self.put_sealed(&ca_name(task), both.as_bytes()).await?;
+        Ok(Some(pem))
     }
 
     /// Task `task`'s CA, if it has one.
@@ -118,13 +122,12 @@ impl Runtime {
     /// The read-only layer that makes the sandbox of `task` trust its CA:
     /// the image's bundle with the CA added, at the image's bundle path and
     /// at [`TASK_CA_BUNDLE`], and the CA alone at [`TASK_CA_CERT`].
-    /// Written afresh at each sandbox start; `None` without a CA.
-    pub(crate) async fn trust_layer(&self, task: &TaskId, image: &cairn_sandbox::Image) -> Result<Option<PathBuf>, Error> {
-        let Some(pem) = self.task_ca(task).await? else { return Ok(None) };
+    /// Written afresh at each sandbox start.
+    pub(crate) async fn trust_layer(&self, task: &TaskId, image: &cairn_sandbox::Image, pem: CaPem) -> Result<PathBuf, Error> {
         let dir = self.home.join("trust").join(task.as_str());
         let lowers: Vec<PathBuf> = image.layers().first().map(|l| l.lowers.clone()).unwrap_or_default();
         let written = tokio::task::spawn_blocking(move || write_trust_layer(&dir, &lowers, &pem.cert).map(|()| dir)).await?;
-        written.map(Some).map_err(|e| Error::internal(format!("the trust layer of task {task}: {e}")))
+        written.map_err(|e| Error::internal(format!("the trust layer of task {task}: {e}")))
     }
 
     /// Removes the trust layer of a task that is gone.
@@ -138,24 +141,15 @@ impl Runtime {
     }
 }
 
-/// A regular file at `rel` under `root`, read without following a symbolic
-/// link at any step (an imported image may hold links to the host's files).
-fn read_no_links(root: &Path, rel: &str) -> Option<Vec<u8>> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut at = root.to_path_buf();
-    for part in Path::new(rel).components() {
-        at.push(part);
-        if std::fs::symlink_metadata(&at).ok()?.file_type().is_symlink() {
-            return None;
-        }
-    }
-    let file = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW).open(&at).ok()?;
-    if !file.metadata().ok()?.is_file() {
-        return None;
-    }
-    let mut out = Vec::new();
-    std::io::Read::read_to_end(&mut std::io::Read::take(file, 16 << 20), &mut out).ok()?;
-    Some(out)
+/// The regular file `etc/ssl/certs/ca-certificates.crt` of one image
+/// lower, walked from the lower's descriptor without following a symbolic
+/// link at any step (a fork's lowers hold what a task wrote, and any image
+/// may hold links to the host's files). `None` if it is not there as such.
+fn image_bundle(lower: &Path) -> Option<Vec<u8>> {
+    let (dir, name) = IMAGE_CA_BUNDLE.rsplit_once('/')?;
+    let top = cairn_fsat::open_dir(lower).ok()?;
+    let certs = cairn_fsat::open_beneath(&top, dir, rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::DIRECTORY, 0).ok()?;
+    cairn_fsat::read_regular_at(&certs, &std::ffi::CString::new(name).ok()?, 16 << 20).ok()
 }
 
 /// Writes the trust layer in `dir`: the image's bundle (from the topmost of
@@ -163,7 +157,7 @@ fn read_no_links(root: &Path, rel: &str) -> Option<Vec<u8>> {
 /// `ca_cert` appended.
 fn write_trust_layer(dir: &Path, lowers: &[PathBuf], ca_cert: &str) -> std::io::Result<()> {
     use std::os::unix::fs::PermissionsExt;
-    let image_bundle = lowers.iter().find_map(|l| read_no_links(l, IMAGE_CA_BUNDLE)).unwrap_or_default();
+    let image_bundle = lowers.iter().find_map(|l| image_bundle(l)).unwrap_or_default();
     let mut bundle = image_bundle;
     if !bundle.is_empty() && !bundle.ends_with(b"\n") {
         bundle.push(b'\n');
@@ -186,4 +180,47 @@ fn write_trust_layer(dir: &Path, lowers: &[PathBuf], ca_cert: &str) -> std::io::
     }
     std::fs::set_permissions(dir.join("etc/cairn"), std::fs::Permissions::from_mode(0o755))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A lower whose `etc/ssl/certs` a racer swaps with a symlink to a
+    /// directory outside: the read gets the lower's own bundle or nothing,
+    /// never the outside file.
+    #[test]
+    fn the_image_bundle_is_read_without_following_links_while_they_swap() {
+        let tmp = tempfile::tempdir().unwrap();
+        let outside = tmp.path().join("outside");
+        std::fs::create_dir_all(&outside).unwrap();
+        std::fs::write(outside.join("ca-certificates.crt"), "HOST FILE").unwrap();
+        let lower = tmp.path().join("lower");
+        std::fs::create_dir_all(lower.join("etc/ssl/d")).unwrap();
+        std::fs::write(lower.join("etc/ssl/d/ca-certificates.crt"), "IMAGE BUNDLE").unwrap();
+        std::os::unix::fs::symlink(&outside, lower.join("etc/ssl/l")).unwrap();
+        // "certs" is the name the read walks: first the real directory.
+        std::fs::rename(lower.join("etc/ssl/d"), lower.join("etc/ssl/certs")).unwrap();
+        assert_eq!(image_bundle(&lower).as_deref(), Some(&b"IMAGE BUNDLE"[..]), "the positive control");
+        // A link in its place is not followed.
+        std::fs::rename(lower.join("etc/ssl/certs"), lower.join("etc/ssl/d")).unwrap();
+        std::os::unix::fs::symlink(&outside, lower.join("etc/ssl/certs")).unwrap();
+        assert_eq!(image_bundle(&lower), None);
+        std::fs::remove_file(lower.join("etc/ssl/certs")).unwrap();
+        std::fs::rename(lower.join("etc/ssl/d"), lower.join("etc/ssl/certs")).unwrap();
+        // Swapped all the while.
+        let racer = cairn_fsat::testing::Racer::start(cairn_fsat::open_dir(&lower.join("etc/ssl")).unwrap(), "certs", "l");
+        racer.wait_started();
+        let (mut real, mut refused) = (0, 0);
+        racer.race(200, || {
+            match image_bundle(&lower) {
+                Some(b) => {
+                    assert_eq!(b, b"IMAGE BUNDLE", "never the host's file");
+                    real += 1;
+                }
+                None => refused += 1,
+            }
+            real > 0 && refused > 0
+        });
+    }
 }

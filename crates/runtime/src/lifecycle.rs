@@ -145,9 +145,6 @@ impl Runtime {
         let id = ahead.as_ref().and_then(|p| p.task.parse().ok()).unwrap_or_else(TaskId::random);
         let mut task = Task::new(id, req.name.clone(), config, now);
         task.webhook_secret = Some(crate::gateway::webhook::new_secret());
-        // Its CA before the task exists: a crash in between leaves only an
-        // unused sealed row behind.
-        self.ensure_task_ca(&task.id, &task.config.egress).await?;
         self.store.insert_task(&task).await?;
         // New: nobody else can hold it.
         self.take_lease(&task.id).await?;
@@ -188,10 +185,9 @@ impl Runtime {
         // A task with request rules trusts its CA through a layer over the image.
         // (A fork, a rollback to a config with rules, or a wake of a task
         // given rules while it slept get theirs here.)
-        self.ensure_task_ca(&task.id, &task.config.egress).await?;
         let mut image2 = image.clone();
-        if let Some(trust) = self.trust_layer(&task.id, image).await? {
-            image2.trust = Some(trust);
+        if let Some(pem) = self.ensure_task_ca(&task.id, &task.config.egress).await? {
+            image2.trust = Some(self.trust_layer(&task.id, image, pem).await?);
         }
         let (id, config) = (task.id.to_string(), task.config.clone());
         let started = tokio::task::spawn_blocking(move || driver.start(&id, &config, &image2, slot, ahead)).await?;
