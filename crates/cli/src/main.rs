@@ -209,6 +209,11 @@ struct ServeArgs {
     /// Formatted task disks kept ready.
     #[arg(long)]
     disk_pool: Option<usize>,
+    /// Space kept free for the daemon's own data on the filesystem of the
+    /// task disks: no task disk is admitted into it ([disk] reserve;
+    /// default: 5 % of the filesystem, at least 1G).
+    #[arg(long, value_name = "SIZE")]
+    disk_reserve: Option<String>,
     /// Where snapshots are stored: a local path, file:///PATH, or
     /// s3://BUCKET/PREFIX (S3-compatible storage, configured by
     /// AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
@@ -322,6 +327,9 @@ fn serve(args: ServeArgs) -> Result<u8> {
     }
     if let Some(n) = args.disk_pool {
         config.disk_pool = n;
+    }
+    if let Some(r) = &args.disk_reserve {
+        config.disk_space.reserve = Some(cairn_core::parse_bytes(r).map_err(|e| anyhow!("--disk-reserve: {e}"))?);
     }
     if let Some(url) = &args.blob {
         config.blob.set_url(url).map_err(|e| anyhow!(e))?;

@@ -64,7 +64,7 @@ fn a_disk_that_would_reach_into_the_reserve_is_refused_naming_what_is_free() {
     // A reserve of all but 1 GiB of the free space: a 2 GiB disk cannot be
     // promised, a 256 MiB one can.
     let reserve = free.saturating_sub(1 << 30);
-    let (d, _cfg) = with_config(&format!("[disk]\nreserve = \"{reserve}\"\n"));
+    let d = Daemon::start_with(&["--disk-reserve", &reserve.to_string()]);
     let err = d.fails(&["task", "create", "--disk", "2G"]);
     assert!(err.contains("no room for a 2 GiB task disk") && err.contains("free, of which") && err.contains("kept for the daemon's own data"), "{err}");
     let t = d.create(&["--disk", "256M"]);

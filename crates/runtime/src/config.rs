@@ -21,7 +21,7 @@
 //! max_apparent_size = "1T"    # apparent size of the files, holes included
 //!
 //! [disk]                      # how task disks share the filesystem of $CAIRN_HOME/disks
-//! reserve = "5G"              # kept free for the daemon's own data; no task disk is
+//! reserve = "5G"              # --disk-reserve: kept free for the daemon's own data; no task disk is
 //!                             # admitted into it (default: 5 % of the filesystem, at least 1G)
 //! budget = "500G"             # at most this much in all task disks' sizes (default: no cap)
 //!
@@ -627,6 +627,15 @@ mod tests {
         assert_eq!(c.risky_patterns.last().map(String::as_str), Some("terraform apply"));
         assert!(Config::parse("[snapshots]\nrisky_patterns = [\"(\"]").unwrap_err().contains("risk pattern"));
         assert!(Config::parse("[snapshots.retention]\nexpire_after = \"soon\"").unwrap_err().contains("expire_after"));
+    }
+
+    #[test]
+    fn the_disk_section_sets_the_reserve_and_the_budget() {
+        assert_eq!(Config::default().disk_space, cairn_sandbox::DiskSpace { reserve: None, budget: None });
+        let c = Config::parse("[disk]\nreserve = \"3G\"\nbudget = \"500G\"\n").unwrap();
+        assert_eq!(c.disk_space, cairn_sandbox::DiskSpace { reserve: Some(3 << 30), budget: Some(500 << 30) });
+        assert!(Config::parse("[disk]\nreserve = \"lots\"").unwrap_err().contains("disk.reserve"));
+        assert!(Config::parse("[disk]\nbudget = \"-1\"").unwrap_err().contains("disk.budget"));
     }
 
     #[test]

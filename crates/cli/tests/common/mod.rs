@@ -249,8 +249,13 @@ impl Daemon {
             .append(true)
             .open(self.home.path().join("daemon.log"))
             .map_err(|e| format!("daemon log: {e}"))?;
+        // The default reserve is a share of the filesystem; test tasks
+        // write little, and a machine with a large, fairly full disk
+        // would otherwise refuse their disks.
+        let reserve: &[&str] = if extra.contains(&"--disk-reserve") { &[] } else { &["--disk-reserve", "1G"] };
         let child = Command::new(CAIRN)
             .args(["serve", "--listen", "127.0.0.1:0", "--disk-pool", "1"])
+            .args(reserve)
             .args(isolation_args())
             .args(extra)
             .env("CAIRN_HOME", self.home.path())
