@@ -1,13 +1,53 @@
-"""The asyncio client: `cairn.AsyncClient`, the same calls as `cairn.Client`, awaited."""
+"""The asyncio client, `cairn.AsyncClient`, and the driver that runs the
+operations of `_ops` over HTTP. The blocking client (`_sync.py`) is
+generated from this file by `scripts/unasync.py`: edit this one, then run
+the script."""
 
 from __future__ import annotations
 
 import os
 from typing import Any, Callable, Iterable
 
+import httpx
+
 from . import _ops as ops
+from ._errors import ProtocolError
 from ._models import DirEntry, Delivery, EgressPolicy, Event, ExecResult, ProcessInfo, RollbackNote, Secret, Snapshot, TaskInfo, Wait
-from ._transport import AsyncTransport, discover
+from ._transport import Call, Op, SseParser, T, decode, discover, event_result, headers, request_args, timeouts, unreachable
+
+
+class AsyncTransport:
+    def __init__(self, url: str, token: str, timeout: float | None) -> None:
+        self.url = url
+        self.http = httpx.AsyncClient(base_url=url, headers=headers(token), timeout=timeouts(timeout))
+
+    async def close(self) -> None:
+        await self.http.aclose()
+
+    async def send(self, call: Call) -> Any:
+        try:
+            if call.on_event is None:
+                r = await self.http.request(call.method, call.path, **request_args(call))
+                return decode(call, r.status_code, r.content)
+            async with self.http.stream(call.method, call.path, **request_args(call)) as r:
+                if r.status_code >= 400:
+                    return decode(call, r.status_code, await r.aread())
+                parser, last = SseParser(), []
+                async for line in r.aiter_lines():
+                    got = parser.feed(line)
+                    if got and event_result(call, *got, last):
+                        return last[0]
+                raise ProtocolError(f"{call.path}: the event stream ended without an exit event")
+        except httpx.TransportError as e:
+            raise unreachable(self.url, e) from None
+
+    async def run(self, op: Op[T]) -> T:
+        try:
+            call = next(op)
+            while True:
+                call = op.send(await self.send(call))
+        except StopIteration as done:
+            return done.value
 
 
 class AsyncClient:
@@ -139,17 +179,22 @@ class AsyncTask:
         user: str | None = None,
         tag: str | None = None,
     ) -> AsyncProcess:
-        """`Task.start`, awaited."""
+        """Starts `cmd` in the background and returns its handle at once: a
+        client that goes away leaves it running. `pty=(rows, cols)` gives it
+        a terminal; `stdin=True` keeps its stdin open for `write_stdin`."""
         info = await self._run(ops.start_process(self.id, cmd, env=env, cwd=cwd, timeout=timeout, stdin=stdin, pty=pty, user=user, tag=tag))
         return AsyncProcess(self, info)
 
     async def processes(self) -> list[ProcessInfo]:
+        """The task's background commands, running or ended in the last ten minutes."""
         return await self._run(ops.list_processes(self.id))
 
     async def process(self, pid: int) -> AsyncProcess:
         return AsyncProcess(self, await self._run(ops.get_process(self.id, pid)))
 
     async def url(self, port: int, *, ttl: str | None = None) -> str:
+        """A signed link to a server listening on `port` inside the task,
+        through the daemon (valid for `ttl`, default 1h)."""
         return await self._run(ops.port_url(self.id, port, ttl))
 
     async def snapshot(self, kind: str = "manual", note: str | None = None, *, healthy: bool | None = None, with_memory: bool = False) -> Snapshot:
@@ -222,18 +267,23 @@ class AsyncTask:
 
 
 class AsyncProcess:
-    """`Process`, awaited."""
+    """A background command's handle (`Task.start`)."""
 
     def __init__(self, task: AsyncTask, info: ProcessInfo) -> None:
         self._task = task
         self.id = info.id
         self.info = info
 
+    def __repr__(self) -> str:
+        return f"<Process {self.id} of {self._task.id} {'running' if self.info.running else 'ended'}>"
+
     async def output(self) -> ProcessInfo:
+        """How it stands, with its output so far."""
         self.info = await self._task._run(ops.get_process(self._task.id, self.id))
         return self.info
 
     async def wait(self, timeout: float | None = None) -> ProcessInfo:
+        """Waits for its end (at most `timeout` seconds) and returns it."""
         self.info = await self._task._run(ops.get_process(self._task.id, self.id, wait=timeout if timeout is not None else 1e9))
         return self.info
 
@@ -247,5 +297,6 @@ class AsyncProcess:
         self.info = await self._task._run(ops.resize_process(self._task.id, self.id, rows, cols))
 
     async def kill(self) -> ProcessInfo:
+        """Kills it and everything it started; answers its end."""
         self.info = await self._task._run(ops.kill_process(self._task.id, self.id))
         return self.info

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 
 @dataclass(frozen=True)
@@ -274,3 +274,35 @@ class Secret:
     @classmethod
     def from_json(cls, v: dict[str, Any]) -> Secret:
         return cls(v["name"], v["created_ms"], v["updated_ms"], v.get("last_used_ms"), v.get("uses", 0))
+
+
+class Schema(NamedTuple):
+    """The schema of the daemon's OpenAPI document (`GET /v1/openapi.json`)
+    a model mirrors, and the fields that schema requires which the model
+    does not read (they stay in `raw`, where it has one)."""
+
+    name: str
+    unread: tuple[str, ...] = ()
+
+
+#: What each model mirrors, named rather than guessed from the class name
+#: (`Event` is the schema of an event-log entry; `InboxEvent` is what a wait
+#: answers). `tests/test_models.py` checks it against a running daemon: a
+#: model reads only fields of its schema, into attributes of types that take
+#: them, and every field the schema requires unless listed as unread.
+SCHEMAS: dict[type, Schema] = {
+    RollbackNote: Schema("RollbackNote"),
+    TaskInfo: Schema("TaskView", unread=("config", "memory", "last_activity_ms", "limits")),
+    ExecResult: Schema("RunAnswer"),
+    DirEntry: Schema("DirEntry"),
+    Snapshot: Schema("Snapshot", unread=("memory", "config", "manifest", "bytes", "freeze_ms", "duration_ms", "created_ms")),
+    Event: Schema("InboxEvent", unread=("task",)),
+    Wait: Schema("WaitView", unread=("created_ms",)),
+    Deliverable: Schema("Deliverable"),
+    Delivery: Schema("DeliveryView", unread=("record",)),
+    EgressPolicy: Schema("EgressView", unread=("task", "decisions")),
+    # Also the answer of a start, stdin or kill (`ProcessView`, the same
+    # without the output): the output's fields are read with defaults.
+    ProcessInfo: Schema("ProcessOutput"),
+    Secret: Schema("SecretView"),
+}

@@ -1,6 +1,7 @@
-"""Finding the daemon, and the two drivers (blocking and asyncio) that run an
-operation of `_ops` over HTTP. Operations are generators that yield `Call`s
-and receive their answers, so each one is written once for both clients."""
+"""Finding the daemon, and what the two drivers of `_ops` over HTTP share
+(the asyncio one in `_async.py`, the blocking one generated from it in
+`_sync.py`). Operations are generators that yield `Call`s and receive their
+answers, so each one is written once for both clients."""
 
 from __future__ import annotations
 
@@ -137,7 +138,7 @@ def event_result(call: Call, event: str, data: Any, last: list[Any]) -> bool:
     return False
 
 
-def _request_args(call: Call) -> dict[str, Any]:
+def request_args(call: Call) -> dict[str, Any]:
     args: dict[str, Any] = {"params": call.params}
     if call.json is not None:
         args["json"] = call.json
@@ -149,73 +150,6 @@ def _request_args(call: Call) -> dict[str, Any]:
     return args
 
 
-def _unreachable(url: str, e: Exception) -> DaemonUnreachable:
+def unreachable(url: str, e: Exception) -> DaemonUnreachable:
     return DaemonUnreachable(f"cannot reach the daemon at {url}: {e}")
 
-
-class SyncTransport:
-    def __init__(self, url: str, token: str, timeout: float | None) -> None:
-        self.url = url
-        self.http = httpx.Client(base_url=url, headers=headers(token), timeout=timeouts(timeout))
-
-    def close(self) -> None:
-        self.http.close()
-
-    def send(self, call: Call) -> Any:
-        try:
-            if call.on_event is None:
-                r = self.http.request(call.method, call.path, **_request_args(call))
-                return decode(call, r.status_code, r.content)
-            with self.http.stream(call.method, call.path, **_request_args(call)) as r:
-                if r.status_code >= 400:
-                    return decode(call, r.status_code, r.read())
-                parser, last = SseParser(), []
-                for line in r.iter_lines():
-                    got = parser.feed(line)
-                    if got and event_result(call, *got, last):
-                        return last[0]
-                raise ProtocolError(f"{call.path}: the event stream ended without an exit event")
-        except httpx.TransportError as e:
-            raise _unreachable(self.url, e) from None
-
-    def run(self, op: Op[T]) -> T:
-        try:
-            call = next(op)
-            while True:
-                call = op.send(self.send(call))
-        except StopIteration as done:
-            return done.value
-
-
-class AsyncTransport:
-    def __init__(self, url: str, token: str, timeout: float | None) -> None:
-        self.url = url
-        self.http = httpx.AsyncClient(base_url=url, headers=headers(token), timeout=timeouts(timeout))
-
-    async def close(self) -> None:
-        await self.http.aclose()
-
-    async def send(self, call: Call) -> Any:
-        try:
-            if call.on_event is None:
-                r = await self.http.request(call.method, call.path, **_request_args(call))
-                return decode(call, r.status_code, r.content)
-            async with self.http.stream(call.method, call.path, **_request_args(call)) as r:
-                if r.status_code >= 400:
-                    return decode(call, r.status_code, await r.aread())
-                parser, last = SseParser(), []
-                async for line in r.aiter_lines():
-                    got = parser.feed(line)
-                    if got and event_result(call, *got, last):
-                        return last[0]
-                raise ProtocolError(f"{call.path}: the event stream ended without an exit event")
-        except httpx.TransportError as e:
-            raise _unreachable(self.url, e) from None
-
-    async def run(self, op: Op[T]) -> T:
-        try:
-            call = next(op)
-            while True:
-                call = op.send(await self.send(call))
-        except StopIteration as done:
-            return done.value
