@@ -43,6 +43,7 @@ macro_rules! conformance_suite {
                 events_are_numbered_per_task_and_read_after_a_seq,
                 every_insert_path_extends_one_chain,
                 concurrent_writers_do_not_fork_the_chain,
+                a_large_batch_of_two_tasks_chains_each_log,
                 task_fields_change_through_their_own_writes,
                 sandbox_slots_are_unique_and_reused,
                 concurrent_claims_never_share_a_slot,
@@ -330,6 +331,25 @@ pub(crate) async fn every_insert_path_extends_one_chain(db: &impl TestDatabase) 
     store.append_event(&event(&other.id, EventKind::Create)).await.unwrap();
     assert_eq!(store.events(&other.id).await.unwrap()[0].prev_hash.as_deref(), Some(GENESIS));
     assert_chain(&*store, id, 11).await;
+}
+
+pub(crate) async fn a_large_batch_of_two_tasks_chains_each_log(db: &impl TestDatabase) {
+    let store = db.open().await;
+    let (a, b) = (task(None), task(None));
+    store.insert_task(&a).await.unwrap();
+    store.insert_task(&b).await.unwrap();
+    store.append_event(&event(&a.id, EventKind::Create)).await.unwrap();
+    // More entries than one statement carries, the two tasks interleaved.
+    let batch: Vec<NewEvent> = (0..450).map(|i| event_with(if i % 3 == 0 { &b.id } else { &a.id }, EventKind::Egress, serde_json::json!({ "i": i }))).collect();
+    store.append_events(&batch).await.unwrap();
+    assert_chain(&*store, &a.id, 301).await;
+    assert_chain(&*store, &b.id, 150).await;
+    let order: Vec<i64> = store.events(&a.id).await.unwrap()[1..].iter().map(|e| e.args["i"].as_i64().unwrap()).collect();
+    assert_eq!(order, (0..450).filter(|i| i % 3 != 0).collect::<Vec<i64>>(), "in the order given");
+    // A batch with a task that does not exist writes nothing of it.
+    let ghost = TaskId::random();
+    assert!(store.append_events(&[event(&a.id, EventKind::Exec), event(&ghost, EventKind::Exec)]).await.is_err());
+    assert_eq!(store.events(&a.id).await.unwrap().len(), 301);
 }
 
 pub(crate) async fn concurrent_writers_do_not_fork_the_chain(db: &impl TestDatabase) {

@@ -20,6 +20,7 @@
 //! one against a private server the tests start (`src/testing/`), which
 //! the `test-util` feature makes public for other crates' tests.
 
+mod chain;
 mod error;
 mod lease;
 mod postgres;

@@ -215,7 +215,7 @@ pub(crate) async fn run(
         Err(_) => return Some(format!("TLS from the client not done within {}", fmt_duration(wait))),
     };
     rec.allowed();
-    let upstream = connect_upstream(interception, upstream, host, wait).await;
+    let (upstream, upstream_conn) = connect_upstream(interception, upstream, host, wait).await;
     if let Upstream::Failed(why) = &upstream {
         tracing::debug!("intercepted {host}: {why}");
         rec.reason(why.clone());
@@ -252,9 +252,23 @@ pub(crate) async fn run(
         builder.timer(TokioTimer::new()).max_buf_size(MAX_HEAD.max(8192)).max_headers(MAX_HEADERS).auto_date_header(false);
         Box::pin(builder.serve_connection(TokioIo::new(Guarded::new(client, guard)), service))
     };
+    // The upstream connection is driven in this task beside the client's,
+    // not spawned: a request then crosses no task on its way out and back
+    // (a spawned connection cost a wake on another thread each way).
+    let upstream_conn = async move {
+        if let Some(conn) = upstream_conn {
+            if let Err(e) = conn.await {
+                tracing::debug!("intercepted: upstream connection ended: {e}");
+            }
+        }
+        // Its requests are answered 502 by hyper from here on; the client's
+        // side runs until it ends.
+        std::future::pending::<()>().await;
+    };
     let idle = config.idle_timeout;
     let mut policy = ctx.policy.clone();
     tokio::select! {
+        () = upstream_conn => None,
         r = serving => {
             if let Err(e) = r {
                 tracing::debug!("intercepted {host}: client connection ended: {e}");
@@ -268,34 +282,34 @@ pub(crate) async fn run(
     }
 }
 
+/// The future that carries an upstream connection's bytes; it must be
+/// polled for any request on the connection to make progress.
+type UpstreamConn = std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), hyper::Error>> + Send>>;
+
 /// TLS to the host, verified against the upstream roots, SNI the name.
-async fn connect_upstream(interception: &Interception, tcp: TcpStream, host: &Host, wait: std::time::Duration) -> Upstream {
+/// Returns the requests' side and the connection to drive.
+async fn connect_upstream(interception: &Interception, tcp: TcpStream, host: &Host, wait: std::time::Duration) -> (Upstream, Option<UpstreamConn>) {
+    let failed = |why: String| (Upstream::Failed(why), None);
     let Ok(name) = ServerName::try_from(host.as_str().to_owned()) else {
-        return Upstream::Failed(format!("{host} is not a name a certificate can carry"));
+        return failed(format!("{host} is not a name a certificate can carry"));
     };
     let connector = tokio_rustls::TlsConnector::from(interception.upstream_tls.clone());
     let tls = match tokio::time::timeout(wait, connector.connect(name, tcp)).await {
         Ok(Ok(t)) => t,
-        Ok(Err(e)) => return Upstream::Failed(format!("TLS to {host} failed: {e}")),
-        Err(_) => return Upstream::Failed(format!("TLS to {host} not done within {}", fmt_duration(wait))),
+        Ok(Err(e)) => return failed(format!("TLS to {host} failed: {e}")),
+        Err(_) => return failed(format!("TLS to {host} not done within {}", fmt_duration(wait))),
     };
     let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
     let io = TokioIo::new(tls);
     if h2 {
         match hyper::client::conn::http2::Builder::new(TokioExecutor::new()).timer(TokioTimer::new()).handshake(io).await {
-            Ok((sender, conn)) => {
-                tokio::spawn(conn);
-                Upstream::H2(sender)
-            }
-            Err(e) => Upstream::Failed(format!("HTTP/2 to {host} failed: {e}")),
+            Ok((sender, conn)) => (Upstream::H2(sender), Some(Box::pin(conn))),
+            Err(e) => failed(format!("HTTP/2 to {host} failed: {e}")),
         }
     } else {
         match hyper::client::conn::http1::Builder::new().max_buf_size(1 << 20).handshake(io).await {
-            Ok((sender, conn)) => {
-                tokio::spawn(conn);
-                Upstream::H1(Mutex::new(sender))
-            }
-            Err(e) => Upstream::Failed(format!("HTTP/1.1 to {host} failed: {e}")),
+            Ok((sender, conn)) => (Upstream::H1(Mutex::new(sender)), Some(Box::pin(conn))),
+            Err(e) => failed(format!("HTTP/1.1 to {host} failed: {e}")),
         }
     }
 }

@@ -297,10 +297,10 @@ impl EventStore for PostgresStore {
         let q = |e| Error::Query("append events", e);
         let mut tx = self.begin().await.map_err(q)?;
         lock_tasks(&mut tx, events.iter().map(|e| &e.task)).await.map_err(q)?;
-        for ev in events {
-            self.fence(&mut tx, &ev.task, Fence::Writer).await?;
-            insert_event(&mut tx, ev).await.map_err(q)?;
+        for task in crate::chain::distinct_tasks(events) {
+            self.fence(&mut tx, task, Fence::Writer).await?;
         }
+        insert_events(&mut tx, events).await.map_err(q)?;
         self.commit(tx, events.iter().map(|e| &e.task)).await.map_err(q)
     }
 
@@ -552,53 +552,36 @@ pub(crate) async fn insert_task_row(conn: &mut PgConnection, task: &Task) -> Res
 /// key, as in SQLite.
 pub(crate) async fn insert_event(conn: &mut PgConnection, ev: &NewEvent) -> sqlx::Result<u64> {
     lock_task(conn, &ev.task).await?;
-    let last = sqlx::query("SELECT seq, hash FROM events WHERE task_id = $1 ORDER BY seq DESC LIMIT 1")
-        .bind(ev.task.as_str())
-        .fetch_optional(&mut *conn)
-        .await?;
-    let (seq, prev) = match last {
-        Some(r) => (r.get::<i64, _>(0) as u64 + 1, r.get::<Option<String>, _>(1)),
-        None => (1, Some(cairn_ledger::GENESIS.to_owned())),
-    };
-    let prev = prev.unwrap_or_else(|| {
-        // Only a database edited behind the daemon's back has a hashless
-        // head; the log stays writable and `cairn log --verify` names it.
-        tracing::warn!(task = %ev.task, seq = seq - 1, "the event log's last entry has no hash");
-        String::new()
-    });
-    // Hash what a reader will get back: the args as parsed from their text.
-    let args_text = ev.args.to_string();
-    let args = serde_json::from_str(&args_text).unwrap_or_else(|_| ev.args.clone());
-    let entry = Event {
-        seq,
-        task: ev.task.clone(),
-        time_ms: now_ms(),
-        kind: ev.kind,
-        actor: ev.actor.clone(),
-        args,
-        exit_code: ev.exit_code,
-        duration_ms: ev.duration_ms,
-        prev_hash: None,
-        hash: None,
-    };
-    let hash = cairn_ledger::entry_hash(&prev, &entry);
-    sqlx::query(
-        "INSERT INTO events (task_id, seq, time_ms, kind, actor, args, exit_code, duration_ms, prev_hash, hash)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
-    )
-    .bind(ev.task.as_str())
-    .bind(seq as i64)
-    .bind(entry.time_ms)
-    .bind(ev.kind.as_str())
-    .bind(&ev.actor)
-    .bind(args_text)
-    .bind(ev.exit_code)
-    .bind(ev.duration_ms.map(|d| d as i64))
-    .bind(prev)
-    .bind(hash)
-    .execute(&mut *conn)
-    .await?;
-    Ok(seq)
+    let row = head(conn, ev.task.as_str()).await?.next(ev, now_ms());
+    crate::chain::insert::<sqlx::Postgres>(std::slice::from_ref(&row)).build().execute(&mut *conn).await?;
+    Ok(row.seq)
+}
+
+/// Appends `events` (of one or more tasks, each task's in order): each
+/// task's head read once, the entries written [`crate::chain::ROWS_PER_INSERT`] to a statement.
+/// The caller holds the tasks' row locks ([`lock_tasks`]).
+pub(crate) async fn insert_events(conn: &mut PgConnection, events: &[NewEvent]) -> sqlx::Result<()> {
+    let mut heads: std::collections::HashMap<&str, crate::chain::Head> = std::collections::HashMap::new();
+    let mut rows = Vec::with_capacity(events.len());
+    for ev in events {
+        let task = ev.task.as_str();
+        if !heads.contains_key(task) {
+            heads.insert(task, head(conn, task).await?);
+        }
+        if let Some(head) = heads.get_mut(task) {
+            rows.push(head.next(ev, now_ms()));
+        }
+    }
+    for chunk in rows.chunks(crate::chain::ROWS_PER_INSERT) {
+        crate::chain::insert::<sqlx::Postgres>(chunk).build().execute(&mut *conn).await?;
+    }
+    Ok(())
+}
+
+/// Where `task`'s log ends now.
+async fn head(conn: &mut PgConnection, task: &str) -> sqlx::Result<crate::chain::Head> {
+    let last = sqlx::query("SELECT seq, hash FROM events WHERE task_id = $1 ORDER BY seq DESC LIMIT 1").bind(task).fetch_optional(&mut *conn).await?;
+    Ok(crate::chain::Head::from_last(task, last.map(|r| (r.get::<i64, _>(0), r.get::<Option<String>, _>(1)))))
 }
 
 fn task_from_row(r: &PgRow) -> Result<Task> {
