@@ -40,7 +40,7 @@ fn the_ledger_report_and_keys() {
 
 #[test]
 fn images() {
-    use cairn_sandbox::image::{Committed, Dropped, Image, ImageKind, Projection, RunConfig};
+    use cairn_image::{Committed, Dropped, Image, ImageKind, Projection, RunConfig};
     for kind in [ImageKind::Host, ImageKind::Rootfs, ImageKind::Oci, ImageKind::Template] {
         let oci = kind == ImageKind::Oci;
         let template = kind == ImageKind::Template;
@@ -67,12 +67,12 @@ fn images() {
             parent: template.then(|| "alpine:3".into()),
             committed: if template { vec![Committed { at: "/".into(), layer: "sha256:12".into() }] } else { Vec::new() },
             fork_of: template.then(|| "s2345".into()),
-            stack: vec![cairn_sandbox::Layer { lowers: vec!["/not/either".into()], at: "/".into(), history: 1 }],
+            stack: vec![cairn_image::Layer { lowers: vec!["/not/either".into()], at: "/".into(), history: 1 }],
             trust: Some("/not/stored".into()),
         };
         reads_back_whole::<api::images::Image>(&image);
         let layer_details = if oci {
-            vec![cairn_sandbox::image::LayerInfo {
+            vec![cairn_image::LayerInfo {
                 diff_id: "sha256:ab".into(),
                 blob_digest: "sha256:99".into(),
                 media_type: "application/vnd.oci.image.layer.v1.tar+gzip".into(),

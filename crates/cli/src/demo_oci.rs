@@ -41,7 +41,7 @@ pub fn write_layout(dir: &Path, busybox: &Path) -> Result<()> {
     let diff_ids: Vec<String> = layers.iter().map(|l| format!("sha256:{}", hex(&Sha256::digest(l)))).collect();
     let descs = layers.iter().map(|l| blob(l, MT_LAYER)).collect::<Result<Vec<_>>>()?;
     let config = json!({
-        "architecture": cairn_sandbox::image::host_arch(),
+        "architecture": cairn_image::host_arch(),
         "os": "linux",
         "config": { "Env": ["PATH=/bin", "FROM_IMAGE=yes"], "WorkingDir": "/srv" },
         "rootfs": { "type": "layers", "diff_ids": diff_ids },

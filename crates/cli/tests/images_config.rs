@@ -13,7 +13,7 @@ mod common;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use cairn_sandbox::image::testing::{tagged, LayerBlob, LayerTar, OciLayout};
+use cairn_image::testing::{tagged, LayerBlob, LayerTar, OciLayout};
 use common::Daemon;
 use serde_json::{json, Value};
 
@@ -44,7 +44,7 @@ fn layout(run: Value) -> (tempfile::TempDir, PathBuf) {
     let tmp = tempfile::Builder::new().prefix("cairn-oci-config-").tempdir_in("/var/tmp").unwrap();
     let dir = tmp.path().join("layout");
     let l = OciLayout::create(&dir);
-    let m = l.add_image(&[layer()], cairn_sandbox::image::testing::host_arch(), run);
+    let m = l.add_image(&[layer()], cairn_image::testing::host_arch(), run);
     l.write_index(&[tagged(m, "latest")]);
     (tmp, dir)
 }

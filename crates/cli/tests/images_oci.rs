@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use cairn_sandbox::image::testing::{LayerBlob, LayerTar, OciLayout};
+use cairn_image::testing::{LayerBlob, LayerTar, OciLayout};
 use common::Daemon;
 
 fn busybox() -> Vec<u8> {

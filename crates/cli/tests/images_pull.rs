@@ -20,7 +20,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
 use base64::Engine as _;
 
-use cairn_sandbox::image::testing::{for_platform, host_arch, tagged, LayerBlob, LayerTar, OciLayout};
+use cairn_image::testing::{for_platform, host_arch, tagged, LayerBlob, LayerTar, OciLayout};
 use common::Daemon;
 
 /// A `docker-registry serve` on 127.0.0.1, killed on drop.

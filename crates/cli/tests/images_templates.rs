@@ -13,7 +13,7 @@ mod common;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use cairn_sandbox::image::testing::{LayerBlob, LayerTar, OciLayout};
+use cairn_image::testing::{LayerBlob, LayerTar, OciLayout};
 use common::Daemon;
 
 fn busybox() -> Vec<u8> {
@@ -36,7 +36,7 @@ fn import_base(d: &Daemon, name: &str) -> tempfile::TempDir {
     let tmp = tempfile::Builder::new().prefix("cairn-tpl-").tempdir_in("/var/tmp").unwrap();
     let dir = tmp.path().join("layout");
     let layout = OciLayout::create(&dir);
-    let image = layout.add_image(&[base, top], cairn_sandbox::image::testing::host_arch(), serde_json::json!({ "Env": ["FROM_IMAGE=yes"] }));
+    let image = layout.add_image(&[base, top], cairn_image::testing::host_arch(), serde_json::json!({ "Env": ["FROM_IMAGE=yes"] }));
     layout.write_index(&[image]);
     d.ok(&["image", "import", name, dir.to_str().unwrap()]);
     tmp

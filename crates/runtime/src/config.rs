@@ -110,7 +110,7 @@ pub struct Config {
     /// `[disk]`: how new task disks are admitted against the free space.
     pub disk_space: cairn_sandbox::DiskSpace,
     /// `[images]`: what one import or pull may unpack.
-    pub image_limits: cairn_sandbox::image::ImportLimits,
+    pub image_limits: cairn_image::ImportLimits,
     /// `[secrets] cluster_key_file`: on a cluster, the key every node holds
     /// (the same file on each), under which the secrets key is shared
     /// through the store; `None`: secrets are not served on a cluster.
@@ -275,7 +275,7 @@ impl Default for Config {
             node_url: None,
             limits: LimitsConfig::default(),
             disk_space: cairn_sandbox::DiskSpace::default(),
-            image_limits: cairn_sandbox::image::ImportLimits::default(),
+            image_limits: cairn_image::ImportLimits::default(),
             secrets_cluster_key: None,
         }
     }

@@ -130,11 +130,23 @@ impl From<cairn_sandbox::Error> for Error {
     fn from(e: cairn_sandbox::Error) -> Self {
         use cairn_sandbox::Error as E;
         match e {
-            E::UnknownImage(_) => Error::NotFound(e.to_string()),
+            E::Image(e) => Error::from(e),
             E::DiskSpace(_) => Error::NoSpace(e.to_string()),
-            E::ImageExists(_) | E::ImageInUse(..) | E::ImageBuiltIn(_) | E::NotRunning(_) => Error::Conflict(e.to_string()),
-            E::UnsafeEntry { .. } | E::UnsafeLayerEntry { .. } | E::ImageSource(..) | E::PathEscape(_) | E::InvalidImageName(_) => Error::Invalid(e.to_string()),
-            E::ImageTooLarge { bound: cairn_sandbox::image::SizeBound::FreeSpace, .. } => Error::NoSpace(e.to_string()),
+            E::NotRunning(_) => Error::Conflict(e.to_string()),
+            E::PathEscape(_) => Error::Invalid(e.to_string()),
+            _ => Error::internal_from(e),
+        }
+    }
+}
+
+impl From<cairn_image::Error> for Error {
+    fn from(e: cairn_image::Error) -> Self {
+        use cairn_image::Error as E;
+        match e {
+            E::UnknownImage(_) => Error::NotFound(e.to_string()),
+            E::ImageExists(_) | E::ImageInUse(..) | E::ImageBuiltIn(_) => Error::Conflict(e.to_string()),
+            E::UnsafeEntry { .. } | E::UnsafeLayerEntry { .. } | E::ImageSource(..) | E::InvalidImageName(_) => Error::Invalid(e.to_string()),
+            E::ImageTooLarge { bound: cairn_image::SizeBound::FreeSpace, .. } => Error::NoSpace(e.to_string()),
             E::ImageTooLarge { .. } => Error::TooLarge(e.to_string()),
             _ => Error::internal_from(e),
         }
@@ -196,6 +208,8 @@ mod tests {
     fn a_bad_image_name_is_the_callers_mistake() {
         // Found by the API fuzz: it answered 500 for `"image": ""`.
         let bad = cairn_core::Error::ImageName(String::new());
-        assert_eq!(Error::from(cairn_sandbox::Error::InvalidImageName(bad)).code(), ErrorCode::Invalid);
+        assert_eq!(Error::from(cairn_image::Error::InvalidImageName(bad)).code(), ErrorCode::Invalid);
+        let bad = cairn_core::Error::ImageName(String::new());
+        assert_eq!(Error::from(cairn_sandbox::Error::Image(cairn_image::Error::InvalidImageName(bad))).code(), ErrorCode::Invalid, "through the driver too");
     }
 }

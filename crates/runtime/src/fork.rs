@@ -95,7 +95,7 @@ impl Runtime {
         src: &Task,
         snap: &Snapshot,
         empty: &(String, Manifest),
-        base: &cairn_sandbox::image::Image,
+        base: &cairn_image::Image,
         actor: &str,
     ) -> Result<crate::runtime::TaskView, Error> {
         let begun = Instant::now();

@@ -123,7 +123,7 @@ impl Runtime {
     /// the image's bundle with the CA added, at the image's bundle path and
     /// at [`TASK_CA_BUNDLE`], and the CA alone at [`TASK_CA_CERT`].
     /// Written afresh at each sandbox start.
-    pub(crate) async fn trust_layer(&self, task: &TaskId, image: &cairn_sandbox::Image, pem: CaPem) -> Result<PathBuf, Error> {
+    pub(crate) async fn trust_layer(&self, task: &TaskId, image: &cairn_image::Image, pem: CaPem) -> Result<PathBuf, Error> {
         let dir = self.home.join("trust").join(task.as_str());
         let lowers: Vec<PathBuf> = image.layers().first().map(|l| l.lowers.clone()).unwrap_or_default();
         let written = tokio::task::spawn_blocking(move || write_trust_layer(&dir, &lowers, &pem.cert).map(|()| dir)).await?;

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use cairn_api::tasks::CreateRequest;
 use cairn_core::{EnvVar, EventKind, ImageDefaults, NewEvent, SandboxState, Task, TaskConfig, TaskId, TaskState, Transition, check_name, check_workdir};
 use cairn_sandbox::{InitProcess, InitState};
-use cairn_sandbox::image::Image;
+use cairn_image::Image;
 use cairn_store::now_ms;
 use serde_json::json;
 
@@ -326,7 +326,7 @@ impl Runtime {
         // A destroyed task takes no more lifecycle steps: its cell can go
         // (the guard held here keeps it alive until this returns).
         self.cells.remove(&task.id);
-        if cairn_sandbox::image::is_fork_base(&task.config.image) {
+        if cairn_image::is_fork_base(&task.config.image) {
             if let Err(e) = self.remove_unused_fork_bases().await {
                 tracing::warn!(task = %task.id, "cannot remove the fork bases no task uses: {e}");
             }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use cairn_core::{SandboxState, Task, TaskState, Transition};
-use cairn_sandbox::image::Image;
+use cairn_image::Image;
 use cairn_sandbox::Prestarted;
 use cairn_snapshot::{Manifest, RestoreStats};
 

@@ -19,7 +19,7 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 
 use cairn_api::images::{LayerProgress, PullProgress, PullRequest};
-use cairn_sandbox::image::{Image, OciImage};
+use cairn_image::{Image, OciImage};
 use futures_util::StreamExt;
 use oci_client::client::{ClientConfig, ClientProtocol};
 use oci_client::errors::OciDistributionError;
@@ -89,7 +89,7 @@ pub fn resolve_platform(entries: &[ImageIndexEntry]) -> Option<String> {
         .iter()
         .filter_map(|e| e.platform.as_ref().map(|p| (p.os.to_string(), p.architecture.to_string(), e.digest.as_str())))
         .collect();
-    cairn_sandbox::image::choose_host_platform(described.iter().map(|(os, arch, d)| (os.as_str(), arch.as_str(), *d))).map(str::to_owned)
+    cairn_image::choose_host_platform(described.iter().map(|(os, arch, d)| (os.as_str(), arch.as_str(), *d))).map(str::to_owned)
 }
 
 impl Runtime {
@@ -102,7 +102,7 @@ impl Runtime {
     pub async fn pull_image(&self, req: PullRequest) -> Result<Image, Error> {
         let name = req.name.clone().unwrap_or_else(|| req.reference.clone());
         cairn_core::check_image_name(&name).map_err(|e| Error::invalid(e.to_string()))?;
-        if name == cairn_sandbox::image::HOST_IMAGE || self.images.list()?.iter().any(|i| i.name == name) {
+        if name == cairn_image::HOST_IMAGE || self.images.list()?.iter().any(|i| i.name == name) {
             return Err(Error::conflict(format!("image {name:?} already exists")));
         }
         let reference: Reference =
@@ -135,7 +135,7 @@ impl Runtime {
         let (manifest, digest, config) =
             client.pull_manifest_and_config(&reference, &auth).await.map_err(|e| registry_error(&req.reference, e, credentials))?;
         let manifest_json = serde_json::to_vec(&manifest).map_err(Error::internal_from)?;
-        let chosen = cairn_sandbox::image::image_from_documents(&digest, &manifest_json, config.as_bytes()).map_err(|e| Error::invalid(what(e)))?;
+        let chosen = cairn_image::image_from_documents(&digest, &manifest_json, config.as_bytes()).map_err(|e| Error::invalid(what(e)))?;
         let staged = self.download(&client, &reference, &req.reference, &name, &chosen, credentials).await?;
         self.pulls.update(&name, |p| p.unpacking = true);
         let images = self.images.clone();
@@ -147,7 +147,7 @@ impl Runtime {
         })
         .await?
         .map_err(|e| match e {
-            cairn_sandbox::Error::ImageSource(_, msg) => Error::invalid(what(msg)),
+            cairn_image::Error::ImageSource(_, msg) => Error::invalid(what(msg)),
             e => Error::from(e).context(&format!("cannot pull {}", req.reference)),
         })?;
         tracing::info!(reference = req.reference, image = image.name, layers = image.layers.len(), "pulled image");
@@ -157,7 +157,7 @@ impl Runtime {
     /// Refuses a pull whose downloads alone would cross the image store's
     /// bounds (`[images] max_size`, or what its filesystem can spare).
     fn check_download(&self, need: u64, given: &str) -> Result<(), Error> {
-        use cairn_sandbox::image::SizeBound;
+        use cairn_image::SizeBound;
         let bound = self.images.download_bound(need).map_err(|e| Error::from(e).context(&format!("cannot pull {given}")))?;
         match bound {
             None => Ok(()),
@@ -187,7 +187,7 @@ impl Runtime {
         let store = self.images.layer_store();
         let mut wanted = Vec::new();
         for want in &chosen.layers {
-            if store.get(&want.diff_id)?.is_none() && !wanted.iter().any(|w: &&cairn_sandbox::image::layers::LayerWant| w.blob_digest == want.blob_digest) {
+            if store.get(&want.diff_id)?.is_none() && !wanted.iter().any(|w: &&cairn_image::layers::LayerWant| w.blob_digest == want.blob_digest) {
                 wanted.push(want);
             }
         }
@@ -276,7 +276,7 @@ fn registry_error(given: &str, e: OciDistributionError, credentials: bool) -> Er
             ))
         }
     };
-    let arch = cairn_sandbox::image::host_arch();
+    let arch = cairn_image::host_arch();
     match e {
         OciDistributionError::ImageManifestNotFoundError(m) if m.contains("platform") => {
             Error::not_found(format!("cannot pull {given}: the image has no variant for linux/{arch}"))
@@ -349,7 +349,7 @@ mod tests {
 
     #[test]
     fn the_resolver_chooses_linux_on_this_hosts_architecture() {
-        let arch = cairn_sandbox::image::host_arch();
+        let arch = cairn_image::host_arch();
         let other = if arch == "arm64" { "amd64" } else { "arm64" };
         let entries = vec![entry("windows", arch, "sha256:w"), entry("linux", other, "sha256:o"), entry("linux", arch, "sha256:h")];
         assert_eq!(resolve_platform(&entries).as_deref(), Some("sha256:h"));

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use cairn_api::images::ImportRequest;
 use cairn_api::snapshots::OpProgress;
 use cairn_core::{Event, InboxEvent, Wait, WaitFor};
-use cairn_sandbox::image::Image;
+use cairn_image::Image;
 use futures_util::Stream;
 
 use crate::ledger::CheckpointView;
@@ -20,7 +20,7 @@ pub struct ImageDetail {
     #[serde(flatten)]
     pub image: Image,
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub layer_details: Vec<cairn_sandbox::image::LayerInfo>,
+    pub layer_details: Vec<cairn_image::LayerInfo>,
 }
 
 /// What `GET /v1/health` reports.

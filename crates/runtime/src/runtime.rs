@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use cairn_core::{Bytes, EventKind, Limits, NewEvent, Task, TaskId};
 use cairn_sandbox::{IdRange, InitProcess, NativeDriver, SandboxDriver};
-use cairn_sandbox::image::{Image, ImageStore};
+use cairn_image::{Image, ImageStore};
 use cairn_store::{SharedStore, SqliteStore};
 
 use crate::{Error, OpenError, reaper};

@@ -130,24 +130,24 @@ pub(crate) fn check_text(what: &str, s: &str, max: usize) -> Result<(), Error> {
 /// What the image (a fork's base included) has at `path` inside the
 /// sandbox: `Some(true)` a directory, `Some(false)` anything else, `None`
 /// nothing.
-pub(crate) fn in_image(layers: &[cairn_sandbox::Layer], path: &str) -> Option<bool> {
+pub(crate) fn in_image(layers: &[cairn_image::Layer], path: &str) -> Option<bool> {
     let p = std::path::Path::new(path);
     let layer = layers.iter().filter(|l| p.starts_with(&l.at)).max_by_key(|l| l.at.as_os_str().len())?;
     let rel = p.strip_prefix(&layer.at).ok()?;
     // Through the image's lowers as the overlay merges them, following no
     // symlink of the image.
-    let stack = cairn_sandbox::LowerStack::open(&layer.lowers).ok()?;
+    let stack = cairn_image::LowerStack::open(&layer.lowers).ok()?;
     if stack.is_empty() {
         return None;
     }
     match stack.lookup(rel)? {
-        cairn_sandbox::Lookup::Dir(_) => Some(true),
+        cairn_image::Lookup::Dir(_) => Some(true),
         _ => Some(false),
     }
 }
 
 impl Runtime {
-    pub(crate) fn layer_specs(image: &cairn_sandbox::image::Image) -> Vec<LayerSpec> {
+    pub(crate) fn layer_specs(image: &cairn_image::Image) -> Vec<LayerSpec> {
         image.layers().iter().map(|l| LayerSpec { name: l.disk_name(), at: l.at.clone() }).collect()
     }
 

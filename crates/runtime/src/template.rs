@@ -10,7 +10,7 @@
 use std::path::PathBuf;
 
 use cairn_core::{Snapshot, SnapshotKind, Task, TaskState};
-use cairn_sandbox::image::{fork_base_name, Image};
+use cairn_image::{fork_base_name, Image};
 use cairn_snapshot::{IdShift, Manifest};
 use sha2::{Digest, Sha256};
 
@@ -19,10 +19,6 @@ use crate::snapshot::{snapshot_error, SnapshotRequest};
 use crate::Error;
 
 pub use cairn_api::images::CommitRequest;
-
-/// The ids a committed tree keeps: relative to the sandbox, as image
-/// contents are (the overlay's lower directories are idmapped).
-const AS_SANDBOX_SAW_THEM: IdShift = IdShift { base: 0, len: 65536 };
 
 impl Runtime {
     /// Makes image `req.name` from a task: its snapshot `req.from`, or by
@@ -97,10 +93,13 @@ impl Runtime {
         let mut manifest = manifest.clone();
         manifest.layers.retain(|l| l.name != cairn_core::MEMORY_LAYER);
         let sink = self.progress_sink(&task.id, "commit");
+        // Owned as image contents are (see `SandboxDriver::image_ids`).
+        let ids = self.driver.image_ids();
+        let ids = IdShift { base: ids.host_base, len: ids.count };
         tokio::task::spawn_blocking(move || -> Result<Image, Error> {
             let scratch = images.layer_store().scratch()?;
             let disk = scratch.path();
-            cairn_snapshot::restore(&repo, &manifest, &disk, None, AS_SANDBOX_SAW_THEM, &mut |p| sink.update(p))
+            cairn_snapshot::restore(&repo, &manifest, &disk, None, ids, &mut |p| sink.update(p))
                 .map_err(|e| snapshot_error("cannot restore the snapshot for the template", e))?;
             let layers = manifest
                 .layers
@@ -133,7 +132,7 @@ impl Runtime {
                         progress = true;
                     }
                     // Another template is made from it: kept.
-                    Err(cairn_sandbox::Error::ImageInUse(..) | cairn_sandbox::Error::UnknownImage(_)) => {}
+                    Err(cairn_image::Error::ImageInUse(..) | cairn_image::Error::UnknownImage(_)) => {}
                     Err(e) => return Err(e.into()),
                 }
             }

@@ -1,6 +1,7 @@
 //! The task lifecycle over the fake sandbox driver: every operation, and a
 //! failure injected in the middle of each, with a real store and a real
-//! blob store in a temporary directory. No root, no namespaces, no daemon:
+//! blob store in a temporary directory. No root (run as root, the last test
+//! runs the others again as `nobody`), no namespaces, no daemon:
 //! the whole file runs in well under a second or two.
 //!
 //! What a failure must leave behind is each operation's policy (see
@@ -436,4 +437,31 @@ async fn destroy_removes_the_sandbox_and_its_slot() {
     assert!(w.fake.running(&t).is_none() && !w.fake.has_disk(&t));
     assert!((0..4).all(|s| w.fake.slot_holder(s).is_none()));
     assert!(w.sh(&t, "true").await.is_err(), "a destroyed task runs nothing");
+}
+
+/// Everything above runs without root: as root (how the suite runs), this
+/// file's other tests run again as `nobody`, and must all pass there.
+#[test]
+fn every_lifecycle_test_here_runs_without_root() {
+    if !rustix::process::geteuid().is_root() {
+        return; // this run is the unprivileged one
+    }
+    let me = std::env::current_exe().unwrap();
+    let scratch = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(scratch.path(), std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    let out = std::process::Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all", "--"])
+        .arg(&me)
+        .args(["--skip", "every_lifecycle_test_here_runs_without_root", "--test-threads=2"])
+        .env("TMPDIR", scratch.path())
+        .env("HOME", scratch.path())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("setpriv (util-linux) runs this binary as nobody");
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "as nobody:\n{text}");
+    // Every test of the file ran there, not a filtered few.
+    let ran = text.lines().filter(|l| l.starts_with("test ") && l.ends_with(" ok")).count();
+    let tests = include_str!("lifecycle.rs").matches("\n#[tokio::test(").count();
+    assert_eq!(ran, tests, "as nobody:\n{text}");
 }

@@ -8,7 +8,7 @@
 //! and host processes, so the engine's own tests need no root.
 //!
 //! The writable layer lives on the task's disk, one directory per overlay
-//! layer ([`crate::Image::layers`]): `<disk_dir>/<Layer::disk_name>/upper`.
+//! layer ([`cairn_image::Image::layers`]): `<disk_dir>/<Layer::disk_name>/upper`.
 //! Snapshots read it there (between [`SandboxDriver::freeze`] and
 //! [`SandboxDriver::thaw`]); restores write it there after
 //! [`SandboxDriver::prepare_disk`], before the sandbox starts on it.
@@ -23,7 +23,7 @@ use std::path::PathBuf;
 
 use cairn_core::{Isolation, TaskConfig};
 
-use crate::image::Image;
+use cairn_image::Image;
 use crate::process::spawn::parse_start_time;
 use crate::proto::ExecRequest;
 use crate::uidmap::IdRange;
@@ -37,6 +37,14 @@ pub trait SandboxDriver: Send + Sync + fmt::Debug + 'static {
     /// own their files by it, and copies into the sandbox use its root
     /// (`host_id(0)`).
     fn uid_range(&self, slot: u32, isolation: Isolation) -> Result<IdRange>;
+
+    /// The host ids image contents are owned by: a tree committed into the
+    /// layer store (a template, a fork base) is restored with them. The
+    /// native driver idmaps an image's layers into each sandbox, so they
+    /// keep the ids the sandbox saw (0 is root).
+    fn image_ids(&self) -> IdRange {
+        IdRange { host_base: 0, count: 65536 }
+    }
 
     /// Whether this host can run sandboxes under `isolation`; the error
     /// says why not.

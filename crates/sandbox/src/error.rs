@@ -9,34 +9,9 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// sandbox. Variants carry the path or object they concern.
 #[derive(Debug, Error)]
 pub enum Error {
-    // --- images ---
-    #[error("unknown image {0:?} (see `cairn image list`)")]
-    UnknownImage(String),
-    #[error("image {0:?} already exists")]
-    ImageExists(String),
-    #[error("image {0:?} is in use: {1}")]
-    ImageInUse(String, String),
-    #[error("image {0:?} is built in and cannot be removed")]
-    ImageBuiltIn(String),
-    #[error("cannot import image from {0}: {1}")]
-    ImageSource(PathBuf, String),
-    #[error("unsafe image archive entry {}: {reason}", crate::image::quoted(.entry))]
-    UnsafeEntry { entry: String, reason: &'static str },
-    #[error("unsafe entry {} in layer {}: {reason}", crate::image::quoted(.entry), crate::image::short(.layer))]
-    UnsafeLayerEntry { layer: String, entry: String, reason: &'static str },
-    #[error("image I/O on {0}: {1}")]
-    ImageIo(PathBuf, io::Error),
-    #[error("{0}")]
-    InvalidImageName(cairn_core::Error),
-    #[error("cannot write image entry {}: {err}", crate::image::quoted(.entry))]
-    ImageEntry { entry: String, err: io::Error },
-    #[error(
-        "cannot import image from {}: entry {} {}",
-        .src.display(),
-        crate::image::quoted(.entry),
-        crate::image::too_large_reason(*.need, *.limit, *.bound)
-    )]
-    ImageTooLarge { src: PathBuf, entry: String, need: u64, limit: u64, bound: crate::image::SizeBound },
+    // --- images (the image crate's own) ---
+    #[error(transparent)]
+    Image(#[from] cairn_image::Error),
 
     // --- cgroups ---
     #[error("no usable cgroup hierarchy: {0}")]

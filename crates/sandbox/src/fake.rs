@@ -33,11 +33,11 @@ use nix::sys::signal::{kill, killpg, Signal};
 use nix::unistd::Pid;
 
 use crate::driver::SandboxDriver;
-use crate::image::Image;
+use cairn_image::Image;
 use crate::driver::{InitProcess, Prestarted, RunningCommand};
 use crate::process::spawn::process_start_time;
 use crate::proto::{self, ExecRequest, Reply};
-use crate::rootfs::Layer;
+use cairn_image::Layer;
 use crate::uidmap::IdRange;
 use crate::{Error, Result};
 
@@ -480,6 +480,12 @@ impl SandboxDriver for FakeDriver {
         Ok(IdRange { host_base: rustix::process::geteuid().as_raw(), count: 1 })
     }
 
+    /// The fake's sandboxes see the files as the test's user owns them, so
+    /// a template or fork base is that user's too (no root needed).
+    fn image_ids(&self) -> IdRange {
+        IdRange { host_base: rustix::process::geteuid().as_raw(), count: 1 }
+    }
+
     fn reserve_slot(&self, slot: u32, task: &str) -> Result<bool> {
         self.enter(Op::ReserveSlot, task, format!("slot {slot}"))?;
         Ok(self.reserve(slot, task))
@@ -672,7 +678,7 @@ mod tests {
     fn image() -> Image {
         Image {
             name: "test".into(),
-            kind: crate::image::ImageKind::Rootfs,
+            kind: cairn_image::ImageKind::Rootfs,
             rootfs: "/nonexistent".into(),
             projections: Vec::new(),
             size_bytes: 0,

@@ -8,7 +8,10 @@
 //! directories and host processes, so the lifecycle engine can be tested
 //! without root.
 //!
-//! Public beside the trait: [`image`] (the image store), [`files`] (paths
+//! Images (what a sandbox starts from) are the `cairn_image` crate's; a
+//! driver gets an image's layers as overlay lowers.
+//!
+//! Public beside the trait: [`files`] (paths
 //! resolved beneath a sandbox's root descriptor), [`proto`] (the exec
 //! connection's frames) and [`inspect`] (what a sandbox leaves on the host,
 //! for end-to-end checks).
@@ -40,7 +43,6 @@ pub mod fake;
 pub mod files;
 pub(crate) mod gvisor;
 mod home_mount;
-pub mod image;
 mod native;
 pub(crate) mod net;
 pub(crate) mod process;
@@ -56,12 +58,10 @@ pub use gvisor::init::{connect_main as gvisor_connect_main, exec_main as gvisor_
 pub use disk_budget::DiskSpace;
 pub use driver::{InitProcess, InitState, PortConnection, Prestarted, RunningCommand, SandboxDriver};
 pub use error::{Error, Result};
-pub use image::Image;
 pub use native::{NativeDriver, HELPER_SUBCOMMAND};
 pub use net::PROXY_ADDR;
 pub use process::exec::set_winsize;
 pub use process::spawn::{helper_main, SANDBOX_NOFILE_ENV};
-pub use rootfs::{Layer, Lookup, LowerStack};
 pub use uidmap::IdRange;
 
 /// What the native driver puts on the host, for the demo and the end-to-end

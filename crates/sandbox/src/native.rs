@@ -26,7 +26,7 @@ use crate::disk::{self, DiskPool};
 use crate::disk_budget::DiskSpace;
 use crate::driver::{InitProcess, PortConnection, Prestarted, RunningCommand, SandboxDriver};
 use crate::home_mount::{self, HomeMount};
-use crate::image::Image;
+use cairn_image::Image;
 use crate::process::spawn::{process_start_time, HelperReport, SandboxSpec};
 use crate::proto::{self, ExecRequest, Reply, Request};
 use crate::slots::HostSlots;

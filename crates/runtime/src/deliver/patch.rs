@@ -14,7 +14,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use cairn_fsat::{self as fsat, Kind, XattrAt};
-use cairn_sandbox::{Layer, Lookup, LowerStack};
+use cairn_image::{Layer, Lookup, LowerStack};
 
 /// Files larger than this are listed as changed, not diffed.
 const MAX_DIFFED: u64 = 8 << 20;

@@ -44,7 +44,7 @@ use std::time::{Duration, Instant};
 use cairn_core::TaskConfig;
 
 use crate::driver::{InitProcess, RunningCommand};
-use crate::image::Image;
+use cairn_image::Image;
 use crate::proto::{self, ExecRequest, Reply};
 use crate::uidmap::IdRange;
 use crate::{Error, Result};

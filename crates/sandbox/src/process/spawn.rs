@@ -31,7 +31,9 @@ use nix::sys::wait::waitpid;
 use nix::unistd::{fork, ForkResult, Pid};
 use serde::{Deserialize, Serialize};
 
-use crate::rootfs::{self, Kernel, Layer};
+use cairn_image::Layer;
+
+use crate::rootfs::{self, Kernel};
 use crate::uidmap::IdRange;
 use crate::{caps, net, proto, seccomp, Error, Result};
 

@@ -18,7 +18,6 @@
 pub mod idmap;
 pub mod mount;
 pub mod place;
-pub mod stack;
 #[cfg(test)]
 mod fixture;
 
@@ -26,44 +25,16 @@ use std::os::fd::RawFd;
 use std::path::{Path, PathBuf};
 
 use nix::mount::MsFlags;
-use serde::{Deserialize, Serialize};
 
 #[cfg(test)]
 pub use mount::{Op, Recorder};
 pub use mount::{Kernel, Mounter};
 pub use place::Place;
-pub use stack::{Lookup, LowerStack};
+
+use cairn_image::Layer;
 
 use crate::uidmap::IdRange;
 use crate::{Error, Result};
-
-/// One overlay of the sandbox: its read-only lower directories and where
-/// it appears in the sandbox.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Layer {
-    /// The lower directories, top first: one for a self-contained tree, the
-    /// image's layer stack for an OCI image.
-    pub lowers: Vec<PathBuf>,
-    /// Absolute path inside the sandbox: `/` for the image root.
-    pub at: PathBuf,
-    /// How many of the top lowers hold the task's own earlier changes (the
-    /// base a fork's tasks share) rather than the image's: a patch counts
-    /// them as the task's.
-    #[serde(default)]
-    pub history: usize,
-}
-
-impl Layer {
-    /// Name of the layer's upper/work directories on the task disk.
-    pub fn disk_name(&self) -> String {
-        let rel = self.at.to_string_lossy().trim_matches('/').replace('/', "_");
-        if rel.is_empty() {
-            "root".to_owned()
-        } else {
-            format!("at_{rel}")
-        }
-    }
-}
 
 /// overlayfs refuses more lower directories than this (`OVL_MAX_STACK`).
 pub const MAX_LOWERS: usize = 500;

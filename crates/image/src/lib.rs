@@ -31,6 +31,9 @@
 
 mod archive;
 mod copy;
+mod error;
+mod overlay;
+pub mod stack;
 mod docker_archive;
 mod host;
 pub mod layers;
@@ -66,13 +69,14 @@ use self::limits::Budget;
 use self::path::RelPath;
 use self::staging::{discard, fsync_dir, temp_path, Staging};
 use self::writer::TreeWriter;
-use crate::rootfs::Layer;
+pub use self::error::{Error, Result};
 pub use self::layers::{LayerInfo, LayerStore};
+pub use self::overlay::Layer;
+pub use self::stack::{Lookup, LowerStack};
 pub use self::limits::{ImportLimits, SizeBound, DEFAULT_MAX_EXPANDED_SIZE, DEFAULT_MAX_LOGICAL_SIZE};
 pub(crate) use self::limits::too_large_reason;
 pub(crate) use self::path::{quoted, short};
 pub use self::oci::{choose_host_platform, host_arch, image_from_documents, OciImage, RunConfig};
-use crate::{Error, Result};
 
 /// Name of the built-in image.
 pub const HOST_IMAGE: &str = "host";

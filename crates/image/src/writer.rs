@@ -34,7 +34,7 @@ use super::limits::Budget;
 use super::path::{join, RelPath};
 use super::tarstream::Sparse;
 use super::Dropped;
-use crate::rootfs::stack::OPAQUE_XATTR;
+use crate::stack::OPAQUE_XATTR;
 use crate::{Error, Result};
 use cairn_fsat::{open_beneath, OFlags, XattrAt};
 

@@ -13,7 +13,7 @@ use tempfile::TempDir;
 
 use super::testing::{for_platform, host_arch, tagged, LayerBlob, LayerTar, OciLayout};
 use super::*;
-use crate::rootfs::{Lookup, LowerStack};
+use crate::{Lookup, LowerStack};
 
 pub(super) fn store() -> (TempDir, ImageStore) {
     let tmp = TempDir::new().unwrap();
