@@ -3,6 +3,12 @@
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+// The image store's records are the wire's: one definition each, with its
+// schema (the image crate's `schema` feature). What is set only when an
+// image is loaded (its lower directories, a template's stack, a task's
+// trust layer) is never serialised.
+pub use cairn_image::{Committed, Dropped, Image, ImageKind, LayerInfo, Projection, RunConfig};
+
 /// Body of `POST /v1/images`: import a directory, an archive, an OCI
 /// image layout directory or a `docker save` archive on the daemon's host
 /// as an image.
@@ -75,55 +81,6 @@ pub struct LayerProgress {
     pub total: u64,
 }
 
-/// An image as `GET /v1/images` lists it and an import answers it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-pub struct Image {
-    pub name: String,
-    pub kind: ImageKind,
-    /// The image's tree on the daemon's host.
-    pub rootfs: String,
-    /// Host directories mounted read-only into the tree.
-    #[serde(default)]
-    pub projections: Vec<Projection>,
-    /// Total size of the regular files (each hard-linked file once).
-    pub size_bytes: u64,
-    /// Number of entries in the tree (files, directories, links).
-    pub files: u64,
-    pub created_ms: i64,
-    /// Where it came from: `host`, or the imported path.
-    pub source: String,
-    /// What an import left out because an image must not carry it.
-    #[serde(default)]
-    pub dropped: Dropped,
-    /// An OCI image's layers (diffids), bottom first.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub layers: Vec<String>,
-    /// An OCI image's run configuration, from its image config.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub config: Option<RunConfig>,
-    /// The digest of the OCI manifest it was imported from.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub manifest_digest: Option<String>,
-    /// A template's parent: the image of the task it was committed from.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub parent: Option<String>,
-    /// A template's own layers, one for each overlay the task wrote to.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub committed: Vec<Committed>,
-    /// For the hidden base a fork's tasks share: the snapshot it holds.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub fork_of: Option<String>,
-}
-
-/// One layer a template adds: a task's writable layer at one overlay.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-pub struct Committed {
-    /// Where the overlay appears in the sandbox (`/`, `/usr`).
-    pub at: String,
-    /// Its key in the layer store.
-    pub layer: String,
-}
-
 /// Body of `POST /v1/images/commit`: make a template from a task.
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -146,87 +103,7 @@ pub struct ImageDetail {
     pub image: Image,
     /// The layers as the layer store keeps them (absent for other kinds).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub layer_details: Vec<Layer>,
-}
-
-/// One stored layer, shared by every image that has it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-pub struct Layer {
-    /// `sha256:<hex>` of the uncompressed tar stream.
-    pub diff_id: String,
-    /// `sha256:<hex>` of the blob it was unpacked from.
-    pub blob_digest: String,
-    pub media_type: String,
-    /// Size of the blob.
-    pub bytes: u64,
-    /// Total size of the unpacked regular files.
-    pub size_bytes: u64,
-    /// Entries in the unpacked tree.
-    pub files: u64,
-    pub created_ms: i64,
-    #[serde(default)]
-    pub dropped: Dropped,
-    /// Whiteout-prefixed metadata entries skipped.
-    #[serde(default)]
-    pub skipped: u64,
-}
-
-/// What an OCI image's config says a container runs with.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-pub struct RunConfig {
-    #[serde(default)]
-    pub env: Vec<String>,
-    #[serde(default)]
-    pub working_dir: Option<String>,
-    #[serde(default)]
-    pub user: Option<String>,
-    #[serde(default)]
-    pub entrypoint: Vec<String>,
-    #[serde(default)]
-    pub cmd: Vec<String>,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum ImageKind {
-    /// The built-in image made from the host's own userland.
-    Host,
-    /// A self-contained tree, imported.
-    Rootfs,
-    /// A stack of shared layers, imported from an OCI image.
-    Oci,
-    /// Another image with a task's writable layer committed on top.
-    Template,
-}
-
-impl ImageKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ImageKind::Host => "host",
-            ImageKind::Rootfs => "rootfs",
-            ImageKind::Oci => "oci",
-            ImageKind::Template => "template",
-        }
-    }
-}
-
-/// A host directory shown read-only at a path inside the image.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-pub struct Projection {
-    pub host_path: String,
-    /// Absolute path inside the sandbox.
-    pub at: String,
-}
-
-/// Counts of what an import dropped.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-pub struct Dropped {
-    /// Character and block devices: the sandbox gets its `/dev` elsewhere.
-    pub devices: u64,
-    /// Fifos and sockets.
-    pub fifos_sockets: u64,
-    /// Entries whose setuid and/or setgid bits were cleared.
-    pub setid: u64,
+    pub layer_details: Vec<LayerInfo>,
 }
 
 /// The answer of `DELETE /v1/images/{name}`.
@@ -263,7 +140,18 @@ mod tests {
             parent: None,
             committed: Vec::new(),
             fork_of: None,
+            lowers: Vec::new(),
+            stack: Vec::new(),
+            trust: None,
         };
+        // What is set when an image is loaded never goes on the wire.
+        let loaded = Image {
+            lowers: vec!["/not/on/the/wire".into()],
+            stack: vec![cairn_image::Layer { lowers: vec!["/not/either".into()], at: "/".into(), history: 1 }],
+            trust: Some("/not/stored".into()),
+            ..image.clone()
+        };
+        assert_eq!(serde_json::to_value(&loaded).ok(), serde_json::to_value(&image).ok());
         assert_wire_shape(&image, &["name", "kind", "rootfs", "projections", "size_bytes", "files", "created_ms", "source", "dropped"]);
         let oci = Image {
             kind: ImageKind::Oci,

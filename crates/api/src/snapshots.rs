@@ -4,6 +4,11 @@ use cairn_core::{RollbackNote, SnapshotId, SnapshotKind, TaskId};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+// The engine's own reports are the wire's: one definition each, with its
+// schema (their crates' `schema` feature).
+pub use cairn_blob::{CheckReport, GcReport};
+pub use cairn_snapshot::{Diff, RestoreStats};
+
 /// Body of `POST /v1/tasks/{id}/snapshots`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -71,15 +76,6 @@ pub struct OpProgress {
     pub elapsed_ms: u64,
 }
 
-/// `GET /v1/tasks/{id}/snapshots/diff?a=A&b=B`: sandbox paths (a layer's
-/// mount point joined with the entry's path), each list sorted.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-pub struct Diff {
-    pub added: Vec<String>,
-    pub changed: Vec<String>,
-    pub deleted: Vec<String>,
-}
-
 /// The answer of a rollback in place.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct RollbackAnswer {
@@ -93,19 +89,6 @@ pub struct RollbackAnswer {
     pub duration_ms: f64,
     /// What restoring the writable layer wrote and kept.
     pub restore: Option<RestoreStats>,
-}
-
-/// What restoring a snapshot onto a task's disk did.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, ToSchema)]
-pub struct RestoreStats {
-    pub files_written: u64,
-    pub bytes_written: u64,
-    /// Regular files left in place (only their metadata fixed).
-    pub files_kept: u64,
-    /// Entries removed from the writable layer (each file and directory
-    /// counts).
-    pub entries_removed: u64,
-    pub duration_ms: f64,
 }
 
 /// The answer of `POST /v1/gc`: what retention expired, then what the
@@ -135,40 +118,6 @@ pub struct ExpiredSnapshot {
     pub id: SnapshotId,
     pub task: TaskId,
     pub kind: SnapshotKind,
-}
-
-/// What the blob store's mark and sweep did.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-pub struct GcReport {
-    pub packs_deleted: u64,
-    pub manifests_deleted: u64,
-    /// Index files replaced by one without the deleted packs (or deleted,
-    /// when they listed nothing else).
-    pub index_files_rewritten: u64,
-    /// Bytes of the deleted packs and manifests.
-    pub bytes_freed: u64,
-    /// Unreferenced objects kept because they are younger than the grace
-    /// period.
-    pub kept_young: u64,
-    /// Packs kept whole because some of their chunks are still referenced.
-    pub packs_partly_live: u64,
-    pub dry_run: bool,
-}
-
-/// The answer of `POST /v1/check`.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-pub struct CheckReport {
-    pub packs: u64,
-    pub chunks: u64,
-    pub manifests: u64,
-    /// Bytes read and verified (with `read_data`).
-    pub bytes_read: u64,
-    /// Chunks read back from their packs, decompressed and hashed (with
-    /// `read_data`).
-    pub chunks_verified: u64,
-    /// One line per problem, naming the object; empty when the store is
-    /// whole.
-    pub problems: Vec<String>,
 }
 
 #[cfg(test)]

@@ -247,10 +247,10 @@ pub fn image_detail(d: &cairn_api::images::ImageDetail) -> String {
     for c in &i.committed {
         let size = d.layer_details.iter().find(|l| l.diff_id == c.layer);
         let size = size.map(|l| format!("  {} in {} entries", human(l.size_bytes as f64), l.files));
-        out.push(format!("committed: {} at {}{}", c.layer, c.at, size.unwrap_or_default()));
+        out.push(format!("committed: {} at {}{}", c.layer, c.at.display(), size.unwrap_or_default()));
     }
     for p in &i.projections {
-        out.push(format!("projects:  {} at {}", p.host_path, p.at));
+        out.push(format!("projects:  {} at {}", p.host_path.display(), p.at.display()));
     }
     if let Some(c) = &i.config {
         let list = |v: &[String]| if v.is_empty() { "-".to_owned() } else { serde_json::to_string(v).unwrap_or_default() };

@@ -41,8 +41,10 @@ const LOCK: &str = ".lock";
 /// The media type recorded for a layer committed from a task.
 pub const COMMITTED: &str = "application/vnd.cairn.committed-layer";
 
-/// A stored layer, as recorded in its `layer.json`.
+/// A stored layer, as recorded in its `layer.json`: one layer shared by
+/// every image that has it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub struct LayerInfo {
     /// `sha256:<hex>` of the uncompressed tar stream.
     pub diff_id: String,

@@ -86,6 +86,7 @@ const ROOTFS: &str = "rootfs";
 const TMP_PREFIX: &str = ".tmp-";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum ImageKind {
     /// The built-in image made from the host's own userland.
@@ -98,12 +99,26 @@ pub enum ImageKind {
     Template,
 }
 
-/// An image, as recorded in its `image.json`.
+impl ImageKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ImageKind::Host => "host",
+            ImageKind::Rootfs => "rootfs",
+            ImageKind::Oci => "oci",
+            ImageKind::Template => "template",
+        }
+    }
+}
+
+/// An image, as recorded in its `image.json`, and as `GET /v1/images` lists
+/// it and an import answers it (without what is set when it is loaded).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub struct Image {
     pub name: String,
     pub kind: ImageKind,
-    /// The image's tree on the host.
+    /// The image's tree on the daemon's host.
+    #[cfg_attr(feature = "schema", schema(value_type = String))]
     pub rootfs: PathBuf,
     /// Host directories to mount read-only into the tree.
     #[serde(default)]
@@ -153,8 +168,10 @@ pub struct Image {
 
 /// One layer a template adds: a task's writable layer at one overlay.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub struct Committed {
     /// Where the overlay appears in the sandbox (`/`, `/usr`).
+    #[cfg_attr(feature = "schema", schema(value_type = String))]
     pub at: PathBuf,
     /// Its key in the layer store.
     pub layer: String,
@@ -204,14 +221,18 @@ impl Image {
 /// A host directory shown read-only at a path inside the image (the host
 /// image projects the host's /usr at /usr).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub struct Projection {
+    #[cfg_attr(feature = "schema", schema(value_type = String))]
     pub host_path: PathBuf,
     /// Absolute path inside the sandbox.
+    #[cfg_attr(feature = "schema", schema(value_type = String))]
     pub at: PathBuf,
 }
 
 /// Counts of what an import dropped.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub struct Dropped {
     /// Character and block devices: the sandbox gets its `/dev` elsewhere.
     pub devices: u64,

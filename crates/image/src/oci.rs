@@ -36,6 +36,7 @@ const MT_DOCKER_MANIFEST: &str = "application/vnd.docker.distribution.manifest.v
 /// What a task started from the image runs with, from the image config.
 /// Kept for the steps that apply it to tasks.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub struct RunConfig {
     #[serde(default)]
     pub env: Vec<String>,

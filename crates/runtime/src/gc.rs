@@ -67,15 +67,7 @@ impl Runtime {
                 .iter()
                 .map(|s| cairn_api::snapshots::ExpiredSnapshot { id: s.id.clone(), task: s.task.clone(), kind: s.kind })
                 .collect(),
-            report: cairn_api::snapshots::GcReport {
-                packs_deleted: report.packs_deleted,
-                manifests_deleted: report.manifests_deleted,
-                index_files_rewritten: report.index_files_rewritten,
-                bytes_freed: report.bytes_freed,
-                kept_young: report.kept_young,
-                packs_partly_live: report.packs_partly_live,
-                dry_run: report.dry_run,
-            },
+            report,
             orphan_deliverables: orphans,
             fork_bases_removed,
             layers_removed,

@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cairn_core::{EventSource, InboxEvent, InboxId, WaitFor, check_event_name};
-use cairn_store::{Delivered, now_ms};
+use cairn_api::waits::Delivered;
+use cairn_store::now_ms;
 use serde_json::{Value, json};
 
 use crate::Error;
@@ -47,7 +48,7 @@ impl Runtime {
         if d.wake {
             self.schedule_wake(ev.task.clone(), format!("event {}", d.event.id), Some(accepted));
         }
-        Ok(d)
+        Ok(Delivered { event: d.event, duplicate: d.duplicate, satisfied: d.satisfied, wakes: d.wake })
     }
 
     /// `cairn approve`: approves or rejects the task's pending approval.

@@ -85,7 +85,7 @@ pub mod watchers;
 pub use config::Config;
 pub use error::{Error, Result};
 pub use home::Home;
-pub use queries::{Health, ImageDetail, LinkedWait};
+pub use queries::{Health, LinkedWait};
 pub use runtime::Runtime;
 
 /// Errors that stop the runtime from opening.

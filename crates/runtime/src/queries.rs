@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use cairn_api::images::ImportRequest;
+use cairn_api::images::{ImageDetail, ImportRequest};
 use cairn_api::snapshots::OpProgress;
 use cairn_core::{Event, InboxEvent, Wait, WaitFor};
 use cairn_image::Image;
@@ -12,16 +12,6 @@ use futures_util::Stream;
 use crate::ledger::CheckpointView;
 use crate::runtime::{Runtime, TaskView};
 use crate::Error;
-
-/// What `GET /v1/images/{name}` answers: the image's record, and each of
-/// an OCI image's layers (bottom first) as the layer store keeps it.
-#[derive(Debug, serde::Serialize)]
-pub struct ImageDetail {
-    #[serde(flatten)]
-    pub image: Image,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub layer_details: Vec<cairn_image::LayerInfo>,
-}
 
 /// What `GET /v1/health` reports.
 #[derive(Debug, serde::Serialize)]

@@ -108,13 +108,7 @@ impl Runtime {
             rollback_note: note,
             step: target.step,
             duration_ms,
-            restore: stats.map(|s| cairn_api::snapshots::RestoreStats {
-                files_written: s.files_written,
-                bytes_written: s.bytes_written,
-                files_kept: s.files_kept,
-                entries_removed: s.entries_removed,
-                duration_ms: s.duration_ms,
-            }),
+            restore: stats,
         })
     }
 }

@@ -3,13 +3,15 @@
 use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::manifest::{Entry, EntryKind, LayerTree, Manifest};
 
 /// Sandbox paths (a layer's mount point joined with the entry's path),
 /// sorted. Directory mtimes and the inode/ctime bookkeeping are not changes.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+/// The answer of `GET /v1/tasks/{id}/snapshots/diff?a=A&b=B`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub struct Diff {
     pub added: Vec<String>,
     pub changed: Vec<String>,

@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Instant, SystemTime};
 
 use cairn_blob::{ObjectId, Repository};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::manifest::{Entry, EntryKind, Index, LayerTree, Manifest};
 use crate::meta::{self, IdShift, Known};
@@ -27,8 +27,9 @@ use crate::progress::{Progress, Reporter};
 use crate::sys;
 use crate::{Error, Result};
 
-/// What a restore did.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+/// What a restore did (a rollback answers with it).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub struct RestoreStats {
     pub files_written: u64,
     pub bytes_written: u64,

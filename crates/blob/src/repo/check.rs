@@ -3,7 +3,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::{one_line, Repository};
 use crate::index::Location;
@@ -11,8 +11,9 @@ use crate::pack;
 use crate::parallel::map_bounded;
 use crate::{Error, Kind, ObjectId, ObjectInfo, Result};
 
-/// The outcome of `check`.
-#[derive(Clone, Debug, Default, Serialize)]
+/// The outcome of `check`; the answer of `POST /v1/check`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub struct CheckReport {
     pub packs: u64,
     pub chunks: u64,

@@ -4,15 +4,17 @@ use std::collections::{HashMap, HashSet};
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::Repository;
 use crate::index::{self, IndexedPack};
 use crate::parallel::try_map_bounded;
 use crate::{Error, Kind, ObjectId, ObjectInfo, Result};
 
-/// The outcome of `gc` (or what it would do, with `dry_run`).
-#[derive(Clone, Debug, Default, Serialize)]
+/// The outcome of `gc` (or what it would do, with `dry_run`): what the blob
+/// store's mark and sweep did.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub struct GcReport {
     pub packs_deleted: u64,
     pub manifests_deleted: u64,

@@ -11,7 +11,6 @@ use cairn_runtime::gateway::webhook::{WebhookHeaders, MAX_BODY};
 use cairn_runtime::intake::LinkDecision;
 use serde::Deserialize;
 
-use super::waits::delivered;
 use super::served::Routes;
 use super::Rt;
 use crate::gateway::page;
@@ -47,7 +46,7 @@ pub(super) fn routes() -> Routes {
 )]
 async fn hook(rt: Rt, Path((task, name)): Path<(String, String)>, headers: HeaderMap, b: axum::body::Bytes) -> Result<Json<Delivered>, ApiError> {
     let signed = WebhookHeaders::from_lookup(|n| headers.get(n).map(|v| v.as_bytes()));
-    Ok(Json(delivered(&rt.webhook(&task, &name, &signed, &b).await?)))
+    Ok(Json(rt.webhook(&task, &name, &signed, &b).await?))
 }
 
 #[derive(Deserialize, utoipa::IntoParams)]

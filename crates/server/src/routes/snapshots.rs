@@ -73,7 +73,7 @@ struct DiffQuery {
     params(("id" = String, Path, description = "The task's id or name"), DiffQuery),
     responses((status = 200, description = "Sandbox paths added, changed and deleted from `a` to `b`", body = Diff), (status = 404, description = "No such task or snapshot", body = ErrorBody))
 )]
-async fn diff(rt: Rt, Path(id): Path<String>, Query(q): Query<DiffQuery>) -> Result<Json<cairn_snapshot::Diff>, ApiError> {
+async fn diff(rt: Rt, Path(id): Path<String>, Query(q): Query<DiffQuery>) -> Result<Json<Diff>, ApiError> {
     Ok(Json(rt.diff(&id, &q.a, &q.b).await?))
 }
 

@@ -27,11 +27,6 @@ pub(super) fn routes() -> Routes {
         .post("/v1/tasks/{id}/resume", resume)
 }
 
-/// The answer to an event: stored (or a duplicate), what it satisfied.
-pub(super) fn delivered(d: &cairn_store::Delivered) -> Delivered {
-    Delivered { event: d.event.clone(), duplicate: d.duplicate, satisfied: d.satisfied.clone(), wakes: d.wake }
-}
-
 #[utoipa::path(
     post,
     path = "/v1/tasks/{id}/waits",
@@ -104,7 +99,7 @@ async fn show(rt: Rt, Path(id): Path<String>, Query(q): Query<WaitQuery>) -> Res
 )]
 async fn approve(rt: Rt, Path(id): Path<String>, headers: HeaderMap, b: axum::body::Bytes) -> Result<Json<Delivered>, ApiError> {
     let req: ApproveRequest = body("approve", &b)?;
-    Ok(Json(delivered(&rt.approve(&id, req, &actor(&headers)).await?)))
+    Ok(Json(rt.approve(&id, req, &actor(&headers)).await?))
 }
 
 #[utoipa::path(
@@ -134,7 +129,7 @@ async fn inbox(rt: Rt, Path(id): Path<String>) -> Result<Json<Vec<InboxEvent>>, 
 async fn operator_event(rt: Rt, Path(id): Path<String>, headers: HeaderMap, b: axum::body::Bytes) -> Result<Response, ApiError> {
     let req: EventRequest = serde_json::from_slice(&b).map_err(|e| ApiError::bad_request(format!("malformed event request: {e}")))?;
     let d = rt.operator_event(&id, req, &actor(&headers)).await?;
-    Ok((StatusCode::ACCEPTED, Json(delivered(&d))).into_response())
+    Ok((StatusCode::ACCEPTED, Json(d)).into_response())
 }
 
 #[utoipa::path(
