@@ -5,6 +5,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
 
+// The ledger's own types are the wire's (its `schema` feature).
+pub use cairn_ledger::{KeyInfo, ProblemKind};
+
 /// `GET /v1/tasks/{id}/ledger`: the chain walked and checked against every
 /// signed checkpoint of the task.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
@@ -30,23 +33,6 @@ pub struct LedgerView {
     pub hashes: Vec<(u64, String)>,
 }
 
-/// What happened to the first bad entry of a ledger.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum ProblemKind {
-    /// Its content (or its stored hash) is not what was written.
-    Changed,
-    /// It is missing.
-    Removed,
-    /// It is there, at another position than the one it was written at.
-    Reordered,
-    /// The log up to here is a valid chain, but not the one a checkpoint
-    /// signed: rewritten with recomputed hashes.
-    Rewritten,
-    /// A stored checkpoint does not verify (its signature, or its record).
-    BadCheckpoint,
-}
-
 /// A signed checkpoint of a task's chain head: in a [`LedgerView`], and
 /// the answer of `POST /v1/tasks/{id}/checkpoint`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
@@ -61,19 +47,6 @@ pub struct CheckpointView {
     /// ledger crate's `Envelope` reads and verifies it (the wire model does
     /// no cryptography).
     pub envelope: Value,
-}
-
-/// A public key the node signs or signed with: `GET /v1/keys` lists them,
-/// current first; `POST /v1/keys/rotate` answers the new one.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-pub struct KeyInfo {
-    pub key_id: String,
-    /// The raw ed25519 public key, 64 hex characters.
-    pub public_key: String,
-    pub created_ms: i64,
-    /// The key new signatures are made with.
-    #[serde(default)]
-    pub current: bool,
 }
 
 #[cfg(test)]

@@ -23,6 +23,12 @@ pub mod waits;
 
 pub use error::{ErrorBody, ErrorCode, ErrorDetail};
 
+/// What travels on the wire as core defines it (a task's events, its
+/// snapshots, an inbox event, a command's exit) and how the wire writes a
+/// duration: re-exported, so that the daemon's HTTP front end needs no
+/// crate below the runtime but this one.
+pub use cairn_core::{parse_duration, Event, ExecExit, InboxEvent, Snapshot};
+
 /// Checks an answer type against the JSON the daemon sends: `value`
 /// serialises to an object with exactly the top-level `fields`, and reads
 /// back equal.

@@ -141,8 +141,9 @@ fn write_string(s: &str, out: &mut String) {
     out.push('"');
 }
 
-/// What happened to the first bad entry.
+/// What happened to the first bad entry of a ledger.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum ProblemKind {
     /// Its content (or its stored hash) is not what was written.

@@ -30,8 +30,10 @@ use crate::{Error, Result};
 
 const SECRET_FILE: &str = "signing.key";
 
-/// A public key the node signs or signed with.
+/// A public key the node signs or signed with: `GET /v1/keys` lists them,
+/// current first; `POST /v1/keys/rotate` answers the new one.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub struct KeyInfo {
     pub key_id: String,
     /// The raw ed25519 public key, 64 hex characters.

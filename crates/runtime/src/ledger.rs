@@ -28,18 +28,6 @@ pub fn checkpoint_view(c: &SignedCheckpoint) -> CheckpointView {
     }
 }
 
-/// The wire name of what happened to a ledger's first bad entry.
-pub fn problem_kind(k: ProblemKind) -> cairn_api::ledger::ProblemKind {
-    use cairn_api::ledger::ProblemKind as Wire;
-    match k {
-        ProblemKind::Changed => Wire::Changed,
-        ProblemKind::Removed => Wire::Removed,
-        ProblemKind::Reordered => Wire::Reordered,
-        ProblemKind::Rewritten => Wire::Rewritten,
-        ProblemKind::BadCheckpoint => Wire::BadCheckpoint,
-    }
-}
-
 impl Runtime {
     fn node_keys(&self) -> std::sync::MutexGuard<'_, NodeKeys> {
         self.keys.lock().unwrap_or_else(|e| e.into_inner())
@@ -71,7 +59,7 @@ impl Runtime {
             head: report.head.as_ref().map(|h| h.1.clone()),
             ok: problem.is_none(),
             problem_seq: problem.as_ref().map(|p| p.seq),
-            problem_kind: problem.as_ref().map(|p| problem_kind(p.what)),
+            problem_kind: problem.as_ref().map(|p| p.what),
             problem: problem.map(|p| p.message),
             checkpoint: checkpoints.last().map(checkpoint_view),
             checkpoints: checkpoints.len() as u64,

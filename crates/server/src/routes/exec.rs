@@ -19,7 +19,7 @@ use axum::response::IntoResponse;
 use axum::Json;
 use cairn_api::ErrorBody;
 use cairn_api::exec::{ClientFrame, ExecStart, RunAnswer, RunOutput, RunRequest, ServerFrame, STDERR, STDIN, STDOUT};
-use cairn_core::ExecExit;
+use cairn_api::ExecExit;
 use cairn_runtime::exec::{AdmittedExec, ExecChannel, ExecInput, ExecOutput};
 use cairn_runtime::run::{self, RunStdin};
 use futures_util::{SinkExt, StreamExt};

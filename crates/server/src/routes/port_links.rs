@@ -30,7 +30,7 @@ struct LinkQuery {
 async fn create_link(rt: Rt, Path((id, port)): Path<(String, String)>, Query(q): Query<LinkQuery>) -> Result<Json<Value>, ApiError> {
     let port: u16 = port.parse().ok().filter(|p| *p > 0).ok_or_else(|| ApiError::bad_request(format!("port {port:?} is out of range: give 1 to 65535")))?;
     let ttl = match &q.ttl {
-        Some(t) => cairn_core::parse_duration(t).map_err(|e| ApiError::bad_request(format!("ttl: {e}")))?,
+        Some(t) => cairn_api::parse_duration(t).map_err(|e| ApiError::bad_request(format!("ttl: {e}")))?,
         None => std::time::Duration::from_secs(3600),
     };
     if ttl.is_zero() || ttl > std::time::Duration::from_secs(7 * 24 * 3600) {

@@ -7,7 +7,7 @@ use axum::Json;
 use cairn_api::snapshots::{Diff, ForkRequest, OpProgress, RollbackAnswer, RollbackRequest, SnapshotRequest};
 use cairn_api::tasks::TaskView;
 use cairn_api::ErrorBody;
-use cairn_core::Snapshot;
+use cairn_api::Snapshot;
 use serde::Deserialize;
 
 use super::served::Routes;

@@ -7,7 +7,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use cairn_api::tasks::{CreateRequest, TaskView};
 use cairn_api::ErrorBody;
-use cairn_core::Event;
+use cairn_api::Event;
 use futures_util::StreamExt;
 use serde::Deserialize;
 

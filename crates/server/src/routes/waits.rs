@@ -8,7 +8,7 @@ use axum::Json;
 use cairn_api::tasks::TaskView;
 use cairn_api::waits::{ApproveRequest, Delivered, EventRequest, WaitRequest, WaitView};
 use cairn_api::ErrorBody;
-use cairn_core::InboxEvent;
+use cairn_api::InboxEvent;
 use serde::Deserialize;
 
 use super::served::Routes;
