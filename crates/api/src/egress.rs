@@ -5,6 +5,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
 
+// The proxy's log entries are the wire's (the egress crate's `schema`
+// feature).
+pub use cairn_egress::{Attempt, AttemptKind};
+
 /// Body of `POST /v1/tasks/{id}/egress`: rules to add (each moves out of
 /// the other list if it was there), after clearing both lists if asked.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize, ToSchema)]
@@ -59,76 +63,6 @@ impl Decision {
     }
 }
 
-/// One connection attempt through a task's egress proxy, as its decision
-/// log records it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-pub struct Attempt {
-    pub kind: AttemptKind,
-    /// Normalised when it could be, else as sent (truncated); empty when
-    /// the request named none.
-    pub host: String,
-    /// 0 when the request was too malformed to say.
-    pub port: u16,
-    /// The checked address connected to (or refused, or the last one that
-    /// failed); `None` if no lookup happened.
-    pub address: Option<String>,
-    /// The proxy let the traffic through to the upstream.
-    pub allowed: bool,
-    /// The policy rule that decided, if any.
-    pub rule: Option<String>,
-    /// Why it was allowed, refused or cut.
-    pub reason: String,
-    /// The status the proxy answered with, or the upstream's for a
-    /// forwarded request; `None` when no response was sent.
-    pub status: Option<u16>,
-    pub bytes_up: u64,
-    pub bytes_down: u64,
-    pub duration_ms: u64,
-    /// Set on the entry a tunnel writes when its bytes start to flow (its
-    /// final entry follows with this unset).
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub open: bool,
-    /// An intercepted request's method and path (without the query).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub method: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub path: Option<String>,
-    /// The secrets the proxy put into the request, by name.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub secrets: Vec<String>,
-    /// How many times a secret in the response was replaced by its
-    /// placeholder.
-    #[serde(default, skip_serializing_if = "is_zero")]
-    pub scrubbed: u64,
-}
-
-fn is_zero(n: &u64) -> bool {
-    *n == 0
-}
-
-/// What the client asked the proxy for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum AttemptKind {
-    /// A `CONNECT` tunnel.
-    Connect,
-    /// A plain HTTP request.
-    Http,
-    /// One request inside a tunnel the proxy intercepts (a host with
-    /// request rules or injections).
-    Intercepted,
-}
-
-impl AttemptKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            AttemptKind::Connect => "connect",
-            AttemptKind::Http => "http",
-            AttemptKind::Intercepted => "intercepted",
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -139,7 +73,7 @@ mod tests {
             kind: AttemptKind::Connect,
             host: "docs.example.com".into(),
             port: 443,
-            address: Some("93.184.215.14:443".into()),
+            address: Some("93.184.215.14:443".parse().unwrap_or_else(|e| panic!("{e}"))),
             allowed: true,
             rule: Some("docs.example.com".into()),
             reason: "allowed by docs.example.com".into(),
@@ -168,5 +102,8 @@ mod tests {
         }))
         .unwrap_or_else(|e| panic!("{e}"));
         assert!(open.open && open.kind == AttemptKind::Http);
+        for kind in [AttemptKind::Connect, AttemptKind::Http, AttemptKind::Intercepted] {
+            assert_eq!(serde_json::to_value(kind).ok(), Some(serde_json::json!(kind.as_str())));
+        }
     }
 }

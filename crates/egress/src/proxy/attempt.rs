@@ -17,6 +17,7 @@ pub(crate) const MAX_LOGGED_HOST: usize = 300;
 
 /// What the client asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum AttemptKind {
     /// A `CONNECT` tunnel. Also used for a refused request whose method was
@@ -30,8 +31,20 @@ pub enum AttemptKind {
     Intercepted,
 }
 
-/// One connection attempt, as written to the task's decision log.
+impl AttemptKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AttemptKind::Connect => "connect",
+            AttemptKind::Http => "http",
+            AttemptKind::Intercepted => "intercepted",
+        }
+    }
+}
+
+/// One connection attempt through a task's egress proxy, as written to the
+/// task's decision log.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub struct Attempt {
     pub kind: AttemptKind,
     /// Normalised when it could be normalised, else as sent (truncated to
@@ -41,6 +54,7 @@ pub struct Attempt {
     pub port: u16,
     /// The checked address connected to (or refused, or the last one that
     /// failed); `None` if no lookup happened.
+    #[cfg_attr(feature = "schema", schema(value_type = Option<String>))]
     pub address: Option<SocketAddr>,
     /// True only if the proxy let the traffic through to the upstream: a
     /// forwarded HTTP request, or a tunnel past its checks. A tunnel later
