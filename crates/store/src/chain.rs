@@ -89,6 +89,41 @@ impl Head {
     }
 }
 
+/// What a backend does for [`append`]: read a task's head, write rows.
+pub(crate) trait EventRows {
+    async fn head(&mut self, task: &str) -> sqlx::Result<Head>;
+    /// At most [`ROWS_PER_INSERT`] rows, in one statement.
+    async fn insert(&mut self, rows: &[Row]) -> sqlx::Result<()>;
+}
+
+/// Appends one event to its task's log; returns its seq.
+pub(crate) async fn append_one(conn: &mut impl EventRows, ev: &NewEvent) -> sqlx::Result<u64> {
+    let row = conn.head(ev.task.as_str()).await?.next(ev, crate::now_ms());
+    conn.insert(std::slice::from_ref(&row)).await?;
+    Ok(row.seq)
+}
+
+/// Appends `events` (of one or more tasks, each task's in order): each
+/// task's head read once, the entries written [`ROWS_PER_INSERT`] to a
+/// statement.
+pub(crate) async fn append(conn: &mut impl EventRows, events: &[NewEvent]) -> sqlx::Result<()> {
+    let mut heads: std::collections::HashMap<&str, Head> = std::collections::HashMap::new();
+    let mut rows = Vec::with_capacity(events.len());
+    for ev in events {
+        let task = ev.task.as_str();
+        if !heads.contains_key(task) {
+            heads.insert(task, conn.head(task).await?);
+        }
+        if let Some(head) = heads.get_mut(task) {
+            rows.push(head.next(ev, crate::now_ms()));
+        }
+    }
+    for chunk in rows.chunks(ROWS_PER_INSERT) {
+        conn.insert(chunk).await?;
+    }
+    Ok(())
+}
+
 /// The tasks of `events`, each once, in the order they first appear.
 pub(crate) fn distinct_tasks(events: &[NewEvent]) -> Vec<&cairn_core::TaskId> {
     let mut tasks: Vec<&cairn_core::TaskId> = Vec::new();

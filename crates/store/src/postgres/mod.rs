@@ -552,36 +552,24 @@ pub(crate) async fn insert_task_row(conn: &mut PgConnection, task: &Task) -> Res
 /// key, as in SQLite.
 pub(crate) async fn insert_event(conn: &mut PgConnection, ev: &NewEvent) -> sqlx::Result<u64> {
     lock_task(conn, &ev.task).await?;
-    let row = head(conn, ev.task.as_str()).await?.next(ev, now_ms());
-    crate::chain::insert::<sqlx::Postgres>(std::slice::from_ref(&row)).build().execute(&mut *conn).await?;
-    Ok(row.seq)
+    crate::chain::append_one(conn, ev).await
 }
 
-/// Appends `events` (of one or more tasks, each task's in order): each
-/// task's head read once, the entries written [`crate::chain::ROWS_PER_INSERT`] to a statement.
-/// The caller holds the tasks' row locks ([`lock_tasks`]).
+/// Appends `events` (see [`crate::chain::append`]). The caller holds the
+/// tasks' row locks ([`lock_tasks`]).
 pub(crate) async fn insert_events(conn: &mut PgConnection, events: &[NewEvent]) -> sqlx::Result<()> {
-    let mut heads: std::collections::HashMap<&str, crate::chain::Head> = std::collections::HashMap::new();
-    let mut rows = Vec::with_capacity(events.len());
-    for ev in events {
-        let task = ev.task.as_str();
-        if !heads.contains_key(task) {
-            heads.insert(task, head(conn, task).await?);
-        }
-        if let Some(head) = heads.get_mut(task) {
-            rows.push(head.next(ev, now_ms()));
-        }
-    }
-    for chunk in rows.chunks(crate::chain::ROWS_PER_INSERT) {
-        crate::chain::insert::<sqlx::Postgres>(chunk).build().execute(&mut *conn).await?;
-    }
-    Ok(())
+    crate::chain::append(conn, events).await
 }
 
-/// Where `task`'s log ends now.
-async fn head(conn: &mut PgConnection, task: &str) -> sqlx::Result<crate::chain::Head> {
-    let last = sqlx::query("SELECT seq, hash FROM events WHERE task_id = $1 ORDER BY seq DESC LIMIT 1").bind(task).fetch_optional(&mut *conn).await?;
-    Ok(crate::chain::Head::from_last(task, last.map(|r| (r.get::<i64, _>(0), r.get::<Option<String>, _>(1)))))
+impl crate::chain::EventRows for PgConnection {
+    async fn head(&mut self, task: &str) -> sqlx::Result<crate::chain::Head> {
+        let last = sqlx::query("SELECT seq, hash FROM events WHERE task_id = $1 ORDER BY seq DESC LIMIT 1").bind(task).fetch_optional(&mut *self).await?;
+        Ok(crate::chain::Head::from_last(task, last.map(|r| (r.get::<i64, _>(0), r.get::<Option<String>, _>(1)))))
+    }
+
+    async fn insert(&mut self, rows: &[crate::chain::Row]) -> sqlx::Result<()> {
+        crate::chain::insert::<sqlx::Postgres>(rows).build().execute(&mut *self).await.map(|_| ())
+    }
 }
 
 fn task_from_row(r: &PgRow) -> Result<Task> {
