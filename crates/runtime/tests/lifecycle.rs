@@ -446,15 +446,24 @@ fn every_lifecycle_test_here_runs_without_root() {
     if !rustix::process::geteuid().is_root() {
         return; // this run is the unprivileged one
     }
-    let me = std::env::current_exe().unwrap();
-    let scratch = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(scratch.path(), std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    // A copy of this binary where `nobody` can run it (the checkout may sit
+    // in a directory only root enters), and a directory it may write in.
+    let scratch = tempfile::Builder::new().prefix("cairn-nobody-").tempdir_in("/tmp").unwrap();
+    std::fs::set_permissions(scratch.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let me = scratch.path().join("lifecycle");
+    std::fs::copy(std::env::current_exe().unwrap(), &me).unwrap();
+    std::fs::set_permissions(&me, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let writable = scratch.path().join("tmp");
+    std::fs::create_dir(&writable).unwrap();
+    std::fs::set_permissions(&writable, std::fs::Permissions::from_mode(0o777)).unwrap();
     let out = std::process::Command::new("setpriv")
         .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all", "--"])
         .arg(&me)
         .args(["--skip", "every_lifecycle_test_here_runs_without_root", "--test-threads=2"])
-        .env("TMPDIR", scratch.path())
-        .env("HOME", scratch.path())
+        .current_dir(&writable)
+        .env("TMPDIR", &writable)
+        .env("HOME", &writable)
         .stdin(std::process::Stdio::null())
         .output()
         .expect("setpriv (util-linux) runs this binary as nobody");
