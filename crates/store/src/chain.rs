@@ -22,8 +22,8 @@ pub(crate) struct Head {
 /// One entry ready to be written.
 #[derive(Debug)]
 pub(crate) struct Row {
-    pub task: String,
-    pub seq: u64,
+    task: String,
+    seq: u64,
     time_ms: i64,
     kind: &'static str,
     actor: String,
@@ -107,16 +107,16 @@ pub(crate) async fn append_one(conn: &mut impl EventRows, ev: &NewEvent) -> sqlx
 /// task's head read once, the entries written [`ROWS_PER_INSERT`] to a
 /// statement.
 pub(crate) async fn append(conn: &mut impl EventRows, events: &[NewEvent]) -> sqlx::Result<()> {
-    let mut heads: std::collections::HashMap<&str, Head> = std::collections::HashMap::new();
+    use std::collections::hash_map::{Entry, HashMap};
+    let mut heads: HashMap<&str, Head> = HashMap::new();
     let mut rows = Vec::with_capacity(events.len());
     for ev in events {
         let task = ev.task.as_str();
-        if !heads.contains_key(task) {
-            heads.insert(task, conn.head(task).await?);
-        }
-        if let Some(head) = heads.get_mut(task) {
-            rows.push(head.next(ev, crate::now_ms()));
-        }
+        let head = match heads.entry(task) {
+            Entry::Occupied(e) => e.into_mut(),
+            Entry::Vacant(e) => e.insert(conn.head(task).await?),
+        };
+        rows.push(head.next(ev, crate::now_ms()));
     }
     for chunk in rows.chunks(ROWS_PER_INSERT) {
         conn.insert(chunk).await?;

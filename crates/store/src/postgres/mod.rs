@@ -300,7 +300,7 @@ impl EventStore for PostgresStore {
         for task in crate::chain::distinct_tasks(events) {
             self.fence(&mut tx, task, Fence::Writer).await?;
         }
-        insert_events(&mut tx, events).await.map_err(q)?;
+        crate::chain::append(&mut *tx, events).await.map_err(q)?;
         self.commit(tx, events.iter().map(|e| &e.task)).await.map_err(q)
     }
 
@@ -553,12 +553,6 @@ pub(crate) async fn insert_task_row(conn: &mut PgConnection, task: &Task) -> Res
 pub(crate) async fn insert_event(conn: &mut PgConnection, ev: &NewEvent) -> sqlx::Result<u64> {
     lock_task(conn, &ev.task).await?;
     crate::chain::append_one(conn, ev).await
-}
-
-/// Appends `events` (see [`crate::chain::append`]). The caller holds the
-/// tasks' row locks ([`lock_tasks`]).
-pub(crate) async fn insert_events(conn: &mut PgConnection, events: &[NewEvent]) -> sqlx::Result<()> {
-    crate::chain::append(conn, events).await
 }
 
 impl crate::chain::EventRows for PgConnection {

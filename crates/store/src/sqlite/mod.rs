@@ -279,7 +279,7 @@ impl EventStore for SqliteStore {
         for task in crate::chain::distinct_tasks(events) {
             self.fence(&mut tx, task, Fence::Writer).await?;
         }
-        insert_events(&mut tx, events).await.map_err(q)?;
+        crate::chain::append(&mut *tx, events).await.map_err(q)?;
         self.commit(tx, events.iter().map(|e| &e.task)).await.map_err(q)
     }
 
@@ -494,11 +494,6 @@ pub(crate) async fn insert_task_row(conn: &mut sqlx::SqliteConnection, task: &Ta
 /// the same seq if one tried).
 pub(crate) async fn insert_event(conn: &mut sqlx::SqliteConnection, ev: &NewEvent) -> sqlx::Result<u64> {
     crate::chain::append_one(conn, ev).await
-}
-
-/// Appends `events` (see [`crate::chain::append`]).
-pub(crate) async fn insert_events(conn: &mut sqlx::SqliteConnection, events: &[NewEvent]) -> sqlx::Result<()> {
-    crate::chain::append(conn, events).await
 }
 
 impl crate::chain::EventRows for sqlx::SqliteConnection {
