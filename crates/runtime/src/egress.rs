@@ -9,7 +9,7 @@ use std::sync::Arc;
 use cairn_core::{EgressRules, EventKind, NewEvent, TaskId};
 use serde::Deserialize;
 use cairn_egress::{Attempt, Policy, ProxyConfig, SystemResolver, TaskProxy};
-use cairn_sandbox::{InitProcess, SandboxDriver};
+use cairn_sandbox::InitProcess;
 use cairn_store::SharedStore;
 use serde_json::json;
 use tokio::sync::{mpsc, watch};
@@ -169,19 +169,14 @@ impl Egress {
         &self,
         store: &SharedStore,
         metrics: &Arc<crate::metrics::Metrics>,
-        driver: &Arc<dyn SandboxDriver>,
+        driver: &crate::driver::Driver,
         task: &TaskId,
         rules: &EgressRules,
         init: InitProcess,
         interception: Option<(cairn_egress::proxy::Interception, watch::Sender<Arc<cairn_egress::proxy::SecretValues>>)>,
     ) -> Option<Proxy> {
-        let (d, id) = (driver.clone(), task.to_string());
-        let listener = match tokio::task::spawn_blocking(move || d.proxy_listener(&id)).await {
-            Ok(Ok(l)) => l,
-            Ok(Err(e)) => {
-                tracing::error!(task = %task, "cannot serve the egress proxy: {e}");
-                return None;
-            }
+        let listener = match driver.proxy_listener(task.as_str()).await {
+            Ok(l) => l,
             Err(e) => {
                 tracing::error!(task = %task, "cannot serve the egress proxy: {e}");
                 return None;

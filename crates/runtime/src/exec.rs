@@ -192,15 +192,12 @@ async fn run<C: ExecChannel>(tasks: &Arc<Runtime>, id: &str, actor: &str, start:
     let _busy = tasks.mark_busy(&task.id);
     let t_step = t0.elapsed();
     let begun = Instant::now();
-    let oom_before = tasks.driver.oom_kills(task.id.as_str()).unwrap_or(0);
+    let oom_before = tasks.driver.oom_kills(task.id.as_str()).await.unwrap_or(0);
 
     let tty = start.tty.map(|t| WinSize { rows: t.rows, cols: t.cols });
     let req = ExecRequest { argv: argv.clone(), env, cwd: workdir.clone(), tty, user: user.clone() };
     let io = Stdio::new(start.stdin, start.tty.is_some()).map_err(|e| Error::internal_from(e).context("pipes"))?;
-    let driver = tasks.driver.clone();
-    let tid = task.id.to_string();
-    let child_fds = io.child_fds();
-    let started = tokio::task::spawn_blocking(move || driver.exec(&tid, &req, &child_fds)).await??;
+    let started = tasks.driver.exec(task.id.as_str(), req, io.child_fds()).await?;
     let mut io = io.parent_side();
     let t_started = t0.elapsed();
     let mut args = json!({ "argv": argv, "workdir": workdir, "tty": start.tty.is_some(), "step": step });
@@ -223,7 +220,7 @@ async fn run<C: ExecChannel>(tasks: &Arc<Runtime>, id: &str, actor: &str, start:
             let (code, signal, timed_out) = pump(cmd, &mut io, ws, start.timeout_ms, signaller).await;
             // Any OOM kill in the task's cgroup while the command ran counts:
             // a shell reports its killed child as exit 137, not as a signal.
-            let oom_killed = tasks.driver.oom_kills(task.id.as_str()).unwrap_or(0) > oom_before;
+            let oom_killed = tasks.driver.oom_kills(task.id.as_str()).await.unwrap_or(0) > oom_before;
             let exit_code = if timed_out {
                 ExecExit::TIMEOUT_CODE
             } else {
@@ -402,21 +399,16 @@ async fn pump<C: ExecChannel>(cmd: RunningCommand, io: &mut ParentIo, ws: &mut C
     (code, signal, false)
 }
 
-/// Sends signals to a running command through the driver, off the async
-/// threads; a failure is logged (the command may have just ended).
+/// Sends signals to a running command through the driver; a failure is
+/// logged (the command may have just ended).
 struct Signaller {
-    driver: Arc<dyn cairn_sandbox::SandboxDriver>,
+    driver: crate::driver::Driver,
     task: String,
 }
 
 impl Signaller {
     fn send(&self, pid: i32, signal: i32) {
-        let (driver, task) = (self.driver.clone(), self.task.clone());
-        tokio::task::spawn_blocking(move || match driver.signal(&task, pid, signal) {
-            Ok(Ok(())) => {}
-            Ok(Err(why)) => tracing::debug!("signal {signal} for command {pid} of task {task}: {why}"),
-            Err(e) => tracing::warn!("signal {signal} for command {pid} of task {task}: {e}"),
-        });
+        self.driver.signal(&self.task, pid, signal);
     }
 }
 

@@ -77,10 +77,10 @@ pub async fn download(tasks: Arc<Runtime>, id: &str, path: String, links: Links,
     let begun = Instant::now();
     let links = link_policy(links);
     let (task, live) = tasks.running(id, &actor).await?;
-    let (driver, tid) = (tasks.driver.clone(), task.id.to_string());
+    let tid = task.id.to_string();
     let p = path.clone();
     // Resolve first, so a bad path is a clean error status, not a broken body.
-    let located = tokio::task::spawn_blocking(move || -> Result<_, cairn_sandbox::Error> {
+    let located = tasks.driver.run(move |driver| -> Result<_, cairn_sandbox::Error> {
         let root = SandboxRoot::new(driver.open_root(&tid, live.init)?);
         let l = root.locate(&p)?;
         if files::kind_at(&l.dir, &l.name)? == Kind::Missing {
@@ -138,11 +138,11 @@ where
     if name.is_empty() || name.contains('/') || name == "." || name == ".." {
         return Err(Error::invalid(format!("invalid top-level name {name:?} for the copied tree")));
     }
-    let (driver, tid) = (tasks.driver.clone(), task.id.to_string());
+    let tid = task.id.to_string();
     let owner = Owner { uid: live.ids.host_id(0), gid: live.ids.host_id(0) };
     let reader = tokio_util::io::SyncIoBridge::new(tokio_util::io::StreamReader::new(body));
     let p = path.clone();
-    let result = tokio::task::spawn_blocking(move || -> Result<(u64, String), cairn_sandbox::Error> {
+    let result = tasks.driver.run(move |driver| -> Result<(u64, String), cairn_sandbox::Error> {
         let root = SandboxRoot::new(driver.open_root(&tid, live.init)?);
         let (n, at) = files::copy_in(&root, &p, OsStr::new(&name), reader, owner)?;
         Ok((n, at.display().to_string()))
@@ -169,8 +169,8 @@ pub const MAX_LISTING: usize = 10_000;
 pub async fn list_dir(tasks: Arc<Runtime>, id: &str, path: String, actor: String) -> Result<cairn_api::files::DirListing, Error> {
     use cairn_api::files::{DirEntry, DirListing, EntryKind};
     let (task, live) = tasks.running(id, &actor).await?;
-    let (driver, tid) = (tasks.driver.clone(), task.id.to_string());
-    let listed = tokio::task::spawn_blocking(move || -> Result<_, cairn_sandbox::Error> {
+    let tid = task.id.to_string();
+    let listed = tasks.driver.run(move |driver| -> Result<_, cairn_sandbox::Error> {
         let root = SandboxRoot::new(driver.open_root(&tid, live.init)?);
         let (dir, resolved) = root.resolve(&path)?;
         let (entries, truncated) = files::list_dir(&dir, MAX_LISTING).map_err(|e| match e {
@@ -211,8 +211,8 @@ pub const MAX_FILE: u64 = 64 << 20;
 pub async fn read_one(tasks: Arc<Runtime>, id: &str, path: String, actor: String) -> Result<Vec<u8>, Error> {
     let begun = Instant::now();
     let (task, live) = tasks.running(id, &actor).await?;
-    let (driver, tid, p) = (tasks.driver.clone(), task.id.to_string(), path.clone());
-    let result = tokio::task::spawn_blocking(move || -> Result<Vec<u8>, cairn_sandbox::Error> {
+    let (tid, p) = (task.id.to_string(), path.clone());
+    let result = tasks.driver.run(move |driver| -> Result<Vec<u8>, cairn_sandbox::Error> {
         let root = SandboxRoot::new(driver.open_root(&tid, live.init)?);
         let l = root.locate(&p)?;
         // Named for the message only: a swap after this check is still
@@ -255,10 +255,10 @@ pub async fn write_one(tasks: Arc<Runtime>, id: &str, path: String, data: bytes:
         Some(n) if !n.is_empty() && n != "." && n != ".." => n.to_owned(),
         _ => return Err(Error::invalid(format!("path {path:?} does not name a file"))),
     };
-    let (driver, tid, p) = (tasks.driver.clone(), task.id.to_string(), path.clone());
+    let (tid, p) = (task.id.to_string(), path.clone());
     let owner = Owner { uid: live.ids.host_id(0), gid: live.ids.host_id(0) };
     let len = data.len();
-    let result = tokio::task::spawn_blocking(move || -> Result<(), cairn_sandbox::Error> {
+    let result = tasks.driver.run(move |driver| -> Result<(), cairn_sandbox::Error> {
         let mut header = tar::Header::new_gnu();
         header.set_entry_type(tar::EntryType::Regular);
         header.set_mode(0o644);

@@ -36,10 +36,8 @@ impl Runtime {
             return Ok(false);
         };
         let ran_elsewhere = lease.last_node.as_deref().is_some_and(|n| n != self.node.name);
-        if ran_elsewhere && self.live(task).is_none() && self.driver.has_disk(task.as_str()) {
-            let driver = self.driver.clone();
-            let id = task.to_string();
-            tokio::task::spawn_blocking(move || driver.discard_disk(&id)).await??;
+        if ran_elsewhere && self.live(task).is_none() && self.driver.has_disk(task.as_str()).await? {
+            self.driver.discard_disk(task.as_str()).await?;
             tracing::info!(task = %task, "dropped the local disk: node {} ran the task since", lease.last_node.unwrap_or_default());
         }
         Ok(true)
@@ -114,11 +112,10 @@ impl Runtime {
     /// or that this store does not know (a helper started ahead), is left
     /// alone.
     pub(crate) async fn sweep_leftovers(&self) -> Result<(), Error> {
-        let driver = self.driver.clone();
-        let names = tokio::task::spawn_blocking(move || driver.leftovers()).await??;
+        let names = self.driver.leftovers().await?;
         for name in names {
             let Ok(id) = name.parse::<TaskId>() else { continue };
-            if self.live(&id).is_some() || !self.driver.has_local_state(&name) {
+            if self.live(&id).is_some() || !self.driver.has_local_state(&name).await? {
                 continue;
             }
             let cell = self.lock_of(&id);
@@ -128,13 +125,12 @@ impl Runtime {
                 Err(cairn_store::Error::UnknownTask(_)) => continue,
                 Err(e) => return Err(e.into()),
             };
-            let driver = self.driver.clone();
             if task.state.is_terminal() {
-                tokio::task::spawn_blocking(move || driver.destroy(&name, None)).await??;
+                self.driver.destroy(&name, None).await??;
                 self.cells.remove(&id);
                 tracing::info!(task = %id, "removed what this node kept of a task ended elsewhere");
-            } else if self.store.lease(&id).await?.last_node.is_some_and(|n| n != self.node.name) && self.driver.has_disk(&name) {
-                tokio::task::spawn_blocking(move || driver.discard_disk(&name)).await??;
+            } else if self.store.lease(&id).await?.last_node.is_some_and(|n| n != self.node.name) && self.driver.has_disk(&name).await? {
+                self.driver.discard_disk(&name).await?;
                 tracing::info!(task = %id, "dropped the local disk: another node ran the task since");
             }
         }
@@ -148,16 +144,14 @@ impl Runtime {
         let _guard = lock.lock().await;
         let Some(live) = self.live(task) else { return };
         tracing::warn!(task = %task, "another node took the task's lease: removing its sandbox here");
-        let driver = self.driver.clone();
-        let id = task.to_string();
         let init = live.init;
-        if let Ok(Err(e)) = tokio::task::spawn_blocking(move || driver.destroy(&id, Some(init))).await {
+        if let Ok(Err(e)) = self.driver.destroy(task.as_str(), Some(init)).await {
             tracing::warn!(task = %task, "removing the sandbox of a lost lease: {e}");
         }
         reaper::reap(init.pid);
         self.set_live(task, None);
         if let Ok(Some(row)) = self.store.sandbox(task).await {
-            self.driver.release_slot(row.uid_slot, task.as_str());
+            self.driver.release_slot(row.uid_slot, task.as_str()).await;
         }
     }
 

@@ -9,6 +9,8 @@
 //! - `materialise.rs`: restore a snapshot into a fresh sandbox and start it,
 //!   with a named policy for a failed restore (wake, recovery, rollback, fork).
 //! - `slots.rs`: uid slots, claimed in the store and reserved on the host.
+//! - `driver.rs`: the sandbox driver as the async engine calls it (the
+//!   one place its blocking calls go to the blocking pool).
 //! - `wakes.rs`: the wake scheduler (deduplicated, a bounded number at once).
 //! - [`admission`]: the bounds on commands and event streams held open at
 //!   once, per task and per daemon (past one: 429), and the descriptor
@@ -47,6 +49,7 @@ pub mod config;
 mod crash_points;
 pub mod deadline;
 pub mod deliver;
+mod driver;
 pub mod egress;
 mod error;
 pub mod exec;

@@ -181,7 +181,6 @@ impl Runtime {
             None => self.claim_slot(&task.id).await?,
         };
         let ids = self.driver.uid_range(slot, task.config.isolation)?;
-        let driver = self.driver.clone();
         // A task with request rules trusts its CA through a layer over the image.
         // (A fork, a rollback to a config with rules, or a wake of a task
         // given rules while it slept get theirs here.)
@@ -189,8 +188,7 @@ impl Runtime {
         if let Some(pem) = self.ensure_task_ca(&task.id, &task.config.egress).await? {
             image2.trust = Some(self.trust_layer(&task.id, image, pem).await?);
         }
-        let (id, config) = (task.id.to_string(), task.config.clone());
-        let started = tokio::task::spawn_blocking(move || driver.start(&id, &config, &image2, slot, ahead)).await?;
+        let started = self.driver.start(task.id.as_str(), task.config.clone(), image2, slot, ahead).await?;
         let duration_ms = Some(begun.elapsed().as_millis() as u64);
         let mut event = NewEvent {
             task: task.id.clone(),
@@ -214,7 +212,7 @@ impl Runtime {
             }
             Err(failed) => {
                 let msg = format!("sandbox failed to start: {failed}");
-                self.driver.release_slot(slot, task.id.as_str());
+                self.driver.release_slot(slot, task.id.as_str()).await;
                 self.store.release_sandbox(&task.id).await?;
                 if let Err(e) = self.store.transition(&task.id, task.state, Transition::Fail).await {
                     tracing::error!(task = %task.id, "marking the task failed after its sandbox failed to start: {e}");
@@ -341,9 +339,7 @@ impl Runtime {
     pub(crate) async fn end_sandbox(&self, task: &Task, end: Transition) -> Result<Result<(), cairn_sandbox::Error>, Error> {
         self.store.transition(&task.id, task.state, end).await?;
         let init = self.recorded_init(&task.id).await?;
-        let driver = self.driver.clone();
-        let id = task.id.to_string();
-        let result = tokio::task::spawn_blocking(move || driver.destroy(&id, init)).await?;
+        let result = self.driver.destroy(task.id.as_str(), init).await?;
         if let Some(i) = init {
             reaper::reap(i.pid);
         }
@@ -389,7 +385,6 @@ impl Runtime {
                 continue;
             }
             let init = row.init_pid.zip(row.init_start_time).map(|(pid, start_time)| InitProcess { pid, start_time });
-            let driver = self.driver.clone();
             let id = task.id.to_string();
             let state = match init {
                 Some(i) if !task.state.is_terminal() => Some(settled_state(i).await),
@@ -402,22 +397,24 @@ impl Runtime {
             }
             let unknown = matches!(state, Some(InitState::Unknown(_)));
             let healthy = match state {
-                Some(InitState::Running | InitState::Unknown(_)) => tokio::task::spawn_blocking(move || {
-                    // A daemon killed during a snapshot leaves the sandbox
-                    // frozen; thaw it so it can answer and run again.
-                    if let Err(e) = driver.thaw(&id) {
-                        tracing::warn!(task = %id, "thaw after restart: {e}");
-                    }
-                    unknown || driver.ping(&id).is_ok()
-                })
-                .await
-                .unwrap_or(false),
+                Some(InitState::Running | InitState::Unknown(_)) => self
+                    .driver
+                    .run(move |driver| {
+                        // A daemon killed during a snapshot leaves the sandbox
+                        // frozen; thaw it so it can answer and run again.
+                        if let Err(e) = driver.thaw(&id) {
+                            tracing::warn!(task = %id, "thaw after restart: {e}");
+                        }
+                        unknown || driver.ping(&id).is_ok()
+                    })
+                    .await
+                    .unwrap_or(false),
                 _ => false,
             };
             if healthy {
                 let ids = self.driver.uid_range(row.uid_slot, task.config.isolation)?;
                 if let Some(i) = init {
-                    let _ = self.driver.adopt_slot(row.uid_slot, task.id.as_str(), i);
+                    let _ = self.driver.adopt_slot(row.uid_slot, task.id.as_str(), i).await;
                 }
                 let live = init.map(|init| Live { init, ids });
                 self.set_live(&task.id, live);
@@ -445,8 +442,7 @@ impl Runtime {
             }
         }
         // Host leftovers of tasks that are gone or destroyed.
-        let driver = self.driver.clone();
-        let leftovers = tokio::task::spawn_blocking(move || driver.leftovers()).await??;
+        let leftovers = self.driver.leftovers().await?;
         for name in leftovers {
             let Ok(id) = name.parse::<TaskId>() else { continue };
             let t = tasks.iter().find(|t| t.id == id);
@@ -456,12 +452,10 @@ impl Runtime {
             }
             // Cgroups are host-wide: one this store never heard of and with
             // nothing in this home belongs to another daemon's home.
-            if t.is_none() && !self.driver.has_local_state(&name) {
+            if t.is_none() && !self.driver.has_local_state(&name).await? {
                 continue;
             }
-            let driver = self.driver.clone();
-            let n = name.clone();
-            if let Err(e) = tokio::task::spawn_blocking(move || driver.destroy(&n, None)).await? {
+            if let Err(e) = self.driver.destroy(&name, None).await? {
                 tracing::warn!(task = %name, "cannot remove leftovers: {e}");
             }
         }
@@ -480,9 +474,7 @@ impl Runtime {
 
     pub(crate) async fn mark_lost(&self, task: &Task, init: Option<InitProcess>, why: &str) -> Result<(), Error> {
         tracing::warn!(task = %task.id, "{why}");
-        let driver = self.driver.clone();
-        let id = task.id.to_string();
-        let teardown = tokio::task::spawn_blocking(move || driver.teardown(&id, init, true)).await?;
+        let teardown = self.driver.teardown(task.id.as_str(), init, true).await?;
         if let Some(i) = init {
             reaper::reap(i.pid);
         }
@@ -511,15 +503,7 @@ impl Runtime {
     }
 
     pub(crate) fn wake_pool_refill(&self) {
-        let driver = self.driver.clone();
-        tokio::task::spawn_blocking(move || {
-            if let Err(e) = driver.refill_disk_pool() {
-                tracing::warn!("disk pool refill: {e}");
-            }
-            if let Err(e) = driver.refill_prestarted() {
-                tracing::warn!("helper pool refill: {e}");
-            }
-        });
+        self.driver.refill();
     }
 
     /// Background work: keep the disk pool full, notice sandboxes whose

@@ -69,8 +69,7 @@ impl Runtime {
     /// in all that the host's disk space cannot promise (the start checks
     /// again when it makes each disk).
     pub(crate) async fn admit_disks(&self, disk_bytes: u64) -> Result<(), Error> {
-        let driver = self.driver.clone();
-        Ok(tokio::task::spawn_blocking(move || driver.admit_disks(disk_bytes)).await??)
+        self.driver.admit_disks(disk_bytes).await
     }
 
     /// Makes the task's disk from `source` on uid `slot` (claimed by the
@@ -106,8 +105,8 @@ impl Runtime {
         // Whether the start continues a checkpoint the disk holds (looked at
         // with the disk in place: a wake on the cached disk mounts it here).
         let resumed = task.config.isolation.keeps_memory() && {
-            let (driver, id, bytes) = (self.driver.clone(), task.id.to_string(), task.config.limits.disk_bytes);
-            tokio::task::spawn_blocking(move || driver.prepare_disk(&id, bytes).map(|_| driver.has_checkpoint(&id))).await??
+            self.driver.prepare_disk(task.id.as_str(), task.config.limits.disk_bytes).await?;
+            self.driver.has_checkpoint(task.id.as_str()).await?
         };
         self.start(task, image, actor, ahead, Some(slot)).await?;
         let ready_ms = begun.elapsed().as_secs_f64() * 1000.0;
@@ -126,9 +125,7 @@ impl Runtime {
             }
             OnRestoreFailure::FailNewTask => {
                 self.store.transition(&task.id, TaskState::Running, Transition::Fail).await?;
-                let driver = self.driver.clone();
-                let tid = task.id.to_string();
-                if let Err(e) = tokio::task::spawn_blocking(move || driver.destroy(&tid, None)).await? {
+                if let Err(e) = self.driver.destroy(task.id.as_str(), None).await? {
                     tracing::warn!(task = %task.id, "removing the disk of a failed fork: {e}");
                 }
             }

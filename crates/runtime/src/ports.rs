@@ -78,8 +78,7 @@ impl Runtime {
             return Err(Error::invalid("port 0 is no port: give 1 to 65535"));
         }
         let (task, _live) = self.running(id, actor).await?;
-        let (driver, tid) = (self.driver.clone(), task.id.to_string());
-        let made = tokio::task::spawn_blocking(move || driver.connect_port(&tid, port)).await??;
+        let made = self.driver.connect_port(task.id.as_str(), port).await?;
         let refused = |why: String| Error::Unavailable(format!("port {port} of task {}: {why}", task.id));
         let internal = |e: std::io::Error| Error::internal_from(e).context("the port connection");
         let stream = match made.map_err(refused)? {

@@ -45,7 +45,7 @@ pub struct Runtime {
     pub(crate) home: PathBuf,
     pub(crate) store: SharedStore,
     pub(crate) images: ImageStore,
-    pub(crate) driver: Arc<dyn SandboxDriver>,
+    pub(crate) driver: crate::driver::Driver,
     pub(crate) snaps: crate::snapshot::SnapshotState,
     /// Signs approval links.
     pub(crate) link_key: crate::gateway::approval::LinkKey,
@@ -162,7 +162,7 @@ impl Runtime {
             home: home.root().to_owned(),
             store,
             images,
-            driver,
+            driver: crate::driver::Driver::new(driver),
             snaps: crate::snapshot::SnapshotState::new(repo, risk, config.gc_grace),
             link_key,
             secrets,
@@ -332,8 +332,7 @@ impl Runtime {
                 proxy.stop().await;
             }
         }
-        let driver = self.driver.clone();
-        let _ = tokio::task::spawn_blocking(move || driver.close()).await;
+        self.driver.close().await;
     }
 
     /// Appends an event; a failure to log is reported, not returned (the

@@ -31,9 +31,8 @@ impl Runtime {
                 // the daemon's own work (the service itself too, for now).
                 user: None,
             };
-            let driver = self.driver.clone();
             let tid = task.id.to_string();
-            let code = tokio::task::spawn_blocking(move || -> Result<i32, Error> {
+            let code = self.driver.run(move |driver| -> Result<i32, Error> {
                 let null = std::fs::File::open("/dev/null").map_err(|e| Error::internal_from(e).context("/dev/null"))?;
                 let fd = null.as_raw_fd();
                 match driver.exec(&tid, &req, &[fd, fd, fd])? {

@@ -16,9 +16,7 @@ impl Runtime {
         let mut min = 0;
         loop {
             let slot = self.store.claim_sandbox_slot_from(id, min).await?;
-            let driver = self.driver.clone();
-            let tid = id.to_string();
-            match tokio::task::spawn_blocking(move || driver.reserve_slot(slot, &tid)).await? {
+            match self.driver.reserve_slot(slot, id.as_str()).await {
                 Ok(true) => return Ok(slot),
                 Ok(false) => {
                     self.store.release_sandbox(id).await?;
@@ -26,7 +24,7 @@ impl Runtime {
                 }
                 Err(e) => {
                     self.store.release_sandbox(id).await?;
-                    return Err(e.into());
+                    return Err(e);
                 }
             }
         }
@@ -36,9 +34,7 @@ impl Runtime {
     pub(crate) async fn claim_slot_preferring(&self, id: &TaskId, previous: Option<u32>) -> Result<u32, Error> {
         if let Some(p) = previous {
             if self.store.try_claim_sandbox_slot(id, p).await? {
-                let driver = self.driver.clone();
-                let tid = id.to_string();
-                if tokio::task::spawn_blocking(move || driver.reserve_slot(p, &tid)).await?? {
+                if self.driver.reserve_slot(p, id.as_str()).await? {
                     return Ok(p);
                 }
                 self.store.release_sandbox(id).await?;
@@ -49,7 +45,7 @@ impl Runtime {
 
     pub(crate) async fn release_slot(&self, id: &TaskId) -> Result<(), Error> {
         if let Some(row) = self.store.sandbox(id).await? {
-            self.driver.release_slot(row.uid_slot, id.as_str());
+            self.driver.release_slot(row.uid_slot, id.as_str()).await;
         }
         self.store.release_sandbox(id).await?;
         Ok(())

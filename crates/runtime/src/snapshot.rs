@@ -59,18 +59,19 @@ pub(crate) enum WithMemory {
     ThenStop,
 }
 
-/// Freezes a task's sandbox for a consistent capture.
-pub(crate) struct SandboxFreezer {
-    driver: Arc<dyn SandboxDriver>,
-    task: String,
+/// Freezes a task's sandbox for a consistent capture (on the blocking
+/// pool, inside the capture).
+pub(crate) struct SandboxFreezer<'a> {
+    driver: &'a dyn SandboxDriver,
+    task: &'a str,
 }
 
-impl cairn_snapshot::Freezer for SandboxFreezer {
+impl cairn_snapshot::Freezer for SandboxFreezer<'_> {
     fn freeze(&self) -> Result<(), String> {
-        self.driver.freeze(&self.task).map_err(|e| e.to_string())
+        self.driver.freeze(self.task).map_err(|e| e.to_string())
     }
     fn thaw(&self) -> Result<(), String> {
-        self.driver.thaw(&self.task).map_err(|e| e.to_string())
+        self.driver.thaw(self.task).map_err(|e| e.to_string())
     }
 }
 
@@ -263,31 +264,32 @@ impl Runtime {
         let sink = self.progress_sink(&task.id, "snapshot");
         let begun = Instant::now();
         let mut checkpoint_ms = None;
-        let freezer: Box<dyn cairn_snapshot::Freezer + Send> = match with_memory {
-            Some(_) => {
-                // The checkpoint stops the sandbox: its layers hold still
-                // without a freeze, exactly as the checkpoint saw them.
-                let (driver, id) = (self.driver.clone(), task.id.to_string());
-                let saved = tokio::task::spawn_blocking(move || driver.checkpoint(&id)).await?;
-                if let Err(e) = saved {
-                    let err = Error::internal_from(e).context("checkpoint failed");
-                    self.log(&task.id, EventKind::Snapshot, actor, json!({ "kind": kind, "error": err.to_string() }), Some(1), None).await;
-                    // A checkpoint that failed half-way may have stopped it.
-                    if self.driver.has_checkpoint(task.id.as_str()) || live.init.exited() {
-                        self.after_checkpoint(task, with_memory, actor).await;
-                    }
-                    return Err(err);
+        // The checkpoint stops the sandbox: its layers hold still without a
+        // freeze, exactly as the checkpoint saw them.
+        let freeze = with_memory.is_none();
+        if with_memory.is_some() {
+            let saved = self.driver.checkpoint(task.id.as_str()).await?;
+            if let Err(e) = saved {
+                let err = Error::internal_from(e).context("checkpoint failed");
+                self.log(&task.id, EventKind::Snapshot, actor, json!({ "kind": kind, "error": err.to_string() }), Some(1), None).await;
+                // A checkpoint that failed half-way may have stopped it.
+                if self.driver.has_checkpoint(task.id.as_str()).await? || live.init.exited() {
+                    self.after_checkpoint(task, with_memory, actor).await;
                 }
-                checkpoint_ms = Some(begun.elapsed().as_secs_f64() * 1000.0);
-                layers.push(LayerSpec { name: cairn_core::MEMORY_LAYER.into(), at: cairn_core::MEMORY_LAYER_AT.into() });
-                Box::new(cairn_snapshot::NoFreeze)
+                return Err(err);
             }
-            None => Box::new(SandboxFreezer { driver: self.driver.clone(), task: task.id.to_string() }),
-        };
-        let captured = tokio::task::spawn_blocking(move || {
-            cairn_snapshot::capture(&repo, &disk, &layers, baseline.as_deref(), ids, freezer.as_ref(), &mut |p| sink.update(p))
-        })
-        .await?;
+            checkpoint_ms = Some(begun.elapsed().as_secs_f64() * 1000.0);
+            layers.push(LayerSpec { name: cairn_core::MEMORY_LAYER.into(), at: cairn_core::MEMORY_LAYER_AT.into() });
+        }
+        let tid = task.id.to_string();
+        let captured = self
+            .driver
+            .run(move |driver| {
+                let sandbox = SandboxFreezer { driver, task: &tid };
+                let freezer: &dyn cairn_snapshot::Freezer = if freeze { &sandbox } else { &cairn_snapshot::NoFreeze };
+                cairn_snapshot::capture(&repo, &disk, &layers, baseline.as_deref(), ids, freezer, &mut |p| sink.update(p))
+            })
+            .await?;
         let duration_ms = begun.elapsed().as_secs_f64() * 1000.0;
         let (mid, manifest, stats) = match captured {
             Ok(c) => c,
@@ -464,9 +466,7 @@ impl Runtime {
     /// Kills the sandbox and unmounts everything of it but keeps its disk.
     pub(crate) async fn stop_sandbox_keep_disk(&self, task: &Task) -> Result<(), Error> {
         let init = self.recorded_init(&task.id).await?;
-        let driver = self.driver.clone();
-        let id = task.id.to_string();
-        let res = tokio::task::spawn_blocking(move || driver.teardown(&id, init, true)).await?;
+        let res = self.driver.teardown(task.id.as_str(), init, true).await?;
         if let Some(i) = init {
             reaper::reap(i.pid);
         }
@@ -484,12 +484,11 @@ impl Runtime {
         baseline: Option<Arc<Manifest>>,
         ids: cairn_sandbox::IdRange,
     ) -> Result<(Manifest, cairn_snapshot::RestoreStats), Error> {
-        let driver = self.driver.clone();
         let repo = self.snaps.repo.clone();
         let (tid, disk_bytes) = (task.id.to_string(), task.config.limits.disk_bytes);
         let manifest = manifest.clone();
         let sink = self.progress_sink(&task.id, "restore");
-        tokio::task::spawn_blocking(move || {
+        self.driver.run(move |driver| {
             let disk = driver.prepare_disk(&tid, disk_bytes).map_err(Error::from)?;
             let shift = IdShift { base: ids.host_base, len: ids.count };
             cairn_snapshot::restore(&repo, &manifest, &disk, baseline.as_deref(), shift, &mut |p| sink.update(p))

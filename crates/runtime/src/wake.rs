@@ -77,7 +77,7 @@ impl Runtime {
         let image = self.image(&task.config.image).await?;
         let previous = self.store.last_uid_slot(&task.id).await?;
         let slot = self.claim_slot_preferring(&task.id, previous).await?;
-        let cached = self.driver.has_disk(task.id.as_str());
+        let cached = self.driver.has_disk(task.id.as_str()).await?;
         let baseline = self.store.baseline(&task.id).await?;
         // The cached disk is used as it is only when it holds exactly the
         // suspend snapshot and keeps its uid range.
@@ -159,7 +159,7 @@ impl Runtime {
         };
         let source = match &manifest {
             Some(m) => {
-                let cached = self.driver.has_disk(task.id.as_str());
+                let cached = self.driver.has_disk(task.id.as_str()).await?;
                 DiskSource::Snapshot { manifest: m, base: if cached { self.baseline_manifest(&task.id).await } else { None } }
             }
             None => DiskSource::AsLeft,

@@ -10,7 +10,6 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::io::{BufRead, BufReader};
-use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -92,14 +91,7 @@ impl Runtime {
         }
         let (task, _live) = self.running(id, actor).await?;
         let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| Error::internal_from(e).context("a pipe for a watch"))?;
-        let (driver, tid, dir) = (self.driver.clone(), task.id.to_string(), path.to_owned());
-        let started = tokio::task::spawn_blocking(move || {
-            let started = driver.watch(&tid, &dir, recursive, write.as_raw_fd());
-            // Only the watcher writes now: its end is the pipe's last.
-            drop(write);
-            started
-        })
-        .await??;
+        let started = self.driver.watch(task.id.as_str(), path, recursive, write).await?;
         let command = started.map_err(|why| Error::Unavailable(format!("cannot watch {path} in task {}: {why}", task.id)))?;
         let (tx, rx) = mpsc::channel(1024);
         let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();

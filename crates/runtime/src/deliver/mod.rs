@@ -96,9 +96,8 @@ impl Runtime {
     async fn capture(&self, task: &Task, argv: Vec<String>) -> Result<(i32, Vec<u8>, Vec<u8>), Error> {
         let env = crate::exec::environment(&task.config, &[], task.id.as_str(), false, None)?;
         let req = ExecRequest { argv, env, cwd: "/".into(), tty: None, user: None };
-        let driver = self.driver.clone();
         let tid = task.id.to_string();
-        tokio::task::spawn_blocking(move || -> Result<(i32, Vec<u8>, Vec<u8>), Error> {
+        self.driver.run(move |driver| -> Result<(i32, Vec<u8>, Vec<u8>), Error> {
             use std::io::{Read, Seek};
             use std::os::fd::AsRawFd;
             let io = |e: std::io::Error| Error::internal_from(e).context("capture output");
@@ -162,9 +161,9 @@ impl Runtime {
         if req.patch {
             items.push(self.workspace_patch(&task).await?);
         }
-        let (driver, tid) = (self.driver.clone(), task.id.to_string());
+        let tid = task.id.to_string();
         let req2 = DeliverRequest { files: req.files.clone(), archive: req.archive.clone(), patch: false, report: req.report.clone(), complete: false };
-        items.extend(tokio::task::spawn_blocking(move || collect_from_sandbox(driver.as_ref(), &tid, live, &req2)).await??);
+        items.extend(self.driver.run(move |driver| collect_from_sandbox(driver, &tid, live, &req2)).await??);
         let mut names = std::collections::HashSet::new();
         for (d, _) in &items {
             if !names.insert(d.name.clone()) {
