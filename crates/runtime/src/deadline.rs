@@ -49,8 +49,7 @@ impl Runtime {
     /// Ends the tasks past their deadline, for as long as the daemon runs.
     pub fn spawn_deadline_keeper(self: Arc<Self>) {
         tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(SWEEP).await;
+            while self.pause(SWEEP).await {
                 let Ok(tasks) = self.store.list_tasks().await else { continue };
                 let now = now_ms();
                 for t in tasks {

@@ -4,6 +4,7 @@
 //! writable layer, so a fork copies nothing however large the snapshot.
 //! Each gets a `branch` snapshot as its first: no change over that base.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use cairn_core::{EventKind, NewEvent, Snapshot, SnapshotId, SnapshotKind, Task, TaskId, TaskState};
@@ -46,7 +47,7 @@ impl Runtime {
         let _no_gc = self.hold_blobs().await?;
         let manifest = self.load_manifest(&snap.manifest).await?;
         self.precheck(&snap, &manifest).await?;
-        let _base_kept = self.fork_bases.read().await;
+        let _base_kept = self.images.keep_fork_bases().await;
         let base = self.fork_base(&src, &snap, &manifest).await?;
         let empty = self.empty_manifest(&manifest).await?;
         let children: Vec<_> = futures_util::stream::iter(0..count)
@@ -80,11 +81,7 @@ impl Runtime {
             })
             .collect();
         let empty = Manifest::new(layers);
-        let repo = self.snaps.repo.clone();
-        let stored = empty.clone();
-        let id = tokio::task::spawn_blocking(move || cairn_snapshot::store(&repo, &stored))
-            .await?
-            .map_err(|e| crate::snapshot::snapshot_error("cannot store the branch manifest", e))?;
+        let id = self.snaps.store_manifest(Arc::new(empty.clone()), "branch manifest").await?;
         Ok((id.to_hex(), empty))
     }
 

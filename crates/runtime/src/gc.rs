@@ -49,15 +49,13 @@ impl Runtime {
             live_manifests.insert(manifest_id(hex)?);
             live_chunks.extend(cairn_snapshot::referenced_chunks(&m));
         }
-        let repo = self.snaps.repo.clone();
         let dry = req.dry_run;
-        let report = tokio::task::spawn_blocking(move || repo.gc(&live_manifests, &live_chunks, grace, dry)).await?.map_err(blob_error)?;
+        let report = self.snaps.run(move |repo| repo.gc(&live_manifests, &live_chunks, grace, dry)).await?.map_err(blob_error)?;
         let orphans = self.gc_deliverables(grace, dry).await?;
         let (mut fork_bases_removed, mut layers_removed) = (Vec::new(), Vec::new());
         if !dry {
             fork_bases_removed = self.remove_unused_fork_bases().await?;
-            let images = self.images.clone();
-            layers_removed = tokio::task::spawn_blocking(move || images.gc_layers()).await??;
+            layers_removed = self.images.gc_layers().await?;
         }
         tracing::info!(actor, dry_run = dry, freed = report.bytes_freed, orphan_deliverables = orphans.len(), "gc");
         Ok(cairn_api::snapshots::GcAnswer {
@@ -94,8 +92,7 @@ impl Runtime {
                 Err(e) => problems.push(format!("manifest {hex} ({who}): {}", e)),
             }
         }
-        let repo = self.snaps.repo.clone();
-        let mut report = tokio::task::spawn_blocking(move || repo.check(&manifests, &chunks, read_data)).await?.map_err(blob_error)?;
+        let mut report = self.snaps.check(manifests, chunks, read_data).await?;
         problems.append(&mut report.problems);
         report.problems = problems;
         Ok(report)

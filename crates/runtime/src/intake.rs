@@ -157,7 +157,7 @@ impl Runtime {
     /// came due while the daemon was down).
     pub fn spawn_timers(self: Arc<Self>) {
         tokio::spawn(async move {
-            loop {
+            while !self.stopping.is_cancelled() {
                 match self.store.due_timers(now_ms()).await {
                     Ok(due) => {
                         for w in due {
@@ -189,6 +189,7 @@ impl Runtime {
                 tokio::select! {
                     _ = tokio::time::sleep(Duration::from_millis(sleep as u64)) => {}
                     _ = self.timer_added.notified() => {}
+                    _ = self.stopping.cancelled() => {}
                 }
             }
         });

@@ -11,6 +11,8 @@
 //! - `slots.rs`: uid slots, claimed in the store and reserved on the host.
 //! - `driver.rs`: the sandbox driver as the async engine calls it (the
 //!   one place its blocking calls go to the blocking pool).
+//! - `images.rs`: the images part (the image store, pulls, the fork bases'
+//!   lock), with its own state and `impl`.
 //! - `wakes.rs`: the wake scheduler (deduplicated, a bounded number at once).
 //! - [`admission`]: the bounds on commands and event streams held open at
 //!   once, per task and per daemon (past one: 429), and the descriptor
@@ -59,6 +61,7 @@ pub mod gateway;
 pub mod gc;
 pub mod intercept;
 pub mod home;
+mod images;
 pub mod intake;
 pub mod lease;
 pub mod ledger;

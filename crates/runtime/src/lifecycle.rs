@@ -516,8 +516,7 @@ impl Runtime {
         tokio::spawn(async move {
             let mut unknown_logged: Option<Instant> = None;
             let mut rounds = 0u64;
-            loop {
-                tokio::time::sleep(Duration::from_millis(500)).await;
+            while self.pause(Duration::from_millis(500)).await {
                 rounds += 1;
                 // Every 10 s: a burst of requests (a flood refused with
                 // 429) leaves the allocator holding memory it freed.

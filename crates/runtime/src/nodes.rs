@@ -66,7 +66,10 @@ impl Runtime {
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             tick.tick().await;
             loop {
-                tick.tick().await;
+                tokio::select! {
+                    _ = tick.tick() => {}
+                    _ = rt.stopping.cancelled() => return,
+                }
                 if let Err(e) = rt.store.heartbeat_node(&rt.node_row(), now_ms()).await {
                     tracing::warn!(node = %rt.node.name, "heartbeat: {e}");
                 }

@@ -30,7 +30,7 @@ use oci_client::{Client, Reference};
 use sha2::Digest;
 use tokio::io::AsyncWriteExt;
 
-use crate::runtime::Runtime;
+use crate::images::Images;
 use crate::Error;
 
 /// The pulls going on, by image name: what `GET /v1/images/pull/progress`
@@ -92,17 +92,12 @@ pub fn resolve_platform(entries: &[ImageIndexEntry]) -> Option<String> {
     cairn_image::choose_host_platform(described.iter().map(|(os, arch, d)| (os.as_str(), arch.as_str(), *d))).map(str::to_owned)
 }
 
-impl Runtime {
-    /// The downloads so far of the pull of image `name` going on.
-    pub fn pull_progress(&self, name: &str) -> Result<PullProgress, Error> {
-        self.pulls.get(name).ok_or_else(|| Error::not_found(format!("no pull of {name:?} is going on")))
-    }
-
+impl Images {
     /// Pulls `req.reference` as image `req.name` (the reference by default).
-    pub async fn pull_image(&self, req: PullRequest) -> Result<Image, Error> {
+    pub(crate) async fn pull(&self, req: PullRequest) -> Result<Image, Error> {
         let name = req.name.clone().unwrap_or_else(|| req.reference.clone());
         cairn_core::check_image_name(&name).map_err(|e| Error::invalid(e.to_string()))?;
-        if name == cairn_image::HOST_IMAGE || self.images.list()?.iter().any(|i| i.name == name) {
+        if name == cairn_image::HOST_IMAGE || self.list().await?.iter().any(|i| i.name == name) {
             return Err(Error::conflict(format!("image {name:?} already exists")));
         }
         let reference: Reference =
@@ -138,14 +133,14 @@ impl Runtime {
         let chosen = cairn_image::image_from_documents(&digest, &manifest_json, config.as_bytes()).map_err(|e| Error::invalid(what(e)))?;
         let staged = self.download(&client, &reference, &req.reference, &name, &chosen, credentials).await?;
         self.pulls.update(&name, |p| p.unpacking = true);
-        let images = self.images.clone();
         let r = req.reference.clone();
-        let image = tokio::task::spawn_blocking(move || {
-            let image = images.import_pulled(&name, &r, chosen, &staged.0);
-            drop(staged);
-            image
-        })
-        .await?
+        let image = self
+            .run(move |images| {
+                let image = images.import_pulled(&name, &r, chosen, &staged.0);
+                drop(staged);
+                image
+            })
+            .await?
         .map_err(|e| match e {
             cairn_image::Error::ImageSource(_, msg) => Error::invalid(what(msg)),
             e => Error::from(e).context(&format!("cannot pull {}", req.reference)),
@@ -158,7 +153,7 @@ impl Runtime {
     /// bounds (`[images] max_size`, or what its filesystem can spare).
     fn check_download(&self, need: u64, given: &str) -> Result<(), Error> {
         use cairn_image::SizeBound;
-        let bound = self.images.download_bound(need).map_err(|e| Error::from(e).context(&format!("cannot pull {given}")))?;
+        let bound = self.store().download_bound(need).map_err(|e| Error::from(e).context(&format!("cannot pull {given}")))?;
         match bound {
             None => Ok(()),
             Some((SizeBound::FreeSpace, spare)) => Err(Error::NoSpace(format!(
@@ -184,7 +179,7 @@ impl Runtime {
         chosen: &OciImage,
         credentials: bool,
     ) -> Result<Staged, Error> {
-        let store = self.images.layer_store();
+        let store = self.store().layer_store();
         let mut wanted = Vec::new();
         for want in &chosen.layers {
             if store.get(&want.diff_id)?.is_none() && !wanted.iter().any(|w: &&cairn_image::layers::LayerWant| w.blob_digest == want.blob_digest) {

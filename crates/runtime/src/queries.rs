@@ -3,10 +3,8 @@
 
 use std::sync::Arc;
 
-use cairn_api::images::{ImageDetail, ImportRequest};
 use cairn_api::snapshots::OpProgress;
 use cairn_core::{Event, InboxEvent, Wait, WaitFor};
-use cairn_image::Image;
 use futures_util::Stream;
 
 use crate::ledger::CheckpointView;
@@ -60,50 +58,6 @@ impl Runtime {
     pub async fn checkpoint_now(&self, id_or_name: &str, actor: &str) -> Result<CheckpointView, Error> {
         let task = self.find(id_or_name).await?;
         self.checkpoint(&task.id, actor).await
-    }
-
-    pub async fn list_images(&self) -> Result<Vec<Image>, Error> {
-        let images = self.images.clone();
-        Ok(tokio::task::spawn_blocking(move || images.list()).await??)
-    }
-
-    /// One image and its layers.
-    pub async fn image_detail(&self, name: &str) -> Result<ImageDetail, Error> {
-        let images = self.images.clone();
-        let name = name.to_owned();
-        tokio::task::spawn_blocking(move || -> Result<ImageDetail, Error> {
-            let image = images.get(&name)?;
-            let mut layer_details = Vec::with_capacity(image.layers.len());
-            for diff_id in image.layers.iter().chain(image.committed.iter().map(|c| &c.layer)) {
-                let info = images.layer_store().get(diff_id)?;
-                layer_details.push(info.ok_or_else(|| Error::internal(format!("image {name}: layer {diff_id} is missing from the layer store")))?);
-            }
-            Ok(ImageDetail { image, layer_details })
-        })
-        .await?
-    }
-
-    pub async fn import_image(&self, req: ImportRequest) -> Result<Image, Error> {
-        let images = self.images.clone();
-        Ok(tokio::task::spawn_blocking(move || images.import_tagged(&req.name, std::path::Path::new(&req.path), req.tag.as_deref())).await??)
-    }
-
-    /// Removes an image no live task and no template uses.
-    pub async fn remove_image(&self, name: &str) -> Result<(), Error> {
-        let mut users = Vec::new();
-        for t in self.store.list_tasks().await?.into_iter().filter(|t| !t.state.is_terminal()) {
-            let mut images = vec![t.config.image.clone()];
-            images.extend(self.store.snapshots(&t.id).await?.into_iter().map(|s| s.config.image));
-            if images.iter().any(|i| i == name) {
-                users.push(t.id.to_string());
-            }
-        }
-        if !users.is_empty() {
-            return Err(Error::conflict(format!("image {name:?} is used by task(s) {}; destroy them first", users.join(", "))));
-        }
-        let images = self.images.clone();
-        let n = name.to_owned();
-        Ok(tokio::task::spawn_blocking(move || images.remove(&n)).await??)
     }
 
     /// Checks an approval link (signature and expiry) and finds its wait,

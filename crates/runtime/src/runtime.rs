@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use cairn_core::{Bytes, EventKind, Limits, NewEvent, Task, TaskId};
 use cairn_sandbox::{IdRange, InitProcess, NativeDriver, SandboxDriver};
-use cairn_image::{Image, ImageStore};
+use cairn_image::ImageStore;
 use cairn_store::{SharedStore, SqliteStore};
 
 use crate::{Error, OpenError, reaper};
@@ -44,9 +44,10 @@ pub struct Runtime {
     /// `$CAIRN_HOME` (the store may be elsewhere: `--store`).
     pub(crate) home: PathBuf,
     pub(crate) store: SharedStore,
-    pub(crate) images: ImageStore,
+    /// Images, their pulls and the fork bases' lock.
+    pub(crate) images: crate::images::Images,
     pub(crate) driver: crate::driver::Driver,
-    pub(crate) snaps: crate::snapshot::SnapshotState,
+    pub(crate) snaps: crate::snapshot::Snapshots,
     /// Signs approval links.
     pub(crate) link_key: crate::gateway::approval::LinkKey,
     /// The key secrets are sealed under, or why this daemon has none.
@@ -63,8 +64,6 @@ pub struct Runtime {
     pub(crate) idle_suspend_default: Option<Duration>,
     pub(crate) isolation_default: cairn_core::Isolation,
     pub(crate) egress: crate::egress::Egress,
-    /// The image pulls going on, with their progress.
-    pub(crate) pulls: crate::pull::Pulls,
     /// Wakes of `waking` tasks, deduplicated, a bounded number at a time.
     pub(crate) wakes: Arc<crate::wakes::WakeScheduler>,
     /// What `/metrics` reports.
@@ -72,10 +71,6 @@ pub struct Runtime {
     /// Wakes the timer loop when a timer wait is added.
     pub(crate) timer_added: tokio::sync::Notify,
     pub(crate) default_egress: cairn_core::EgressRules,
-    /// Held shared by a fork or a commit from the moment it picks a fork
-    /// base until a task or a template names it; exclusive while unused
-    /// bases are removed, so none is removed under it.
-    pub(crate) fork_bases: tokio::sync::RwLock<()>,
     /// This daemon as a node of the store's cluster.
     pub(crate) node: crate::nodes::NodeId,
     /// The most sandboxes this node runs (`None`: no limit of its own).
@@ -85,6 +80,8 @@ pub struct Runtime {
     /// Commands running in the background, with handles.
     pub(crate) processes: crate::processes::Processes,
     pub(crate) watchers: crate::watchers::Watchers,
+    /// Cancelled by [`Runtime::shutdown`]: the background loops end.
+    pub(crate) stopping: tokio_util::sync::CancellationToken,
 }
 
 /// Marks a task busy while a command runs (the exec records its end as
@@ -161,9 +158,9 @@ impl Runtime {
         Ok(Runtime {
             home: home.root().to_owned(),
             store,
-            images,
+            images: crate::images::Images::new(images),
             driver: crate::driver::Driver::new(driver),
-            snaps: crate::snapshot::SnapshotState::new(repo, risk, config.gc_grace),
+            snaps: crate::snapshot::Snapshots::new(repo, risk, config.gc_grace),
             link_key,
             secrets,
             keys: std::sync::Mutex::new(keys),
@@ -176,9 +173,7 @@ impl Runtime {
             idle_suspend_default: config.idle_suspend,
             isolation_default: config.isolation,
             egress: crate::egress::Egress::new(&config.egress, own),
-            pulls: crate::pull::Pulls::default(),
             timer_added: tokio::sync::Notify::new(),
-            fork_bases: tokio::sync::RwLock::new(()),
             default_egress: config.egress.default_rules.clone(),
             node: crate::nodes::NodeId {
                 name: config.node.clone().unwrap_or_else(crate::nodes::default_node_name),
@@ -188,6 +183,7 @@ impl Runtime {
             admission: crate::admission::Admission::new(bounds),
             processes: Default::default(),
             watchers: Default::default(),
+            stopping: tokio_util::sync::CancellationToken::new(),
         })
     }
 
@@ -297,12 +293,6 @@ impl Runtime {
         Ok(self.store.find_task(id_or_name).await?)
     }
 
-    pub(crate) async fn image(&self, name: &str) -> Result<Image, Error> {
-        let images = self.images.clone();
-        let name = name.to_owned();
-        Ok(tokio::task::spawn_blocking(move || images.get(&name)).await??)
-    }
-
     /// Brings the runtime up once the API's base URL is known: reconciles
     /// every task with what is left on the host, then starts the background
     /// work (helpers ahead, recovery and wakes, timers, idle suspends).
@@ -324,15 +314,26 @@ impl Runtime {
         self.clone().spawn_deadline_keeper();
     }
 
-    /// Stops the proxies and the helpers started ahead. Sandboxes keep
-    /// running: they belong to their tasks, not to this process.
+    /// Stops the background loops, the proxies and the helpers started
+    /// ahead. Sandboxes keep running: they belong to their tasks, not to
+    /// this process.
     pub async fn shutdown(&self) {
+        self.stopping.cancel();
         for (_, cell) in self.cells.all() {
             if let Some(proxy) = cell.take_proxy() {
                 proxy.stop().await;
             }
         }
         self.driver.close().await;
+    }
+
+    /// Waits `d` between two rounds of a background loop; false once the
+    /// runtime is stopping (the loop ends: no work after a shutdown).
+    pub(crate) async fn pause(&self, d: Duration) -> bool {
+        tokio::select! {
+            _ = tokio::time::sleep(d) => !self.stopping.is_cancelled(),
+            _ = self.stopping.cancelled() => false,
+        }
     }
 
     /// Appends an event; a failure to log is reported, not returned (the

@@ -34,17 +34,43 @@ pub(crate) const MAX_MEMORY: usize = 1 << 20;
 
 pub use cairn_api::snapshots::{ForkRequest, GcRequest, OpProgress, RollbackRequest, SnapshotRequest};
 
-/// Snapshot state the daemon keeps next to its tasks.
+/// The engine's snapshots part: the blob store snapshots live in, the
+/// commands that count as risky, and gc's grace period. The blob store's
+/// calls block (they read and write packs), so they run on the blocking
+/// pool, here; what a snapshot means for a task (its sandbox, its log, its
+/// baseline) is the runtime's orchestration below.
 #[derive(Debug)]
-pub struct SnapshotState {
+pub struct Snapshots {
     pub repo: Arc<Repository>,
     pub risk: RiskPolicy,
     pub gc_grace: Duration,
 }
 
-impl SnapshotState {
-    pub fn new(repo: Arc<Repository>, risk: RiskPolicy, gc_grace: Duration) -> SnapshotState {
-        SnapshotState { repo, risk, gc_grace }
+impl Snapshots {
+    pub fn new(repo: Arc<Repository>, risk: RiskPolicy, gc_grace: Duration) -> Snapshots {
+        Snapshots { repo, risk, gc_grace }
+    }
+
+    /// Runs `work` with the blob store on the blocking pool.
+    pub(crate) async fn run<T: Send + 'static>(&self, work: impl FnOnce(&Arc<Repository>) -> T + Send + 'static) -> Result<T, Error> {
+        let repo = self.repo.clone();
+        Ok(tokio::task::spawn_blocking(move || work(&repo)).await?)
+    }
+
+    pub(crate) async fn load_manifest(&self, hex: &str) -> Result<Manifest, Error> {
+        let id = manifest_id(hex)?;
+        self.run(move |repo| cairn_snapshot::load(repo, &id)).await?.map_err(|e| snapshot_error(&format!("cannot read manifest {hex}"), e))
+    }
+
+    /// Stores `manifest` (`what` names it in an error); returns its id.
+    pub(crate) async fn store_manifest(&self, manifest: Arc<Manifest>, what: &str) -> Result<ObjectId, Error> {
+        self.run(move |repo| cairn_snapshot::store(repo, &manifest)).await?.map_err(|e| snapshot_error(&format!("cannot store the {what}"), e))
+    }
+
+    /// Checks that `chunks` (each with the manifest naming it) are indexed
+    /// in packs that exist, reading every byte when `read_data`.
+    pub(crate) async fn check(&self, manifests: Vec<ObjectId>, chunks: Vec<(ObjectId, ObjectId)>, read_data: bool) -> Result<cairn_blob::CheckReport, Error> {
+        self.run(move |repo| repo.check(&manifests, &chunks, read_data)).await?.map_err(blob_error)
     }
 }
 
@@ -161,11 +187,7 @@ impl Runtime {
     }
 
     pub(crate) async fn load_manifest(&self, hex: &str) -> Result<Manifest, Error> {
-        let id = manifest_id(hex)?;
-        let repo = self.snaps.repo.clone();
-        tokio::task::spawn_blocking(move || cairn_snapshot::load(&repo, &id))
-            .await?
-            .map_err(|e| snapshot_error(&format!("cannot read manifest {hex}"), e))
+        self.snaps.load_manifest(hex).await
     }
 
     /// The manifest describing the task's disk as it is now, if known.
@@ -451,8 +473,7 @@ impl Runtime {
     pub(crate) async fn precheck(&self, snap: &Snapshot, manifest: &Manifest) -> Result<(), Error> {
         let id = manifest_id(&snap.manifest)?;
         let chunks: Vec<(ObjectId, ObjectId)> = cairn_snapshot::referenced_chunks(manifest).into_iter().map(|c| (c, id)).collect();
-        let repo = self.snaps.repo.clone();
-        let report = tokio::task::spawn_blocking(move || repo.check(&[id], &chunks, false)).await?.map_err(blob_error)?;
+        let report = self.snaps.check(vec![id], chunks, false).await?;
         match report.problems.first() {
             None => Ok(()),
             Some(p) => Err(Error::internal(format!(
@@ -499,12 +520,8 @@ impl Runtime {
 
     /// Stores a refreshed manifest as the task's baseline; returns its id.
     pub(crate) async fn store_baseline(&self, task: &TaskId, m: Manifest) -> Result<String, Error> {
-        let repo = self.snaps.repo.clone();
         let m = Arc::new(m);
-        let m2 = m.clone();
-        let id = tokio::task::spawn_blocking(move || cairn_snapshot::store(&repo, &m2))
-            .await?
-            .map_err(|e| snapshot_error("cannot store the baseline manifest", e))?;
+        let id = self.snaps.store_manifest(m.clone(), "baseline manifest").await?;
         self.cache_baseline(task, id.to_hex(), m);
         Ok(id.to_hex())
     }

@@ -85,8 +85,7 @@ impl Runtime {
     /// Suspends tasks idle for longer than their `idle_suspend`.
     pub fn spawn_idle_suspender(self: Arc<Self>) {
         tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(Duration::from_millis(500)).await;
+            while self.pause(Duration::from_millis(500)).await {
                 let Ok(tasks) = self.store.idle_tasks(now_ms()).await else { continue };
                 for t in tasks {
                     let Some(idle) = t.config.idle_suspend_ms else { continue };

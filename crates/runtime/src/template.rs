@@ -38,7 +38,7 @@ impl Runtime {
             None => self.current_snapshot(&task, &req.name, actor).await?,
         };
         let _no_gc = self.hold_blobs().await?;
-        let _base_kept = self.fork_bases.read().await;
+        let _base_kept = self.images.keep_fork_bases().await;
         let manifest = self.load_manifest(&snap.manifest).await?;
         self.precheck(&snap, &manifest).await?;
         let source = format!("task {} at snapshot {}", task.id, snap.id);
@@ -57,7 +57,8 @@ impl Runtime {
     }
 
     /// The hidden template the forks of `snap` share, made on first use.
-    /// The caller holds `fork_bases` shared until its tasks are recorded.
+    /// The caller keeps the fork bases (`Images::keep_fork_bases`) until
+    /// its tasks are recorded.
     pub(crate) async fn fork_base(&self, src: &Task, snap: &Snapshot, manifest: &Manifest) -> Result<Image, Error> {
         let name = fork_base_name(snap.id.as_str());
         match self.image(&name).await {
@@ -85,7 +86,6 @@ impl Runtime {
         fork_of: Option<String>,
         source: String,
     ) -> Result<Image, Error> {
-        let images = self.images.clone();
         let repo = self.snaps.repo.clone();
         let parent = snap.config.image.clone();
         let manifest_id = snap.manifest.clone();
@@ -96,7 +96,7 @@ impl Runtime {
         // Owned as image contents are (see `SandboxDriver::image_ids`).
         let ids = self.driver.image_ids();
         let ids = IdShift { base: ids.host_base, len: ids.count };
-        tokio::task::spawn_blocking(move || -> Result<Image, Error> {
+        self.images.run(move |images| -> Result<Image, Error> {
             let scratch = images.layer_store().scratch()?;
             let disk = scratch.path();
             cairn_snapshot::restore(&repo, &manifest, &disk, None, ids, &mut |p| sink.update(p))
@@ -116,17 +116,14 @@ impl Runtime {
     /// Removes the hidden fork bases no task, snapshot or template uses any
     /// more (a base's parent may be one, freed in turn). Returns their names.
     pub(crate) async fn remove_unused_fork_bases(&self) -> Result<Vec<String>, Error> {
-        let _exclusive = self.fork_bases.write().await;
+        let _exclusive = self.images.fork_bases_alone().await;
         let mut removed = Vec::new();
         loop {
-            let images = self.images.clone();
-            let bases = tokio::task::spawn_blocking(move || images.fork_bases()).await??;
+            let bases = self.images.run(|images| images.fork_bases()).await??;
             let in_use = self.images_in_use().await?;
             let mut progress = false;
             for base in bases.into_iter().filter(|b| !in_use.contains(b)) {
-                let images = self.images.clone();
-                let b = base.clone();
-                match tokio::task::spawn_blocking(move || images.remove(&b)).await? {
+                match self.images.remove(&base).await? {
                     Ok(()) => {
                         removed.push(base);
                         progress = true;

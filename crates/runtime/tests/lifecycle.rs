@@ -65,6 +65,8 @@ impl World {
 
     /// A second runtime on the same home and driver: a daemon restart.
     async fn restart(&self) -> Arc<Runtime> {
+        // The old daemon is gone: none of its background work goes on.
+        self.rt.shutdown().await;
         Self::runtime(&self.home, &self.config, &self.fake).await
     }
 
