@@ -69,10 +69,10 @@ impl Runtime {
         if !self.store.shared() {
             return Ok(None);
         }
-        let id = format!("{}-{}", self.node.name, cairn_core::SnapshotId::random());
+        let id = format!("{}-{}", self.cluster.name, cairn_core::SnapshotId::random());
         let begun = Instant::now();
         loop {
-            if self.store.lock_blobs(&id, &self.node.name, exclusive, HOLD_TTL.as_millis() as i64).await? {
+            if self.store.lock_blobs(&id, &self.cluster.name, exclusive, HOLD_TTL.as_millis() as i64).await? {
                 return Ok(Some((self.store.clone(), id)));
             }
             if begun.elapsed() > patience {

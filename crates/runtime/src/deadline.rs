@@ -59,7 +59,7 @@ impl Runtime {
                     }
                     let result = match t.state {
                         // Another node's running task is that node's to end.
-                        TaskState::Running if t.node.as_deref().is_some_and(|n| n != self.node.name) => continue,
+                        TaskState::Running if t.node.as_deref().is_some_and(|n| n != self.cluster.name) => continue,
                         TaskState::Running if t.config.suspend_at_deadline => {
                             if self.busy(&t.id) {
                                 continue;

@@ -32,10 +32,10 @@ impl Runtime {
     /// node holds it. When another node ran the task since this one did,
     /// the copy of its disk kept here is stale and goes.
     pub(crate) async fn take_lease(&self, task: &TaskId) -> Result<bool, Error> {
-        let Some(lease) = self.store.acquire_lease(task, &self.node.name, ttl_ms()).await? else {
+        let Some(lease) = self.store.acquire_lease(task, &self.cluster.name, ttl_ms()).await? else {
             return Ok(false);
         };
-        let ran_elsewhere = lease.last_node.as_deref().is_some_and(|n| n != self.node.name);
+        let ran_elsewhere = lease.last_node.as_deref().is_some_and(|n| n != self.cluster.name);
         if ran_elsewhere && self.live(task).is_none() && self.driver.has_disk(task.as_str()).await? {
             self.driver.discard_disk(task.as_str()).await?;
             tracing::info!(task = %task, "dropped the local disk: node {} ran the task since", lease.last_node.unwrap_or_default());
@@ -46,7 +46,7 @@ impl Runtime {
     /// True while this node runs fewer sandboxes than its capacity.
     pub(crate) fn has_room(&self) -> bool {
         let live = self.cells.all().into_iter().filter(|(_, c)| c.live().is_some()).count();
-        self.capacity.is_none_or(|c| live < c)
+        self.cluster.capacity.is_none_or(|c| live < c)
     }
 
     /// True when this node has the task's image (images are per node: a
@@ -58,17 +58,17 @@ impl Runtime {
     /// The heartbeat's lease work: renew, let go of what was lost, take
     /// over what no live node holds.
     pub(crate) async fn tend_leases(self: &Arc<Self>) {
-        match self.store.renew_leases(&self.node.name, ttl_ms()).await {
+        match self.store.renew_leases(&self.cluster.name, ttl_ms()).await {
             Ok(lost) => {
                 for task in lost {
                     self.drop_lost(&task).await;
                 }
             }
-            Err(e) => tracing::warn!(node = %self.node.name, "renewing leases: {e}"),
+            Err(e) => tracing::warn!(node = %self.cluster.name, "renewing leases: {e}"),
         }
         if self.store.shared() {
-            if let Err(e) = self.store.renew_blob_locks(&self.node.name, crate::blob_hold::HOLD_TTL.as_millis() as i64).await {
-                tracing::warn!(node = %self.node.name, "renewing blob store holds: {e}");
+            if let Err(e) = self.store.renew_blob_locks(&self.cluster.name, crate::blob_hold::HOLD_TTL.as_millis() as i64).await {
+                tracing::warn!(node = %self.cluster.name, "renewing blob store holds: {e}");
             }
         }
         if self.store.shared() {
@@ -129,7 +129,7 @@ impl Runtime {
                 self.driver.destroy(&name, None).await??;
                 self.cells.remove(&id);
                 tracing::info!(task = %id, "removed what this node kept of a task ended elsewhere");
-            } else if self.store.lease(&id).await?.last_node.is_some_and(|n| n != self.node.name) && self.driver.has_disk(&name).await? {
+            } else if self.store.lease(&id).await?.last_node.is_some_and(|n| n != self.cluster.name) && self.driver.has_disk(&name).await? {
                 self.driver.discard_disk(&name).await?;
                 tracing::info!(task = %id, "dropped the local disk: another node ran the task since");
             }
@@ -170,10 +170,10 @@ impl Runtime {
                 return Ok(());
             }
             let why = match last {
-                Some(n) if n != self.node.name => format!("node {n} stopped renewing its lease"),
+                Some(n) if n != self.cluster.name => format!("node {n} stopped renewing its lease"),
                 _ => "the task's node was gone when its lease ran out".to_owned(),
             };
-            tracing::warn!(task = %id, "{why}: recovering it on node {}", self.node.name);
+            tracing::warn!(task = %id, "{why}: recovering it on node {}", self.cluster.name);
             // The sandbox row was the lost node's: its uid slot is not this host's.
             self.store.release_sandbox(id).await?;
             self.store.set_sandbox_state(id, SandboxState::Lost, Some(&why)).await?;

@@ -119,7 +119,7 @@ impl Runtime {
     /// Publishes this node's public keys in the store, for the other nodes.
     pub(crate) async fn publish_keys(&self) -> Result<(), Error> {
         let keys = self.node_keys().all();
-        Ok(self.store.publish_keys(&self.node.name, &keys).await?)
+        Ok(self.store.publish_keys(&self.cluster.name, &keys).await?)
     }
 
     /// Replaces the signing key; the old public key stays for verifying what

@@ -203,7 +203,7 @@ impl Runtime {
                 if task.state == TaskState::Created {
                     task.state.start()?;
                 }
-                self.store.record_sandbox_ready(&task.id, &self.node.name, init.pid, init.start_time, &event).await?;
+                self.store.record_sandbox_ready(&task.id, &self.cluster.name, init.pid, init.start_time, &event).await?;
                 let live = Live { init, ids };
                 self.set_live(&task.id, Some(live));
                 self.serve_egress(task, live).await;
@@ -467,8 +467,8 @@ impl Runtime {
     /// (or no node ever did: a store from before nodes).
     pub(crate) async fn ran_here(&self, task: &Task) -> Result<bool, Error> {
         Ok(match &task.node {
-            Some(n) => *n == self.node.name,
-            None => self.store.lease(&task.id).await?.last_node.is_none_or(|n| n == self.node.name),
+            Some(n) => *n == self.cluster.name,
+            None => self.store.lease(&task.id).await?.last_node.is_none_or(|n| n == self.cluster.name),
         })
     }
 

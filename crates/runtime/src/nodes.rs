@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cairn_api::nodes::{Node, NodeState};
-use cairn_store::{now_ms, NodeRow};
+use cairn_store::{now_ms, NodeRow, SharedStore};
 
 use crate::runtime::Runtime;
 use crate::Error;
@@ -33,61 +33,48 @@ pub fn default_node_name() -> String {
         .unwrap_or_else(|| "localhost".to_owned())
 }
 
-impl Runtime {
-    /// This daemon's node name.
-    pub fn node_name(&self) -> &str {
-        &self.node.name
+/// The engine's cluster part: this daemon as a node of the store's
+/// cluster (its name, when it started, how many sandboxes it runs at
+/// most) and what the node registry says of the others. Leases, the
+/// tasks a node holds, are tended in `lease.rs`, where they meet the
+/// driver.
+#[derive(Debug)]
+pub(crate) struct Cluster {
+    store: SharedStore,
+    pub(crate) name: String,
+    pub(crate) started_ms: i64,
+    /// The most sandboxes this node runs (`None`: no limit of its own).
+    pub(crate) capacity: Option<usize>,
+}
+
+impl Cluster {
+    pub(crate) fn new(store: SharedStore, name: String, capacity: Option<usize>) -> Cluster {
+        Cluster { store, name, started_ms: now_ms(), capacity }
     }
 
-    /// This node's row as it announces it.
-    fn node_row(&self) -> NodeRow {
-        NodeRow {
-            name: self.node.name.clone(),
-            url: self.base_url(),
-            started_ms: self.node.started_ms,
-            heartbeat_ms: now_ms(),
-            version: env!("CARGO_PKG_VERSION").to_owned(),
-        }
-    }
-
-    /// Registers this node (once the API's URL is known) and starts its
-    /// heartbeats. A registration that fails is logged: the heartbeat
-    /// registers it again.
-    pub(crate) async fn join_cluster(self: &Arc<Self>) {
-        if let Err(e) = self.store.register_node(&self.node_row()).await {
-            tracing::error!(node = %self.node.name, "cannot register the node: {e}");
-        }
-        if let Err(e) = self.publish_keys().await {
-            tracing::error!(node = %self.node.name, "cannot publish the node's public keys: {e}");
-        }
-        let rt = self.clone();
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(HEARTBEAT);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            tick.tick().await;
-            loop {
-                tokio::select! {
-                    _ = tick.tick() => {}
-                    _ = rt.stopping.cancelled() => return,
-                }
-                if let Err(e) = rt.store.heartbeat_node(&rt.node_row(), now_ms()).await {
-                    tracing::warn!(node = %rt.node.name, "heartbeat: {e}");
-                }
-                rt.tend_leases().await;
-            }
-        });
-    }
-
-    /// True when other daemons may share this one's store (a cluster).
-    pub fn is_clustered(&self) -> bool {
+    /// True when other daemons may share the store (a cluster).
+    pub(crate) fn is_shared(&self) -> bool {
         self.store.shared()
+    }
+
+    /// This node's row as it announces it, reachable at `url`.
+    fn row(&self, url: String) -> NodeRow {
+        NodeRow { name: self.name.clone(), url, started_ms: self.started_ms, heartbeat_ms: now_ms(), version: env!("CARGO_PKG_VERSION").to_owned() }
+    }
+
+    pub(crate) async fn register(&self, url: String) -> Result<(), Error> {
+        Ok(self.store.register_node(&self.row(url)).await?)
+    }
+
+    pub(crate) async fn heartbeat(&self, url: String) -> Result<(), Error> {
+        Ok(self.store.heartbeat_node(&self.row(url), now_ms()).await?)
     }
 
     /// The API URL of the node running the task (`id_or_name`) when that
     /// is another node that is up: requests for the task are forwarded
     /// there. `None` for a task this node runs, no node runs, that does not
     /// exist, or on a store no other daemon shares.
-    pub async fn runs_elsewhere(&self, id_or_name: &str) -> Result<Option<String>, Error> {
+    pub(crate) async fn runs_elsewhere(&self, id_or_name: &str) -> Result<Option<String>, Error> {
         if !self.store.shared() {
             return Ok(None);
         }
@@ -98,7 +85,7 @@ impl Runtime {
         };
         let now = now_ms();
         let lease = self.store.lease(&task.id).await?;
-        let Some(holder) = lease.live_holder(now).filter(|h| *h != self.node.name) else { return Ok(None) };
+        let Some(holder) = lease.live_holder(now).filter(|h| *h != self.name) else { return Ok(None) };
         let up_after = now - DOWN_AFTER.as_millis() as i64;
         let node = self.store.list_nodes().await?.into_iter().find(|n| n.name == holder && n.heartbeat_ms > up_after);
         match node {
@@ -112,7 +99,7 @@ impl Runtime {
     }
 
     /// Every node of the store, with its state, load and tasks.
-    pub async fn nodes(&self) -> Result<Vec<Node>, Error> {
+    pub(crate) async fn nodes(&self) -> Result<Vec<Node>, Error> {
         let rows = self.store.list_nodes().await?;
         let mut tasks: BTreeMap<String, Vec<String>> = BTreeMap::new();
         for (node, task) in self.store.node_tasks().await? {
@@ -140,9 +127,52 @@ impl Runtime {
     }
 }
 
-/// This daemon's identity as a node.
-#[derive(Debug)]
-pub(crate) struct NodeId {
-    pub(crate) name: String,
-    pub(crate) started_ms: i64,
+impl Runtime {
+    /// This daemon's node name.
+    pub fn node_name(&self) -> &str {
+        &self.cluster.name
+    }
+
+    /// Registers this node (once the API's URL is known) and starts its
+    /// heartbeats. A registration that fails is logged: the heartbeat
+    /// registers it again.
+    pub(crate) async fn join_cluster(self: &Arc<Self>) {
+        if let Err(e) = self.cluster.register(self.base_url()).await {
+            tracing::error!(node = %self.cluster.name, "cannot register the node: {e}");
+        }
+        if let Err(e) = self.publish_keys().await {
+            tracing::error!(node = %self.cluster.name, "cannot publish the node's public keys: {e}");
+        }
+        let rt = self.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(HEARTBEAT);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            tick.tick().await;
+            loop {
+                tokio::select! {
+                    _ = tick.tick() => {}
+                    _ = rt.stopping.cancelled() => return,
+                }
+                if let Err(e) = rt.cluster.heartbeat(rt.base_url()).await {
+                    tracing::warn!(node = %rt.cluster.name, "heartbeat: {e}");
+                }
+                rt.tend_leases().await;
+            }
+        });
+    }
+
+    /// True when other daemons may share this one's store (a cluster).
+    pub fn is_clustered(&self) -> bool {
+        self.cluster.is_shared()
+    }
+
+    /// See [`Cluster::runs_elsewhere`].
+    pub async fn runs_elsewhere(&self, id_or_name: &str) -> Result<Option<String>, Error> {
+        self.cluster.runs_elsewhere(id_or_name).await
+    }
+
+    /// Every node of the store, with its state, load and tasks.
+    pub async fn nodes(&self) -> Result<Vec<Node>, Error> {
+        self.cluster.nodes().await
+    }
 }

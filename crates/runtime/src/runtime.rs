@@ -72,9 +72,7 @@ pub struct Runtime {
     pub(crate) timer_added: tokio::sync::Notify,
     pub(crate) default_egress: cairn_core::EgressRules,
     /// This daemon as a node of the store's cluster.
-    pub(crate) node: crate::nodes::NodeId,
-    /// The most sandboxes this node runs (`None`: no limit of its own).
-    pub(crate) capacity: Option<usize>,
+    pub(crate) cluster: crate::nodes::Cluster,
     /// Commands and event streams held open, against `[limits]`.
     pub(crate) admission: crate::admission::Admission,
     /// Commands running in the background, with handles.
@@ -155,6 +153,7 @@ impl Runtime {
         // Subscribed before anything writes: waiters see every change.
         let cells = Arc::new(crate::cell::Cells::default());
         cells.follow(store.as_ref());
+        let cluster = crate::nodes::Cluster::new(store.clone(), config.node.clone().unwrap_or_else(crate::nodes::default_node_name), config.capacity);
         Ok(Runtime {
             home: home.root().to_owned(),
             store,
@@ -175,14 +174,10 @@ impl Runtime {
             egress: crate::egress::Egress::new(&config.egress, own),
             timer_added: tokio::sync::Notify::new(),
             default_egress: config.egress.default_rules.clone(),
-            node: crate::nodes::NodeId {
-                name: config.node.clone().unwrap_or_else(crate::nodes::default_node_name),
-                started_ms: cairn_store::now_ms(),
-            },
-            capacity: config.capacity,
             admission: crate::admission::Admission::new(bounds),
             processes: Default::default(),
             watchers: Default::default(),
+            cluster,
             stopping: tokio_util::sync::CancellationToken::new(),
         })
     }

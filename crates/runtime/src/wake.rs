@@ -56,7 +56,7 @@ impl Runtime {
         }
         if self.live(&task.id).is_none() && (!self.has_room() || !self.can_run(&task.config.image).await) {
             // Left `waking` for a node with room (and the image) to take.
-            tracing::info!(task = %task.id, node = %self.node.name, "no room or no image here: another node wakes it");
+            tracing::info!(task = %task.id, node = %self.cluster.name, "no room or no image here: another node wakes it");
             return Ok(());
         }
         if !self.take_lease(&task.id).await? {
@@ -174,7 +174,7 @@ impl Runtime {
                 };
                 let why = task.sandbox_note.as_deref().map(|n| format!(" ({n})")).unwrap_or_default();
                 (
-                    format!("recovered from snapshot {} (step {}) on node {} after the sandbox was lost{why}; {lost}", s.id, s.step, self.node.name),
+                    format!("recovered from snapshot {} (step {}) on node {} after the sandbox was lost{why}; {lost}", s.id, s.step, self.cluster.name),
                     s.step,
                     s.memory.clone(),
                 )
