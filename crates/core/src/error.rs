@@ -7,6 +7,9 @@ pub enum Error {
     TaskId(String),
     #[error("invalid size {0:?}: expected a number with an optional unit, like 512M or 2G")]
     Size(String),
+    /// A size given for a limit (`memory`, `disk`) that is not one.
+    #[error("invalid {0} {1:?}: expected a number with an optional unit, like 512M or 2G")]
+    LimitSize(&'static str, String),
     #[error("invalid duration {0:?}: expected a number with a unit, like 30s or 5m")]
     Duration(String),
     #[error("invalid cpu count {0:?}: expected a positive number like 1 or 0.5")]

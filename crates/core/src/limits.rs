@@ -30,7 +30,7 @@ impl Default for Limits {
 
 impl Limits {
     pub fn set_memory(&mut self, s: &str) -> Result<(), Error> {
-        let v = parse_bytes(s)?;
+        let v = parse_bytes(s).map_err(|_| Error::LimitSize("memory", s.to_owned()))?;
         check_range("memory", s, v, 16 * MIB, TIB, "16M to 1T")?;
         self.memory_bytes = v;
         Ok(())
@@ -59,7 +59,7 @@ impl Limits {
     }
 
     pub fn set_disk(&mut self, s: &str) -> Result<(), Error> {
-        let v = parse_bytes(s)?;
+        let v = parse_bytes(s).map_err(|_| Error::LimitSize("disk", s.to_owned()))?;
         check_range("disk", s, v, 64 * MIB, 16 * TIB, "64M to 16T")?;
         self.disk_bytes = v;
         Ok(())

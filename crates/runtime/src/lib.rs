@@ -50,6 +50,7 @@ pub mod config;
 #[cfg(feature = "failpoints")]
 mod crash_points;
 pub mod deadline;
+mod defaults;
 pub mod deliver;
 mod driver;
 pub mod egress;

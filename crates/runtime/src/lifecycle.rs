@@ -9,14 +9,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cairn_api::tasks::CreateRequest;
-use cairn_core::{EnvVar, EventKind, ImageDefaults, NewEvent, SandboxState, Task, TaskConfig, TaskId, TaskState, Transition, check_name, check_workdir};
+use cairn_core::{EventKind, ImageDefaults, NewEvent, SandboxState, Task, TaskConfig, TaskId, TaskState, Transition};
 use cairn_sandbox::{InitProcess, InitState};
 use cairn_image::Image;
 use cairn_store::now_ms;
 use serde_json::json;
 
 use crate::{Error, reaper};
-use crate::runtime::{Live, Runtime, TaskView, parse_positive_ms};
+use crate::runtime::{Live, Runtime, TaskView};
 
 /// Copies an image's run configuration (an OCI image config's `Env`,
 /// `WorkingDir`, `User`, `Entrypoint` and `Cmd`) into a new task's config,
@@ -50,84 +50,12 @@ pub(crate) fn check_metadata(metadata: &std::collections::BTreeMap<String, Strin
 }
 
 impl Runtime {
-    /// Validates the request completely before anything is written.
+    /// Validates the request completely before anything is written: the
+    /// defaults' answer, and the driver's say on the isolation.
     pub(crate) fn config_from(&self, req: &CreateRequest) -> Result<TaskConfig, Error> {
-        let mut limits = self.defaults;
-        if let Some(m) = &req.memory {
-            limits.set_memory(m)?;
-        }
-        if let Some(c) = &req.cpus {
-            limits.set_cpus(c)?;
-        }
-        if let Some(p) = &req.pids {
-            limits.set_pids(p)?;
-        }
-        if let Some(d) = &req.disk {
-            limits.set_disk(d)?;
-        }
-        let env = req.env.iter().map(|e| EnvVar::parse(e)).collect::<Result<Vec<_>, _>>()?;
-        let workdir = req.workdir.clone().unwrap_or_else(|| cairn_core::DEFAULT_WORKDIR.to_owned());
-        check_workdir(&workdir)?;
-        if let Some(n) = &req.name {
-            check_name(n)?;
-        }
-        let image = req.image.clone().unwrap_or_else(|| cairn_core::DEFAULT_IMAGE.to_owned());
-        let mut retention = self.retention.clone();
-        if let Some(k) = req.keep_last {
-            retention.keep_last = k;
-        }
-        if let Some(m) = req.keep_milestones {
-            retention.keep_milestones = m;
-        }
-        if let Some(e) = &req.expire_after {
-            retention.expire_after = crate::config::parse_expiry(e).map_err(|e| Error::invalid(format!("--expire-after: {e}")))?;
-        }
-        cairn_core::RiskPolicy::new(req.risky.iter().map(String::as_str))?;
-        let idle_suspend_ms = match &req.idle_suspend {
-            Some(d) => Some(parse_positive_ms("--idle-suspend", d)?),
-            None => self.idle_suspend_default.map(|d| d.as_millis() as u64),
-        };
-        if req.services.iter().any(|s| s.trim().is_empty() || s.contains('\0')) {
-            return Err(Error::invalid("a --service must be a non-empty command"));
-        }
-        let egress = if req.allow.is_empty() && req.deny.is_empty() && req.rules.is_empty() && req.inject.is_empty() {
-            self.default_egress.clone()
-        } else {
-            crate::config::egress_rules_with(&req.allow, &req.deny, &req.rules, &req.inject).map_err(|e| Error::invalid(e.to_string()))?
-        };
-        let isolation = match &req.isolation {
-            Some(i) => i.parse::<cairn_core::Isolation>()?,
-            None => self.isolation_default,
-        };
-        self.driver.check_isolation(isolation).map_err(|e| Error::invalid(e.to_string()))?;
-        let keep_memory = req.keep_memory.unwrap_or(isolation.keeps_memory());
-        if keep_memory && !isolation.keeps_memory() {
-            return Err(Error::invalid(format!(
-                "--keep-memory needs --isolation gvisor: the {isolation} driver cannot checkpoint processes"
-            )));
-        }
-        check_metadata(&req.metadata)?;
-        let deadline_ms = match &req.timeout {
-            Some(t) => Some(cairn_store::now_ms().saturating_add(parse_positive_ms("timeout", t)? as i64)),
-            None => None,
-        };
-        Ok(TaskConfig {
-            image,
-            limits,
-            isolation,
-            keep_memory,
-            metadata: req.metadata.clone(),
-            deadline_ms,
-            suspend_at_deadline: req.suspend_at_timeout.unwrap_or(false),
-            env,
-            workdir,
-            retention,
-            risky: req.risky.clone(),
-            services: req.services.clone(),
-            idle_suspend_ms,
-            egress,
-            ..TaskConfig::default()
-        })
+        let config = self.task_defaults.config_from(req)?;
+        self.driver.check_isolation(config.isolation).map_err(|e| Error::invalid(e.to_string()))?;
+        Ok(config)
     }
 
     /// Creates a task and starts its sandbox (with its image's run

@@ -59,10 +59,8 @@ pub struct Runtime {
     /// What is kept in memory per task (lock, live sandbox, busy count,
     /// progress, baseline, egress proxy).
     pub(crate) cells: Arc<crate::cell::Cells>,
-    pub(crate) defaults: Limits,
-    pub(crate) retention: cairn_core::Retention,
-    pub(crate) idle_suspend_default: Option<Duration>,
-    pub(crate) isolation_default: cairn_core::Isolation,
+    /// What a new task gets where its request says nothing.
+    pub(crate) task_defaults: crate::defaults::TaskDefaults,
     pub(crate) egress: crate::egress::Egress,
     /// Wakes of `waking` tasks, deduplicated, a bounded number at a time.
     pub(crate) wakes: Arc<crate::wakes::WakeScheduler>,
@@ -70,7 +68,6 @@ pub struct Runtime {
     pub(crate) metrics: Arc<crate::metrics::Metrics>,
     /// Wakes the timer loop when a timer wait is added.
     pub(crate) timer_added: tokio::sync::Notify,
-    pub(crate) default_egress: cairn_core::EgressRules,
     /// This daemon as a node of the store's cluster.
     pub(crate) cluster: crate::nodes::Cluster,
     /// Commands and event streams held open, against `[limits]`.
@@ -167,13 +164,9 @@ impl Runtime {
             cells,
             wakes: Arc::new(crate::wakes::WakeScheduler::new(crate::wakes::MAX_CONCURRENT_WAKES)),
             metrics: Arc::default(),
-            defaults: config.defaults,
-            retention: config.retention.clone(),
-            idle_suspend_default: config.idle_suspend,
-            isolation_default: config.isolation,
+            task_defaults: crate::defaults::TaskDefaults::new(config),
             egress: crate::egress::Egress::new(&config.egress, own),
             timer_added: tokio::sync::Notify::new(),
-            default_egress: config.egress.default_rules.clone(),
             admission: crate::admission::Admission::new(bounds),
             processes: Default::default(),
             watchers: Default::default(),
