@@ -653,6 +653,8 @@ fn an_mcp_call_and_a_blocking_wait_reach_a_task_through_the_other_node() {
     let url = format!("{}/v1/waits/{wait_id}?block_ms=30000", c.b.url);
     let waiter = std::thread::spawn(move || curl(&["-H", &auth, &url]));
     std::thread::sleep(Duration::from_millis(500));
+    // The window shown, not assumed: the long poll is still blocked.
+    assert!(!waiter.is_finished(), "node-b's blocking wait answered before the approval");
     let approved = Instant::now();
     c.a.ok(&["approve", &id]);
     let (code, seen) = waiter.join().unwrap();

@@ -429,6 +429,8 @@ fn a_client_gone_mid_suspend_leaves_the_task_suspended() {
     std::thread::sleep(Duration::from_millis(300));
     client.kill().unwrap();
     client.wait().unwrap();
+    // The window shown, not assumed: the client went mid-suspend.
+    assert_eq!(d.state(&id), "suspending", "the client was gone only after the suspend ended");
     d.wait_for_state(&id, "suspended", Duration::from_secs(30));
     let t = d.task(&id);
     assert_eq!((t["sandbox"].as_str(), t["sandbox_pid"].as_i64()), (Some("none"), None), "{t}");
