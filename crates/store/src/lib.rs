@@ -24,6 +24,7 @@ mod chain;
 mod error;
 mod lease;
 mod postgres;
+mod queries;
 mod sqlite;
 mod store;
 mod tx;
