@@ -106,10 +106,11 @@ impl Listener {
     }
 }
 
-/// The whole contract for the store type `$store` (a struct of the
+/// Writes the whole contract for the store type `$store` (a struct of the
 /// invoking module with fields `pool: Pool<$db>`, `listener: Listener` and
 /// `fences: Arc<Fences>`, and a method `location_url`) on the database
-/// `$db`, which implements [`Dialect`].
+/// `$db`, which implements [`Dialect`], whose connection type is `$conn`:
+/// `crate::queries::store!(SqliteStore, sqlx::Sqlite, sqlx::SqliteConnection);`.
 macro_rules! store {
     ($store:ident, $db:ty, $conn:ty) => {
         $crate::queries::tasks::tasks!($store, $db, $conn);
