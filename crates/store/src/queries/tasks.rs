@@ -77,14 +77,14 @@ macro_rules! tasks {
                     found.map(rows::task_state).transpose()
                 }
 
-                /// Locks the row of task `id` where rows are locked; false
-                /// when there is no such task (or rows are not locked).
-                pub(crate) async fn lock_task(conn: &mut Conn, id: &str) -> sqlx::Result<bool> {
-                    if !Db::ROW_LOCKS {
-                        return Ok(false);
+                /// Locks the row of task `id`, if there is one, where rows
+                /// are locked (a write transaction of SQLite holds the whole
+                /// database already).
+                pub(crate) async fn lock_task(conn: &mut Conn, id: &str) -> sqlx::Result<()> {
+                    if Db::ROW_LOCKS {
+                        sqlx::query(Db::LOCK_TASK).bind(id).fetch_optional(&mut *conn).await?;
                     }
-                    let found: Option<String> = sqlx::query_scalar(Db::LOCK_TASK).bind(id).fetch_optional(&mut *conn).await?;
-                    Ok(found.is_some())
+                    Ok(())
                 }
 
                 /// Locks the rows of several tasks, each once, in id order
