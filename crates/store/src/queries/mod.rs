@@ -125,3 +125,64 @@ macro_rules! store {
     };
 }
 pub(crate) use store;
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+    use std::path::Path;
+
+    /// The non-blank lines of every `.rs` file under `dir`, trimmed, with
+    /// `$N` and `?N` placeholders read as `?`, by file.
+    fn lines(dir: &Path) -> Vec<(String, Vec<String>)> {
+        let mut files = Vec::new();
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_some_and(|e| e == "rs") {
+                let text = std::fs::read_to_string(&path).unwrap();
+                let lines = text.lines().map(str::trim).filter(|l| !l.is_empty()).map(placeholders).collect();
+                files.push((path.display().to_string(), lines));
+            }
+        }
+        files
+    }
+
+    fn placeholders(line: &str) -> String {
+        let mut out = String::with_capacity(line.len());
+        let mut chars = line.chars().peekable();
+        while let Some(c) = chars.next() {
+            if (c == '$' || c == '?') && chars.peek().is_some_and(char::is_ascii_digit) {
+                while chars.peek().is_some_and(char::is_ascii_digit) {
+                    chars.next();
+                }
+                out.push('?');
+            } else {
+                out.push(c);
+            }
+        }
+        out
+    }
+
+    /// The backends hold what differs and nothing else: no run of six
+    /// lines (or more) is in both, as a query written twice would be.
+    #[test]
+    fn no_run_of_six_lines_repeats_between_the_backends() {
+        const RUN: usize = 6;
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let mut seen = HashMap::new();
+        for (file, lines) in lines(&src.join("sqlite")) {
+            for (n, run) in lines.windows(RUN).enumerate() {
+                seen.entry(run.join("\n")).or_insert(format!("{file}, line {} of its non-blank lines", n + 1));
+            }
+        }
+        let mut found = Vec::new();
+        for (file, lines) in lines(&src.join("postgres")) {
+            for (n, run) in lines.windows(RUN).enumerate() {
+                if let Some(there) = seen.get(&run.join("\n")) {
+                    found.push(format!("{file}, line {} of its non-blank lines, as in {there}:\n{}", n + 1, run.join("\n")));
+                }
+            }
+        }
+        assert!(found.is_empty(), "written in both backends (write it once in src/queries/):\n{}", found.join("\n\n"));
+        assert_eq!(placeholders("a = $12 AND b = ?3 OR c = ?"), "a = ? AND b = ? OR c = ?");
+    }
+}
