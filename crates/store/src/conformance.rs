@@ -27,6 +27,11 @@ pub(crate) trait TestDatabase: Sized {
     /// A new handle on the database: a second one sees what the first
     /// wrote, as the daemon does after a restart.
     async fn open(&self) -> SharedStore;
+
+    /// Runs `sql` on the database past the store, as someone editing it
+    /// by hand would, with `$1` bound to `task` when given; the database's
+    /// message when it refuses.
+    async fn tamper(&self, sql: &str, task: Option<&str>) -> std::result::Result<(), String>;
 }
 
 /// Runs every case of the suite against the backend whose test database is
@@ -64,6 +69,8 @@ macro_rules! conformance_suite {
                 gc_and_snapshots_of_different_nodes_keep_apart,
                 api_keys_are_found_by_hash_used_and_revoked,
                 secrets_are_set_again_counted_and_removed,
+                the_log_and_checkpoints_stay_append_only,
+                writes_for_an_unknown_task_are_refused,
             );
         }
     };
@@ -979,4 +986,53 @@ pub(crate) async fn secrets_are_set_again_counted_and_removed(db: &impl TestData
     assert!(!a.remove_secret("TOKEN").await.unwrap(), "removed already");
     assert_eq!(a.secret("TOKEN").await.unwrap(), None);
     assert_eq!(b.secrets().await.unwrap().len(), 1, "the other stays");
+}
+
+/// The database itself refuses to change or remove an entry of a log or a
+/// checkpoint, or to add an entry without its hash (its triggers, written
+/// in each backend's migrations).
+pub(crate) async fn the_log_and_checkpoints_stay_append_only(db: &impl TestDatabase) {
+    let (store, t) = store_with_running_task(db).await;
+    store.append_event(&event(&t, EventKind::Exec)).await.unwrap();
+    let keys_dir = tempfile::tempdir().unwrap();
+    let keys = NodeKeys::load_or_create(&keys_dir.path().join("keys")).unwrap();
+    let head = store.events(&t).await.unwrap()[0].hash.clone().unwrap();
+    let signed = SignedCheckpoint::sign(&keys, Checkpoint { task: t.to_string(), seq: 1, head, time_ms: now_ms(), key_id: String::new() });
+    store.insert_checkpoint(&signed, "cli:a").await.unwrap();
+    for sql in [
+        "UPDATE events SET args = '{\"x\":1}'",
+        "UPDATE events SET actor = 'mallory'",
+        "UPDATE events SET hash = 'ab'",
+        "UPDATE events SET hash = NULL, prev_hash = NULL",
+        "DELETE FROM events",
+        "UPDATE checkpoints SET seq = 2",
+        "DELETE FROM checkpoints",
+    ] {
+        let err = db.tamper(sql, None).await.unwrap_err();
+        assert!(err.contains("append-only"), "{sql}: {err}");
+    }
+    let err = db.tamper("INSERT INTO events (task_id, seq, time_ms, kind, actor, args) VALUES ($1, 9, 0, 'exec', 'x', '{}')", Some(t.as_str())).await.unwrap_err();
+    assert!(err.contains("written with its hash"), "{err}");
+    assert_chain(&*store, &t, 1).await;
+    assert_eq!(store.checkpoints(&t).await.unwrap(), [signed]);
+}
+
+/// A write for a task that does not exist says so, whichever way it
+/// reaches the task's row, and writes nothing.
+pub(crate) async fn writes_for_an_unknown_task_are_refused(db: &impl TestDatabase) {
+    let store = db.open().await;
+    let ghost = TaskId::random();
+    let ready = store.record_sandbox_ready(&ghost, "a", 1, 1, &event(&ghost, EventKind::SandboxStart)).await;
+    assert!(matches!(ready, Err(Error::UnknownTask(_))), "{ready:?}");
+    let suspended = store.finish_suspend(&ghost, None, &event(&ghost, EventKind::Suspend)).await;
+    assert!(matches!(suspended, Err(Error::UnknownTask(_))), "{suspended:?}");
+    assert!(matches!(store.finish_wake(&ghost, &event(&ghost, EventKind::Wake)).await, Err(Error::UnknownTask(_))));
+    let recovered = store.record_recovery(&ghost, TaskState::Running, 1, "", "", &event(&ghost, EventKind::Recovered)).await;
+    assert!(matches!(recovered, Err(Error::UnknownTask(_))), "{recovered:?}");
+    assert!(store.cancel_wait(&ghost, &event(&ghost, EventKind::Wait)).await.unwrap().is_none(), "no wait is pending");
+    assert!(matches!(store.acquire_lease(&ghost, "a", 1_000).await, Err(Error::UnknownTask(_))));
+    assert!(matches!(store.lease(&ghost).await, Err(Error::UnknownTask(_))));
+    assert!(store.append_event(&event(&ghost, EventKind::Exec)).await.is_err(), "a log needs its task");
+    assert!(store.list_tasks().await.unwrap().is_empty());
+    assert!(store.events(&ghost).await.unwrap().is_empty());
 }

@@ -16,14 +16,23 @@
 //! [`SqliteStore`] (`src/sqlite/`, the default), a file under
 //! `$CAIRN_HOME` for a single daemon, and [`PostgresStore`]
 //! (`src/postgres/`), a database server several daemons can reach. Both
-//! run the same conformance suite (`src/conformance.rs`), the PostgreSQL
-//! one against a private server the tests start (`src/testing/`), which
-//! the `test-util` feature makes public for other crates' tests.
+//! run the same queries, written once in `src/queries/` (statements with
+//! `$N` parameters, row types derived once, the hash chain in
+//! `src/chain.rs`); a backend brings its store type, its connection and
+//! migrations, and a `Dialect` (`src/queries/mod.rs`) for what its SQL
+//! does differently: how a write transaction begins, row locks or a
+//! single writer, and a few statements. Whether an event wakes its task
+//! is core's transition table's call, made in the delivering transaction.
+//! Both run the same conformance suite (`src/conformance.rs`), the
+//! PostgreSQL one against a private server the tests start
+//! (`src/testing/`), which the `test-util` feature makes public for other
+//! crates' tests.
 
 mod chain;
 mod error;
 mod lease;
 mod postgres;
+mod queries;
 mod sqlite;
 mod store;
 mod tx;

@@ -306,7 +306,7 @@ pub trait CheckpointStore: Send + Sync {
 }
 
 /// A daemon sharing this database, as it last announced itself.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, sqlx::FromRow)]
 pub struct NodeRow {
     /// Unique among the daemons of a database (`cairn serve --node`).
     pub name: String,
@@ -405,7 +405,7 @@ pub trait LeaseStore: Send + Sync {
 }
 
 /// An API key as the store keeps it: never the key, only its SHA-256.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, sqlx::FromRow)]
 pub struct ApiKeyRow {
     /// Unique: how people pick the key out (to revoke it).
     pub name: String,
@@ -440,7 +440,7 @@ pub trait ApiKeyStore: Send + Sync {
 }
 
 /// A secret as the store keeps it: its value sealed by the caller.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, sqlx::FromRow)]
 pub struct SecretRow {
     /// Unique: the name rules and placeholders use.
     pub name: String,

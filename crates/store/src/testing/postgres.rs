@@ -123,6 +123,13 @@ impl crate::conformance::TestDatabase for TempPostgres {
     async fn open(&self) -> crate::SharedStore {
         std::sync::Arc::new(self.open_postgres().await)
     }
+
+    async fn tamper(&self, sql: &str, task: Option<&str>) -> std::result::Result<(), String> {
+        let store = self.open_postgres().await;
+        let res = store.tamper(sql, task).await;
+        crate::Store::close(&store).await;
+        res
+    }
 }
 
 /// A database name no other test of this process has.
