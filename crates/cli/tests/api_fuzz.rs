@@ -20,7 +20,7 @@ use common::Daemon;
 #[test]
 fn a_fuzz_of_the_api_from_its_openapi_document_finds_no_server_error() {
     common::require_root();
-    let probe = Command::new("schemathesis").arg("--version").stdin(Stdio::null()).output();
+    let probe = common::run(Command::new("schemathesis").arg("--version").stdin(Stdio::null()));
     assert!(
         probe.as_ref().is_ok_and(|o| o.status.success()),
         "schemathesis is not installed: python3 -m pip install schemathesis, as scripts/setup-debian.sh does ({probe:?})"

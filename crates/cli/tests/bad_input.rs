@@ -20,7 +20,7 @@ fn tasks(d: &Daemon) -> Value {
 
 /// Like [`Daemon::fails`], for a prepared command.
 fn fails_cmd(mut cmd: Command) -> String {
-    let out = cmd.stdin(Stdio::null()).output().expect("run cairn");
+    let out = common::run(cmd.stdin(Stdio::null())).expect("run cairn");
     assert!(!out.status.success(), "{cmd:?} should have failed: {}", String::from_utf8_lossy(&out.stdout));
     let err = String::from_utf8_lossy(&out.stderr).trim().to_owned();
     assert!(err.starts_with("cairn: ") && !err.contains('\n'), "want one line starting with 'cairn: ', got {err:?}");
@@ -401,5 +401,5 @@ fn api_needs_the_token() {
     // Positive control: the right token from the environment works too.
     let mut c = d.cmd();
     c.env("CAIRN_TOKEN", &token).env("CAIRN_URL", &d.url).args(["task", "show", &id]);
-    assert!(c.output().unwrap().status.success());
+    assert!(common::run(&mut c).unwrap().status.success());
 }

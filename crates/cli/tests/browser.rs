@@ -95,7 +95,7 @@ with sync_playwright() as p:
 /// Fails, with the command that fixes it, when python3, playwright or
 /// Chromium is missing.
 fn require_browser() {
-    let probe = Command::new("python3").args(["-c", "import playwright.sync_api"]).stdin(Stdio::null()).output();
+    let probe = common::run(Command::new("python3").args(["-c", "import playwright.sync_api"]).stdin(Stdio::null()));
     match probe {
         Err(e) => panic!("python3 is not installed ({e}): run scripts/setup-debian.sh, or apt-get install -y python3 python3-pip"),
         Ok(out) if !out.status.success() => panic!(
@@ -225,9 +225,8 @@ fn approving_on_the_page_in_a_real_browser_wakes_the_task() {
     assert_eq!(approvals[0]["args"]["satisfied"], wait_id.as_str(), "it satisfied the wait: {}", approvals[0]);
     assert!(log.as_array().unwrap().iter().any(|e| e["kind"] == "wake"), "{log}");
     let token = std::fs::read_to_string(d.home().join("token")).unwrap();
-    let inbox = Command::new("curl")
-        .args(["-sf", "-H", &format!("authorization: Bearer {}", token.trim()), &format!("{}/v1/tasks/{id}/inbox", d.url)])
-        .output()
+    let inbox = common::run(Command::new("curl")
+        .args(["-sf", "-H", &format!("authorization: Bearer {}", token.trim()), &format!("{}/v1/tasks/{id}/inbox", d.url)]))
         .expect("curl");
     assert!(inbox.status.success(), "inbox: {}", String::from_utf8_lossy(&inbox.stderr));
     let inbox: Value = serde_json::from_slice(&inbox.stdout).unwrap();

@@ -423,7 +423,7 @@ fn forget_as_a_reboot_does(home: &Path, cgroups: &BTreeSet<String>) {
     // Failures are reported, not fatal: what stays is found by the leak
     // scan at the end.
     for m in mounts {
-        let out = Command::new("umount").arg("-l").arg(m).output().unwrap();
+        let out = common::run(Command::new("umount").arg("-l").arg(m)).unwrap();
         if !out.status.success() {
             eprintln!("umount -l {m}: {}", String::from_utf8_lossy(&out.stderr).trim());
         }
@@ -432,7 +432,7 @@ fn forget_as_a_reboot_does(home: &Path, cgroups: &BTreeSet<String>) {
         let name = e.file_name().to_string_lossy().into_owned();
         let backing = std::fs::read_to_string(e.path().join("loop/backing_file")).unwrap_or_default();
         if name.starts_with("loop") && backing.contains(&home_s) {
-            let out = Command::new("losetup").args(["-d", &format!("/dev/{name}")]).output().unwrap();
+            let out = common::run(Command::new("losetup").args(["-d", &format!("/dev/{name}")])).unwrap();
             if !out.status.success() {
                 eprintln!("losetup -d /dev/{name}: {}", String::from_utf8_lossy(&out.stderr).trim());
             }
@@ -529,7 +529,7 @@ fn reference_sign(secret: &str, msg_id: &str, ts: i64, body: &str) -> String {
     const SIGN: &str = "import sys, datetime\nfrom standardwebhooks import Webhook\n\
                         s, i, t, b = sys.argv[1:5]\n\
                         print(Webhook(s).sign(i, datetime.datetime.fromtimestamp(int(t), tz=datetime.timezone.utc), b))";
-    let out = Command::new("python3").args(["-c", SIGN, secret, msg_id, &ts.to_string(), body]).stdin(Stdio::null()).output().unwrap();
+    let out = common::run(Command::new("python3").args(["-c", SIGN, secret, msg_id, &ts.to_string(), body]).stdin(Stdio::null())).unwrap();
     assert!(out.status.success(), "signing with standardwebhooks failed (pip install standardwebhooks): {}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }
@@ -772,7 +772,7 @@ fn secrets_are_shared_under_the_cluster_key_and_refused_without_it() {
     let c = Cluster::start_with(&["--config", &shared], &["--config", &shared]);
     let mut set = c.a.cmd().args(["secret", "set", "CLUSTER_TOKEN"]).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
     std::io::Write::write_all(&mut set.stdin.take().unwrap(), b"cluster-secret-value").unwrap();
-    let out = set.wait_with_output().unwrap();
+    let out = common::output_of(set, common::CALL_DEADLINE).unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let listed = c.b.json(&["secret", "list"]);
     assert_eq!(listed[0]["name"], "CLUSTER_TOKEN", "node-b lists node-a's secret: {listed}");

@@ -325,7 +325,7 @@ print(Webhook(secret).sign(msg_id, datetime.datetime.fromtimestamp(ts, tz=dateti
 /// HTTP status (0 when the connection broke).
 fn post_webhook(d: &Daemon, id: &str, secret: &str, msg: &str, body: &str) -> u16 {
     let ts = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs().to_string();
-    let sign = Command::new("python3").args(["-c", SIGN, secret, msg, &ts, body]).output().unwrap();
+    let sign = common::run(Command::new("python3").args(["-c", SIGN, secret, msg, &ts, body])).unwrap();
     assert!(sign.status.success(), "signing with standardwebhooks failed: {}", String::from_utf8_lossy(&sign.stderr));
     let sig = String::from_utf8_lossy(&sign.stdout).trim().to_owned();
     let url = format!("{}/v1/hooks/{id}/go", d.url);

@@ -77,7 +77,7 @@ fn a_delivery_verifies_and_every_change_is_named() {
     let repo = dir.path().join("repo");
     std::fs::create_dir_all(&repo).unwrap();
     std::fs::write(repo.join("app.txt"), "line 1\nline 2\n").unwrap();
-    let applied = Command::new("git").args(["apply", out.join("workspace.patch").to_str().unwrap()]).current_dir(&repo).status().unwrap();
+    let applied = common::run(Command::new("git").args(["apply", out.join("workspace.patch").to_str().unwrap()]).current_dir(&repo)).unwrap().status;
     assert!(applied.success());
     assert_eq!(std::fs::read_to_string(repo.join("app.txt")).unwrap(), "line 1\nline 2 changed\n");
     assert_eq!(std::fs::read_to_string(repo.join("added.txt")).unwrap(), "brand new\n");
@@ -158,19 +158,19 @@ fn a_delivery_verifies_and_every_change_is_named() {
     assert!(!ok && err.contains("signature"), "{err}");
 
     // Python's reference implementations accept the record.
-    let py = Command::new("python3").arg("-c").arg(PYTHON_CHECK).arg(&record).arg(&out).arg(&hex).output().unwrap();
+    let py = common::run(Command::new("python3").arg("-c").arg(PYTHON_CHECK).arg(&record).arg(&out).arg(&hex)).unwrap();
     assert!(py.status.success(), "python verification failed: {}{}", String::from_utf8_lossy(&py.stdout), String::from_utf8_lossy(&py.stderr));
     assert!(String::from_utf8_lossy(&py.stdout).contains("4 subjects match"), "{}", String::from_utf8_lossy(&py.stdout));
 
     // A ledger row edited in SQLite behind the daemon's back.
     let db = d.home().join("cairn.db");
-    let edit = Command::new("python3")
+    let edit = common::run(Command::new("python3")
         .arg("-c")
         .arg("import sqlite3, sys\nc = sqlite3.connect(sys.argv[1])\nc.execute('DROP TRIGGER IF EXISTS events_no_update')\nc.execute(\"UPDATE events SET actor = 'mallory' WHERE task_id = ? AND seq = 2\", (sys.argv[2],))\nc.commit()")
         .arg(&db)
-        .arg(&id)
-        .status()
-        .unwrap();
+        .arg(&id))
+        .unwrap()
+        .status;
     assert!(edit.success());
     let (ok, _, err) = verify(&d, &[record.to_str().unwrap()]);
     assert!(!ok && err.contains("ledger of") && err.contains("entry 2"), "{err}");
@@ -242,7 +242,7 @@ fn complete_tears_everything_down_and_keeps_the_records() {
     std::fs::write(dir.join(&orphan), "left behind").unwrap();
     let young = d.json(&["gc"]);
     assert_eq!(young["orphan_deliverables"], serde_json::json!([]), "young orphans stay");
-    assert!(Command::new("touch").args(["-d", "2 hours ago"]).arg(dir.join(&orphan)).status().unwrap().success());
+    assert!(common::run(Command::new("touch").args(["-d", "2 hours ago"]).arg(dir.join(&orphan))).unwrap().status.success());
     let dry = d.json(&["gc", "--dry-run"]);
     assert_eq!(dry["orphan_deliverables"], serde_json::json!([orphan]));
     assert!(dir.join(&orphan).exists());
@@ -365,7 +365,7 @@ fn dir_with_record(d: &Daemon, id: &str) -> tempfile::TempDir {
 
 fn fetch(d: &Daemon, path: &str) -> Vec<u8> {
     let token = std::fs::read_to_string(d.home().join("token")).unwrap();
-    let out = Command::new("curl").args(["-sf", "-H", &format!("Authorization: Bearer {}", token.trim()), &format!("{}{path}", d.url)]).output().unwrap();
+    let out = common::run(Command::new("curl").args(["-sf", "-H", &format!("Authorization: Bearer {}", token.trim()), &format!("{}{path}", d.url)])).unwrap();
     assert!(out.status.success(), "GET {path}");
     out.stdout
 }

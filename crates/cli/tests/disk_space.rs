@@ -221,7 +221,7 @@ fn image_bombs_stop_at_the_limit_while_a_neighbour_runs_on() {
     let sparse_file = cfg.path().join("hole");
     std::fs::File::create(&sparse_file).unwrap().set_len(2 << 40).unwrap();
     let sparse = cfg.path().join("sparse.tar");
-    let made = std::process::Command::new("tar").arg("--sparse").arg("-cf").arg(&sparse).arg("-C").arg(cfg.path()).arg("hole").status().unwrap();
+    let made = common::run(std::process::Command::new("tar").arg("--sparse").arg("-cf").arg(&sparse).arg("-C").arg(cfg.path()).arg("hole")).unwrap().status;
     assert!(made.success(), "GNU tar makes the sparse archive");
 
     let before = d.json(&["image", "list"]).as_array().unwrap().len();

@@ -21,7 +21,7 @@ fn python() -> String {
 }
 
 fn require_sdk(python: &str) {
-    let probe = Command::new(python).args(["-c", "import e2b, pytest, httpx"]).stdin(Stdio::null()).output();
+    let probe = common::run(Command::new(python).args(["-c", "import e2b, pytest, httpx"]).stdin(Stdio::null()));
     match probe {
         Ok(o) if o.status.success() => {}
         Ok(o) => panic!("the e2b SDK's environment at {python} lacks a package (run scripts/setup-debian.sh): {}", String::from_utf8_lossy(&o.stderr).lines().last().unwrap_or("")),
@@ -73,7 +73,7 @@ fn the_e2b_javascript_sdk_runs_against_a_daemon() {
     let sdk = PathBuf::from(std::env::var("CAIRN_E2B_JS").unwrap_or_else(|_| "/opt/cairn-test/e2b-js".into()));
     let modules = sdk.join("node_modules");
     assert!(modules.join("e2b").is_dir(), "no e2b npm package under {}: run scripts/setup-debian.sh", modules.display());
-    let node = Command::new("node").arg("--version").output().unwrap_or_else(|e| panic!("node is not installed ({e}): run scripts/setup-debian.sh"));
+    let node = common::run(Command::new("node").arg("--version")).unwrap_or_else(|e| panic!("node is not installed ({e}): run scripts/setup-debian.sh"));
     assert!(node.status.success(), "node --version failed");
     // The test file beside the package's modules, so that its import finds them.
     let dir = tempfile::tempdir().unwrap();
@@ -112,11 +112,11 @@ fn api_keys_are_made_listed_and_revoked() {
 
     let sandboxes = format!("{}/v2/sandboxes", d.url);
     let status = |k: &str| {
-        let out = Command::new("curl").args(["-s", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "10", "-H", &format!("X-API-Key: {k}"), &sandboxes]).output().unwrap();
+        let out = common::run(Command::new("curl").args(["-s", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "10", "-H", &format!("X-API-Key: {k}"), &sandboxes])).unwrap();
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
     assert_eq!(status(&key), "200", "control: the key works");
-    let health = Command::new("curl").args(["-s", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "10", &format!("{}/health", d.url)]).output().unwrap();
+    let health = common::run(Command::new("curl").args(["-s", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "10", &format!("{}/health", d.url)])).unwrap();
     assert_eq!(String::from_utf8_lossy(&health.stdout), "204", "E2B's health check takes no key");
     assert_eq!(status("e2b_0000000000000000000000000000000000000000"), "401");
     d.ok(&["api-key", "revoke", "ci"]);
@@ -132,17 +132,16 @@ fn an_upload_larger_than_the_tasks_disk_is_refused_with_507() {
     let d = Daemon::start();
     let key = d.ok(&["api-key", "create", "upload"]).trim().to_owned();
     let t = d.create(&["--disk", "64M"]);
-    let detail = Command::new("curl").args(["-s", "--max-time", "10", "-H", &format!("X-API-Key: {key}"), &format!("{}/sandboxes/{t}", d.url)]).output().unwrap();
+    let detail = common::run(Command::new("curl").args(["-s", "--max-time", "10", "-H", &format!("X-API-Key: {key}"), &format!("{}/sandboxes/{t}", d.url)])).unwrap();
     let detail: serde_json::Value = serde_json::from_slice(&detail.stdout).unwrap();
     let token = detail["envdAccessToken"].as_str().unwrap_or_else(|| panic!("no access token: {detail}"));
     let big = tempfile::NamedTempFile::new().unwrap();
     big.as_file().set_len(96 << 20).unwrap();
-    let out = Command::new("curl")
+    let out = common::run(Command::new("curl")
         .args(["-s", "--max-time", "120", "-w", "\n%{http_code}", "-H", &format!("E2b-Sandbox-Id: {t}"), "-H", &format!("X-Access-Token: {token}")])
         .args(["-H", "Content-Type: application/octet-stream", "--data-binary"])
         .arg(format!("@{}", big.path().display()))
-        .arg(format!("{}/files?path=/workspace/too-big.bin", d.url))
-        .output()
+        .arg(format!("{}/files?path=/workspace/too-big.bin", d.url)))
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     let (body, status) = text.rsplit_once('\n').unwrap();

@@ -465,7 +465,7 @@ fn invalid_rules_and_config_are_refused_with_one_line() {
     ] {
         let path = _dir.path().join("bad.toml");
         std::fs::write(&path, toml).unwrap();
-        let out = d.cmd().args(["serve", "--listen", "127.0.0.1:0", "--config", path.to_str().unwrap()]).output().unwrap();
+        let out = common::run(d.cmd().args(["serve", "--listen", "127.0.0.1:0", "--config", path.to_str().unwrap()])).unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success() && err.contains(want), "{toml}: {err}");
     }
@@ -682,7 +682,7 @@ fn in_own_network(test: impl FnOnce() + Send + 'static) {
             assert_eq!(rc, 0, "hide /run/nscd: {}", std::io::Error::last_os_error());
         }
         let run = |args: &[&str]| {
-            let out = Command::new(ip).args(args).output().unwrap();
+            let out = common::run(Command::new(ip).args(args)).unwrap();
             assert!(out.status.success(), "ip {args:?}: {}", String::from_utf8_lossy(&out.stderr));
         };
         run(&["link", "set", "lo", "up"]);

@@ -59,6 +59,6 @@ fn the_scripted_agent_goes_red_rolls_back_goes_green_and_delivers_after_approval
 
 #[test]
 fn the_reference_agent_loop_compiles() {
-    let out = Command::new("python3").args(["-m", "py_compile"]).arg(repo().join("examples/agent_loop.py")).env("PYTHONPYCACHEPREFIX", std::env::temp_dir().join("cairn-pycache")).output().unwrap();
+    let out = common::run(Command::new("python3").args(["-m", "py_compile"]).arg(repo().join("examples/agent_loop.py")).env("PYTHONPYCACHEPREFIX", std::env::temp_dir().join("cairn-pycache"))).unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 }

@@ -21,7 +21,7 @@ fn into_closed_pipe(d: &Daemon, args: &[&str]) -> (Option<i32>, String) {
         assert!(std::time::Instant::now() < deadline, "cairn {args:?} still runs into a closed pipe");
         std::thread::sleep(Duration::from_millis(20));
     }
-    let out = child.wait_with_output().unwrap();
+    let out = common::output_of(child, common::CALL_DEADLINE).unwrap();
     (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
 }
 
@@ -191,7 +191,7 @@ fn a_pending_wait_is_shown_outlives_resume_and_can_be_cancelled() {
         std::thread::sleep(Duration::from_millis(50));
     }
     d.ok(&["wait", &id, "--cancel"]);
-    let out = blocked.wait_with_output().unwrap();
+    let out = common::output_of(blocked, common::CALL_DEADLINE).unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.contains("was cancelled"), "{err}");
     d.wait_for_state(&id, "running", Duration::from_secs(60));

@@ -19,7 +19,7 @@ const COUNTER: &str = "b=$(head -c6 /dev/urandom | od -An -tx1 | tr -d ' \\n'); 
     while true; do i=$((i+1)); echo \"$b $i\" > /workspace/counter.new && mv /workspace/counter.new /workspace/counter; sleep 0.1; done";
 
 fn require_runsc() {
-    let found = std::process::Command::new("runsc").arg("--version").output();
+    let found = common::run(std::process::Command::new("runsc").arg("--version"));
     assert!(found.is_ok_and(|o| o.status.success()), "runsc is missing: apt-get install runsc (scripts/setup-debian.sh does)");
 }
 
@@ -203,7 +203,7 @@ fn bad_isolation_requests_are_refused_with_one_line() {
     assert!(err.contains("--with-memory needs a gvisor task"), "{err}");
     assert_eq!(d.json(&["snapshot", "list", &native]).as_array().unwrap().len(), 0, "a refused snapshot was taken");
     let other_home = tempfile::Builder::new().prefix("cairn-test-").tempdir_in("/var/tmp").unwrap();
-    let out = std::process::Command::new(common::CAIRN).args(["serve", "--isolation", "vm"]).env("CAIRN_HOME", other_home.path()).output().unwrap();
+    let out = common::run(std::process::Command::new(common::CAIRN).args(["serve", "--isolation", "vm"]).env("CAIRN_HOME", other_home.path())).unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.contains("--isolation") && err.contains("\"vm\""), "{err}");
     destroy_clean(&d, &native);

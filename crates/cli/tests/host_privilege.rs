@@ -58,7 +58,7 @@ fn as_nobody_on_host(path: &Path, args: &[&str]) -> String {
     // closed below.
     let fd = unsafe { libc::open(c.as_ptr(), libc::O_PATH) };
     assert!(fd >= 0, "open {}: {}", path.display(), std::io::Error::last_os_error());
-    let out = Command::new(format!("/proc/self/fd/{fd}")).args(args).uid(65534).gid(65534).output();
+    let out = common::run(Command::new(format!("/proc/self/fd/{fd}")).args(args).uid(65534).gid(65534));
     // SAFETY: closing the descriptor opened above, once.
     unsafe { libc::close(fd) };
     let out = out.unwrap_or_else(|e| panic!("run {} as 65534: {e}", path.display()));
@@ -93,7 +93,7 @@ fn setid_files(root: &Path) -> Vec<PathBuf> {
 
 /// Files under `root` that carry file capabilities, as `getcap -r` lists them.
 fn capability_files(root: &Path) -> Vec<PathBuf> {
-    let out = Command::new("/usr/sbin/getcap").arg("-r").arg(root).output().expect("getcap (install libcap2-bin)");
+    let out = common::run(Command::new("/usr/sbin/getcap").arg("-r").arg(root)).expect("getcap (install libcap2-bin)");
     String::from_utf8_lossy(&out.stdout).lines().filter_map(|l| l.split_whitespace().next()).map(PathBuf::from).collect()
 }
 
@@ -158,7 +158,7 @@ fn setid_and_capability_files_a_sandbox_made_are_powerless_on_the_host_and_work_
     assert!(as_nobody_on_host(&control, &[]).contains("euid=0"), "the control is set-uid root for a host user");
     let capcontrol = outside.path().join("capgrep");
     fs::copy("/usr/bin/grep", &capcontrol).unwrap();
-    let set = Command::new("/usr/sbin/setcap").args(["cap_setuid,cap_dac_override+ep"]).arg(&capcontrol).status().unwrap();
+    let set = common::run(Command::new("/usr/sbin/setcap").args(["cap_setuid,cap_dac_override+ep"]).arg(&capcontrol)).unwrap().status;
     assert!(set.success());
     assert_ne!(cap_eff(&as_nobody_on_host(&capcontrol, &["Cap", "/proc/self/status"])), 0, "the control has capabilities for a host user");
 

@@ -239,11 +239,11 @@ struct SmallFs(PathBuf);
 impl SmallFs {
     fn mount(at: &Path, size: &str) -> SmallFs {
         fs::create_dir_all(at).unwrap();
-        let ok = std::process::Command::new("mount")
+        let ok = common::run(std::process::Command::new("mount")
             .args(["-t", "tmpfs", "-o", &format!("size={size},mode=0700"), "cairn-test-small"])
-            .arg(at)
-            .status()
-            .unwrap();
+            .arg(at))
+            .unwrap()
+            .status;
         assert!(ok.success(), "mount a tmpfs at {}", at.display());
         SmallFs(at.to_owned())
     }

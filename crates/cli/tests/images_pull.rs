@@ -434,7 +434,7 @@ fn a_second_image_sharing_a_layer_downloads_only_its_new_layer() {
 fn a_registry_with_basic_auth_refuses_without_credentials_and_pulls_with_them() {
     common::require_root();
     let tmp = tempfile::tempdir().unwrap();
-    let out = Command::new("htpasswd").args(["-Bbn", "user", "s3cret"]).output().expect("these tests need apache2-utils (htpasswd)");
+    let out = common::run(Command::new("htpasswd").args(["-Bbn", "user", "s3cret"])).expect("these tests need apache2-utils (htpasswd)");
     assert!(out.status.success());
     let htpasswd = tmp.path().join("htpasswd");
     fs::write(&htpasswd, &out.stdout).unwrap();
@@ -470,7 +470,7 @@ fn a_registry_with_basic_auth_refuses_without_credentials_and_pulls_with_them() 
         .unwrap();
     child.stdin.take().unwrap().write_all(b"s3cret\n").unwrap();
     let began = Instant::now();
-    let out = child.wait_with_output().unwrap();
+    let out = common::output_of(child, common::CALL_DEADLINE).unwrap();
     assert!(began.elapsed() < Duration::from_secs(120));
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(String::from_utf8_lossy(&out.stdout).starts_with(&format!("pulled {reference}")));
@@ -532,7 +532,7 @@ fn a_registry_with_token_auth_refuses_without_credentials_and_pulls_with_a_beare
         .unwrap();
     child.stdin.take().unwrap().write_all(b"t0ken-s3cret\n").unwrap();
     let began = Instant::now();
-    let out = child.wait_with_output().unwrap();
+    let out = common::output_of(child, common::CALL_DEADLINE).unwrap();
     assert!(began.elapsed() < Duration::from_secs(120));
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(String::from_utf8_lossy(&out.stdout).starts_with(&format!("pulled {reference} (")), "{}", String::from_utf8_lossy(&out.stdout));

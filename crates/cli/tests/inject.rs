@@ -130,7 +130,7 @@ fn daemon_files_holding(home: &std::path::Path, needle: &[u8]) -> Vec<String> {
 fn set_secret(d: &Daemon, name: &str, value: &str) {
     let mut child = d.cmd().args(["secret", "set", name]).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
     child.stdin.take().unwrap().write_all(value.as_bytes()).unwrap();
-    let out = child.wait_with_output().unwrap();
+    let out = common::output_of(child, common::CALL_DEADLINE).unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 }
 
@@ -247,7 +247,7 @@ fn an_injected_secret_reaches_the_upstream_and_nothing_the_agent_can_read() {
     // E2B's create takes the same rules in its `network` shape.
     let key = d.ok(&["api-key", "create", "inject-test"]).trim().to_owned();
     let body = r#"{"templateID":"base","network":{"allowOut":["api.test"],"inject":["api.test=Authorization: Bearer {{secret:GITHUB_TOKEN}}"]}}"#;
-    let out = std::process::Command::new("curl").args(["-sS", "-X", "POST", &format!("{}/sandboxes", d.url), "-H", &format!("X-API-Key: {key}"), "-H", "Content-Type: application/json", "-d", body]).output().unwrap();
+    let out = common::run(std::process::Command::new("curl").args(["-sS", "-X", "POST", &format!("{}/sandboxes", d.url), "-H", &format!("X-API-Key: {key}"), "-H", "Content-Type: application/json", "-d", body])).unwrap();
     let created: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&out.stdout)));
     let e2b = created["sandboxID"].as_str().unwrap_or_else(|| panic!("{created}")).to_owned();
     let echo = curl(&d, &e2b, "https://api.test/from-e2b");

@@ -52,7 +52,7 @@ impl Drop for RemoveOnDrop {
 
 /// `sh -c SCRIPT` on the host: (exit code, stdout, stderr).
 fn host_sh(script: &str) -> (i32, String, String) {
-    let out = Command::new("sh").args(["-c", script]).output().expect("run sh on the host");
+    let out = common::run(Command::new("sh").args(["-c", script])).expect("run sh on the host");
     (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
 }
 
@@ -325,7 +325,7 @@ fn network_is_loopback_only() {
     let d = Daemon::start();
     let id = d.create(&[]);
 
-    let host = Command::new(ip).args(["-o", "link"]).output().expect("host ip link");
+    let host = common::run(Command::new(ip).args(["-o", "link"])).expect("host ip link");
     let host_links = link_names(&String::from_utf8_lossy(&host.stdout));
     assert!(host_links.len() > 1 && host_links.contains(&"lo".to_owned()), "host links: {host_links:?}");
     let inside = link_names(&sh_ok(&d, &id, "ip -o link"));
@@ -474,7 +474,7 @@ fn privileged_syscalls_fail_with_eperm() {
     let names = ["bpf", "keyctl", "mount", "ptrace", "unshare"];
 
     // Control: on the host, as root, none of them is refused.
-    let host = Command::new(python).args(["-c", SYSCALL_PROBE]).output().expect("run the probe on the host");
+    let host = common::run(Command::new(python).args(["-c", SYSCALL_PROBE])).expect("run the probe on the host");
     assert!(host.status.success(), "host probe: {}", String::from_utf8_lossy(&host.stderr));
     let host = parse_probe(&String::from_utf8_lossy(&host.stdout));
     assert_eq!(host.keys().map(String::as_str).collect::<Vec<_>>(), names);

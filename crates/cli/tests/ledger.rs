@@ -75,7 +75,7 @@ else:
 "#;
 
 fn python(d: &Daemon, task: &str, args: &[&str]) -> String {
-    let out = Command::new("python3").arg("-c").arg(TAMPER).arg(d.home().join("cairn.db")).arg(task).args(args).output().expect("python3");
+    let out = common::run(Command::new("python3").arg("-c").arg(TAMPER).arg(d.home().join("cairn.db")).arg(task).args(args)).expect("python3");
     assert!(out.status.success(), "python {args:?}: {}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }
@@ -225,7 +225,7 @@ fn the_node_key_is_private_rotates_and_old_checkpoints_still_verify() {
     let forge = "import sqlite3,sys; c=sqlite3.connect(sys.argv[1], timeout=30, isolation_level=None); \
                  c.executescript('DROP TRIGGER checkpoints_no_update'); \
                  c.execute(\"UPDATE checkpoints SET head = CASE substr(head, 1, 1) WHEN 'f' THEN 'e' ELSE 'f' END || substr(head, 2) WHERE id = (SELECT MIN(id) FROM checkpoints)\")";
-    let out = Command::new("python3").args(["-c", forge]).arg(&db).output().unwrap();
+    let out = common::run(Command::new("python3").args(["-c", forge]).arg(&db)).unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let err = verify_fails(&d, &t);
     assert!(err.contains("does not verify"), "{err}");

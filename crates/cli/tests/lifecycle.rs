@@ -30,11 +30,11 @@ fn wait_output(mut child: std::process::Child, limit: Duration, what: &str) -> s
     let deadline = Instant::now() + limit;
     loop {
         if child.try_wait().expect("try_wait").is_some() {
-            return child.wait_with_output().expect("output");
+            return common::output_of(child, common::CALL_DEADLINE).expect("output");
         }
         if Instant::now() > deadline {
             let _ = child.kill();
-            let out = child.wait_with_output().expect("output");
+            let out = common::output_of(child, common::CALL_DEADLINE).expect("output");
             panic!("{what} still running after {limit:?}; stdout {:?} stderr {:?}", text(&out.stdout), text(&out.stderr));
         }
         std::thread::sleep(Duration::from_millis(20));
@@ -524,7 +524,7 @@ fn build_rootfs(dir: &Path) {
         return;
     }
     std::fs::copy("/bin/dash", dir.join("bin/sh")).unwrap();
-    let ldd = Command::new("ldd").arg("/bin/dash").output().expect("ldd");
+    let ldd = common::run(Command::new("ldd").arg("/bin/dash")).expect("ldd");
     for word in text(&ldd.stdout).split_whitespace().filter(|w| w.starts_with('/')) {
         let dest = dir.join(word.trim_start_matches('/'));
         std::fs::create_dir_all(dest.parent().unwrap()).unwrap();
@@ -543,7 +543,7 @@ fn image_import_use_and_remove() {
     let root = work.path().join("rootfs");
     build_rootfs(&root);
     let tgz = work.path().join("rootfs.tar.gz");
-    let st = Command::new("tar").arg("czf").arg(&tgz).arg("-C").arg(&root).arg(".").status().unwrap();
+    let st = common::run(Command::new("tar").arg("czf").arg(&tgz).arg("-C").arg(&root).arg(".")).unwrap().status;
     assert!(st.success());
     assert_eq!(image_names(&d), ["host"]);
 

@@ -33,7 +33,7 @@ fn client_script() -> String {
 /// Fails, with the command that fixes it, when python3 or the package is
 /// missing.
 fn require_mcp_package() {
-    let probe = Command::new("python3").args(["-c", "import mcp.client.stdio, mcp.client.streamable_http"]).stdin(Stdio::null()).output();
+    let probe = common::run(Command::new("python3").args(["-c", "import mcp.client.stdio, mcp.client.streamable_http"]).stdin(Stdio::null()));
     match probe {
         Err(e) => panic!("python3 is not installed ({e}): run scripts/setup-debian.sh, or apt-get install -y python3 python3-pip"),
         Ok(out) if !out.status.success() => panic!(

@@ -54,7 +54,7 @@ fn metrics_count_the_work_done_and_need_the_token() {
     assert_eq!(scrape(&d, true).1.lines().filter(|l| l.starts_with("cairn_live_sandboxes ")).collect::<Vec<_>>(), ["cairn_live_sandboxes 0"]);
     d.ok(&["resume", &t]);
     // A webhook with no signature is refused, and counted.
-    let out = Command::new("curl").args(["-s", "-o", "/dev/null", "-w", "%{http_code}", "-X", "POST", "-d", "{}", &format!("{}/v1/hooks/{t}/go", d.url)]).output().unwrap();
+    let out = common::run(Command::new("curl").args(["-s", "-o", "/dev/null", "-w", "%{http_code}", "-X", "POST", "-d", "{}", &format!("{}/v1/hooks/{t}/go", d.url)])).unwrap();
     assert_eq!(String::from_utf8_lossy(&out.stdout), "401");
 
     let (_, text) = scrape(&d, true);

@@ -27,7 +27,7 @@ fn detached_commands_are_listed_shown_fed_and_killed_from_the_cli() {
     let cat = d.ok(&["exec", "-d", "-i", &t, "--", "cat"]).trim().to_owned();
     let mut child = d.cmd().args(["process", "stdin", &t, &cat]).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
     child.stdin.take().unwrap().write_all(b"through the cli").unwrap();
-    assert!(child.wait_with_output().unwrap().status.success());
+    assert!(common::output_of(child, common::CALL_DEADLINE).unwrap().status.success());
     let fed = d.json(&["process", "show", &t, &cat, "--wait", "30s"]);
     assert_eq!(fed["stdout"], "through the cli", "{fed}");
 

@@ -55,11 +55,10 @@ fn build_racer() -> (tempfile::TempDir, PathBuf) {
     let dir = tempfile::tempdir().unwrap();
     let bin = dir.path().join("racer");
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/racer.c");
-    let out = Command::new("gcc")
+    let out = common::run(Command::new("gcc")
         .args(["-static", "-O2", "-o"])
         .arg(&bin)
-        .arg(&src)
-        .output()
+        .arg(&src))
         .unwrap_or_else(|e| panic!("cannot run gcc to build {}: {e} (these tests need gcc with static libc)", src.display()));
     assert!(
         out.status.success(),

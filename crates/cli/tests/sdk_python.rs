@@ -30,7 +30,7 @@ fn sdk_dir() -> PathBuf {
 const SDK_TESTS: u32 = 29;
 
 fn require_python_packages() {
-    let probe = Command::new("python3").args(["-c", "import pytest, httpx, cryptography, standardwebhooks"]).stdin(Stdio::null()).output();
+    let probe = common::run(Command::new("python3").args(["-c", "import pytest, httpx, cryptography, standardwebhooks"]).stdin(Stdio::null()));
     match probe {
         Err(e) => panic!("python3 is not installed ({e}): run scripts/setup-debian.sh"),
         Ok(o) if !o.status.success() => panic!(

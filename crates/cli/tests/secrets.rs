@@ -17,7 +17,7 @@ use common::Daemon;
 fn set_from_stdin(d: &Daemon, name: &str, value: &[u8]) -> std::process::Output {
     let mut child = d.cmd().args(["secret", "set", name]).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
     child.stdin.take().unwrap().write_all(value).unwrap();
-    child.wait_with_output().unwrap()
+    common::output_of(child, common::CALL_DEADLINE).unwrap()
 }
 
 /// Every file under `dir` whose bytes contain `needle`, but for what holds

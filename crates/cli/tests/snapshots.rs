@@ -366,7 +366,7 @@ struct SmallMount(PathBuf);
 
 impl Drop for SmallMount {
     fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+        let _ = common::run(Command::new("umount").arg("-l").arg(&self.0));
     }
 }
 
@@ -378,7 +378,7 @@ fn a_full_blob_store_fails_the_snapshot_cleanly() {
     let blobs = d.home().join("blobs");
     std::fs::remove_dir_all(&blobs).unwrap();
     std::fs::create_dir(&blobs).unwrap();
-    let st = Command::new("mount").args(["-t", "tmpfs", "-o", "size=8m", "tmpfs"]).arg(&blobs).status().unwrap();
+    let st = common::run(Command::new("mount").args(["-t", "tmpfs", "-o", "size=8m", "tmpfs"]).arg(&blobs)).unwrap().status;
     assert!(st.success(), "mount tmpfs");
     let _mount = SmallMount(blobs.clone());
     d.spawn(&[]);
@@ -412,7 +412,7 @@ fn killing_the_daemon_during_snapshots_never_corrupts_the_store() {
         let child = d.cmd().args(["snapshot", &id]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
         std::thread::sleep(Duration::from_millis(rng.below(250)));
         d.kill();
-        let out = child.wait_with_output().unwrap();
+        let out = common::output_of(child, common::CALL_DEADLINE).unwrap();
         if out.status.success() {
             taken += 1;
         }
@@ -442,7 +442,7 @@ fn gc_running_during_snapshots_never_takes_their_data() {
         must(&d, &id, &format!("head -c 2000000 /dev/urandom > /workspace/r{round}; rm -f /workspace/r{}", round.max(1) - 1));
         let snap = d.cmd().args(["--json", "snapshot", &id]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
         let gc = d.cmd().args(["gc", "--grace", "0s"]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
-        let (s, g) = (snap.wait_with_output().unwrap(), gc.wait_with_output().unwrap());
+        let (s, g) = (common::output_of(snap, common::CALL_DEADLINE).unwrap(), common::output_of(gc, common::CALL_DEADLINE).unwrap());
         assert!(s.status.success() && g.status.success(), "{}{}", String::from_utf8_lossy(&s.stderr), String::from_utf8_lossy(&g.stderr));
         d.ok(&["check", "--read-data"]);
     }

@@ -28,7 +28,7 @@ fn traces_besides_cache(d: &Daemon, task: &str, init_pid: i32) -> Vec<String> {
 
 /// `curl` with a status line: returns (status, body).
 fn curl(args: &[&str]) -> (u16, String) {
-    let out = Command::new("curl").args(["-s", "-o", "-", "-w", "\n%{http_code}"]).args(args).output().expect("curl");
+    let out = common::run(Command::new("curl").args(["-s", "-o", "-", "-w", "\n%{http_code}"]).args(args)).expect("curl");
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     let (body, code) = text.rsplit_once('\n').unwrap();
     (code.trim().parse().unwrap_or(0), body.to_owned())
@@ -126,7 +126,7 @@ fn py_sign(secret: &str, msg_id: &str, ts: i64, body: &str) -> String {
         .spawn()
         .expect("python3");
     std::io::Write::write_all(&mut child.stdin.take().unwrap(), body.as_bytes()).unwrap();
-    let out = child.wait_with_output().unwrap();
+    let out = common::output_of(child, common::CALL_DEADLINE).unwrap();
     assert!(out.status.success(), "signing with standardwebhooks failed (pip install standardwebhooks): {}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }
@@ -324,7 +324,7 @@ fn killing_the_daemon_at_random_points_loses_no_acknowledged_event() {
         let waiter = d.cmd().args(["--json", "wait", &id, "--webhook", "go"]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
         std::thread::sleep(Duration::from_millis(rng.below(120)));
         d.kill();
-        let _ = waiter.wait_with_output();
+        let _ = common::output_of(waiter, common::CALL_DEADLINE);
         d.spawn(&[]);
         let st = d.state(&id);
         assert!(st == "running" || st == "suspended" || st == "waking", "round {round}: {st}");
@@ -342,7 +342,7 @@ fn killing_the_daemon_at_random_points_loses_no_acknowledged_event() {
             .unwrap();
         std::thread::sleep(Duration::from_millis(rng.below(80)));
         d.kill();
-        let code = String::from_utf8_lossy(&sender.wait_with_output().unwrap().stdout).into_owned();
+        let code = String::from_utf8_lossy(&common::output_of(sender, common::CALL_DEADLINE).unwrap().stdout).into_owned();
         d.spawn(&[]);
         // The daemon came back on another port.
         let url = format!("{}/v1/hooks/{id}/go", d.url);
@@ -385,11 +385,11 @@ fn a_host_reboot_recovers_tasks_from_their_latest_snapshot() {
     unsafe { libc::kill(pid, libc::SIGKILL) };
     common::reap(pid);
     let disk = d.home().join("run").join(&id).join("disk");
-    let _ = Command::new("umount").arg("-l").arg(&disk).status();
+    let _ = common::run(Command::new("umount").arg("-l").arg(&disk));
     let img = d.home().join("disks").join(format!("{id}.img"));
-    let out = Command::new("losetup").args(["-j"]).arg(&img).output().unwrap();
+    let out = common::run(Command::new("losetup").args(["-j"]).arg(&img)).unwrap();
     for dev in String::from_utf8_lossy(&out.stdout).lines().filter_map(|l| l.split(':').next()) {
-        let _ = Command::new("losetup").args(["-d", dev]).status();
+        let _ = common::run(Command::new("losetup").args(["-d", dev]));
     }
     d.spawn(&[]);
 

@@ -28,33 +28,55 @@ pub fn output_within(cmd: &mut Command, limit: Duration) -> Output {
     }
 }
 
+/// Runs `cmd` as `Command::output` does (stdin from /dev/null, the output
+/// captured), within [`CALL_DEADLINE`]: the way every test runs a process
+/// to its end (`tests/harness.rs` refuses a bare `.output()`).
+pub fn run(cmd: &mut Command) -> Result<Output, String> {
+    try_output_within(cmd.stdin(Stdio::null()), CALL_DEADLINE)
+}
+
 /// [`output_within`] that reports a timeout or a spawn failure as an error.
 pub fn try_output_within(cmd: &mut Command, limit: Duration) -> Result<Output, String> {
-    use std::io::Read;
     use std::os::unix::process::CommandExt;
     let shown = format!("{cmd:?}");
     // Its own process group, so a timeout also ends what it started (which
     // would keep the output pipes open).
-    let mut child = cmd.process_group(0).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().map_err(|e| format!("cannot run {shown}: {e}"))?;
-    let (mut so, mut se) = (child.stdout.take().expect("piped stdout"), child.stderr.take().expect("piped stderr"));
-    let out_reader = std::thread::spawn(move || {
-        let mut b = Vec::new();
-        let _ = so.read_to_end(&mut b);
-        b
-    });
-    let err_reader = std::thread::spawn(move || {
-        let mut b = Vec::new();
-        let _ = se.read_to_end(&mut b);
-        b
-    });
+    let child = cmd.process_group(0).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().map_err(|e| format!("cannot run {shown}: {e}"))?;
+    collect(child, limit, &shown, true)
+}
+
+/// Waits for a child the test spawned itself (`wait_with_output` with a
+/// deadline): its output if it ends within `limit`, else it is killed and
+/// the error has what it printed so far.
+pub fn output_of(child: Child, limit: Duration) -> Result<Output, String> {
+    let shown = format!("process {}", child.id());
+    collect(child, limit, &shown, false)
+}
+
+/// Reads the child's piped output while it runs, for up to `limit`; past
+/// it, kills the child (and its process group when it leads one).
+fn collect(mut child: Child, limit: Duration, shown: &str, group: bool) -> Result<Output, String> {
+    use std::io::Read;
+    let reader = |pipe: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut b = Vec::new();
+            if let Some(mut p) = pipe {
+                let _ = p.read_to_end(&mut b);
+            }
+            b
+        })
+    };
+    let out_reader = reader(child.stdout.take().map(|p| Box::new(p) as Box<dyn Read + Send>));
+    let err_reader = reader(child.stderr.take().map(|p| Box::new(p) as Box<dyn Read + Send>));
     let deadline = Instant::now() + limit;
     let status = loop {
         match child.try_wait() {
             Ok(Some(status)) => break Some(status),
             Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(5)),
             _ => {
-                // SAFETY: kill of the process group of a child we spawned.
-                unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
+                let target = if group { -(child.id() as i32) } else { child.id() as i32 };
+                // SAFETY: kill of a child we spawned (or of its process group).
+                unsafe { libc::kill(target, libc::SIGKILL) };
                 let _ = child.wait();
                 break None;
             }
