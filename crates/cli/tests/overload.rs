@@ -115,12 +115,12 @@ impl Api {
     /// `GET /v1/tasks/{task}/watch`, kept open: the response, or its status
     /// and body when refused.
     async fn watch(&self, task: &str) -> Result<reqwest::Response, (u16, Value)> {
-        // No overall timeout: the stream stays open until dropped.
-        let resp = reqwest::Client::new()
-            .get(format!("{}/v1/tasks/{task}/watch", self.url))
-            .bearer_auth(&self.token)
-            .send()
+        // No overall timeout: the stream stays open until dropped; its
+        // answer (the status and headers) has a deadline.
+        let request = reqwest::Client::new().get(format!("{}/v1/tasks/{task}/watch", self.url)).bearer_auth(&self.token).send();
+        let resp = tokio::time::timeout(REQUEST_DEADLINE, request)
             .await
+            .unwrap_or_else(|_| panic!("watch {task}: no answer within {REQUEST_DEADLINE:?}"))
             .unwrap_or_else(|e| panic!("watch {task}: {e}"));
         if resp.status().is_success() {
             return Ok(resp);
