@@ -8,11 +8,24 @@ scripts/setup-debian.sh
 export PATH=$HOME/.cargo/bin:$PATH
 # One build from scratch: incremental caches would only double the disk it uses.
 export CARGO_INCREMENTAL=${CARGO_INCREMENTAL:-0}
-cargo test --workspace --locked
+# The host-wide leak check (scripts/leak-check.sh, docs/testing.md): its own
+# test, then a reading of the host now; after every test binary (through
+# cargo's runner) and after each `cargo test` the host must have nothing new.
+timeout -k 30 120 scripts/leak-check-test.sh
+export CAIRN_LEAK_CHECK_STATE
+CAIRN_LEAK_CHECK_STATE=$(mktemp -d /tmp/cairn-leak-check.XXXXXX)
+trap 'rm -rf "$CAIRN_LEAK_CHECK_STATE"' EXIT
+timeout 120 scripts/leak-check.sh before "$CAIRN_LEAK_CHECK_STATE"
+runner_var=CARGO_TARGET_$(rustc -vV | sed -n 's/^host: //p' | tr 'a-z.-' 'A-Z__')_RUNNER
+leak_checked() {
+  env "$runner_var=$PWD/scripts/leak-check-runner.sh" "$@"
+  timeout 120 scripts/leak-check.sh after "$CAIRN_LEAK_CHECK_STATE"
+}
+leak_checked cargo test --workspace --locked
 # The isolation, limits, egress, delivery, injection, ports and E2B SDK tests once
 # more on the gvisor driver: their daemons give every task --isolation
 # gvisor (runsc comes with setup-debian.sh).
-CAIRN_TEST_ISOLATION=gvisor cargo test --locked -p cairn-cli --test isolation --test egress --test deliver --test inject --test ports --test e2b_sdk
+CAIRN_TEST_ISOLATION=gvisor leak_checked cargo test --locked -p cairn-cli --test isolation --test egress --test deliver --test inject --test ports --test e2b_sdk
 # Lints are part of the build: warnings fail it.
 cargo clippy --workspace --all-targets --locked -- -D warnings
 # A short fuzz run of the egress parsers.

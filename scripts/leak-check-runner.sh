@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Cargo's runner for the test binaries of scripts/test.sh
+# (CARGO_TARGET_<host>_RUNNER): runs one test binary, then
+# `leak-check.sh after` against the reading scripts/test.sh took at its
+# start (CAIRN_LEAK_CHECK_STATE). Anything new on the host fails the binary,
+# which stops `cargo test` there, naming the binary. The binary's own exit
+# status is kept when it failed.
+set -uo pipefail
+state=${CAIRN_LEAK_CHECK_STATE:?CAIRN_LEAK_CHECK_STATE names the reading to compare with}
+"$@"
+rc=$?
+if ! timeout 120 "$(dirname "$0")/leak-check.sh" after "$state" >&2; then
+  echo "leak-check: the host has something new after test binary ${1##*/} (see the lines above)" >&2
+  ((rc)) || rc=1
+fi
+exit "$rc"
