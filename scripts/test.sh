@@ -4,7 +4,8 @@
 # sandboxes, cgroups and loop devices (as root).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup-debian.sh
+# Every step has a time bound (seconds), so that a hang fails the run by name.
+timeout -k 60 1800 scripts/setup-debian.sh
 export PATH=$HOME/.cargo/bin:$PATH
 # One build from scratch: incremental caches would only double the disk it uses.
 export CARGO_INCREMENTAL=${CARGO_INCREMENTAL:-0}
@@ -18,15 +19,17 @@ trap 'rm -rf "$CAIRN_LEAK_CHECK_STATE"' EXIT
 timeout 120 scripts/leak-check.sh before "$CAIRN_LEAK_CHECK_STATE"
 runner_var=CARGO_TARGET_$(rustc -vV | sed -n 's/^host: //p' | tr 'a-z.-' 'A-Z__')_RUNNER
 leak_checked() {
-  env "$runner_var=$PWD/scripts/leak-check-runner.sh" "$@"
+  local limit=$1
+  shift
+  env "$runner_var=$PWD/scripts/leak-check-runner.sh" timeout -k 60 "$limit" "$@"
   timeout 120 scripts/leak-check.sh after "$CAIRN_LEAK_CHECK_STATE"
 }
-leak_checked cargo test --workspace --locked
+leak_checked 3000 cargo test --workspace --locked
 # The isolation, limits, egress, delivery, injection, ports and E2B SDK tests once
 # more on the gvisor driver: their daemons give every task --isolation
 # gvisor (runsc comes with setup-debian.sh).
-CAIRN_TEST_ISOLATION=gvisor leak_checked cargo test --locked -p cairn-cli --test isolation --test egress --test deliver --test inject --test ports --test e2b_sdk
+CAIRN_TEST_ISOLATION=gvisor leak_checked 1500 cargo test --locked -p cairn-cli --test isolation --test egress --test deliver --test inject --test ports --test e2b_sdk
 # Lints are part of the build: warnings fail it.
-cargo clippy --workspace --all-targets --locked -- -D warnings
+timeout -k 60 1800 cargo clippy --workspace --all-targets --locked -- -D warnings
 # A short fuzz run of the egress parsers.
-scripts/fuzz.sh
+timeout -k 60 900 scripts/fuzz.sh
