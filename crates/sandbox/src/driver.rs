@@ -3,9 +3,10 @@
 //!
 //! Every method blocks (the daemon runs them on its blocking pool) and
 //! takes plain data: a task id, its config, an image, a uid slot. The
-//! [`crate::NativeDriver`] builds real sandboxes; with the `test-util`
-//! feature, `fake::FakeDriver` plays one with plain directories
-//! and host processes, so the engine's own tests need no root.
+//! [`crate::Dispatcher`] builds real sandboxes, with the backend of each
+//! task's isolation; with the `test-util` feature, `fake::FakeDriver` is
+//! the same dispatcher over plain directories and host processes, so the
+//! engine's own tests need no root.
 //!
 //! The writable layer lives on the task's disk, one directory per overlay
 //! layer ([`cairn_image::Image::layers`]): `<disk_dir>/<Layer::disk_name>/upper`.
@@ -40,7 +41,7 @@ pub trait SandboxDriver: Send + Sync + fmt::Debug + 'static {
 
     /// The host ids image contents are owned by: a tree committed into the
     /// layer store (a template, a fork base) is restored with them. The
-    /// native driver idmaps an image's layers into each sandbox, so they
+    /// native backend idmaps an image's layers into each sandbox, so they
     /// keep the ids the sandbox saw (0 is root).
     fn image_ids(&self) -> IdRange {
         IdRange { host_base: 0, count: 65536 }
@@ -135,7 +136,7 @@ pub trait SandboxDriver: Send + Sync + fmt::Debug + 'static {
     fn watch(&self, task: &str, path: &str, recursive: bool, out: RawFd) -> Result<std::result::Result<RunningCommand, String>>;
 
     /// Sends `signal` to a running command (its `RunningCommand::pid`):
-    /// its process group under the native driver, the process under
+    /// its process group under the native backend, the process under
     /// gvisor. The inner error is why it was not sent.
     fn signal(&self, task: &str, pid: i32, signal: i32) -> Result<std::result::Result<(), String>>;
 
@@ -282,7 +283,7 @@ pub enum PortConnection {
 #[derive(Debug)]
 pub struct Prestarted {
     pub task: String,
-    /// The native driver's helper; none for a driver that starts nothing ahead.
+    /// The native backend's helper; none on a host that starts nothing ahead.
     pub(crate) child: Option<std::process::Child>,
 }
 

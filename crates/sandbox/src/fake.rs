@@ -12,11 +12,15 @@
 //! native init uses. Freezing only counts; the proxy port is a loopback
 //! listener; uid slots are held in memory and map to the current user.
 //!
-//! Every call is recorded ([`FakeDriver::calls`]), and
-//! [`FakeDriver::fail_next`] makes the next call of an operation fail, so a
-//! test can break a lifecycle operation at any step.
+//! It is the dispatcher ([`crate::Dispatcher`]) over a plain host (a
+//! directory per disk, slots in memory, no cgroups; [`crate::host`]) and
+//! the fake backend, so what the dispatcher and the host do is what the
+//! engine's tests see. Around it, every call is recorded
+//! ([`FakeDriver::calls`]), and [`FakeDriver::fail_next`] makes the next
+//! call of an operation fail, so a test can break a lifecycle operation at
+//! any step.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::fmt;
 use std::fs;
 use std::net::TcpListener;
@@ -25,16 +29,19 @@ use std::os::unix::net::UnixStream;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
-use cairn_core::TaskConfig;
+use cairn_core::{Isolation, TaskConfig};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::signal::{kill, killpg, Signal};
 use nix::unistd::Pid;
 
+use crate::backend::Backend;
+use crate::dispatch::Dispatcher;
 use crate::driver::SandboxDriver;
 use cairn_image::Image;
-use crate::driver::{InitProcess, Prestarted, RunningCommand};
+use crate::driver::{InitProcess, PortConnection, Prestarted, RunningCommand};
+use crate::host::Host;
 use crate::process::spawn::process_start_time;
 use crate::proto::{self, ExecRequest, Reply};
 use cairn_image::Layer;
@@ -154,50 +161,52 @@ impl Sandbox {
     }
 }
 
+/// What the fake backend keeps of its sandboxes.
 #[derive(Debug, Default)]
-struct State {
-    calls: Vec<Call>,
-    /// Injected failures still to happen, by operation.
-    failing: HashMap<Op, u32>,
-    sandboxes: HashMap<String, Sandbox>,
-    /// Slot -> the task of this home holding it.
-    slots: HashMap<u32, String>,
-    /// Slots a sandbox of another home holds.
-    foreign_slots: HashSet<u32>,
-    prestarted: Vec<String>,
-    prestart_target: usize,
+struct Sandboxes {
+    started: HashMap<String, Sandbox>,
     oom_kills: HashMap<String, u64>,
     freezes: u64,
+}
+
+/// The recorded calls and the failures still to happen, by operation.
+#[derive(Debug, Default)]
+struct Calls {
+    calls: Vec<Call>,
+    failing: HashMap<Op, u32>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// The fake driver; see the module documentation.
 #[derive(Debug)]
 pub struct FakeDriver {
-    run_root: PathBuf,
-    disk_root: PathBuf,
-    state: Mutex<State>,
+    inner: Dispatcher,
+    sandboxes: Arc<Mutex<Sandboxes>>,
+    calls: Mutex<Calls>,
 }
 
 impl FakeDriver {
     /// A driver keeping everything under `root` (a test's temporary
     /// directory).
     pub fn new(root: &Path) -> Result<FakeDriver> {
-        let (run_root, disk_root) = (root.join("run"), root.join("disks"));
-        for d in [&run_root, &disk_root] {
-            fs::create_dir_all(d).map_err(|e| Error::Io(d.display().to_string(), e))?;
-        }
-        Ok(FakeDriver { run_root, disk_root, state: Mutex::default() })
+        let sandboxes = Arc::new(Mutex::new(Sandboxes::default()));
+        let backend = FakeBackend { sandboxes: sandboxes.clone() };
+        let inner = Dispatcher::with_backends(Host::plain(root)?, vec![Box::new(backend)]);
+        Ok(FakeDriver { inner, sandboxes, calls: Mutex::default() })
     }
 
     /// Keeps `n` task ids ready for [`SandboxDriver::take_prestarted`]
     /// (none by default), filled by [`SandboxDriver::refill_prestarted`].
-    pub fn with_prestart_target(self, n: usize) -> FakeDriver {
-        self.state().prestart_target = n;
+    pub fn with_prestart_target(mut self, n: usize) -> FakeDriver {
+        self.inner.host.prestart_target = n;
         self
     }
 
-    fn state(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    fn sandboxes(&self) -> MutexGuard<'_, Sandboxes> {
+        lock(&self.sandboxes)
     }
 
     /// Makes the next call of `op` fail: a call that returns a result
@@ -205,44 +214,44 @@ impl FakeDriver {
     /// (`take_prestarted` gives none, `release_slot` keeps the slot).
     /// Repeated, it fails as many calls.
     pub fn fail_next(&self, op: Op) {
-        *self.state().failing.entry(op).or_default() += 1;
+        *lock(&self.calls).failing.entry(op).or_default() += 1;
     }
 
     /// Every call so far, in order.
     pub fn calls(&self) -> Vec<Call> {
-        self.state().calls.clone()
+        lock(&self.calls).calls.clone()
     }
 
     /// The operations of [`FakeDriver::calls`] for `task`, in order.
     pub fn ops_for(&self, task: &str) -> Vec<Op> {
-        self.state().calls.iter().filter(|c| c.task == task).map(|c| c.op).collect()
+        lock(&self.calls).calls.iter().filter(|c| c.task == task).map(|c| c.op).collect()
     }
 
     /// Forgets the calls recorded so far.
     pub fn clear_calls(&self) {
-        self.state().calls.clear();
+        lock(&self.calls).calls.clear();
     }
 
     /// Lets a sandbox of another home hold `slot`: reserving it fails.
     pub fn hold_slot_elsewhere(&self, slot: u32) {
-        self.state().foreign_slots.insert(slot);
+        self.inner.host.hold_slot_elsewhere(slot);
     }
 
     /// The task of this home holding `slot`.
     pub fn slot_holder(&self, slot: u32) -> Option<String> {
-        self.state().slots.get(&slot).cloned()
+        self.inner.host.slot_holder(slot)
     }
 
     /// The init of the task's sandbox while one is started.
     pub fn running(&self, task: &str) -> Option<InitProcess> {
-        self.state().sandboxes.get(task).map(|s| s.init)
+        self.sandboxes().started.get(task).map(|s| s.init)
     }
 
     /// Kills the task's stand-in init, as if the sandbox died on its own;
     /// it stays unreaped until a reaper or the teardown collects it. False
     /// when the task has no sandbox.
     pub fn kill_init(&self, task: &str) -> bool {
-        match self.state().sandboxes.get(task) {
+        match self.sandboxes().started.get(task) {
             Some(s) if s.init.alive() => kill(Pid::from_raw(s.init.pid), Signal::SIGKILL).is_ok(),
             _ => false,
         }
@@ -250,33 +259,34 @@ impl FakeDriver {
 
     /// Counts one more OOM kill in the task's sandbox.
     pub fn add_oom_kill(&self, task: &str) {
-        *self.state().oom_kills.entry(task.to_owned()).or_default() += 1;
+        *self.sandboxes().oom_kills.entry(task.to_owned()).or_default() += 1;
     }
 
     /// True between a freeze and a thaw of the task's sandbox.
     pub fn is_frozen(&self, task: &str) -> bool {
-        self.state().sandboxes.get(task).is_some_and(|s| s.frozen)
+        self.sandboxes().started.get(task).is_some_and(|s| s.frozen)
     }
 
     /// How many freezes succeeded, over all tasks.
     pub fn freezes(&self) -> u64 {
-        self.state().freezes
+        self.sandboxes().freezes
     }
 
     /// The sandbox's `/` on the host: the root layer's writable directory.
     pub fn root_dir(&self, task: &str) -> PathBuf {
-        self.disk_dir(task).join(root_layer_name()).join("upper")
+        root_dir(&self.inner.host, task)
     }
 
+    #[cfg(test)]
     fn run_dir(&self, task: &str) -> PathBuf {
-        self.run_root.join(task)
+        self.inner.host.paths(task).run_dir
     }
 
     /// Records a call and takes an injected failure of it, if one is due.
     fn enter(&self, op: Op, task: &str, detail: impl Into<String>) -> Result<()> {
-        let mut state = self.state();
-        state.calls.push(Call { op, task: task.to_owned(), detail: detail.into() });
-        match state.failing.get_mut(&op) {
+        let mut calls = lock(&self.calls);
+        calls.calls.push(Call { op, task: task.to_owned(), detail: detail.into() });
+        match calls.failing.get_mut(&op) {
             Some(n) if *n > 0 => {
                 *n -= 1;
                 Err(Error::Injected(op.name()))
@@ -284,84 +294,40 @@ impl FakeDriver {
             _ => Ok(()),
         }
     }
+}
+
+/// The sandbox's `/` on the host: the root layer's writable directory.
+fn root_dir(host: &Host, task: &str) -> PathBuf {
+    host.disk_dir(task).join(root_layer_name()).join("upper")
+}
+
+/// The fake backend: a sandbox is a stand-in init and the root layer's
+/// writable directory on the task's disk.
+#[derive(Debug)]
+struct FakeBackend {
+    sandboxes: Arc<Mutex<Sandboxes>>,
+}
+
+impl FakeBackend {
+    fn sandboxes(&self) -> MutexGuard<'_, Sandboxes> {
+        lock(&self.sandboxes)
+    }
 
     /// The init of a sandbox that is started and whose init still lives.
     fn live_init(&self, task: &str) -> Result<InitProcess> {
-        match self.state().sandboxes.get(task) {
+        match self.sandboxes().started.get(task) {
             Some(s) if s.init.alive() => Ok(s.init),
             _ => Err(Error::NotRunning(task.to_owned())),
         }
     }
 
-    fn reserve(&self, slot: u32, task: &str) -> bool {
-        let mut state = self.state();
-        if state.foreign_slots.contains(&slot) {
-            return false;
-        }
-        match state.slots.get(&slot) {
-            Some(holder) => holder == task,
-            None => {
-                state.slots.insert(slot, task.to_owned());
-                true
-            }
-        }
-    }
-
-    fn start_inner(&self, task: &str, config: &TaskConfig, slot: u32) -> Result<InitProcess> {
-        if self.state().slots.get(&slot).is_none_or(|holder| holder != task) {
-            return Err(Error::Helper(format!("task {task} starts on uid slot {slot}, which it has not reserved")));
-        }
-        self.prepare(task)?;
-        let root = self.root_dir(task);
-        let workdir = root.join(config.workdir.trim_start_matches('/'));
-        fs::create_dir_all(&workdir).map_err(|e| Error::Io(workdir.display().to_string(), e))?;
-        let child = Command::new("sleep")
-            .arg(INIT_LIFETIME_SECS)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .map_err(|e| Error::Helper(format!("cannot run sleep as the fake init: {e}")))?;
-        let pid = child.id() as i32;
-        let init = InitProcess { pid, start_time: process_start_time(pid).unwrap_or_default() };
-        self.state().sandboxes.insert(task.to_owned(), Sandbox { init_child: Some(child), init, frozen: false });
-        Ok(init)
-    }
-
-    /// The run directory and disk of `task`.
-    fn prepare(&self, task: &str) -> Result<PathBuf> {
-        let disk = self.disk_dir(task);
-        for d in [self.run_dir(task), disk.clone()] {
-            fs::create_dir_all(&d).map_err(|e| Error::Io(d.display().to_string(), e))?;
-        }
-        Ok(disk)
-    }
-
-    fn remove(&self, task: &str, keep_disk: bool) -> Result<()> {
-        let sandbox = self.state().sandboxes.remove(task);
-        if let Some(mut s) = sandbox {
-            s.stop();
-        }
-        let mut dirs = vec![self.run_dir(task)];
-        if !keep_disk {
-            dirs.push(self.disk_dir(task));
-        }
-        for d in dirs {
-            match fs::remove_dir_all(&d) {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(Error::Io(format!("remove {}", d.display()), e)),
-                _ => {}
-            }
-        }
-        Ok(())
-    }
-
     /// Starts `req` on the host in the sandbox's directory, as the daemon's
     /// own user (`req.user` is not applied: there is no user namespace).
-    fn spawn_command(&self, task: &str, req: &ExecRequest, stdio: &[RawFd]) -> Result<std::result::Result<RunningCommand, String>> {
+    fn spawn_command(host: &Host, task: &str, req: &ExecRequest, stdio: &[RawFd]) -> Result<std::result::Result<RunningCommand, String>> {
         let Some(program) = req.argv.first() else {
             return Ok(Err("empty command".to_owned()));
         };
-        let cwd = self.root_dir(task).join(req.cwd.trim_start_matches('/'));
+        let cwd = root_dir(host, task).join(req.cwd.trim_start_matches('/'));
         if !cwd.is_dir() {
             return Ok(Err(format!("cannot change to directory {:?}: no such directory", req.cwd)));
         }
@@ -463,19 +429,24 @@ fn root_layer_name() -> String {
     Layer { lowers: Vec::new(), at: "/".into(), history: 0 }.disk_name()
 }
 
-impl Drop for FakeDriver {
+
+impl Drop for FakeBackend {
     /// No stand-in init outlives the driver.
     fn drop(&mut self) {
-        for s in self.state().sandboxes.values_mut() {
+        for s in self.sandboxes().started.values_mut() {
             s.stop();
         }
     }
 }
 
-impl SandboxDriver for FakeDriver {
+impl Backend for FakeBackend {
+    fn isolation(&self) -> Isolation {
+        Isolation::Native
+    }
+
     /// The current user's own id: restores and copies can own files by it
     /// without privileges.
-    fn uid_range(&self, slot: u32, _isolation: cairn_core::Isolation) -> Result<IdRange> {
+    fn uid_range(&self, slot: u32) -> Result<IdRange> {
         IdRange::for_slot(slot)?;
         Ok(IdRange { host_base: rustix::process::geteuid().as_raw(), count: 1 })
     }
@@ -486,102 +457,44 @@ impl SandboxDriver for FakeDriver {
         IdRange { host_base: rustix::process::geteuid().as_raw(), count: 1 }
     }
 
-    fn reserve_slot(&self, slot: u32, task: &str) -> Result<bool> {
-        self.enter(Op::ReserveSlot, task, format!("slot {slot}"))?;
-        Ok(self.reserve(slot, task))
-    }
-
-    fn adopt_slot(&self, slot: u32, task: &str, _init: InitProcess) -> Result<bool> {
-        self.enter(Op::AdoptSlot, task, format!("slot {slot}"))?;
-        Ok(self.reserve(slot, task))
-    }
-
-    fn release_slot(&self, slot: u32, task: &str) {
-        if self.enter(Op::ReleaseSlot, task, format!("slot {slot}")).is_err() {
-            return;
-        }
-        let mut state = self.state();
-        if state.slots.get(&slot).is_some_and(|holder| holder == task) {
-            state.slots.remove(&slot);
-        }
-    }
-
-    fn take_prestarted(&self) -> Option<Prestarted> {
-        self.enter(Op::TakePrestarted, "", "").ok()?;
-        self.state().prestarted.pop().map(|task| Prestarted { task, child: None })
-    }
-
-    fn refill_prestarted(&self) -> Result<()> {
-        self.enter(Op::RefillPrestarted, "", "")?;
-        let mut state = self.state();
-        while state.prestarted.len() < state.prestart_target {
-            state.prestarted.push(cairn_core::TaskId::random().to_string());
-        }
-        Ok(())
-    }
-
-    fn close(&self) {
-        if self.enter(Op::Close, "", "").is_ok() {
-            self.state().prestarted.clear();
-        }
-    }
-
-    fn refill_disk_pool(&self) -> Result<()> {
-        self.enter(Op::RefillDiskPool, "", "")
-    }
-
-    fn prepare_disk(&self, task: &str, _disk_bytes: u64) -> Result<PathBuf> {
-        self.enter(Op::PrepareDisk, task, "")?;
-        self.prepare(task)
-    }
-
-    fn disk_dir(&self, task: &str) -> PathBuf {
-        self.disk_root.join(task)
-    }
-
-    fn has_disk(&self, task: &str) -> bool {
-        self.disk_dir(task).exists()
-    }
-
-    fn discard_disk(&self, task: &str) -> Result<()> {
-        let dir = self.disk_dir(task);
-        match fs::remove_dir_all(&dir) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(Error::Io(dir.display().to_string(), e)),
-            _ => Ok(()),
-        }
-    }
-
     /// Fails, like a real start, when the task holds no uid slot.
-    fn start(&self, task: &str, config: &TaskConfig, _image: &Image, slot: u32, ahead: Option<Prestarted>) -> Result<InitProcess> {
-        let ahead = ahead.filter(|p| p.task == task).map(|_| ", prestarted").unwrap_or_default();
-        self.enter(Op::Start, task, format!("slot {slot}{ahead}"))?;
-        let result = self.start_inner(task, config, slot);
-        if result.is_err() {
-            let _ = self.remove(task, true);
+    fn start(&self, host: &Host, task: &str, config: &TaskConfig, _image: &Image, slot: u32, _ahead: Option<Prestarted>) -> Result<InitProcess> {
+        if host.slot_holder(slot).is_none_or(|holder| holder != task) {
+            return Err(Error::Helper(format!("task {task} starts on uid slot {slot}, which it has not reserved")));
         }
-        result
+        host.prepare_disk(task, 0)?;
+        let root = root_dir(host, task);
+        let workdir = root.join(config.workdir.trim_start_matches('/'));
+        fs::create_dir_all(&workdir).map_err(|e| Error::Io(workdir.display().to_string(), e))?;
+        let child = Command::new("sleep")
+            .arg(INIT_LIFETIME_SECS)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| Error::Helper(format!("cannot run sleep as the fake init: {e}")))?;
+        let pid = child.id() as i32;
+        let init = InitProcess { pid, start_time: process_start_time(pid).unwrap_or_default() };
+        self.sandboxes().started.insert(task.to_owned(), Sandbox { init_child: Some(child), init, frozen: false });
+        Ok(init)
     }
 
-    fn ping(&self, task: &str) -> Result<i32> {
-        self.enter(Op::Ping, task, "")?;
+    fn ping(&self, _host: &Host, task: &str) -> Result<i32> {
         self.live_init(task)?;
         Ok(1)
     }
 
-    fn proxy_listener(&self, task: &str) -> Result<TcpListener> {
-        self.enter(Op::ProxyListener, task, "")?;
+    fn proxy_listener(&self, _host: &Host, task: &str) -> Result<TcpListener> {
         self.live_init(task)?;
         TcpListener::bind(("127.0.0.1", 0)).map_err(|e| Error::sys("bind the fake proxy port", e))
     }
 
-    fn connect_port(&self, task: &str, port: u16) -> Result<std::result::Result<crate::PortConnection, String>> {
-        self.enter(Op::ConnectPort, task, port.to_string())?;
+    fn connect_port(&self, _host: &Host, task: &str, port: u16) -> Result<std::result::Result<PortConnection, String>> {
         self.live_init(task)?;
         Ok(Err(format!("the fake driver's sandboxes have no network of their own (port {port})")))
     }
 
-    fn signal(&self, task: &str, pid: i32, signal: i32) -> Result<std::result::Result<(), String>> {
-        self.enter(Op::Signal, task, format!("{pid} {signal}"))?;
+    fn signal(&self, _host: &Host, task: &str, pid: i32, signal: i32) -> Result<std::result::Result<(), String>> {
         self.live_init(task)?;
         // The fake's commands are host processes.
         match nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::try_from(signal).map_err(|e| Error::sys("signal", e))?) {
@@ -590,77 +503,209 @@ impl SandboxDriver for FakeDriver {
         }
     }
 
-    fn watch(&self, task: &str, path: &str, _recursive: bool, _out: RawFd) -> Result<std::result::Result<RunningCommand, String>> {
-        self.enter(Op::Watch, task, path.to_owned())?;
+    fn watch(&self, _host: &Host, task: &str, _path: &str, _recursive: bool, _out: RawFd) -> Result<std::result::Result<RunningCommand, String>> {
         self.live_init(task)?;
         Ok(Err("the fake driver has no directory watches".into()))
     }
 
-    fn exec(&self, task: &str, req: &ExecRequest, stdio: &[RawFd]) -> Result<std::result::Result<RunningCommand, String>> {
-        self.enter(Op::Exec, task, req.argv.join(" "))?;
+    fn exec(&self, host: &Host, task: &str, req: &ExecRequest, stdio: &[RawFd]) -> Result<std::result::Result<RunningCommand, String>> {
         self.live_init(task)?;
-        self.spawn_command(task, req, stdio)
+        FakeBackend::spawn_command(host, task, req, stdio)
     }
 
-    fn oom_kills(&self, task: &str) -> Result<u64> {
-        self.enter(Op::OomKills, task, "")?;
-        Ok(self.state().oom_kills.get(task).copied().unwrap_or(0))
+    fn oom_kills(&self, _host: &Host, task: &str) -> Result<u64> {
+        Ok(self.sandboxes().oom_kills.get(task).copied().unwrap_or(0))
     }
 
-    fn freeze(&self, task: &str) -> Result<()> {
-        self.enter(Op::Freeze, task, "")?;
+    fn freeze(&self, _host: &Host, task: &str) -> Result<()> {
         self.live_init(task)?;
-        let mut state = self.state();
-        if let Some(s) = state.sandboxes.get_mut(task) {
+        let mut sandboxes = self.sandboxes();
+        if let Some(s) = sandboxes.started.get_mut(task) {
             s.frozen = true;
         }
-        state.freezes += 1;
+        sandboxes.freezes += 1;
         Ok(())
     }
 
-    fn thaw(&self, task: &str) -> Result<()> {
-        self.enter(Op::Thaw, task, "")?;
-        if let Some(s) = self.state().sandboxes.get_mut(task) {
+    fn thaw(&self, _host: &Host, task: &str) -> Result<()> {
+        if let Some(s) = self.sandboxes().started.get_mut(task) {
             s.frozen = false;
         }
         Ok(())
     }
 
-    fn open_root(&self, task: &str, init: InitProcess) -> Result<OwnedFd> {
-        self.enter(Op::OpenRoot, task, "")?;
+    fn open_root(&self, host: &Host, task: &str, init: InitProcess) -> Result<OwnedFd> {
         if self.live_init(task)? != init {
             return Err(Error::NotRunning(task.to_owned()));
         }
-        let root = self.root_dir(task);
+        let root = root_dir(host, task);
         rustix::fs::open(&root, rustix::fs::OFlags::PATH | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC, rustix::fs::Mode::empty())
             .map_err(|e| Error::Io(root.display().to_string(), e.into()))
     }
 
-    fn teardown(&self, task: &str, _init: Option<InitProcess>, keep_disk: bool) -> Result<()> {
-        self.enter(Op::Teardown, task, if keep_disk { "keep disk" } else { "" })?;
-        self.remove(task, keep_disk)
+    /// Stops the stand-in init (only the fake's own process is killed).
+    fn stop(&self, _host: &Host, task: &str, _init: Option<InitProcess>) -> Result<()> {
+        let sandbox = self.sandboxes().started.remove(task);
+        if let Some(mut s) = sandbox {
+            s.stop();
+        }
+        Ok(())
+    }
+}
+
+/// Each call recorded, failed on request, then the dispatcher's.
+impl SandboxDriver for FakeDriver {
+    fn uid_range(&self, slot: u32, isolation: Isolation) -> Result<IdRange> {
+        self.inner.uid_range(slot, isolation)
     }
 
-    fn destroy(&self, task: &str, _init: Option<InitProcess>) -> Result<()> {
+    fn image_ids(&self) -> IdRange {
+        self.inner.image_ids()
+    }
+
+    fn check_isolation(&self, isolation: Isolation) -> Result<()> {
+        self.inner.check_isolation(isolation)
+    }
+
+    fn reserve_slot(&self, slot: u32, task: &str) -> Result<bool> {
+        self.enter(Op::ReserveSlot, task, format!("slot {slot}"))?;
+        self.inner.reserve_slot(slot, task)
+    }
+
+    fn adopt_slot(&self, slot: u32, task: &str, init: InitProcess) -> Result<bool> {
+        self.enter(Op::AdoptSlot, task, format!("slot {slot}"))?;
+        self.inner.adopt_slot(slot, task, init)
+    }
+
+    fn release_slot(&self, slot: u32, task: &str) {
+        if self.enter(Op::ReleaseSlot, task, format!("slot {slot}")).is_ok() {
+            self.inner.release_slot(slot, task);
+        }
+    }
+
+    fn take_prestarted(&self) -> Option<Prestarted> {
+        self.enter(Op::TakePrestarted, "", "").ok()?;
+        self.inner.take_prestarted()
+    }
+
+    fn refill_prestarted(&self) -> Result<()> {
+        self.enter(Op::RefillPrestarted, "", "")?;
+        self.inner.refill_prestarted()
+    }
+
+    fn close(&self) {
+        if self.enter(Op::Close, "", "").is_ok() {
+            self.inner.close();
+        }
+    }
+
+    fn refill_disk_pool(&self) -> Result<()> {
+        self.enter(Op::RefillDiskPool, "", "")?;
+        self.inner.refill_disk_pool()
+    }
+
+    fn prepare_disk(&self, task: &str, disk_bytes: u64) -> Result<PathBuf> {
+        self.enter(Op::PrepareDisk, task, "")?;
+        self.inner.prepare_disk(task, disk_bytes)
+    }
+
+    fn admit_disks(&self, disk_bytes: u64) -> Result<()> {
+        self.inner.admit_disks(disk_bytes)
+    }
+
+    fn disk_dir(&self, task: &str) -> PathBuf {
+        self.inner.disk_dir(task)
+    }
+
+    fn has_disk(&self, task: &str) -> bool {
+        self.inner.has_disk(task)
+    }
+
+    fn discard_disk(&self, task: &str) -> Result<()> {
+        self.inner.discard_disk(task)
+    }
+
+    fn start(&self, task: &str, config: &TaskConfig, image: &Image, slot: u32, ahead: Option<Prestarted>) -> Result<InitProcess> {
+        let prestarted = if ahead.as_ref().is_some_and(|p| p.task == task) { ", prestarted" } else { "" };
+        self.enter(Op::Start, task, format!("slot {slot}{prestarted}"))?;
+        self.inner.start(task, config, image, slot, ahead)
+    }
+
+    fn ping(&self, task: &str) -> Result<i32> {
+        self.enter(Op::Ping, task, "")?;
+        self.inner.ping(task)
+    }
+
+    fn proxy_listener(&self, task: &str) -> Result<TcpListener> {
+        self.enter(Op::ProxyListener, task, "")?;
+        self.inner.proxy_listener(task)
+    }
+
+    fn connect_port(&self, task: &str, port: u16) -> Result<std::result::Result<PortConnection, String>> {
+        self.enter(Op::ConnectPort, task, port.to_string())?;
+        self.inner.connect_port(task, port)
+    }
+
+    fn watch(&self, task: &str, path: &str, recursive: bool, out: RawFd) -> Result<std::result::Result<RunningCommand, String>> {
+        self.enter(Op::Watch, task, path.to_owned())?;
+        self.inner.watch(task, path, recursive, out)
+    }
+
+    fn signal(&self, task: &str, pid: i32, signal: i32) -> Result<std::result::Result<(), String>> {
+        self.enter(Op::Signal, task, format!("{pid} {signal}"))?;
+        self.inner.signal(task, pid, signal)
+    }
+
+    fn exec(&self, task: &str, req: &ExecRequest, stdio: &[RawFd]) -> Result<std::result::Result<RunningCommand, String>> {
+        self.enter(Op::Exec, task, req.argv.join(" "))?;
+        self.inner.exec(task, req, stdio)
+    }
+
+    fn oom_kills(&self, task: &str) -> Result<u64> {
+        self.enter(Op::OomKills, task, "")?;
+        self.inner.oom_kills(task)
+    }
+
+    fn freeze(&self, task: &str) -> Result<()> {
+        self.enter(Op::Freeze, task, "")?;
+        self.inner.freeze(task)
+    }
+
+    fn thaw(&self, task: &str) -> Result<()> {
+        self.enter(Op::Thaw, task, "")?;
+        self.inner.thaw(task)
+    }
+
+    fn checkpoint(&self, task: &str) -> Result<()> {
+        self.inner.checkpoint(task)
+    }
+
+    fn has_checkpoint(&self, task: &str) -> bool {
+        self.inner.has_checkpoint(task)
+    }
+
+    fn open_root(&self, task: &str, init: InitProcess) -> Result<OwnedFd> {
+        self.enter(Op::OpenRoot, task, "")?;
+        self.inner.open_root(task, init)
+    }
+
+    fn teardown(&self, task: &str, init: Option<InitProcess>, keep_disk: bool) -> Result<()> {
+        self.enter(Op::Teardown, task, if keep_disk { "keep disk" } else { "" })?;
+        self.inner.teardown(task, init, keep_disk)
+    }
+
+    fn destroy(&self, task: &str, init: Option<InitProcess>) -> Result<()> {
         self.enter(Op::Destroy, task, "")?;
-        self.remove(task, false)
+        self.inner.teardown(task, init, false)
     }
 
     fn leftovers(&self) -> Result<Vec<String>> {
         self.enter(Op::Leftovers, "", "")?;
-        let mut names = Vec::new();
-        for dir in [&self.run_root, &self.disk_root] {
-            for e in fs::read_dir(dir).map_err(|e| Error::Io(dir.display().to_string(), e))?.flatten() {
-                names.push(e.file_name().to_string_lossy().into_owned());
-            }
-        }
-        names.sort();
-        names.dedup();
-        Ok(names)
+        self.inner.leftovers()
     }
 
     fn has_local_state(&self, task: &str) -> bool {
-        self.run_dir(task).exists() || self.disk_dir(task).exists()
+        self.inner.has_local_state(task)
     }
 }
 

@@ -6,7 +6,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use crate::cgroup::CgroupLayout;
+use crate::host::cgroup::CgroupLayout;
 
 /// Describes everything of `task` (home `home`, init `init_pid` when known)
 /// still on the host; empty when clean.

@@ -1,4 +1,4 @@
-//! Sandboxes under gVisor (`runsc`): the second isolation driver. A task
+//! Sandboxes under gVisor (`runsc`): the second isolation backend. A task
 //! created with `isolation: gvisor` gets the same disk, writable layer,
 //! cgroups (limits), uid slot and egress proxy as a native one; what
 //! differs is how the sandbox around it is built and entered:
@@ -23,6 +23,7 @@
 //!
 //! What runsc does on these machines, measured: docs/gvisor-notes.md.
 
+pub(crate) mod backend;
 pub mod egress;
 pub mod init;
 pub mod netns;
@@ -100,7 +101,8 @@ impl SandboxPaths {
     }
 }
 
-/// True when `run_dir` is a gvisor sandbox's.
+/// True when `run_dir` is a gvisor sandbox's: how a run directory made
+/// before the isolation was recorded in it tells.
 pub fn is_gvisor(run_dir: &Path) -> bool {
     run_dir.join("bundle").is_dir()
 }
@@ -110,8 +112,9 @@ pub fn has_checkpoint(disk: &Path) -> bool {
     disk.join(MEMORY_LAYER).join("upper").join(CHECKPOINT_FILE).is_file()
 }
 
-/// The gvisor half of the host's driver: runsc, its platform, and the
-/// egress bridges of the sandboxes this daemon serves.
+/// runsc, its platform, and the egress bridges of the sandboxes this
+/// daemon serves; the backend ([`backend::GvisorBackend`]) puts it on the
+/// host's resources.
 #[derive(Debug)]
 pub struct Gvisor {
     exe: PathBuf,
@@ -120,9 +123,9 @@ pub struct Gvisor {
     platform: OnceLock<Platform>,
     /// The daemon's run directory: the probe's scratch space and answer.
     scratch: PathBuf,
-    cgroups: crate::cgroup::CgroupLayout,
+    cgroups: crate::host::cgroup::CgroupLayout,
     /// The probe's cgroup while it runs, for a daemon that stops meanwhile.
-    probing: Mutex<Option<crate::cgroup::TaskCgroup>>,
+    probing: Mutex<Option<crate::host::cgroup::TaskCgroup>>,
     /// Bound into every sandbox at `init::INIT_DIR`: the loader, its
     /// libraries and `cairn`.
     init_files: Vec<(String, PathBuf)>,
@@ -138,7 +141,7 @@ impl Gvisor {
     /// the `cairn` executable; `scratch` a directory of the daemon's. The
     /// cgroups of probes whose daemon died are removed with what runs in
     /// them.
-    pub fn detect(helper: &Path, scratch: &Path, cgroups: &crate::cgroup::CgroupLayout) -> std::result::Result<Gvisor, String> {
+    pub fn detect(helper: &Path, scratch: &Path, cgroups: &crate::host::cgroup::CgroupLayout) -> std::result::Result<Gvisor, String> {
         let exe = runsc::find().ok_or("runsc is not installed (apt-get install runsc)")?;
         let mut init_files = init_files(helper)?;
         let shim = scratch.join(STATX_SHIM_NAME);
@@ -496,13 +499,13 @@ fn watch_exec(mut child: std::process::Child, conn: UnixStream, runsc: Runsc, ta
 
 /// Unmounts everything mounted beneath `run_dir` except the disk, deepest
 /// first (the overlays, then the lower directories bound for them), each
-/// as [`crate::disk::unmount`] does (waiting out a brief EBUSY).
+/// as [`crate::host::disk::unmount`] does (waiting out a brief EBUSY).
 pub fn unmount_beneath(run_dir: &Path, disk: &Path) -> Result<()> {
     let Ok(info) = fs::read_to_string("/proc/self/mountinfo") else { return Ok(()) };
     let mut points: Vec<PathBuf> = info
         .lines()
         .filter_map(|l| l.split(' ').nth(4))
-        .map(|p| PathBuf::from(<std::ffi::OsString as std::os::unix::ffi::OsStringExt>::from_vec(crate::disk::unescape_mountinfo(p))))
+        .map(|p| PathBuf::from(<std::ffi::OsString as std::os::unix::ffi::OsStringExt>::from_vec(crate::host::disk::unescape_mountinfo(p))))
         .filter(|p| p.starts_with(run_dir) && p != run_dir && !p.starts_with(disk))
         .collect();
     points.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
@@ -511,7 +514,7 @@ pub fn unmount_beneath(run_dir: &Path, disk: &Path) -> Result<()> {
         // Unmounted for real, not detached: the task's disk is unmounted
         // next, and a detached overlay still holding its upper would keep
         // the disk's loop device past the teardown.
-        crate::disk::unmount(&p)?;
+        crate::host::disk::unmount(&p)?;
     }
     Ok(())
 }

@@ -26,7 +26,7 @@ pub const PIN: &str = "runsc.netns";
 
 /// Makes the task's namespace and pins it at `pin`, unless it is there.
 pub fn ensure(pin: &Path) -> Result<()> {
-    if crate::disk::is_mounted(pin) {
+    if crate::host::disk::is_mounted(pin) {
         return Ok(());
     }
     OpenOptions::new().write(true).create(true).truncate(false).mode(0o600).open(pin).map_err(|e| Error::Io(pin.display().to_string(), e))?;

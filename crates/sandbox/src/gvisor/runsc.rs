@@ -46,7 +46,7 @@ pub fn find() -> Option<PathBuf> {
 /// ptrace. The probe runs in the cgroup `probe` (made and removed by the
 /// caller), so that everything it started dies with it, and keeps its
 /// state in `scratch`, which is removed after.
-pub fn detect_platform(runsc: &Path, scratch: &Path, probe: &crate::cgroup::TaskCgroup) -> Platform {
+pub fn detect_platform(runsc: &Path, scratch: &Path, probe: &crate::host::cgroup::TaskCgroup) -> Platform {
     if !Path::new("/dev/kvm").exists() {
         return Platform::Ptrace;
     }
@@ -62,7 +62,7 @@ pub fn detect_platform(runsc: &Path, scratch: &Path, probe: &crate::cgroup::Task
     }
 }
 
-fn probe_kvm(runsc: &Path, scratch: &Path, probe: &crate::cgroup::TaskCgroup) -> std::io::Result<bool> {
+fn probe_kvm(runsc: &Path, scratch: &Path, probe: &crate::host::cgroup::TaskCgroup) -> std::io::Result<bool> {
     let bundle = scratch.join("bundle");
     std::fs::create_dir_all(&bundle)?;
     let spec = serde_json::json!({

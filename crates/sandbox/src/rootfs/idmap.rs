@@ -9,7 +9,7 @@
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::path::Path;
 
-use crate::disk::cpath;
+use crate::host::disk::cpath;
 use crate::{Error, Result};
 
 const OPEN_TREE_CLONE: libc::c_uint = 1;

@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use nix::mount::{mount, umount2, MntFlags, MsFlags};
 use nix::sys::statvfs::{statvfs, FsFlags};
 
-use crate::disk::unescape_mountinfo;
+use crate::host::disk::unescape_mountinfo;
 use crate::{Error, Result};
 
 /// The file in the home that says its `nosuid` mount is a daemon's.
