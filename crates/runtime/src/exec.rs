@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cairn_core::{EnvVar, EventKind, ExecExit, NewEvent};
-use cairn_sandbox::RunningCommand;
-use cairn_sandbox::proto::{ExecRequest, Reply, WinSize};
+use cairn_sandbox::{CommandConnection, CommandExit, RunningCommand};
+use cairn_sandbox::proto::{ExecRequest, WinSize};
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::unix::pipe;
@@ -307,7 +307,10 @@ impl Stdio {
 async fn pump<C: ExecChannel>(cmd: RunningCommand, io: &mut ParentIo, ws: &mut C, timeout_ms: Option<u64>, signaller: Signaller) -> (Option<i32>, Option<i32>, bool) {
     let RunningCommand { conn, pty_master, pid } = cmd;
     let _ = conn.set_nonblocking(true);
-    let Ok(mut conn) = tokio::net::UnixStream::from_std(conn) else { return (None, None, false) };
+    // SAFETY: the connection owns its socket for as long as it lives, and
+    // its `as_raw_fd` is always that socket's descriptor.
+    let registered = unsafe { tokio::io::unix::AsyncFd::register_with_interest(conn, tokio::io::Interest::READABLE) };
+    let Ok(mut conn) = registered else { return (None, None, false) };
     let mut pty_out = None;
     let mut pty_in = None;
     let mut pty_fd = None;
@@ -335,10 +338,10 @@ async fn pump<C: ExecChannel>(cmd: RunningCommand, io: &mut ParentIo, ws: &mut C
             return (None, Some(libc::SIGKILL), false);
         }
         tokio::select! {
-            r = read_reply(&mut conn), if exited.is_none() => {
+            r = read_exit(&mut conn), if exited.is_none() => {
                 exited = Some(match r {
-                    Some(Reply::Exited { code, signal }) => (code, signal),
-                    _ => (None, Some(libc::SIGKILL)),
+                    Some(CommandExit { code, signal }) => (code, signal),
+                    None => (None, Some(libc::SIGKILL)),
                 });
                 drain_until = Some(tokio::time::Instant::now() + DRAIN_GRACE);
             }
@@ -438,17 +441,15 @@ async fn forward<C: ExecChannel>(ws: &mut C, channel: u8, buf: &[u8], n: std::io
     }
 }
 
-/// Reads one control frame from the init without blocking the runtime.
-async fn read_reply(conn: &mut tokio::net::UnixStream) -> Option<Reply> {
-    let mut len = [0u8; 4];
-    conn.read_exact(&mut len).await.ok()?;
-    let len = u32::from_be_bytes(len) as usize;
-    if len > cairn_sandbox::proto::MAX_FRAME {
-        return None;
+/// The command's end, as its connection tells it, without blocking the
+/// runtime; none when the connection ended without telling it.
+async fn read_exit(conn: &mut tokio::io::unix::AsyncFd<CommandConnection>) -> Option<CommandExit> {
+    loop {
+        let mut ready = conn.readable_mut().await.ok()?;
+        if let Ok(end) = ready.try_io(|c| c.get_mut().try_exit()) {
+            return end.ok().flatten();
+        }
     }
-    let mut body = vec![0u8; len];
-    conn.read_exact(&mut body).await.ok()?;
-    serde_json::from_slice(&body).ok()
 }
 
 #[cfg(test)]

@@ -19,7 +19,6 @@ use std::fs;
 use std::io;
 use std::net::TcpListener;
 use std::os::fd::{OwnedFd, RawFd};
-use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 
 use cairn_core::{Isolation, TaskConfig};
@@ -143,8 +142,8 @@ pub trait SandboxDriver: Send + Sync + fmt::Debug + 'static {
     /// Starts a command. `stdio` (stdin, stdout, stderr) is empty when the
     /// request asks for a tty. The inner error is why the command could not
     /// start (its own fault, not the sandbox's). The returned connection
-    /// carries one [`crate::proto::Reply::Exited`] when it ends; closing it
-    /// first kills the command.
+    /// tells when it ends ([`crate::CommandConnection`]); closing it first
+    /// kills the command.
     fn exec(&self, task: &str, req: &ExecRequest, stdio: &[RawFd]) -> Result<std::result::Result<RunningCommand, String>>;
 
     /// How many of the sandbox's processes the OOM killer has killed so far.
@@ -261,7 +260,7 @@ fn init_state(read: io::Result<Vec<u8>>, start_time: u64) -> InitState {
 /// the pty master if it has a terminal.
 #[derive(Debug)]
 pub struct RunningCommand {
-    pub conn: UnixStream,
+    pub conn: crate::CommandConnection,
     pub pid: i32,
     pub pty_master: Option<OwnedFd>,
 }

@@ -387,7 +387,7 @@ impl FakeBackend {
             .name(format!("fake-exec-{pid}"))
             .spawn(move || report_exit(child, init_side))
             .map_err(|e| Error::sys("spawn the exec watcher", e))?;
-        Ok(Ok(RunningCommand { conn, pid, pty_master }))
+        Ok(Ok(RunningCommand { conn: crate::CommandConnection::new(conn), pid, pty_master }))
     }
 }
 

@@ -28,6 +28,10 @@
 //! Images (what a sandbox starts from) are the `cairn_image` crate's; a
 //! backend gets an image's layers as overlay lowers.
 //!
+//! A command started in a sandbox comes with its [`CommandConnection`],
+//! which tells how it ended (the backend's frames decoded here, never by
+//! the daemon) and kills it when closed first.
+//!
 //! Public beside the trait: [`files`] (paths
 //! resolved beneath a sandbox's root descriptor), [`proto`] (the native
 //! init's frames) and [`inspect`] (what a sandbox leaves on the host,
@@ -46,6 +50,7 @@
 
 mod backend;
 pub(crate) mod caps;
+mod connection;
 mod dispatch;
 mod driver;
 mod error;
@@ -65,6 +70,7 @@ pub(crate) mod uidmap;
 pub mod watch;
 
 pub use gvisor::init::{connect_main as gvisor_connect_main, exec_main as gvisor_exec_main, init_main as gvisor_init_main};
+pub use connection::{CommandConnection, CommandExit};
 pub use dispatch::{Dispatcher, NativeDriver};
 pub use host::disk_budget::DiskSpace;
 pub use host::HELPER_SUBCOMMAND;

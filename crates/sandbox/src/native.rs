@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use cairn_core::{Isolation, TaskConfig};
 
 use crate::backend::Backend;
+use crate::connection::CommandConnection;
 use crate::driver::{InitProcess, PortConnection, Prestarted, RunningCommand};
 use crate::host::Host;
 use cairn_image::Image;
@@ -142,7 +143,7 @@ impl Backend for Native {
         let conn = connect(host, task)?;
         proto::send(&conn, &Request::Watch { path: path.to_owned(), recursive }, &[out])?;
         match proto::recv::<Reply>(&conn)? {
-            Some((Reply::Started { pid }, _)) => Ok(Ok(RunningCommand { conn, pid, pty_master: None })),
+            Some((Reply::Started { pid }, _)) => Ok(Ok(RunningCommand { conn: CommandConnection::new(conn), pid, pty_master: None })),
             Some((Reply::Failed { message, .. }, _)) => Ok(Err(message)),
             Some((other, _)) => Err(Error::Protocol(format!("unexpected answer to a watch: {other:?}"))),
             None => Err(Error::NotRunning(task.to_owned())),
@@ -154,7 +155,7 @@ impl Backend for Native {
         proto::send(&conn, &Request::Exec(req.clone()), stdio)?;
         match proto::recv::<Reply>(&conn)? {
             Some((Reply::Started { pid }, fds)) => {
-                Ok(Ok(RunningCommand { conn, pid, pty_master: fds.into_iter().next() }))
+                Ok(Ok(RunningCommand { conn: CommandConnection::new(conn), pid, pty_master: fds.into_iter().next() }))
             }
             Some((Reply::Failed { message, .. }, _)) => Ok(Err(message)),
             Some((other, _)) => Err(Error::Protocol(format!("unexpected answer to exec: {other:?}"))),

@@ -367,7 +367,7 @@ impl Gvisor {
             .name("gvisor-exec".into())
             .spawn(move || watch_exec(child, theirs, runsc2, task2, pid, cleanup))
             .map_err(|e| Error::sys("start the exec watcher", e))?;
-        Ok(Ok(RunningCommand { conn: ours, pid, pty_master }))
+        Ok(Ok(RunningCommand { conn: crate::CommandConnection::new(ours), pid, pty_master }))
     }
 
     /// Sends `signal` to process `pid` of the sandbox (`runsc kill -pid`).
