@@ -30,7 +30,10 @@ use crate::{Error, Result};
 /// The file of a run directory that names the isolation of its sandbox.
 const ISOLATION_FILE: &str = "isolation";
 
-/// The driver of the host's sandboxes; see the module documentation.
+/// The driver of the host's sandboxes: the host's resources and a backend
+/// per isolation. Calls that concern the host alone it does itself; those
+/// that concern a sandbox go to the backend of the isolation recorded for
+/// the task at its start.
 #[derive(Debug)]
 pub struct Dispatcher {
     pub(crate) host: Host,

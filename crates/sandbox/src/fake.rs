@@ -13,7 +13,7 @@
 //! listener; uid slots are held in memory and map to the current user.
 //!
 //! It is the dispatcher ([`crate::Dispatcher`]) over a plain host (a
-//! directory per disk, slots in memory, no cgroups; [`crate::host`]) and
+//! directory per disk, slots in memory, no cgroups; see `host`) and
 //! the fake backend, so what the dispatcher and the host do is what the
 //! engine's tests see. Around it, every call is recorded
 //! ([`FakeDriver::calls`]), and [`FakeDriver::fail_next`] makes the next

@@ -108,8 +108,10 @@ impl Backend for GvisorBackend {
         Ok(super::IDENTITY)
     }
 
-    /// A helper started ahead is a native one: not used.
-    fn start(&self, host: &Host, task: &str, config: &TaskConfig, image: &Image, _slot: u32, _ahead: Option<Prestarted>) -> Result<InitProcess> {
+    fn start(&self, host: &Host, task: &str, config: &TaskConfig, image: &Image, _slot: u32, ahead: Option<Prestarted>) -> Result<InitProcess> {
+        // A helper started ahead is a native one: not used (stopped before
+        // anything else runs in the cgroups it is in).
+        drop(ahead);
         let g = self.gvisor()?;
         host.prepare_disk(task, config.limits.disk_bytes)?;
         // The sentry's own threads count against the pids limit.
