@@ -71,6 +71,8 @@ rc=0
 timeout 60 "$check" after "$state" >/dev/null 2>&1 || rc=$?
 [[ $rc == 2 ]] || fail "after without before exited $rc, not 2"
 
+# The processes this test starts carry the mark, as a test run's do.
+export LEAK_CHECK_MARK=leak-check-test-$$
 timeout 60 "$check" before "$state" >/dev/null
 
 # One of each kind.
@@ -102,6 +104,11 @@ port=$(<"$tmp/port")
 netns=$name
 ip netns add "$netns"
 echo leftover >"/var/tmp/$name"
+# Other work on the host (no mark, no cgroup or name of Cairn's): not the
+# check's.
+env -u LEAK_CHECK_MARK sleep 1000 &
+pids+=($!)
+unmarked=$!
 # Ends within the grace period: not a leak.
 sleep 2 &
 pids+=($!)
@@ -121,6 +128,7 @@ expect_line "^leak: socket u_str LISTEN $tmp/sock "
 expect_line "^leak: file /var/tmp/$name\$"
 expect_line "^leak-check: [0-9]+ new things since "
 ! grep -qE "^leak: process $brief " <<<"$out" || fail "a process that ended within the grace period was named"
+! grep -qE "^leak: process $unmarked " <<<"$out" || fail "a process without the run's mark was named"
 ! grep -q "$state" <<<"$out" || fail "the state directory was named"
 # Grouped by kind: each kind in one run of lines.
 repeated=$(grep '^leak: ' <<<"$out" | awk '{ print $2 }' | uniq | sort | uniq -d)

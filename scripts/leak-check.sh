@@ -8,7 +8,7 @@
 # cgroups (every directory of every cgroup hierarchy whose path names
 # `cairn`, and `gvisor-probe-*`), processes (pid and start time, so that a
 # reused pid is a new process; kernel threads and this script's own
-# processes left out), network namespaces (`ip netns list` and the nsfs
+# processes left out, and so is other work on the host: see `ours`), network namespaces (`ip netns list` and the nsfs
 # inodes of every process), listening sockets (`ss -Hlntup`, `ss -Hlxp`)
 # and the entries of /var/tmp named `cairn-*`. `after` prints one line per
 # new thing ("leak: KIND ..."), grouped by kind, and exits 1; with nothing
@@ -39,7 +39,7 @@ case $mode in before | after) ;; *) usage ;; esac
 grace=${LEAK_CHECK_GRACE:-5}
 [[ $grace =~ ^[0-9]+$ ]] || die "LEAK_CHECK_GRACE must be a whole number of seconds, not '$grace'"
 
-for tool in ip ss find sort awk sed tr grep wc head mkdir mktemp mv rm realpath date sleep; do
+for tool in ip ss find sort awk sed tr grep cut wc head mkdir mktemp mv rm realpath date sleep; do
   command -v "$tool" >/dev/null || die "required tool '$tool' is missing (iproute2, coreutils, findutils)"
 done
 [[ -r /proc/self/mountinfo ]] || die "cannot read /proc/self/mountinfo"
@@ -133,8 +133,23 @@ read_cgroups() {
   rm -f "$err"
 }
 
-# "PID STARTTIME": kernel threads (PF_KTHREAD) and this script's own
-# processes left out.
+# Whether process $1 is one the check answers for, not other work on the
+# host (a build, a login): it is in a cgroup of Cairn's or gVisor's, it is
+# a cairn or runsc process, or it carries the run's mark in its
+# environment (LEAK_CHECK_MARK, which scripts/test.sh sets to its state
+# directory and every process a test starts inherits). Without a mark,
+# only the first two.
+mark=${LEAK_CHECK_MARK:+LEAK_CHECK_MARK=$LEAK_CHECK_MARK}
+ours() {
+  local pid=$1 comm
+  grep -qs -e cairn -e gvisor "/proc/$pid/cgroup" && return 0
+  read -r comm 2>/dev/null <"/proc/$pid/comm" || return 1
+  [[ $comm == cairn || $comm == runsc* ]] && return 0
+  [[ -n $mark ]] && tr '\0' '\n' 2>/dev/null <"/proc/$pid/environ" | grep -qxF -- "$mark"
+}
+
+# "PID STARTTIME": kernel threads (PF_KTHREAD), this script's own
+# processes and processes not ours (see `ours`) left out.
 read_processes() {
   local -A own=()
   local p f line rest pid
@@ -148,6 +163,7 @@ read_processes() {
     # After the comm: state ppid pgrp session tty tpgid flags ... starttime (the 20th).
     read -r -a fields <<<"$rest"
     ((fields[6] & 0x200000)) && continue
+    ours "$pid" || continue
     echo "$pid ${fields[19]}"
   done | sort
 }
@@ -166,13 +182,23 @@ read_netns() {
   grep -v '^inode $' <<<"$inodes" | sort -u
 }
 
-# The queue sizes (fields 3 and 4) change; the rest names the socket.
+# The queue sizes (fields 3 and 4) change; the rest names the socket. A
+# socket whose holders are all processes not ours (see `ours`) is left out.
 read_sockets() {
-  local out
-  out=$(ss -Hlntup) || die "ss -Hlntup failed"
-  [[ -z $out ]] || awk '{ $3 = ""; $4 = ""; print }' <<<"$out" | tr -s ' '
-  out=$(ss -Hlxp) || die "ss -Hlxp failed"
-  [[ -z $out ]] || awk '{ $3 = ""; $4 = ""; print }' <<<"$out" | tr -s ' '
+  local tcp unix line pid keep
+  tcp=$(ss -Hlntup) || die "ss -Hlntup failed"
+  unix=$(ss -Hlxp) || die "ss -Hlxp failed"
+  printf '%s\n%s\n' "$tcp" "$unix" | awk 'NF { $3 = ""; $4 = ""; print }' | tr -s ' ' | while IFS= read -r line; do
+    keep=1
+    if [[ $line == *pid=* ]]; then
+      keep=0
+      for pid in $(grep -o 'pid=[0-9]*' <<<"$line" | cut -d= -f2); do
+        ours "$pid" && keep=1 && break
+      done
+    fi
+    ((keep)) && echo "$line"
+  done
+  return 0
 }
 
 read_files() {

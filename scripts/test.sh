@@ -13,8 +13,11 @@ export CARGO_INCREMENTAL=${CARGO_INCREMENTAL:-0}
 # test, then a reading of the host now; after every test binary (through
 # cargo's runner) and after each `cargo test` the host must have nothing new.
 timeout -k 30 120 scripts/leak-check-test.sh
-export CAIRN_LEAK_CHECK_STATE
+export CAIRN_LEAK_CHECK_STATE LEAK_CHECK_MARK
 CAIRN_LEAK_CHECK_STATE=$(mktemp -d /tmp/cairn-leak-check.XXXXXX)
+# Every process the tests start inherits the mark: only those (and Cairn's
+# own, by cgroup and name) are the check's, not other work on the host.
+LEAK_CHECK_MARK=$CAIRN_LEAK_CHECK_STATE
 trap 'rm -rf "$CAIRN_LEAK_CHECK_STATE"' EXIT
 timeout 120 scripts/leak-check.sh before "$CAIRN_LEAK_CHECK_STATE"
 runner_var=CARGO_TARGET_$(rustc -vV | sed -n 's/^host: //p' | tr 'a-z.-' 'A-Z__')_RUNNER
