@@ -6,13 +6,12 @@
 
 use std::net::TcpListener;
 use std::os::fd::RawFd;
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use cairn_core::{Isolation, TaskConfig};
 use cairn_image::Image;
 use cairn_sandbox::proto::ExecRequest;
-use cairn_sandbox::{IdRange, InitProcess, PortConnection, Prestarted, RunningCommand, SandboxDriver};
+use cairn_sandbox::{IdRange, InitProcess, PortConnection, Prestarted, RunningCommand, SandboxDriver, TaskLayers};
 
 use crate::Error;
 
@@ -54,10 +53,6 @@ impl Driver {
 
     pub(crate) fn check_isolation(&self, isolation: Isolation) -> cairn_sandbox::Result<()> {
         self.0.check_isolation(isolation)
-    }
-
-    pub(crate) fn disk_dir(&self, task: &str) -> PathBuf {
-        self.0.disk_dir(task)
     }
 
     pub(crate) fn take_prestarted(&self) -> Option<Prestarted> {
@@ -180,9 +175,15 @@ impl Driver {
         self.run(move |d| d.checkpoint(&task)).await
     }
 
-    pub(crate) async fn prepare_disk(&self, task: &str, disk_bytes: u64) -> Result<PathBuf, Error> {
+    pub(crate) async fn prepare_disk(&self, task: &str, isolation: Isolation, disk_bytes: u64) -> Result<TaskLayers, Error> {
         let task = task.to_owned();
-        self.call(move |d| d.prepare_disk(&task, disk_bytes)).await
+        self.call(move |d| d.prepare_disk(&task, isolation, disk_bytes)).await
+    }
+
+    /// The layers of the task's disk (prepared or in use).
+    pub(crate) async fn layers(&self, task: &str, isolation: Isolation) -> Result<TaskLayers, Error> {
+        let task = task.to_owned();
+        self.call(move |d| d.layers(&task, isolation)).await
     }
 
     pub(crate) async fn teardown(&self, task: &str, init: Option<InitProcess>, keep_disk: bool) -> Result<cairn_sandbox::Result<()>, Error> {

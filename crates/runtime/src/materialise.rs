@@ -105,7 +105,7 @@ impl Runtime {
         // Whether the start continues a checkpoint the disk holds (looked at
         // with the disk in place: a wake on the cached disk mounts it here).
         let resumed = task.config.isolation.keeps_memory() && {
-            self.driver.prepare_disk(task.id.as_str(), task.config.limits.disk_bytes).await?;
+            self.driver.prepare_disk(task.id.as_str(), task.config.isolation, task.config.limits.disk_bytes).await?;
             self.driver.has_checkpoint(task.id.as_str()).await?
         };
         self.start(task, image, actor, ahead, Some(slot)).await?;

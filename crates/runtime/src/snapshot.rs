@@ -280,7 +280,7 @@ impl Runtime {
         let image = self.image(&task.config.image).await?;
         let mut layers = Self::layer_specs(&image);
         let baseline = self.baseline_manifest(&task.id).await;
-        let disk = self.driver.disk_dir(task.id.as_str());
+        let disk = self.driver.layers(task.id.as_str(), task.config.isolation).await?;
         let ids = IdShift { base: live.ids.host_base, len: live.ids.count };
         let repo = self.snaps.repo.clone();
         let sink = self.progress_sink(&task.id, "snapshot");
@@ -309,7 +309,7 @@ impl Runtime {
             .run(move |driver| {
                 let sandbox = SandboxFreezer { driver, task: &tid };
                 let freezer: &dyn cairn_snapshot::Freezer = if freeze { &sandbox } else { &cairn_snapshot::NoFreeze };
-                cairn_snapshot::capture(&repo, &disk, &layers, baseline.as_deref(), ids, freezer, &mut |p| sink.update(p))
+                cairn_snapshot::capture(&repo, disk.root(), &layers, baseline.as_deref(), ids, freezer, &mut |p| sink.update(p))
             })
             .await?;
         let duration_ms = begun.elapsed().as_secs_f64() * 1000.0;
@@ -506,13 +506,13 @@ impl Runtime {
         ids: cairn_sandbox::IdRange,
     ) -> Result<(Manifest, cairn_snapshot::RestoreStats), Error> {
         let repo = self.snaps.repo.clone();
-        let (tid, disk_bytes) = (task.id.to_string(), task.config.limits.disk_bytes);
+        let (tid, isolation, disk_bytes) = (task.id.to_string(), task.config.isolation, task.config.limits.disk_bytes);
         let manifest = manifest.clone();
         let sink = self.progress_sink(&task.id, "restore");
         self.driver.run(move |driver| {
-            let disk = driver.prepare_disk(&tid, disk_bytes).map_err(Error::from)?;
+            let disk = driver.prepare_disk(&tid, isolation, disk_bytes).map_err(Error::from)?;
             let shift = IdShift { base: ids.host_base, len: ids.count };
-            cairn_snapshot::restore(&repo, &manifest, &disk, baseline.as_deref(), shift, &mut |p| sink.update(p))
+            cairn_snapshot::restore(&repo, &manifest, disk.root(), baseline.as_deref(), shift, &mut |p| sink.update(p))
                 .map_err(|e| snapshot_error("restore failed", e))
         })
         .await?

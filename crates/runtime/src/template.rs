@@ -11,6 +11,7 @@ use std::path::PathBuf;
 
 use cairn_core::{Snapshot, SnapshotKind, Task, TaskState};
 use cairn_image::{fork_base_name, Image};
+use cairn_sandbox::{HostLayers, LayerAccess};
 use cairn_snapshot::{IdShift, Manifest};
 use sha2::{Digest, Sha256};
 
@@ -98,15 +99,15 @@ impl Runtime {
         let ids = IdShift { base: ids.host_base, len: ids.count };
         self.images.run(move |images| -> Result<Image, Error> {
             let scratch = images.layer_store().scratch()?;
-            let disk = scratch.path();
-            cairn_snapshot::restore(&repo, &manifest, &disk, None, ids, &mut |p| sink.update(p))
+            let disk = HostLayers::new(scratch.path());
+            cairn_snapshot::restore(&repo, &manifest, disk.root(), None, ids, &mut |p| sink.update(p))
                 .map_err(|e| snapshot_error("cannot restore the snapshot for the template", e))?;
             let layers = manifest
                 .layers
                 .iter()
                 // The upper itself is always an entry; nothing else means untouched.
                 .filter(|l| l.entries.len() > 1)
-                .map(|l| (l.at.clone(), committed_layer_key(&manifest_id, &l.name), disk.join(&l.name).join("upper")))
+                .map(|l| (l.at.clone(), committed_layer_key(&manifest_id, &l.name), disk.upper(&l.name)))
                 .collect::<Vec<(PathBuf, String, PathBuf)>>();
             Ok(images.commit(&name, &parent, source, fork_of, layers)?)
         })

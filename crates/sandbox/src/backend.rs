@@ -16,6 +16,7 @@ use cairn_image::Image;
 
 use crate::driver::{InitProcess, PortConnection, Prestarted, RunningCommand};
 use crate::host::Host;
+use crate::layers::{HostLayers, TaskLayers};
 use crate::proto::ExecRequest;
 use crate::uidmap::IdRange;
 use crate::{Error, Result};
@@ -32,6 +33,19 @@ pub(crate) trait Backend: Send + Sync + fmt::Debug {
 
     /// The host ids a sandbox on `slot` runs as.
     fn uid_range(&self, slot: u32) -> Result<IdRange>;
+
+    /// Makes the task's disk ready on the host (see
+    /// [`SandboxDriver::prepare_disk`](crate::SandboxDriver::prepare_disk))
+    /// and shows its layers. The host backends' layers are directories on
+    /// the disk's mount.
+    fn prepare_disk(&self, host: &Host, task: &str, disk_bytes: u64) -> Result<TaskLayers> {
+        Ok(Box::new(HostLayers::new(host.prepare_disk(task, disk_bytes)?)))
+    }
+
+    /// The layers of a disk prepared or in use.
+    fn layers(&self, host: &Host, task: &str) -> Result<TaskLayers> {
+        Ok(Box::new(HostLayers::new(host.disk_dir(task))))
+    }
 
     /// The host ids image contents are owned by (see
     /// [`SandboxDriver::image_ids`](crate::SandboxDriver::image_ids)).

@@ -22,6 +22,7 @@ use crate::driver::{InitProcess, PortConnection, Prestarted, RunningCommand, San
 use crate::gvisor::backend::GvisorBackend;
 use crate::host::disk_budget::DiskSpace;
 use crate::host::Host;
+use crate::layers::TaskLayers;
 use crate::native::Native;
 use crate::proto::ExecRequest;
 use crate::uidmap::IdRange;
@@ -64,6 +65,10 @@ impl Dispatcher {
         self.backends.iter().find(|b| b.isolation() == isolation).map(|b| &**b)
     }
 
+    fn backend_for(&self, isolation: Isolation) -> Result<&dyn Backend> {
+        self.backend(isolation).ok_or_else(|| Error::Helper(format!("this driver has no {isolation} sandboxes")))
+    }
+
     fn default_backend(&self) -> Result<&dyn Backend> {
         self.backends.first().map(|b| &**b).ok_or_else(|| Error::Helper("this driver has no backend".into()))
     }
@@ -92,7 +97,7 @@ impl Dispatcher {
     }
 
     fn start_with(&self, task: &str, config: &TaskConfig, image: &Image, slot: u32, ahead: Option<Prestarted>) -> Result<InitProcess> {
-        let backend = self.backend(config.isolation).ok_or_else(|| Error::Helper(format!("this driver has no {} sandboxes", config.isolation)))?;
+        let backend = self.backend_for(config.isolation)?;
         self.record(task, config.isolation)?;
         backend.start(&self.host, task, config, image, slot, ahead)
     }
@@ -100,10 +105,7 @@ impl Dispatcher {
 
 impl SandboxDriver for Dispatcher {
     fn uid_range(&self, slot: u32, isolation: Isolation) -> Result<IdRange> {
-        match self.backend(isolation) {
-            Some(b) => b.uid_range(slot),
-            None => Err(Error::Helper(format!("this driver has no {isolation} sandboxes"))),
-        }
+        self.backend_for(isolation)?.uid_range(slot)
     }
 
     fn image_ids(&self) -> IdRange {
@@ -114,10 +116,7 @@ impl SandboxDriver for Dispatcher {
     }
 
     fn check_isolation(&self, isolation: Isolation) -> Result<()> {
-        match self.backend(isolation) {
-            Some(b) => b.check(),
-            None => Err(Error::Helper(format!("this driver has no {isolation} sandboxes"))),
-        }
+        self.backend_for(isolation)?.check()
     }
 
     fn reserve_slot(&self, slot: u32, task: &str) -> Result<bool> {
@@ -161,16 +160,16 @@ impl SandboxDriver for Dispatcher {
         self.host.refill_disk_pool()
     }
 
-    fn prepare_disk(&self, task: &str, disk_bytes: u64) -> Result<PathBuf> {
-        self.host.prepare_disk(task, disk_bytes)
+    fn prepare_disk(&self, task: &str, isolation: Isolation, disk_bytes: u64) -> Result<TaskLayers> {
+        self.backend_for(isolation)?.prepare_disk(&self.host, task, disk_bytes)
     }
 
     fn admit_disks(&self, disk_bytes: u64) -> Result<()> {
         self.host.admit_disks(disk_bytes)
     }
 
-    fn disk_dir(&self, task: &str) -> PathBuf {
-        self.host.disk_dir(task)
+    fn layers(&self, task: &str, isolation: Isolation) -> Result<TaskLayers> {
+        self.backend_for(isolation)?.layers(&self.host, task)
     }
 
     fn has_disk(&self, task: &str) -> bool {

@@ -8,23 +8,25 @@
 //! the same dispatcher over plain directories and host processes, so the
 //! engine's own tests need no root.
 //!
-//! The writable layer lives on the task's disk, one directory per overlay
-//! layer ([`cairn_image::Image::layers`]): `<disk_dir>/<Layer::disk_name>/upper`.
-//! Snapshots read it there (between [`SandboxDriver::freeze`] and
-//! [`SandboxDriver::thaw`]); restores write it there after
-//! [`SandboxDriver::prepare_disk`], before the sandbox starts on it.
+//! The writable layer lives on the task's disk, one layer per overlay
+//! layer ([`cairn_image::Image::layers`]), reached through the
+//! [`LayerAccess`](crate::LayerAccess) the driver hands out
+//! ([`SandboxDriver::layers`]). Snapshots read it there (between
+//! [`SandboxDriver::freeze`] and [`SandboxDriver::thaw`]); restores write it
+//! there after [`SandboxDriver::prepare_disk`], before the sandbox starts on
+//! it.
 
 use std::fmt;
 use std::fs;
 use std::io;
 use std::net::TcpListener;
 use std::os::fd::{OwnedFd, RawFd};
-use std::path::PathBuf;
 
 use cairn_core::{Isolation, TaskConfig};
 
 use cairn_image::Image;
 use crate::process::spawn::parse_start_time;
+use crate::layers::TaskLayers;
 use crate::proto::ExecRequest;
 use crate::uidmap::IdRange;
 use crate::Result;
@@ -85,11 +87,10 @@ pub trait SandboxDriver: Send + Sync + fmt::Debug + 'static {
 
     // --- the task's disk (its writable layer) ---
 
-    /// Makes sure the task's disk exists and is reachable at
-    /// [`SandboxDriver::disk_dir`] (a new one of `disk_bytes` if it has
-    /// none), so its writable layer can be restored before a start. Returns
-    /// that directory.
-    fn prepare_disk(&self, task: &str, disk_bytes: u64) -> Result<PathBuf>;
+    /// Makes sure the task's disk exists and is reachable (a new one of
+    /// `disk_bytes` if it has none), so its writable layer can be restored
+    /// before a sandbox of `isolation` starts on it. Returns the layers.
+    fn prepare_disk(&self, task: &str, isolation: Isolation, disk_bytes: u64) -> Result<TaskLayers>;
 
     /// Whether new disks of `disk_bytes` in all would be admitted now
     /// (checked before a task is recorded; `prepare_disk` decides again).
@@ -97,8 +98,9 @@ pub trait SandboxDriver: Send + Sync + fmt::Debug + 'static {
         Ok(())
     }
 
-    /// Where the task's disk is reachable while it is prepared or running.
-    fn disk_dir(&self, task: &str) -> PathBuf;
+    /// The layers of the task's disk while it is prepared or running, as
+    /// the backend of `isolation` shows them.
+    fn layers(&self, task: &str, isolation: Isolation) -> Result<TaskLayers>;
 
     /// True when the task's disk is kept on this host (a wake can start on
     /// it instead of restoring).

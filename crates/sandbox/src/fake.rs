@@ -42,6 +42,7 @@ use crate::driver::SandboxDriver;
 use cairn_image::Image;
 use crate::driver::{InitProcess, PortConnection, Prestarted, RunningCommand};
 use crate::host::Host;
+use crate::layers::TaskLayers;
 use crate::process::spawn::process_start_time;
 use crate::proto::{self, ExecRequest, Reply};
 use cairn_image::Layer;
@@ -275,6 +276,11 @@ impl FakeDriver {
     /// The sandbox's `/` on the host: the root layer's writable directory.
     pub fn root_dir(&self, task: &str) -> PathBuf {
         root_dir(&self.inner.host, task)
+    }
+
+    /// Where the task's disk is on the host: its layers' directories.
+    pub fn disk_dir(&self, task: &str) -> PathBuf {
+        self.inner.host.disk_dir(task)
     }
 
     #[cfg(test)]
@@ -604,17 +610,17 @@ impl SandboxDriver for FakeDriver {
         self.inner.refill_disk_pool()
     }
 
-    fn prepare_disk(&self, task: &str, disk_bytes: u64) -> Result<PathBuf> {
+    fn prepare_disk(&self, task: &str, isolation: Isolation, disk_bytes: u64) -> Result<TaskLayers> {
         self.enter(Op::PrepareDisk, task, "")?;
-        self.inner.prepare_disk(task, disk_bytes)
+        self.inner.prepare_disk(task, isolation, disk_bytes)
     }
 
     fn admit_disks(&self, disk_bytes: u64) -> Result<()> {
         self.inner.admit_disks(disk_bytes)
     }
 
-    fn disk_dir(&self, task: &str) -> PathBuf {
-        self.inner.disk_dir(task)
+    fn layers(&self, task: &str, isolation: Isolation) -> Result<TaskLayers> {
+        self.inner.layers(task, isolation)
     }
 
     fn has_disk(&self, task: &str) -> bool {

@@ -28,6 +28,11 @@
 //! Images (what a sandbox starts from) are the `cairn_image` crate's; a
 //! backend gets an image's layers as overlay lowers.
 //!
+//! A task's writable layers reach the daemon as a [`LayerAccess`] the
+//! backend hands out, for snapshots, restores, commits and patches: a
+//! directory on the host for the host backends, whatever view of its disk
+//! another backend can give.
+//!
 //! A command started in a sandbox comes with its [`CommandConnection`],
 //! which tells how it ended (the backend's frames decoded here, never by
 //! the daemon) and kills it when closed first.
@@ -59,6 +64,7 @@ pub mod fake;
 pub mod files;
 pub(crate) mod gvisor;
 pub(crate) mod host;
+mod layers;
 mod native;
 pub(crate) mod net;
 pub(crate) mod process;
@@ -74,6 +80,7 @@ pub use connection::{CommandConnection, CommandExit};
 pub use dispatch::{Dispatcher, NativeDriver};
 pub use host::disk_budget::DiskSpace;
 pub use host::HELPER_SUBCOMMAND;
+pub use layers::{HostLayers, LayerAccess, TaskLayers};
 pub use driver::{InitProcess, InitState, PortConnection, Prestarted, RunningCommand, SandboxDriver};
 pub use error::{Error, Result};
 pub use net::PROXY_ADDR;

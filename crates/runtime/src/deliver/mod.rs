@@ -129,8 +129,8 @@ impl Runtime {
             0 => (out, format!("git diff in {}", task.config.workdir)),
             3 => {
                 let image = self.image(&task.config.image).await?;
-                let disk = self.driver.disk_dir(task.id.as_str());
-                let layers: Vec<patch::LayerDirs> = image.layers().iter().map(|l| patch::LayerDirs::of(&disk, l)).collect();
+                let disk = self.driver.layers(task.id.as_str(), task.config.isolation).await?;
+                let layers: Vec<patch::LayerDirs> = image.layers().iter().map(|l| patch::LayerDirs::of(&*disk, l)).collect();
                 let diff = tokio::task::spawn_blocking(move || patch::layer_diff(&layers))
                     .await?
                     .map_err(|e| Error::internal_from(e).context("diff of the writable layer"))?;

@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 
 use cairn_fsat::{self as fsat, Kind, XattrAt};
 use cairn_image::{Layer, Lookup, LowerStack};
+use cairn_sandbox::LayerAccess;
 
 /// Files larger than this are listed as changed, not diffed.
 const MAX_DIFFED: u64 = 8 << 20;
@@ -47,10 +48,10 @@ pub struct LayerDirs {
 }
 
 impl LayerDirs {
-    pub fn of(disk_mount: &Path, layer: &Layer) -> LayerDirs {
+    pub fn of(disk: &dyn LayerAccess, layer: &Layer) -> LayerDirs {
         let (history, lowers) = layer.lowers.split_at(layer.history.min(layer.lowers.len()));
         LayerDirs {
-            upper: disk_mount.join(layer.disk_name()).join("upper"),
+            upper: disk.upper(&layer.disk_name()),
             history: history.to_vec(),
             lowers: lowers.to_vec(),
             at: layer.at.clone(),
