@@ -10,7 +10,6 @@ mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::Duration;
 
 use common::Daemon;
 use serde_json::Value;
@@ -407,16 +406,40 @@ fn killing_the_daemon_during_snapshots_never_corrupts_the_store() {
     must(&d, &id, "mkdir -p /workspace/many && for i in $(seq 1 300); do head -c 20000 /dev/urandom > /workspace/many/f$i; done");
     let mut taken = 0;
     let mut rng = common::Rng::seeded("killing_the_daemon_during_snapshots");
+    let mut window = common::KillWindow::new(rng.below(150) + 20);
+    // A kill landed mid-snapshot when the daemon reported the snapshot in
+    // progress just before it, or by what an interrupted snapshot leaves:
+    // records not acknowledged, and objects no snapshot references (gc's
+    // dry run counts them).
+    let garbage = |d: &Daemon| {
+        let gc = d.json(&["gc", "--dry-run", "--grace", "0s"]);
+        gc["report"]["packs_deleted"].as_u64().unwrap() + gc["report"]["manifests_deleted"].as_u64().unwrap()
+    };
+    let (mut listed, mut garbage_before) = (d.json(&["snapshot", "list", &id]).as_array().unwrap().len(), garbage(&d));
     for round in 0..8 {
         must(&d, &id, &format!("head -c 3000000 /dev/urandom > /workspace/round{round}; echo {round} >> /workspace/many/f1"));
         let child = d.cmd().args(["snapshot", &id]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
-        std::thread::sleep(Duration::from_millis(rng.below(250)));
+        std::thread::sleep(window.delay(&mut rng));
+        // The daemon's own account of what it is doing, just before the
+        // kill: a snapshot it reports in progress was begun.
+        let (status, body) = d.http_path(&id, "GET", "progress", "", None);
+        let in_flight = status == 200 && serde_json::from_slice::<serde_json::Value>(&body).is_ok_and(|p| p["op"] == "snapshot");
         d.kill();
         let out = common::output_of(child, common::CALL_DEADLINE).unwrap();
         if out.status.success() {
             taken += 1;
         }
         d.spawn(&[]);
+        let now_listed = d.json(&["snapshot", "list", &id]).as_array().unwrap().len();
+        let garbage_now = garbage(&d);
+        window.landed(if out.status.success() {
+            common::Landed::After
+        } else if in_flight || now_listed > listed || garbage_now > garbage_before {
+            common::Landed::Mid
+        } else {
+            common::Landed::Before
+        });
+        (listed, garbage_before) = (now_listed, garbage_now);
         let check = d.cairn(&["check", "--read-data"]);
         assert!(check.status.success(), "round {round}: {}{}", String::from_utf8_lossy(&check.stdout), String::from_utf8_lossy(&check.stderr));
         // Every listed snapshot is whole: the task's sandbox survived (and
@@ -425,6 +448,7 @@ fn killing_the_daemon_during_snapshots_never_corrupts_the_store() {
         let list = d.json(&["snapshot", "list", &id]);
         assert!(list.as_array().unwrap().len() >= taken, "an acknowledged snapshot is never lost");
     }
+    window.assert_cut_one("killing the daemon during snapshots");
     // A snapshot after the crashes works, and rolling back to it restores.
     let last = snapshot(&d, &id, &[]);
     d.ok(&["rollback", &id, "--to", last["id"].as_str().unwrap(), "--reason", "after the crashes"]);

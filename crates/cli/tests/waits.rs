@@ -319,15 +319,27 @@ fn killing_the_daemon_at_random_points_loses_no_acknowledged_event() {
     must(&d, &id, "head -c 2000000 /dev/urandom > /workspace/data; echo 0 > /workspace/round");
     let mut acknowledged = Vec::new();
     let mut rng = common::Rng::seeded("killing_the_daemon_at_random_points");
+    let mut window = common::KillWindow::new(rng.below(100) + 10);
+    let mut waits_begun = 0;
     for round in 0..6 {
-        // Wait (and so suspend), killed at a random point.
+        // Wait (and so suspend), killed at a point steered into the wait's
+        // suspend.
         let waiter = d.cmd().args(["--json", "wait", &id, "--webhook", "go"]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
-        std::thread::sleep(Duration::from_millis(rng.below(120)));
+        std::thread::sleep(window.delay(&mut rng));
         d.kill();
-        let _ = common::output_of(waiter, common::CALL_DEADLINE);
+        let waited = common::output_of(waiter, common::CALL_DEADLINE).is_ok_and(|o| o.status.success());
         d.spawn(&[]);
         let st = d.state(&id);
         assert!(st == "running" || st == "suspended" || st == "waking", "round {round}: {st}");
+        // Unacknowledged, the wait either never began or was recorded and
+        // cut in its suspend (the log holds one more wait than before).
+        let waits = d.json(&["log", &id]).as_array().unwrap().iter().filter(|e| e["kind"] == "wait" && e["args"]["for"].is_object()).count();
+        window.landed(match (waited, waits > waits_begun) {
+            (true, _) => common::Landed::After,
+            (false, false) => common::Landed::Before,
+            (false, true) => common::Landed::Mid,
+        });
+        waits_begun = waits;
 
         // A signed webhook, killed at a random point of intake or wake.
         let url = format!("{}/v1/hooks/{id}/go", d.url);
@@ -358,6 +370,7 @@ fn killing_the_daemon_at_random_points_loses_no_acknowledged_event() {
         // its files are whole.
         assert_eq!(must(&d, &id, &format!("wc -c < /workspace/data; echo {round} > /workspace/round")).trim(), "2000000");
     }
+    window.assert_cut_one("killing the daemon while a task suspends for a wait");
     let inbox = d.json(&["log", &id]);
     for msg in &acknowledged {
         let n = inbox.as_array().unwrap().iter().filter(|e| e["kind"] == "event_received" && e["args"]["delivery"] == msg.as_str()).count();

@@ -439,6 +439,73 @@ impl Rng {
     }
 }
 
+/// Where a crash loop's kill landed against the operation it meant to cut.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Landed {
+    /// Before the operation left a trace.
+    Before,
+    /// In the middle: the operation had begun and was not acknowledged.
+    Mid,
+    /// After it was acknowledged.
+    After,
+}
+
+/// A crash loop's delay before each kill, steered toward the middle of
+/// the operation: it keeps the longest delay whose kill came before the
+/// operation and the shortest whose kill came after, and tries halfway
+/// between (or grows or shrinks while only one side is known), with a
+/// jitter from the loop's seed. It counts where the kills landed, so the
+/// loop can show that it cut an operation at least once rather than
+/// assume so.
+pub struct KillWindow {
+    delay_ms: u64,
+    too_early_ms: Option<u64>,
+    too_late_ms: Option<u64>,
+    landed: Vec<Landed>,
+}
+
+impl KillWindow {
+    pub fn new(first_ms: u64) -> KillWindow {
+        KillWindow { delay_ms: first_ms.max(1), too_early_ms: None, too_late_ms: None, landed: Vec::new() }
+    }
+
+    /// The next round's delay.
+    pub fn delay(&self, rng: &mut Rng) -> Duration {
+        Duration::from_millis(self.delay_ms + rng.below(self.delay_ms / 8 + 1))
+    }
+
+    /// Records where this round's kill landed and moves the next one.
+    pub fn landed(&mut self, at: Landed) {
+        self.landed.push(at);
+        let d = self.delay_ms;
+        // A bound the machine's timing has since contradicted is dropped.
+        match at {
+            Landed::Before => {
+                self.too_early_ms = Some(self.too_early_ms.map_or(d, |e| e.max(d)));
+                self.too_late_ms = self.too_late_ms.filter(|&l| l > d);
+            }
+            Landed::After => {
+                self.too_late_ms = Some(self.too_late_ms.map_or(d, |l| l.min(d)));
+                self.too_early_ms = self.too_early_ms.filter(|&e| e < d);
+            }
+            Landed::Mid => return,
+        }
+        self.delay_ms = match (self.too_early_ms, self.too_late_ms) {
+            (Some(e), Some(l)) => (e + l) / 2,
+            (Some(e), None) => e * 3 / 2 + 5,
+            (None, Some(l)) => l * 2 / 3,
+            (None, None) => d,
+        }
+        .max(1);
+    }
+
+    /// Fails unless at least one kill landed mid-operation.
+    pub fn assert_cut_one(&self, what: &str) {
+        assert!(self.landed.contains(&Landed::Mid), "{what}: no kill landed mid-operation: {:?}", self.landed);
+        eprintln!("{what}: kills landed {:?}", self.landed);
+    }
+}
+
 impl Daemon {
     /// `path` is a mount the test made in the home before the daemon
     /// started: unmounted after the daemon stops, before the leak scan.
