@@ -345,3 +345,28 @@ mod tests {
         assert!(sniff(b"BZh91AY&SY").is_err());
     }
 }
+
+/// What [`unpack_layer_for_fuzzing`] gives back: the layer's diffid and
+/// what its writer dropped or skipped.
+#[doc(hidden)]
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FuzzedLayer {
+    pub diff_id: String,
+    pub skipped: u64,
+}
+
+/// Unpacks layer `blob` into the (existing, empty) directory `into` as an
+/// import does (`unpack_layer` and the layer's tree writer, its compression
+/// told by its first bytes), writing at most `max_bytes`. Public (hidden)
+/// only for the fuzz targets, which feed it hostile layers.
+#[doc(hidden)]
+pub fn unpack_layer_for_fuzzing(blob: &[u8], into: &Path, max_bytes: u64) -> Result<FuzzedLayer> {
+    // Sparse files may be large (their holes cost nothing), their data not.
+    let limits = crate::ImportLimits { max_expanded_size: max_bytes, max_logical_size: 1 << 30 };
+    let source = Path::new("fuzzed-layer");
+    let mut w = TreeWriter::for_layer(into, source, crate::limits::Budget::new(limits, None))?;
+    let digests = unpack_layer(source, blob, None, &mut w)?;
+    let skipped = w.skipped();
+    w.finish()?;
+    Ok(FuzzedLayer { diff_id: digests.diff_id, skipped })
+}

@@ -77,6 +77,11 @@ pub use self::limits::{ImportLimits, SizeBound, DEFAULT_MAX_EXPANDED_SIZE, DEFAU
 pub(crate) use self::limits::too_large_reason;
 pub(crate) use self::path::{quoted, short};
 pub use self::oci::{choose_host_platform, host_arch, image_from_documents, OciImage, RunConfig};
+// Entry points for the fuzz targets only.
+#[doc(hidden)]
+pub use self::archive::{unpack_layer_for_fuzzing, FuzzedLayer};
+#[doc(hidden)]
+pub use self::oci::{parse_config_document, parse_index, IndexEntry};
 
 /// Name of the built-in image.
 pub const HOST_IMAGE: &str = "host";

@@ -368,6 +368,33 @@ pub fn image_from_documents(manifest_digest: &str, manifest: &[u8], config: &[u8
     from_parts(manifest_digest, &manifest, parsed)
 }
 
+/// An index entry as [`parse_index`] gives it: media type, digest, and
+/// platform (os, architecture). For the fuzz targets only.
+#[doc(hidden)]
+pub type IndexEntry = (String, String, Option<(String, String)>);
+
+/// Parses an image index (`index.json`, or an index blob) and an image
+/// config as a layout import does: the index's `(media type, digest,
+/// platform)` entries, or the config's diffids and run config. For the fuzz
+/// targets only.
+#[doc(hidden)]
+pub fn parse_index(bytes: &[u8]) -> std::result::Result<Vec<IndexEntry>, String> {
+    if bytes.len() as u64 > MAX_JSON {
+        return Err(format!("an index over the {MAX_JSON}-byte limit"));
+    }
+    let index: Index = serde_json::from_slice(bytes).map_err(|e| format!("index is not valid: {e}"))?;
+    if index.schema_version != 2 {
+        return Err(format!("index has schemaVersion {}, not 2", index.schema_version));
+    }
+    Ok(index.manifests.into_iter().map(|d| (d.media_type, d.digest, d.platform.map(|p| (p.os, p.architecture)))).collect())
+}
+
+/// See [`parse_index`]; for the fuzz targets only.
+#[doc(hidden)]
+pub fn parse_config_document(bytes: &[u8]) -> std::result::Result<(Vec<String>, RunConfig), String> {
+    parse_config("(fuzzed)", bytes).map(|c| (c.diff_ids, c.run))
+}
+
 /// Chooses, among an index's entries given as (os, architecture, digest),
 /// the one for this host: linux on its architecture.
 pub fn choose_host_platform<'a>(entries: impl IntoIterator<Item = (&'a str, &'a str, &'a str)>) -> Option<&'a str> {

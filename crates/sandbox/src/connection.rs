@@ -22,8 +22,10 @@ pub struct CommandExit {
 
 impl CommandExit {
     /// The shell's way of telling both: the code, or 128 + the signal.
+    /// (The frame comes from the sandbox's side, so a signal number near
+    /// `i32::MAX` saturates rather than overflows.)
     pub fn status(&self) -> i32 {
-        self.code.unwrap_or(128 + self.signal.unwrap_or(0))
+        self.code.unwrap_or_else(|| 128i32.saturating_add(self.signal.unwrap_or(0)))
     }
 }
 
@@ -37,7 +39,9 @@ pub struct CommandConnection {
 }
 
 impl CommandConnection {
-    pub(crate) fn new(stream: UnixStream) -> CommandConnection {
+    // Public (hidden) only for the fuzz targets, which feed it frames.
+    #[doc(hidden)]
+    pub fn new(stream: UnixStream) -> CommandConnection {
         CommandConnection { stream, buf: Vec::new() }
     }
 
@@ -117,6 +121,13 @@ mod tests {
         (&theirs).write_all(rest).unwrap();
         let exit = conn.try_exit().unwrap().unwrap();
         assert_eq!((exit, exit.status()), (CommandExit { code: None, signal: Some(9) }, 137));
+    }
+
+    #[test]
+    fn a_crafted_signal_number_saturates_the_status() {
+        let exit = CommandExit { code: None, signal: Some(i32::MAX) };
+        assert_eq!(exit.status(), i32::MAX);
+        assert_eq!(CommandExit { code: Some(3), signal: Some(i32::MAX) }.status(), 3);
     }
 
     #[test]

@@ -27,6 +27,9 @@ pub use diff::{diff, Diff};
 pub use error::{Error, Result};
 pub use freeze::{Freezer, NoFreeze};
 pub use manifest::{encode, load, referenced_chunks, store, Entry, EntryKind, Extent, LayerTree, Manifest, Timestamp, VERSION};
+// For the fuzz targets only.
+#[doc(hidden)]
+pub use manifest::decode;
 pub use meta::{IdShift, NOBODY};
 pub use progress::Progress;
 pub use restore::{restore, RestoreStats};
