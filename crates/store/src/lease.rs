@@ -164,6 +164,12 @@ mod tests {
     }
 
     #[test]
+    fn a_task_drops_its_lease_only_when_suspended_or_ended() {
+        let dropping: Vec<TaskState> = TaskState::ALL.into_iter().filter(|s| drops_lease(*s)).collect();
+        assert_eq!(dropping, [TaskState::Suspended, TaskState::Completed, TaskState::Destroyed]);
+    }
+
+    #[test]
     fn a_node_without_the_lease_adds_events_but_does_not_move_the_task() {
         let (t, f) = (TaskId::random(), Fences::default());
         let live = lease(&t, Some("b"), 1, Some(1_000));

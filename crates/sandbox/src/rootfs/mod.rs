@@ -378,6 +378,60 @@ mod tests {
     }
 
     #[test]
+    fn mount_options_of_exactly_a_page_less_its_nul_fit() {
+        let ids = IdRange::for_slot(1).unwrap();
+        let stack = vec![Layer { lowers: vec!["/l/0".into()], at: "/".into(), history: 0 }];
+        let data_len = |run: &str| format!("lowerdir={run}/lower0,upperdir=/d/root/upper,workdir=/d/root/work").len();
+        let fits = |run: &str| build_overlays(&Recorder::default(), Path::new(run), Path::new("/d"), &stack, ids, LowerIds::AsTheyAre, "/w").is_ok();
+        let run = format!("/{}", "x".repeat(MOUNT_DATA_MAX - data_len("/")));
+        assert_eq!(data_len(&run), MOUNT_DATA_MAX);
+        assert!(fits(&run), "4095 bytes and the NUL fill the page");
+        assert!(!fits(&format!("{run}x")), "one more does not fit");
+    }
+
+    #[test]
+    fn inner_mounts_take_exactly_their_flags() {
+        let m = Recorder::default();
+        build_inner(&m, Path::new("/run/t1/root"), 1 << 20).unwrap();
+        let flags: Vec<(String, MsFlags)> =
+            m.ops.borrow().iter().filter_map(|o| if let Op::Mount { target, flags, .. } = o { Some((target.to_string(), *flags)) } else { None }).collect();
+        let (nosuid, nodev, noexec) = (MsFlags::MS_NOSUID, MsFlags::MS_NODEV, MsFlags::MS_NOEXEC);
+        assert_eq!(
+            flags,
+            [
+                ("/proc", nosuid | nodev | noexec),
+                ("/dev", nosuid | noexec),
+                ("/dev/pts", nosuid | noexec),
+                ("/dev/shm", nosuid | nodev),
+                ("/tmp", nosuid | nodev),
+            ]
+            .map(|(t, f)| (t.to_owned(), f))
+        );
+    }
+
+    #[test]
+    fn gvisor_lowers_are_bound_read_only_and_its_overlay_has_no_set_id_or_devices() {
+        let m = Recorder::default();
+        let ids = IdRange::for_slot(2).unwrap();
+        build_overlays(&m, Path::new("/run/t1"), Path::new("/disk/t1"), &layers(), ids, LowerIds::AsTheyAre, "/w").unwrap();
+        let ops = m.ops.borrow();
+        let binds: Vec<MsFlags> = ops.iter().filter_map(|o| if let Op::Bind { flags, .. } = o { Some(*flags) } else { None }).collect();
+        assert_eq!(binds, [MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NODEV; 2]);
+        let mounts: Vec<MsFlags> = ops.iter().filter_map(|o| if let Op::Mount { flags, .. } = o { Some(*flags) } else { None }).collect();
+        assert_eq!(mounts, [MsFlags::MS_NOSUID | MsFlags::MS_NODEV; 2]);
+    }
+
+    #[test]
+    fn overlay_options_name_paths_under_the_run_directory_relatively_for_the_native_helper() {
+        let run = Path::new("/run/t1");
+        assert_eq!(as_shown(&run.join("lower0"), run, LowerIds::Idmapped(-1)), "lower0");
+        // The run directory itself has no relative name but its own.
+        assert_eq!(as_shown(run, run, LowerIds::Idmapped(-1)), "/run/t1");
+        assert_eq!(as_shown(Path::new("/disk/t1/root/upper"), run, LowerIds::Idmapped(-1)), "/disk/t1/root/upper");
+        assert_eq!(as_shown(&run.join("lower0"), run, LowerIds::AsTheyAre), "/run/t1/lower0");
+    }
+
+    #[test]
     fn inner_root_refuses_a_linked_mount_point() {
         for link in ["/proc", "/dev", "/tmp"] {
             let m = Recorder { symlinks: vec![link.into()], ..Recorder::default() };

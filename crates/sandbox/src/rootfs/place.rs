@@ -250,6 +250,28 @@ mod tests {
     }
 
     #[test]
+    fn a_leading_dot_is_a_plain_walk_and_errors_name_the_whole_target() {
+        let t = tree();
+        walk(&t.root, Path::new("./d"), Missing::Fail, "test").unwrap();
+        let e = walk(&t.root, Path::new("l/sub"), Missing::Create(0o755), "test").unwrap_err();
+        assert!(matches!(&e, Error::RootSymlink { op: "test", target, link } if target == "/l/sub" && link == "/l"), "{e:?}");
+        t.host_untouched();
+    }
+
+    #[test]
+    fn a_fifo_in_the_place_is_refused_without_blocking() {
+        let t = tree();
+        nix::unistd::mkfifo(&t.root.join("d/pipe"), nix::sys::stat::Mode::from_bits_truncate(0o644)).unwrap();
+        // Opened without O_NONBLOCK, the FIFO would wait for a writer.
+        let e = touch(&t.root, Path::new("d/pipe"), "test").unwrap_err();
+        assert!(e.to_string().contains("/d/pipe is a FIFO"), "{e}");
+        // Positive control: a regular file in the same place is taken.
+        std::fs::write(t.root.join("d/file"), "").unwrap();
+        touch(&t.root, Path::new("d/file"), "test").unwrap();
+        t.host_untouched();
+    }
+
+    #[test]
     fn touches_and_resolves_mount_targets_without_following() {
         let t = tree();
         touch(&t.root, Path::new("d/node"), "test").unwrap();
