@@ -280,8 +280,19 @@ mod tests {
         std::fs::write(tmp.path().join("seen"), "").unwrap();
         assert_eq!(lines.next(), Some(event("seen", WatchKind::Create)), "the change in sub/ is not reported");
         drop(lines);
-        // Its reader gone, the watcher stops at its next event.
-        std::fs::write(tmp.path().join("again"), "").unwrap();
+        // Its reader gone, the watcher stops at its next event. A child that
+        // another test forks meanwhile holds a copy of our end until it
+        // execs, and a write then still succeeds: make events until the
+        // watcher has stopped, within a deadline.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        for n in 0.. {
+            if handle.is_finished() {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "the watcher did not stop after its reader went");
+            std::fs::write(tmp.path().join(format!("again{n}")), "").unwrap();
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
         assert_eq!(handle.join().unwrap(), 0);
     }
 
