@@ -15,24 +15,6 @@ else
   limit=(-max_total_time="$seconds")
   what="${seconds}s"
 fi
-# Every target (a [[bin]] of fuzz/Cargo.toml; fuzz/README.md says what each
-# one covers). Each has a seed corpus in fuzz/corpus/<target>/.
-targets=(
-  client_hello
-  connect
-  image_layer
-  oci_documents
-  snapshot_manifest
-  blob_pack
-  blob_index
-  webhook
-  exec_frames
-  ledger_records
-  api_bodies
-)
-if [ $# -gt 0 ]; then
-  targets=("$@")
-fi
 if ! rustup toolchain list | grep -q '^nightly'; then
   echo "installing the nightly toolchain (libFuzzer instrumentation needs it)"
   rustup toolchain install nightly --profile minimal
@@ -40,6 +22,18 @@ fi
 if ! cargo +nightly fuzz --version >/dev/null 2>&1; then
   echo "installing cargo-fuzz"
   cargo +nightly install cargo-fuzz --locked --quiet
+fi
+# Every target, as fuzz/Cargo.toml lists them (fuzz/README.md says what
+# each covers; each has a seed corpus in fuzz/corpus/<target>/), or those
+# named.
+if [ $# -gt 0 ]; then
+  targets=("$@")
+else
+  mapfile -t targets < <(cargo +nightly fuzz list --fuzz-dir fuzz)
+fi
+if [ ${#targets[@]} -eq 0 ]; then
+  echo "no fuzz targets found in fuzz/Cargo.toml" >&2
+  exit 1
 fi
 # One build of them all (they share their dependencies), then the runs.
 cargo +nightly fuzz build --fuzz-dir fuzz
