@@ -28,10 +28,10 @@ leak_checked() {
   timeout 120 scripts/leak-check.sh after "$CAIRN_LEAK_CHECK_STATE"
 }
 leak_checked 3000 cargo test --workspace --locked
-# The isolation, limits, egress, delivery, injection, ports and E2B SDK tests once
+# The attack suite and the isolation, limits, egress, delivery, injection, ports and E2B SDK tests once
 # more on the gvisor driver: their daemons give every task --isolation
 # gvisor (runsc comes with setup-debian.sh).
-CAIRN_TEST_ISOLATION=gvisor leak_checked 1500 cargo test --locked -p cairn-cli --test isolation --test egress --test deliver --test inject --test ports --test e2b_sdk
+CAIRN_TEST_ISOLATION=gvisor leak_checked 1500 cargo test --locked -p cairn-cli --test attack --test isolation --test egress --test deliver --test inject --test ports --test e2b_sdk
 # Lints are part of the build: warnings fail it.
 timeout -k 60 1800 cargo clippy --workspace --all-targets --locked -- -D warnings
 # A short fuzz run of every parser of untrusted bytes, 10 s a target (its

@@ -3,7 +3,7 @@
 //! A denylist: everything is allowed except what lets a process reach past
 //! its sandbox or attack the kernel (mounts, namespaces, kernel modules,
 //! keyrings, BPF, tracing other processes, clocks, swap, reboot, io_uring,
-//! NUMA policy, vsock). It is modelled on what Docker's default profile
+//! NUMA policy, vsock and packet sockets). It is modelled on what Docker's default profile
 //! refuses a container without added capabilities: the syscalls Docker only
 //! allows with `CAP_SYS_ADMIN`, `CAP_SYS_PTRACE` and similar are refused
 //! here unconditionally, since the sandbox never holds those capabilities.
@@ -246,8 +246,14 @@ fn rules() -> Result<BTreeMap<i64, Vec<SeccompRule>>, seccompiler::BackendError>
 
     // vsock is not confined by network namespaces: from inside a VM it
     // reaches the hypervisor's and the host's vsock services.
-    let vsock = SeccompCondition::new(0, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, libc::AF_VSOCK as u64)?;
-    rules.insert(libc::SYS_socket, vec![SeccompRule::new(vec![vsock])?]);
+    // Packet sockets only ever see the sandbox's loopback, but their code
+    // in the kernel has been the way to host root from a user namespace
+    // more than once (CVE-2016-8655, CVE-2017-7308, CVE-2020-14386).
+    let family = |af: libc::c_int| SeccompCondition::new(0, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, af as u64);
+    rules.insert(
+        libc::SYS_socket,
+        vec![SeccompRule::new(vec![family(libc::AF_VSOCK)?])?, SeccompRule::new(vec![family(libc::AF_PACKET)?])?],
+    );
 
     Ok(rules)
 }
@@ -479,6 +485,7 @@ clone("clone_plain", 0)
 probe("clone3", {clone3}, None, 0)
 probe("ioctl_other", {ioctl}, 0, 0x5451)  # FIOCLEX works on any fd
 probe("socket_vsock", {socket}, {af_vsock}, 1, 0)
+probe("socket_packet", {socket}, {af_packet}, 3, 0)
 probe("socket_unix", {socket}, 1, 1, 0)
 "#,
             clone = nr(libc::SYS_clone),
@@ -498,6 +505,7 @@ probe("socket_unix", {socket}, 1, 1, 0)
             clone3 = nr(libc::SYS_clone3),
             socket = nr(libc::SYS_socket),
             af_vsock = libc::AF_VSOCK,
+            af_packet = libc::AF_PACKET,
             flags = flags.join(", "),
         )
     }
@@ -520,7 +528,7 @@ probe("socket_unix", {socket}, 1, 1, 0)
         let prog = sandbox_filter().unwrap();
         let filtered = probe(Some(&prog), python);
         let plain = probe(None, python);
-        assert_eq!(filtered.len(), 26, "{filtered:?}");
+        assert_eq!(filtered.len(), 27, "{filtered:?}");
         let allowed = ["personality_query", "clone_plain", "ioctl_other", "socket_unix"];
         for (name, &errno) in &filtered {
             let expected = match name.as_str() {
