@@ -314,7 +314,7 @@ fn escapes_from_inside_fail_with_exact_errnos_and_work_on_the_host() {
 }
 
 /// Probes that run in pairs against a neighbour, not from the table.
-const PAIRED: &[&str] = &["connect_abstract", "shm_neighbour", "msg_neighbour"];
+const PAIRED: &[&str] = &["connect_abstract", "shm_neighbour", "msg_neighbour", "connect_unix", "open_path"];
 
 /// Runs `script` in `task`, which must succeed; its stdout.
 fn must(d: &Daemon, task: &str, script: &str) -> String {
@@ -493,4 +493,102 @@ fn find_host_pid(task: &str, comm: &str) -> u32 {
         assert!(Instant::now() < deadline, "no process {comm} of {task} on the host");
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// A unix socket in the host's network namespace and who holds it.
+#[derive(Debug)]
+struct HeldSocket {
+    /// The path, or the abstract name after `@`.
+    name: String,
+    pid: u32,
+    holder: String,
+}
+
+/// Every named unix socket of the host's network namespace held by a
+/// process `holds` picks (by pid and command line).
+fn held_sockets(holds: impl Fn(u32, &str) -> bool) -> Vec<HeldSocket> {
+    let table = std::fs::read_to_string("/proc/net/unix").unwrap();
+    let mut names = BTreeMap::new();
+    for line in table.lines().skip(1) {
+        let cols: Vec<&str> = line.split_whitespace().collect();
+        if cols.len() >= 8 {
+            names.insert(cols[6].to_owned(), cols[7..].join(" "));
+        }
+    }
+    let mut held = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        if !holds(pid, &cmdline) {
+            continue;
+        }
+        let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else { continue };
+        for fd in fds.flatten() {
+            let Ok(target) = std::fs::read_link(fd.path()) else { continue };
+            let target = target.to_string_lossy().into_owned();
+            let Some(inode) = target.strip_prefix("socket:[").and_then(|t| t.strip_suffix(']')) else { continue };
+            if let Some(name) = names.get(inode) {
+                held.push(HeldSocket { name: name.clone(), pid, holder: cmdline.clone() });
+            }
+        }
+    }
+    held
+}
+
+#[test]
+fn an_unprivileged_host_user_reaches_no_file_or_socket_of_the_daemon() {
+    let probe = build_probe();
+    let d = Daemon::start();
+    let id = d.create(&[]);
+    must(&d, &id, "true");
+    let me = std::process::id();
+    let cairn_or_runsc = |pid: u32, cmdline: &str| {
+        let exe = std::fs::read_link(format!("/proc/{pid}/exe")).map(|e| e.to_string_lossy().into_owned()).unwrap_or_default();
+        exe == common::CAIRN || exe.contains("runsc") || cmdline.starts_with("runsc") || cmdline.starts_with(common::CAIRN)
+    };
+
+    // The control: an abstract socket this test holds is found by the
+    // scan, and any host user connects to it (abstract sockets have no
+    // permissions: only not having one keeps a user out).
+    let control = format!("cairn-attack-control-{}", rand_hex());
+    use std::os::linux::net::SocketAddrExt;
+    let addr = std::os::unix::net::SocketAddr::from_abstract_name(control.as_bytes()).unwrap();
+    let listener = std::os::unix::net::UnixListener::bind_addr(&addr).unwrap();
+    let found = held_sockets(|pid, cmdline| pid == me || cairn_or_runsc(pid, cmdline));
+    assert!(found.iter().any(|s| s.name == format!("@{control}") && s.pid == me), "the scan misses the test's own socket: {found:?}");
+    let reached = probe.as_nobody(&["connect_abstract"], &[("ATTACK_ABSTRACT", control.clone())]);
+    assert_eq!(reached["connect_abstract"], "ok", "the control socket");
+    drop(listener);
+
+    // Cairn's and runsc's: no abstract socket at all, and every socket
+    // with a path refuses a host user (the daemon's home is 0700).
+    let theirs: Vec<HeldSocket> = found.into_iter().filter(|s| s.pid != me).collect();
+    let abstract_ones: Vec<&HeldSocket> = theirs.iter().filter(|s| s.name.starts_with('@')).collect();
+    assert!(abstract_ones.is_empty(), "abstract sockets of the daemon or runsc: {abstract_ones:?}");
+    let with_path: Vec<&HeldSocket> = theirs.iter().filter(|s| s.name.starts_with('/')).collect();
+    assert!(!with_path.is_empty(), "the daemon holds no socket with a path (its egress socket at least): {theirs:?}");
+    for s in &with_path {
+        let got = probe.as_nobody(&["connect_unix"], &[("ATTACK_UNIX", s.name.clone())]);
+        assert_eq!(got["connect_unix"], "errno EACCES", "{s:?}");
+        // The control: root reaches each (so EACCES is the permission).
+        let root = probe.on_host(&["connect_unix"], &[("ATTACK_UNIX", s.name.clone())]);
+        assert!(root["connect_unix"] != "errno EACCES" && root["connect_unix"] != "errno ENOENT", "{s:?} as root: {root:?}");
+    }
+
+    // The daemon's files: its home, its token and its database.
+    for path in [d.home().to_path_buf(), d.home().join("token"), d.home().join("cairn.db")] {
+        assert!(path.exists(), "{}", path.display());
+        let got = probe.as_nobody(&["open_path"], &[("ATTACK_PATH", path.display().to_string())]);
+        assert_eq!(got["open_path"], "errno EACCES", "{}", path.display());
+    }
+    // The control: a file of the same mode in an open directory.
+    let open_dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    std::fs::set_permissions(open_dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let readable = open_dir.path().join("token");
+    std::fs::write(&readable, "x").unwrap();
+    std::fs::set_permissions(&readable, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let got = probe.as_nobody(&["open_path"], &[("ATTACK_PATH", readable.display().to_string())]);
+    assert_eq!(got["open_path"], "ok", "the control file");
+    d.ok(&["destroy", &id]);
 }

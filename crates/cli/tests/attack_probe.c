@@ -494,6 +494,25 @@ static int p_connect_abstract(void) {
     return check(connect(s, (struct sockaddr *)&a, (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n)));
 }
 
+/* The unix socket at the path ATTACK_UNIX. */
+static int p_connect_unix(void) {
+    const char *path = getenv("ATTACK_UNIX");
+    if (!path) return EINVAL;
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    if (strlen(path) >= sizeof a.sun_path) return ENAMETOOLONG;
+    strcpy(a.sun_path, path);
+    int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (s < 0) return fail();
+    return check(connect(s, (struct sockaddr *)&a, sizeof a));
+}
+
+/* Opens the file or directory ATTACK_PATH for reading. */
+static int p_open_path(void) {
+    const char *path = getenv("ATTACK_PATH");
+    if (!path) return EINVAL;
+    return open_only(path, O_RDONLY);
+}
+
 /* SysV IPC by the key ATTACK_IPC_KEY (hex): a neighbour's segment and
  * queue must not be found. */
 static int p_shm_neighbour(void) {
@@ -608,6 +627,8 @@ static const struct probe PROBES[] = {
     {"connect_metadata", p_connect_metadata},
     {"connect_host", p_connect_host},
     {"connect_abstract", p_connect_abstract},
+    {"connect_unix", p_connect_unix},
+    {"open_path", p_open_path},
     {"shm_neighbour", p_shm_neighbour},
     {"msg_neighbour", p_msg_neighbour},
     {"leaked_fds", p_leaked_fds},
