@@ -570,7 +570,7 @@ fn an_unprivileged_host_user_reaches_no_file_or_socket_of_the_daemon() {
     assert!(!with_path.is_empty(), "the daemon holds no socket with a path (its egress socket at least): {theirs:?}");
     for s in &with_path {
         let got = probe.as_nobody(&["connect_unix"], &[("ATTACK_UNIX", s.name.clone())]);
-        assert_eq!(got["connect_unix"], "errno EACCES", "{s:?}");
+        assert_eq!(got["connect_unix"], "errno EACCES", "{} (held by {} {})", s.name, s.pid, s.holder);
         // The control: root reaches each (so EACCES is the permission).
         let root = probe.on_host(&["connect_unix"], &[("ATTACK_UNIX", s.name.clone())]);
         assert!(root["connect_unix"] != "errno EACCES" && root["connect_unix"] != "errno ENOENT", "{s:?} as root: {root:?}");
@@ -591,4 +591,231 @@ fn an_unprivileged_host_user_reaches_no_file_or_socket_of_the_daemon() {
     let got = probe.as_nobody(&["open_path"], &[("ATTACK_PATH", readable.display().to_string())]);
     assert_eq!(got["open_path"], "ok", "the control file");
     d.ok(&["destroy", &id]);
+}
+
+/// `cairn --json exec [opts] TASK -- sh -c SCRIPT`: the exit object and
+/// the command's stdout and stderr.
+fn exec_report(d: &Daemon, task: &str, opts: &[&str], script: &str) -> (serde_json::Value, String, String) {
+    let mut args = vec!["--json", "exec"];
+    args.extend_from_slice(opts);
+    args.extend_from_slice(&[task, "--", "sh", "-c", script]);
+    let out = d.cairn(&args);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let trimmed = stdout.trim_end();
+    let (before, last) = trimmed.rsplit_once('\n').unwrap_or(("", trimmed));
+    let exit: serde_json::Value = serde_json::from_str(last).unwrap_or_else(|e| panic!("no exit object in {stdout:?} ({e}); stderr {stderr:?}"));
+    (exit, before.to_owned(), stderr)
+}
+
+/// The median wall time of `n` `cairn exec TASK -- true`.
+fn exec_median(d: &Daemon, task: &str, n: usize) -> Duration {
+    let mut times: Vec<Duration> = (0..n)
+        .map(|_| {
+            let t = Instant::now();
+            d.ok(&["exec", task, "--", "true"]);
+            t.elapsed()
+        })
+        .collect();
+    times.sort_unstable();
+    times[n / 2]
+}
+
+/// A number from a `key value` line of a cgroup file (pids.events,
+/// cpu.stat, memory.events).
+fn cgroup_count(id: &str, controller: &str, file: &str, key: &str) -> u64 {
+    let path = common::cgroup_file(id, controller, file);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    text.lines()
+        .find_map(|l| l.strip_prefix(key).and_then(|v| v.trim().parse().ok()))
+        .unwrap_or_else(|| panic!("no {key} in {}: {text}", path.display()))
+}
+
+/// One abuse: the task it runs in (created with `limits`), its script and
+/// exec options, and the check of what the exec reported.
+struct Abuse {
+    name: &'static str,
+    limits: &'static [&'static str],
+    opts: &'static [&'static str],
+    script: &'static str,
+    reported: fn(&serde_json::Value, &str, &str),
+    /// Run through `POST /v1/tasks/{id}/exec`, whose answer holds the
+    /// output, instead of the CLI's stream.
+    http: bool,
+}
+
+const ABUSES: &[Abuse] = &[
+    Abuse {
+        name: "fork bomb",
+        limits: &["--pids", "64"],
+        opts: &["--timeout", "6s"],
+        script: "f() { f | f & }; f; sleep 30",
+        // The bomb never ends by itself; the deadline ends it.
+        reported: |exit, _, err| assert!(exit["timed_out"] == true || exit["oom_killed"] == true || exit["exit_code"] != 0, "{exit} {err}"),
+        http: false,
+    },
+    Abuse {
+        name: "memory",
+        limits: &["--memory", "128M"],
+        opts: &[],
+        // Grows by 2 MiB every 30 ms, so that the limit is reached after
+        // about two seconds of pressure.
+        script: "python3 -c 'import time\nb = []\nwhile len(b) < 512:\n    b.append(bytearray(2 << 20))\n    time.sleep(0.03)\nprint(\"grew to 1 GiB\")'",
+        reported: |exit, out, err| {
+            assert_eq!(exit["oom_killed"], true, "{exit} {err}");
+            assert!(!out.contains("grew to"), "the allocation succeeded: {out}");
+        },
+        http: false,
+    },
+    Abuse {
+        name: "disk",
+        limits: &["--disk", "128M"],
+        opts: &[],
+        // Each block synced: the disk fills over a few seconds.
+        script: "dd if=/dev/zero of=/workspace/fill bs=1M count=400 oflag=dsync 2>&1",
+        reported: |exit, out, err| {
+            assert_eq!(exit["exit_code"], 1, "{exit} {err}");
+            assert!(out.contains("No space left on device"), "{out}");
+        },
+        http: false,
+    },
+    Abuse {
+        name: "inodes",
+        limits: &["--disk", "64M"],
+        opts: &["--timeout", "120s"],
+        script: "python3 -c '\nimport os\nos.mkdir(\"/workspace/i\")\nn = 0\ntry:\n    while True:\n        os.close(os.open(\"/workspace/i/%d\" % n, os.O_CREAT | os.O_WRONLY))\n        n += 1\nexcept OSError as e:\n    print(\"errno\", e.errno, \"after\", n)\n'",
+        reported: |exit, out, err| {
+            assert_eq!(exit["exit_code"], 0, "{exit} {err}");
+            assert!(out.starts_with("errno 28 after "), "{out}");
+        },
+        http: false,
+    },
+    Abuse {
+        name: "descriptors",
+        limits: &[],
+        opts: &[],
+        script: "python3 -c '\nimport os\nfds = []\ntry:\n    while True:\n        fds.append(os.open(\"/dev/null\", os.O_RDONLY))\nexcept OSError as e:\n    print(\"errno\", e.errno, \"after\", len(fds), flush=True)\n    import time; time.sleep(3)\n'",
+        reported: |exit, out, err| {
+            assert_eq!(exit["exit_code"], 0, "{exit} {err}");
+            assert!(out.starts_with("errno 24 after "), "{out}");
+        },
+        http: false,
+    },
+    Abuse {
+        name: "cpu",
+        limits: &["--cpus", "1"],
+        opts: &["--timeout", "6s"],
+        script: "for i in 1 2 3 4; do (while :; do :; done) & done; wait",
+        reported: |exit, _, err| assert_eq!(exit["timed_out"], true, "{exit} {err}"),
+        http: false,
+    },
+    Abuse {
+        name: "never ending",
+        limits: &[],
+        opts: &["--timeout", "4s"],
+        script: "sleep infinity",
+        reported: |exit, _, err| {
+            assert_eq!((exit["timed_out"].as_bool(), exit["exit_code"].as_i64()), (Some(true), Some(124)), "{exit} {err}");
+        },
+        http: false,
+    },
+    Abuse {
+        name: "1 GiB of output",
+        limits: &[],
+        opts: &[],
+        script: "head -c 1073741824 /dev/zero | tr '\\0' a",
+        // The command runs to its end; the answer keeps 1 MiB of it.
+        reported: |exit, out, err| {
+            assert_eq!((exit["exit_code"].as_i64(), exit["truncated"].as_bool()), (Some(0), Some(true)), "{exit}");
+            assert_eq!(out.len(), 1 << 20, "stdout kept");
+            assert!(out.bytes().all(|b| b == b'a'), "stdout is the command's");
+            assert_eq!(err, "");
+        },
+        http: true,
+    },
+];
+
+/// `POST /v1/tasks/{task}/exec` of `sh -c SCRIPT` with curl: the answer
+/// (its stdout and stderr also apart).
+fn exec_over_http(d: &Daemon, task: &str, script: &str) -> (serde_json::Value, String, String) {
+    let token = std::fs::read_to_string(d.home().join("token")).unwrap();
+    let body = serde_json::json!({"cmd": ["sh", "-c", script]}).to_string();
+    let out = common::output_within(
+        Command::new("curl")
+            .args(["-sS", "--max-time", "300", "-X", "POST", "-H", "content-type: application/json"])
+            .args(["-H", &format!("authorization: Bearer {}", token.trim()), "--data-binary", &body])
+            .arg(format!("{}/v1/tasks/{task}/exec", d.url)),
+        Duration::from_secs(310),
+    );
+    assert!(out.status.success(), "curl: {}", String::from_utf8_lossy(&out.stderr));
+    let answer: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)));
+    let (stdout, stderr) = (answer["stdout"].as_str().unwrap_or_default().to_owned(), answer["stderr"].as_str().unwrap_or_default().to_owned());
+    (answer, stdout, stderr)
+}
+
+/// The daemon's resident memory, in KiB.
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok()).unwrap()
+}
+
+#[test]
+fn abuse_is_contained_and_reported_while_a_neighbour_stays_responsive() {
+    let d = Daemon::start();
+    let neighbour = d.create(&[]);
+    d.ok(&["exec", &neighbour, "--", "true"]);
+    let quiet = exec_median(&d, &neighbour, 9);
+    let mut report = vec![format!("quiet: {quiet:?}")];
+    let mut slow = Vec::new();
+    for abuse in ABUSES {
+        let attacker = d.create(abuse.limits);
+        let cpu_before = cgroup_count(&attacker, "cpu", "cpu.stat", "nr_throttled");
+        let rss_before = rss_kib(d.pid());
+        let (exit, mut samples) = std::thread::scope(|s| {
+            let run = s.spawn(|| if abuse.http { exec_over_http(&d, &attacker, abuse.script) } else { exec_report(&d, &attacker, abuse.opts, abuse.script) });
+            // Execs that start and end while the abuse runs (it has
+            // started by the first).
+            std::thread::sleep(Duration::from_millis(300));
+            let mut samples = Vec::new();
+            while !run.is_finished() && samples.len() < 7 {
+                let t = Instant::now();
+                d.ok(&["exec", &neighbour, "--", "true"]);
+                if !run.is_finished() {
+                    samples.push(t.elapsed());
+                }
+            }
+            (run.join().unwrap(), samples)
+        });
+        let (exit, out, err) = exit;
+        (abuse.reported)(&exit, &out, &err);
+        assert!(samples.len() >= 3, "{}: only {} of the neighbour's execs ran during the abuse ({exit})", abuse.name, samples.len());
+        samples.sort_unstable();
+        let busy = samples[samples.len() / 2];
+        report.push(format!("{}: {busy:?}", abuse.name));
+        if busy > quiet * 3 {
+            slow.push(abuse.name);
+        }
+        match abuse.name {
+            "fork bomb" if !under_gvisor() => {
+                assert!(cgroup_count(&attacker, "pids", "pids.events", "max") > 0, "the pids limit refused no fork");
+            }
+            "1 GiB of output" => {
+                // The daemon kept the answer's 1 MiB, not the gigabyte.
+                let grew = rss_kib(d.pid()).saturating_sub(rss_before);
+                assert!(grew < 64 * 1024, "the daemon grew by {grew} KiB");
+            }
+            "cpu" => {
+                let throttled = cgroup_count(&attacker, "cpu", "cpu.stat", "nr_throttled");
+                assert!(throttled > cpu_before, "the CPU quota never throttled the hog ({cpu_before} then {throttled})");
+            }
+            _ => {}
+        }
+        // The abused task is still usable afterwards (recovered if the
+        // abuse ended its sandbox).
+        assert_eq!(must(&d, &attacker, "echo ok"), "ok\n", "{} after its abuse", abuse.name);
+        d.ok(&["destroy", &attacker]);
+    }
+    eprintln!("neighbour exec median: {}", report.join(", "));
+    assert!(slow.is_empty(), "the neighbour's exec took more than 3x its quiet time during {slow:?}: {}", report.join(", "));
+    d.ok(&["destroy", &neighbour]);
 }
