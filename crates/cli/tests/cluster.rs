@@ -1222,3 +1222,109 @@ fn no_task_is_live_on_two_nodes_and_each_event_counts_once() {
     assert!(wrong.is_empty(), "events lost, doubled or taken from refusals:\n{}", wrong.join("\n"));
 }
 
+
+/// A daemon stopped with SIGSTOP, continued when this is dropped (also
+/// when the test fails, so the cluster's cleanup can reach it).
+struct Stopped {
+    pid: nix::unistd::Pid,
+    since: Instant,
+}
+
+impl Stopped {
+    fn new(pid: u32) -> Stopped {
+        let pid = nix::unistd::Pid::from_raw(pid as i32);
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
+        Stopped { pid, since: Instant::now() }
+    }
+}
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        let _ = nix::sys::signal::kill(self.pid, nix::sys::signal::Signal::SIGCONT);
+    }
+}
+
+/// A zombie node: node-a is stopped (SIGSTOP) with a command running in
+/// its sandbox, past its lease, while node-b recovers the task; then it
+/// continues. It must write nothing (its leases are fenced): the task
+/// stays node-b's, its log gains nothing of node-a's command, node-a
+/// removes its stale sandbox, and the command's file is only in node-a's
+/// old copy, never in the task.
+#[test]
+fn a_node_stopped_past_its_lease_then_continued_writes_nothing() {
+    let c = Cluster::start();
+    let id = c.a.create(&[]);
+    c.wait_running_on(NODE_A, &id, NODE_A, WAKE_LIMIT);
+    must(&c.a, &id, "echo before > /workspace/state");
+    c.a.json(&["snapshot", &id]);
+    let before = c.b.json(&["log", &id]).as_array().unwrap().len();
+
+    // A command through node-a that ends while node-a is stopped.
+    let late = std::thread::scope(|s| {
+        let run = s.spawn(|| c.a.try_cairn(&["exec", &id, "--", "sh", "-c", "sleep 4; echo zombie > /workspace/zombie; echo done"]));
+        // The command has started once its shell is in the sandbox.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !must(&c.a, &id, "ps -eo args").contains("sleep 4") {
+            assert!(Instant::now() < deadline, "the command never started");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let stop = Stopped::new(c.a.pid());
+        // node-b takes the task over once node-a's lease has run out (its
+        // stale sandbox still runs meanwhile: a stopped daemon is not a
+        // lost machine).
+        let deadline = Instant::now() + RECOVERY_LIMIT;
+        let t = loop {
+            // Until node-a's heartbeat is seen to stop, node-b forwards the
+            // question to it, and answers 503 once it is.
+            let t = match c.b.try_cairn(&["--json", "task", "show", &id]) {
+                Ok(out) if out.status.success() => serde_json::from_slice(&out.stdout).unwrap_or(Value::Null),
+                Ok(out) => serde_json::json!({ "error": String::from_utf8_lossy(&out.stderr).trim() }),
+                Err(e) => serde_json::json!({ "error": e }),
+            };
+            if t["state"] == "running" && t["node"] == NODE_B {
+                break t;
+            }
+            assert!(Instant::now() < deadline, "node-b never took the task over: {t}\n{}", c.log_tails());
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        assert!(stop.since.elapsed() > Duration::from_secs(4), "node-b took over before node-a's lease could end");
+        eprintln!("taken over {:.1} s after node-a stopped: {t}", stop.since.elapsed().as_secs_f64());
+        let taken = c.b.json(&["log", &id]).as_array().unwrap().len();
+        drop(stop);
+        (run.join().unwrap(), taken)
+    });
+    let (client, taken) = late;
+    // The command ran on in node-a's stale sandbox, but its end was not
+    // recorded: node-a's write was refused (its stale token, or, once its
+    // heartbeat has forgotten it, node-b's live lease), and its client
+    // is told so.
+    let client = client.unwrap();
+    let stderr = String::from_utf8_lossy(&client.stderr);
+    assert!(!client.status.success() && stderr.contains(NODE_B), "the client of node-a: {client:?}");
+
+    // For longer than a lease: node-a writes nothing, and lets go of its
+    // stale sandbox. (Both nodes run on this one host, where the task's
+    // cgroup is named by its id alone: node-a's removal of its stale
+    // sandbox ends node-b's too, which node-b records as lost and
+    // recovers at the next command. Nodes on separate hosts share no
+    // cgroup; see docs/testing.md, "Two nodes".)
+    let until = Instant::now() + Duration::from_secs(15);
+    while Instant::now() < until {
+        for via in [&c.a, &c.b] {
+            let t = via.task(&id);
+            assert_eq!(t["state"], "running", "after node-a continued: {t}\n{}", c.log_tails());
+            assert_ne!(t["node"], NODE_A, "after node-a continued: {t}\n{}", c.log_tails());
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    assert!(!c.live_on(&id).contains(NODE_A), "node-a's stale sandbox is still there 15 s after it continued\n{}", c.log_tails());
+    let log = c.b.json(&["log", &id]);
+    let events = log.as_array().unwrap();
+    assert!(taken > before, "node-b's recovery is in the log: {log}");
+    let late: Vec<&Value> = events[before..].iter().filter(|e| e.to_string().contains("zombie")).collect();
+    assert!(late.is_empty(), "node-a's command was recorded after node-b took over: {late:?}");
+    let after: Vec<&str> = events[taken..].iter().map(|e| e["kind"].as_str().unwrap_or("?")).collect();
+    assert!(after.iter().all(|k| *k == "sandbox_lost"), "written after node-b took over, with nothing asked of the task: {:?}", &events[taken..]);
+    let (code, out, _) = c.b.sh(&id, "cat /workspace/state; test -e /workspace/zombie");
+    assert_eq!((code, out.as_str()), (1, "before\n"), "the task is its snapshot, without node-a's late file");
+}

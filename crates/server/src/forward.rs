@@ -96,11 +96,39 @@ pub(crate) async fn forward_to_owner(State((rt, token)): State<(Arc<Runtime>, Ar
 async fn route(rt: &Runtime, task: &str, req: Request, next: Next) -> Response {
     match rt.runs_elsewhere(task).await {
         Ok(None) => next.run(req).await,
-        Ok(Some(base)) => match forward(req, &base, rt.node_name()).await {
-            Ok(resp) => resp,
-            Err(e) => ApiError::from(cairn_runtime::Error::Unavailable(format!("forwarding to {base}: {e}"))).into_response(),
-        },
+        Ok(Some(base)) => {
+            // A node that stops answering (stopped, hung) still accepts
+            // connections in its kernel: the answer is awaited only as long
+            // as the node keeps its lease on the task, and no longer.
+            tokio::select! {
+                answer = forward(req, &base, rt.node_name()) => match answer {
+                    Ok(resp) => resp,
+                    Err(e) => ApiError::from(cairn_runtime::Error::Unavailable(format!("forwarding to {base}: {e}"))).into_response(),
+                },
+                lost = owner_lost(rt, task, &base) => ApiError::from(lost).into_response(),
+            }
+        }
         Err(e) => ApiError::from(e).into_response(),
+    }
+}
+
+/// How often a forwarded request checks that its node still holds the task.
+const OWNER_CHECK: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Returns once the node at `base` no longer holds `task` (its heartbeat
+/// stopped, or the task moved): why, for the client, who may retry.
+async fn owner_lost(rt: &Runtime, task: &str, base: &str) -> cairn_runtime::Error {
+    loop {
+        tokio::time::sleep(OWNER_CHECK).await;
+        match rt.runs_elsewhere(task).await {
+            Ok(Some(now)) if now == base => continue,
+            Ok(_) => {
+                return cairn_runtime::Error::Unavailable(format!(
+                    "the node at {base} stopped answering and task {task} has moved since; retry"
+                ))
+            }
+            Err(e) => return e,
+        }
     }
 }
 

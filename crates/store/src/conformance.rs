@@ -831,6 +831,12 @@ pub(crate) async fn a_lease_is_one_nodes_and_fences_off_the_node_that_lost_it(db
     assert_eq!(a.renew_leases("a", TTL).await.unwrap(), std::slice::from_ref(&t));
     a.append_event(&event(&t, EventKind::EventReceived)).await.expect("intake again");
     assert!(matches!(a.transition(&t, TaskState::Running, Transition::Suspend).await, Err(Error::Leased { .. })));
+    // Nor does a command that ran on in a's stale sandbox get its start or
+    // end recorded (a zombie node's late exec).
+    let events = a.events(&t).await.unwrap().len();
+    assert!(matches!(a.bump_step(&t).await, Err(Error::Leased { .. })));
+    assert!(matches!(a.end_command(&event(&t, EventKind::Exec)).await, Err(Error::Leased { .. })));
+    assert_eq!(a.events(&t).await.unwrap().len(), events);
     // The holder works on.
     b.transition(&t, TaskState::Running, Transition::Suspend).await.unwrap();
     assert!(b.renew_leases("b", TTL).await.unwrap().is_empty());

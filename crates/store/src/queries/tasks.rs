@@ -303,7 +303,10 @@ macro_rules! tasks {
                 async fn bump_step(&self, id: &TaskId) -> Result<u64> {
                     let q = |e| Error::Query("bump step", e);
                     let mut tx = self.begin().await.map_err(q)?;
-                    self.fence(&mut tx, id, Fence::Writer).await?;
+                    // A command's start and end are written by the node that
+                    // runs its sandbox: never by one whose lease another node
+                    // has taken since, even once it has forgotten its token.
+                    self.fence(&mut tx, id, Fence::Owner).await?;
                     let step: i64 = sqlx::query_scalar("UPDATE tasks SET step = step + 1, last_activity_ms = $1 WHERE id = $2 RETURNING step")
                         .bind(now_ms())
                         .bind(id.as_str())
@@ -336,7 +339,7 @@ macro_rules! tasks {
                 async fn end_command(&self, ev: &NewEvent) -> Result<u64> {
                     let q = |e| Error::Query("log a command's end", e);
                     let mut tx = self.begin().await.map_err(q)?;
-                    self.fence(&mut tx, &ev.task, Fence::Writer).await?;
+                    self.fence(&mut tx, &ev.task, Fence::Owner).await?;
                     let seq = Self::insert_event(&mut tx, ev).await.map_err(q)?;
                     sqlx::query("UPDATE tasks SET last_activity_ms = $1 WHERE id = $2")
                         .bind(now_ms())
