@@ -1,6 +1,9 @@
 /*
  * racer DIR LINK: swaps a directory and a symlink in the same parent
  * directory with renameat2(RENAME_EXCHANGE), forever, as fast as it can.
+ * Where the kernel refuses RENAME_EXCHANGE (gVisor's does, EINVAL), it
+ * swaps them with three renames through a third name, DIR.swap: DIR is
+ * then now a directory, now a symlink, now missing.
  *
  * Used by crates/cli/tests/race.rs as the hostile agent: while the daemon
  * (host root) reads or writes the task's writable layer, the name DIR is
@@ -28,16 +31,37 @@ static long exchange(const char *a, const char *b)
     return syscall(SYS_renameat2, AT_FDCWD, a, AT_FDCWD, b, RENAME_EXCHANGE);
 }
 
+/* a -> spare, b -> a, spare -> b. */
+static int rename3(const char *a, const char *b, const char *spare)
+{
+    if (rename(a, spare) != 0)
+        return -1;
+    if (rename(b, a) != 0)
+        return -1;
+    return rename(spare, b);
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 3) {
         fprintf(stderr, "usage: racer DIR LINK\n");
         return 2;
     }
-    if (exchange(argv[1], argv[2]) != 0) {
+    if (exchange(argv[1], argv[2]) == 0) {
+        for (;;)
+            exchange(argv[1], argv[2]);
+    }
+    if (errno != EINVAL && errno != ENOSYS) {
         fprintf(stderr, "racer: renameat2(%s, %s, RENAME_EXCHANGE): %s\n", argv[1], argv[2], strerror(errno));
         return 1;
     }
+    char spare[4096];
+    if (snprintf(spare, sizeof spare, "%s.swap", argv[1]) >= (int)sizeof spare)
+        return 2;
+    if (rename3(argv[1], argv[2], spare) != 0) {
+        fprintf(stderr, "racer: three renames of %s and %s: %s\n", argv[1], argv[2], strerror(errno));
+        return 1;
+    }
     for (;;)
-        exchange(argv[1], argv[2]);
+        rename3(argv[1], argv[2], spare);
 }
