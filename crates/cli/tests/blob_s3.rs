@@ -4,14 +4,15 @@
 //! task's local disk gone as on another node), fork, gc and check; the
 //! objects are in the bucket, and a wake with the pack cache warm makes no
 //! request for a pack, which the server's own request log (moto's recorder)
-//! shows; a cold one fetches them.
+//! shows; a cold one fetches them. And S3 failing in the middle of a
+//! snapshot loses nothing acknowledged.
 
 #![allow(clippy::unwrap_used)]
 
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use cairn_blob::moto::{Moto, Request};
 use common::Daemon;
@@ -193,4 +194,75 @@ fn a_daemon_pointed_at_an_unreachable_store_says_so_in_one_line() {
     let last = err.lines().last().unwrap_or_default();
     assert!(last.starts_with("cairn: ") && last.contains("s3://cairn-nowhere/p") && last.contains(&endpoint), "{err}");
     assert!(last.contains("Connection refused"), "{err}");
+}
+
+/// S3 fails while a snapshot uploads its packs: every connection to it is
+/// dropped and refused for 3 s (a relay between the daemon and the server
+/// is cut once it has carried part of the upload). Whatever the snapshot's
+/// answer, nothing acknowledged is lost: an acknowledged snapshot restores
+/// byte for byte, a refused one is not listed, the task runs on with its
+/// files, the store checks clean, and the earlier snapshot still restores.
+#[test]
+fn s3_failing_mid_snapshot_loses_nothing_acknowledged() {
+    let moto = Moto::start();
+    moto.create_bucket(BUCKET);
+    let upstream: std::net::SocketAddr = moto.endpoint.trim_start_matches("http://").parse().unwrap();
+    let relay = common::cut::Cuttable::start(upstream);
+    let mut env = moto.env();
+    for (k, v) in env.iter_mut() {
+        if *k == "AWS_ENDPOINT_URL" {
+            *v = format!("http://{}", relay.addr);
+        }
+    }
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let d = Daemon::start_with_env(&["--blob", &format!("s3://{BUCKET}/{PREFIX}")], &env);
+    let id = d.create(&[]);
+    must(&d, &id, "echo first > /workspace/notes && head -c 1000000 /dev/urandom > /workspace/small");
+    let first_files = files(&d, &id);
+    let first = d.json(&["snapshot", &id])["id"].as_str().unwrap().to_owned();
+
+    // 40 MB that do not compress: the upload takes a while.
+    must(&d, &id, "head -c 40000000 /dev/urandom > /workspace/big && echo second > /workspace/notes");
+    let second_files = files(&d, &id);
+    let sent_before = relay.sent();
+    let (answer, cut_during) = std::thread::scope(|s| {
+        let snap = s.spawn(|| d.try_cairn(&["--json", "snapshot", &id]).unwrap());
+        // The window: part of the upload has gone through the relay and
+        // the snapshot has not answered yet.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while relay.sent() < sent_before + 8_000_000 && !snap.is_finished() {
+            assert!(Instant::now() < deadline, "the upload never got going");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let cut_during = !snap.is_finished();
+        relay.cut();
+        std::thread::sleep(Duration::from_secs(3));
+        relay.restore();
+        (snap.join().unwrap(), cut_during)
+    });
+    assert!(cut_during, "the snapshot ended before S3 failed: the window was missed");
+    let acknowledged = answer.status.success();
+    eprintln!("the snapshot through the cut: {}", if acknowledged { "acknowledged (the client retried)" } else { "refused" });
+    let listed: Vec<String> = d.json(&["snapshot", "list", &id]).as_array().unwrap().iter().map(|s| s["id"].as_str().unwrap().to_owned()).collect();
+    if acknowledged {
+        let second: Value = serde_json::from_slice(&answer.stdout).unwrap();
+        let second = second["id"].as_str().unwrap().to_owned();
+        assert_eq!(listed, [first.clone(), second.clone()]);
+        must(&d, &id, "rm /workspace/big && echo third > /workspace/notes");
+        d.ok(&["rollback", &id, "--to", &second, "--reason", "after the failure"]);
+        assert_eq!(files(&d, &id), second_files, "the acknowledged snapshot restores");
+    } else {
+        let err = String::from_utf8_lossy(&answer.stderr);
+        assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+        assert_eq!(listed, [first.clone()], "a refused snapshot is not listed");
+        assert_eq!(files(&d, &id), second_files, "the task runs on with its files");
+        let retry = d.json(&["snapshot", &id])["id"].as_str().unwrap().to_owned();
+        must(&d, &id, "rm /workspace/big && echo third > /workspace/notes");
+        d.ok(&["rollback", &id, "--to", &retry, "--reason", "after the failure"]);
+        assert_eq!(files(&d, &id), second_files, "a snapshot after the failure restores");
+    }
+    let check = d.json(&["check", "--read-data"]);
+    assert!(check["problems"].as_array().unwrap().is_empty(), "{check}");
+    d.ok(&["rollback", &id, "--to", &first, "--reason", "the first"]);
+    assert_eq!(files(&d, &id), first_files, "the earlier snapshot restores");
 }

@@ -8,6 +8,7 @@
 
 #![allow(dead_code)]
 
+pub mod cut;
 pub mod leaks;
 
 use std::path::{Path, PathBuf};
@@ -241,9 +242,25 @@ impl Daemon {
 
     /// Starts the daemon with one crash point armed (`CAIRN_CRASH_AT`, see
     /// docs/testing.md): it kills itself when it first gets there.
+    /// A daemon started by [`Daemon::start_with_env`] keeps its arguments
+    /// and environment (its store, its blob store).
     pub fn spawn_armed(&mut self, point: &str) {
-        if let Err(e) = self.try_spawn_with_env(&[], &[("CAIRN_CRASH_AT", point)]) {
+        let launch = self.launch.clone().unwrap_or(Launch { args: Vec::new(), env: Vec::new() });
+        let args: Vec<&str> = launch.args.iter().map(String::as_str).collect();
+        let mut env: Vec<(&str, &str)> = launch.env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        env.push(("CAIRN_CRASH_AT", point));
+        if let Err(e) = self.try_spawn_with_env(&args, &env) {
             panic!("{e}");
+        }
+    }
+
+    /// Starts the stopped daemon again as it was first started: with the
+    /// arguments and environment of [`Daemon::start_with_env`], else none.
+    pub fn restart(&mut self) {
+        if self.launch.is_some() {
+            self.respawn();
+        } else {
+            self.spawn(&[]);
         }
     }
 
