@@ -658,3 +658,47 @@ fn an_oversized_pull_is_refused_before_its_download_and_a_bomb_while_it_unpacks(
     d.ok(&["destroy", &task]);
     d.ok(&["image", "rm", "fits"]);
 }
+
+/// A registry over TLS with a certificate from its own CA: refused while the
+/// daemon does not trust that CA (the error names the certificate), pulled
+/// once it does (`SSL_CERT_FILE` naming the CA's bundle, as for any TLS
+/// client of the host), with `--insecure` never given.
+#[test]
+fn a_registry_with_its_own_ca_is_pulled_over_tls_once_its_ca_is_trusted() {
+    common::require_root();
+    let certs = tempfile::Builder::new().prefix("cairn-registry-tls-").tempdir_in("/var/tmp").unwrap();
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    ca_params.distinguished_name.push(rcgen::DnType::CommonName, "cairn test registry CA");
+    let ca = ca_params.self_signed(&ca_key).unwrap();
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::new(vec!["localhost".to_owned()]).unwrap();
+    params.subject_alt_names.push(rcgen::SanType::IpAddress(std::net::IpAddr::from([127, 0, 0, 1])));
+    let leaf = params.signed_by(&key, &ca, &ca_key).unwrap();
+    let (cert_path, key_path, ca_path) = (certs.path().join("cert.pem"), certs.path().join("key.pem"), certs.path().join("ca.pem"));
+    fs::write(&cert_path, leaf.pem()).unwrap();
+    fs::write(&key_path, key.serialize_pem()).unwrap();
+    fs::write(&ca_path, ca.pem()).unwrap();
+    let reg = Registry::start_with(&format!("  tls:\n    certificate: {}\n    key: {}\n", cert_path.display(), key_path.display()));
+    let (_tmp, dir) = layout_dir("tls");
+    OciLayout::single(&dir, &[base_layer()]);
+    reg.push(&dir, "latest", "test/tls:v1", None);
+    let reference = format!("{}/test/tls:v1", reg.host());
+
+    // Not trusted: refused in one line, nothing stored.
+    let untrusting = Daemon::start();
+    let err = untrusting.fails(&["image", "pull", &reference]);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.to_lowercase().contains("certificate"), "the error names the certificate: {err}");
+    assert_eq!(layers_stored(&untrusting), Vec::<String>::new());
+
+    // Trusted: pulled over TLS, and a task runs on it.
+    let ca_file = ca_path.display().to_string();
+    let d = Daemon::start_with_env(&[], &[("SSL_CERT_FILE", ca_file.as_str())]);
+    let out = d.ok(&["image", "pull", &reference]);
+    assert!(out.starts_with(&format!("pulled {reference} (1 layers, ")) || out.starts_with(&format!("pulled {reference} (1 layer, ")), "{out}");
+    let id = d.create(&["--image", &reference]);
+    assert_eq!(must(&d, &id, "cat /etc/b"), "base b\n");
+    d.ok(&["destroy", &id]);
+}
