@@ -4,10 +4,18 @@
 #   FUZZ_SECONDS=600 scripts/fuzz.sh
 #   FUZZ_SECONDS=600 scripts/fuzz.sh image_layer oci_documents
 #   FUZZ_RUNS=1000000 scripts/fuzz.sh      # a number of inputs, not a time
+#   FUZZ_BUILD=dev scripts/fuzz.sh         # unoptimised: a quicker build for short runs (CI)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH=$HOME/.cargo/bin:$PATH
 seconds=${FUZZ_SECONDS:-20}
+# Release (the default) for long runs; dev builds in about half the time,
+# which is what a run of seconds a target wants.
+case ${FUZZ_BUILD:-release} in
+  release) build=() ;;
+  dev) build=(--dev) ;;
+  *) echo "FUZZ_BUILD=${FUZZ_BUILD}: the builds are release and dev" >&2; exit 2 ;;
+esac
 if [ -n "${FUZZ_RUNS:-}" ]; then
   limit=(-runs="$FUZZ_RUNS")
   what="$FUZZ_RUNS inputs"
@@ -36,7 +44,7 @@ if [ ${#targets[@]} -eq 0 ]; then
   exit 1
 fi
 # One build of them all (they share their dependencies), then the runs.
-cargo +nightly fuzz build --fuzz-dir fuzz
+cargo +nightly fuzz build "${build[@]}" --fuzz-dir fuzz
 # What a target writes (image_layer unpacks each input) goes under a
 # directory of its own, emptied before its run and removed after it (so
 # that two runs of other targets can go side by side).
@@ -51,7 +59,7 @@ for target in "${targets[@]}"; do
   mkdir -p "$corpus"
   rm -rf "$TMPDIR" && mkdir -p "$TMPDIR"
   log=fuzz/target/$target.log
-  if ! cargo +nightly fuzz run --fuzz-dir fuzz "$target" "$corpus" "fuzz/corpus/$target" -- \
+  if ! cargo +nightly fuzz run "${build[@]}" --fuzz-dir fuzz "$target" "$corpus" "fuzz/corpus/$target" -- \
     "${limit[@]}" -max_len=20000 -print_final_stats=1 >"$log" 2>&1; then
     # The panic and the reproducer, without the input's bytes.
     grep -v '^\s*\[' "$log" | grep -m 1 -A 4 'panicked\|ERROR' || true

@@ -28,13 +28,16 @@ leak_checked() {
   timeout 120 scripts/leak-check.sh after "$CAIRN_LEAK_CHECK_STATE"
 }
 leak_checked 3000 cargo test --workspace --locked
-# The attack suite and the isolation, limits, egress, delivery, injection, ports and E2B SDK tests once
+# The crash points once more on the cluster's store: each daemon on a fresh
+# PostgreSQL database and a bucket of its own on the loopback S3 server.
+CAIRN_TEST_STORE=postgres-s3 leak_checked 1200 cargo test --locked -p cairn-cli --test crash_points
+# The attack suite, the racing tests and the isolation, limits, egress, delivery, injection, ports and E2B SDK tests once
 # more on the gvisor driver: their daemons give every task --isolation
 # gvisor (runsc comes with setup-debian.sh).
-CAIRN_TEST_ISOLATION=gvisor leak_checked 1500 cargo test --locked -p cairn-cli --test attack --test isolation --test egress --test deliver --test inject --test ports --test e2b_sdk
+CAIRN_TEST_ISOLATION=gvisor leak_checked 2400 cargo test --locked -p cairn-cli --test attack --test race --test isolation --test egress --test deliver --test inject --test ports --test e2b_sdk
 # Lints are part of the build: warnings fail it.
 timeout -k 60 1800 cargo clippy --workspace --all-targets --locked -- -D warnings
 # A short fuzz run of every parser of untrusted bytes, 10 s a target (its
 # first build instruments the crates the targets link: most of the
 # workspace); the long runs are by hand (docs/testing.md, Fuzzing).
-FUZZ_SECONDS=${FUZZ_SECONDS:-10} timeout -k 60 1800 scripts/fuzz.sh
+FUZZ_BUILD=${FUZZ_BUILD:-dev} FUZZ_SECONDS=${FUZZ_SECONDS:-10} timeout -k 60 1800 scripts/fuzz.sh

@@ -8,6 +8,11 @@
 //!
 //! The list of points is read from the sources, so a point added without a
 //! test here fails `every_crash_point_has_a_test`.
+//!
+//! The daemons use SQLite and a local blob directory, or, with
+//! `CAIRN_TEST_STORE=postgres-s3`, a fresh PostgreSQL database and a bucket
+//! on a loopback S3 server (moto) each: scripts/test.sh runs this file
+//! both ways.
 
 #![allow(clippy::unwrap_used)]
 
@@ -18,8 +23,55 @@ use std::os::unix::process::ExitStatusExt;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use std::ops::{Deref, DerefMut};
+use std::sync::Arc;
+
+use cairn_blob::moto::Moto;
+use cairn_store::testing::postgres::{fresh_database, TempDatabase};
 use common::Daemon;
 use serde_json::Value;
+
+/// A daemon on this run's store, and what that store needs kept alive
+/// (dropped after the daemon: its cleanup still reads the store).
+struct Node {
+    d: Daemon,
+    _db: Option<TempDatabase>,
+    _moto: Option<Arc<Moto>>,
+}
+
+impl Deref for Node {
+    type Target = Daemon;
+    fn deref(&self) -> &Daemon {
+        &self.d
+    }
+}
+
+impl DerefMut for Node {
+    fn deref_mut(&mut self) -> &mut Daemon {
+        &mut self.d
+    }
+}
+
+/// Starts a daemon on SQLite and a local directory, or on PostgreSQL and
+/// S3 under `CAIRN_TEST_STORE=postgres-s3`.
+fn start() -> Node {
+    match std::env::var("CAIRN_TEST_STORE").as_deref() {
+        Err(_) | Ok("sqlite") => Node { d: Daemon::start(), _db: None, _moto: None },
+        Ok("postgres-s3") => {
+            static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+            let moto = Moto::shared();
+            let bucket = format!("cairn-crash-{}-{}", std::process::id(), NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+            moto.create_bucket(&bucket);
+            let db = fresh_database();
+            let blob = format!("s3://{bucket}/blobs");
+            let env = moto.env();
+            let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            let d = Daemon::start_with_env(&["--store", &db.url, "--blob", &blob], &env);
+            Node { d, _db: Some(db), _moto: Some(moto) }
+        }
+        Ok(other) => panic!("CAIRN_TEST_STORE={other}: the stores are sqlite and postgres-s3"),
+    }
+}
 
 /// The points this file crashes at, one test each.
 const TESTED: &[&str] = &[
@@ -46,6 +98,8 @@ const TESTED: &[&str] = &[
     "deliver.recorded",
     "gc.index_rewritten",
     "gc.packs_deleted",
+    "create.recorded",
+    "destroy.state_recorded",
 ];
 
 fn must(d: &Daemon, task: &str, script: &str) -> String {
@@ -66,7 +120,7 @@ fn crash_at(d: &mut Daemon, point: &str, op: impl FnOnce(&Daemon) -> Output) -> 
     let status = d.wait_exit(Duration::from_secs(60)).unwrap_or_else(|e| panic!("{point}: the daemon never got there: {e}\n{}", d.log()));
     assert_eq!(status.signal(), Some(libc::SIGKILL), "{point}: the daemon ended with {status}, not by the crash point\n{}", d.log());
     assert_eq!(d.log().matches(&marker).count(), before + 1, "{point}: the kill did not land at the point\n{}", d.log());
-    d.spawn(&[]);
+    d.restart();
     out
 }
 
@@ -133,7 +187,7 @@ fn task_with_files(d: &Daemon) -> String {
 }
 
 fn snapshot_crash(point: &str) {
-    let mut d = Daemon::start();
+    let mut d = start();
     let id = task_with_files(&d);
     d.ok(&["snapshot", &id]);
     must(&d, &id, "echo 2 > /workspace/a; head -c 2000000 /dev/urandom > /workspace/more");
@@ -180,7 +234,7 @@ fn crash_after_a_snapshot_is_recorded() {
 }
 
 fn suspend_crash(point: &str) {
-    let mut d = Daemon::start();
+    let mut d = start();
     let id = task_with_files(&d);
     let sum = must(&d, &id, "md5sum /workspace/data");
     let out = crash_at(&mut d, point, cli(&["suspend", &id]));
@@ -212,7 +266,7 @@ fn crash_after_a_suspend_is_recorded() {
 }
 
 fn wake_crash(point: &str) {
-    let mut d = Daemon::start();
+    let mut d = start();
     let id = task_with_files(&d);
     let sum = must(&d, &id, "md5sum /workspace/data");
     d.ok(&["suspend", &id]);
@@ -243,7 +297,7 @@ fn crash_after_a_wake_is_recorded() {
 }
 
 fn rollback_crash(point: &str) {
-    let mut d = Daemon::start();
+    let mut d = start();
     let id = task_with_files(&d);
     let target = d.json(&["snapshot", &id])["id"].as_str().unwrap().to_owned();
     must(&d, &id, "echo 2 > /workspace/a");
@@ -284,7 +338,7 @@ fn crash_after_a_rollback_is_recorded() {
 }
 
 fn fork_crash(point: &str) {
-    let mut d = Daemon::start();
+    let mut d = start();
     let id = task_with_files(&d);
     let sum = must(&d, &id, "md5sum /workspace/data");
     let snap = d.json(&["snapshot", &id])["id"].as_str().unwrap().to_owned();
@@ -347,7 +401,7 @@ fn post_webhook(d: &Daemon, id: &str, secret: &str, msg: &str, body: &str) -> u1
 }
 
 fn event_crash(point: &str) {
-    let mut d = Daemon::start();
+    let mut d = start();
     let id = task_with_files(&d);
     let secret = d.task(&id)["webhook_secret"].as_str().unwrap().to_owned();
     d.ok(&["wait", &id, "--webhook", "go"]);
@@ -379,7 +433,7 @@ fn crash_after_a_webhook_is_stored() {
 }
 
 fn deliver_crash(point: &str) {
-    let mut d = Daemon::start();
+    let mut d = start();
     let id = task_with_files(&d);
     must(&d, &id, "echo result > /workspace/result.txt");
     let out_dir = tempfile::tempdir().unwrap();
@@ -414,7 +468,7 @@ fn crash_after_a_delivery_is_recorded() {
 }
 
 fn gc_crash(point: &str) {
-    let mut d = Daemon::start();
+    let mut d = start();
     let gone = task_with_files(&d);
     d.ok(&["snapshot", &gone]);
     let kept = task_with_files(&d);
@@ -438,6 +492,44 @@ fn crash_after_gc_rewrote_the_index() {
 #[test]
 fn crash_after_gc_deleted_packs() {
     gc_crash("gc.packs_deleted");
+}
+
+#[test]
+fn crash_after_a_create_is_recorded() {
+    let mut d = start();
+    let out = crash_at(&mut d, "create.recorded", cli(&["--json", "task", "create"]));
+    assert!(!out.status.success(), "the create was not acknowledged");
+    // The task's row was committed: after the restart it is there, and
+    // runs (its sandbox started at the restart or at its first command).
+    let tasks = d.json(&["task", "list", "--all"]);
+    let tasks = tasks.as_array().unwrap();
+    assert_eq!(tasks.len(), 1, "{tasks:?}");
+    let id = tasks[0]["id"].as_str().unwrap().to_owned();
+    assert_eq!(must(&d, &id, "echo alive"), "alive\n");
+    consistent(&d);
+}
+
+#[test]
+fn crash_after_a_destroy_is_recorded() {
+    let mut d = start();
+    let id = task_with_files(&d);
+    d.ok(&["snapshot", &id]);
+    let init = d.task(&id)["sandbox_pid"].as_i64().unwrap() as i32;
+    let out = crash_at(&mut d, "destroy.state_recorded", cli(&["destroy", &id]));
+    assert!(!out.status.success(), "the destroy was not acknowledged");
+    // Recorded as destroyed: the restart finishes the teardown and leaves
+    // nothing of the task on the host.
+    assert_eq!(d.state(&id), "destroyed");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let left = d.leftovers(&id, init);
+        if left.is_empty() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the teardown was not finished after the restart: {left:?}\n{}", d.log());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    consistent(&d);
 }
 
 /// Every `fail_point!("name")` in the workspace's sources.

@@ -86,6 +86,7 @@ impl Runtime {
                 duration_ms: None,
             })
             .await?;
+        fail::fail_point!("create.recorded");
         let lock = self.lock_of(&task.id);
         let _guard = lock.lock().await;
         self.start(&task, &image, actor, ahead, None).await?;
@@ -266,6 +267,7 @@ impl Runtime {
     /// teardown's own failure is returned for the caller to log.
     pub(crate) async fn end_sandbox(&self, task: &Task, end: Transition) -> Result<Result<(), cairn_sandbox::Error>, Error> {
         self.store.transition(&task.id, task.state, end).await?;
+        fail::fail_point!("destroy.state_recorded");
         let init = self.recorded_init(&task.id).await?;
         let result = self.driver.destroy(task.id.as_str(), init).await?;
         if let Some(i) = init {
@@ -301,6 +303,15 @@ impl Runtime {
 
     pub(crate) async fn reconcile_inner(&self) -> Result<(), Error> {
         let tasks = self.store.list_tasks().await?;
+        // Leases this node held before it stopped are its own again: the
+        // new process has no token of them in memory, and would otherwise
+        // refuse its own tasks until they ran out (a create cut short
+        // before its sandbox started has no sandbox row to bring it back).
+        for t in tasks.iter().filter(|t| !t.state.is_terminal()) {
+            if self.store.lease(&t.id).await?.live_holder(now_ms()) == Some(self.cluster.name.as_str()) {
+                self.take_lease(&t.id).await?;
+            }
+        }
         let mut keep = std::collections::HashSet::new();
         let mut lost = std::collections::HashSet::new();
         for row in self.store.sandboxes().await? {
