@@ -254,7 +254,7 @@ fn s3_failing_mid_snapshot_loses_nothing_acknowledged() {
     } else {
         let err = String::from_utf8_lossy(&answer.stderr);
         assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
-        assert_eq!(listed, [first.clone()], "a refused snapshot is not listed");
+        assert_eq!(listed, std::slice::from_ref(&first), "a refused snapshot is not listed");
         assert_eq!(files(&d, &id), second_files, "the task runs on with its files");
         let retry = d.json(&["snapshot", &id])["id"].as_str().unwrap().to_owned();
         must(&d, &id, "rm /workspace/big && echo third > /workspace/notes");
