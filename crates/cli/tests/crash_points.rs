@@ -100,6 +100,7 @@ const TESTED: &[&str] = &[
     "gc.packs_deleted",
     "create.recorded",
     "destroy.state_recorded",
+    "timer.due",
 ];
 
 fn must(d: &Daemon, task: &str, script: &str) -> String {
@@ -430,6 +431,22 @@ fn crash_after_a_webhook_is_verified() {
 #[test]
 fn crash_after_a_webhook_is_stored() {
     event_crash("event.stored");
+}
+
+#[test]
+fn crash_when_a_timer_comes_due() {
+    let mut d = start();
+    let id = task_with_files(&d);
+    d.ok(&["wait", &id, "--timer", "3s"]);
+    assert_eq!(d.state(&id), "suspended");
+    // The armed daemon dies when the timer comes due, before it fires.
+    crash_at(&mut d, "timer.due", |_| common::output_within(&mut Command::new("sleep").arg("5"), Duration::from_secs(30)));
+    // After the restart the timer is still due: it fires, once.
+    d.wait_for_state(&id, "running", Duration::from_secs(60));
+    let fired: Vec<Value> = events(&d, &id, "event_received");
+    assert_eq!(fired.len(), 1, "the timer fired exactly once: {fired:?}");
+    assert_eq!(must(&d, &id, "cat /workspace/a"), "1\n");
+    consistent(&d);
 }
 
 fn deliver_crash(point: &str) {

@@ -172,6 +172,7 @@ impl Runtime {
                                 received_ms: now_ms(),
                                 wait: None,
                             };
+                            fail::fail_point!("timer.due");
                             if let Err(e) = self.deliver(ev).await {
                                 tracing::error!(task = %w.task, "timer {}: {}", w.id, e);
                             }
