@@ -298,9 +298,17 @@ async fn flood(d: &Daemon, target: &str, bystander: &str, count: usize) -> Flood
     let flooder = Api::new(d, false);
     let began = Instant::now();
     let mut set = tokio::task::JoinSet::new();
+    // At most this many requests are in flight at once: far past the
+    // task's bound, but within the listen backlog (1024), which the kernel
+    // answers with a reset once full: a reset of the kernel's, not an
+    // answer of the daemon's.
+    let in_flight = Arc::new(tokio::sync::Semaphore::new(768));
     for _ in 0..count {
-        let (api, task) = (flooder.clone(), target.to_owned());
-        set.spawn(async move { api.run(&task, &["sleep", "0.5"]).await });
+        let (api, task, in_flight) = (flooder.clone(), target.to_owned(), in_flight.clone());
+        set.spawn(async move {
+            let _permit = in_flight.acquire_owned().await.unwrap();
+            api.run(&task, &["sleep", "0.5"]).await
+        });
     }
     let per_task = format!("task {target} already runs {EXECS_PER_TASK} commands at once (limit [limits] execs_per_task = {EXECS_PER_TASK})");
     let (mut ok, mut refused, mut other) = (0, 0, Vec::new());
