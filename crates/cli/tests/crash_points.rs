@@ -440,7 +440,7 @@ fn crash_when_a_timer_comes_due() {
     d.ok(&["wait", &id, "--timer", "3s"]);
     assert_eq!(d.state(&id), "suspended");
     // The armed daemon dies when the timer comes due, before it fires.
-    crash_at(&mut d, "timer.due", |_| common::output_within(&mut Command::new("sleep").arg("5"), Duration::from_secs(30)));
+    crash_at(&mut d, "timer.due", |_| common::output_within(Command::new("sleep").arg("5"), Duration::from_secs(30)));
     // After the restart the timer is still due: it fires, once.
     d.wait_for_state(&id, "running", Duration::from_secs(60));
     let fired: Vec<Value> = events(&d, &id, "event_received");

@@ -32,10 +32,32 @@ use common::Daemon;
 
 /// Racing iterations per operation (and per mode of it).
 const ROUNDS: usize = 50;
+/// Under gvisor, whose file operations go through its gofer and take
+/// about five times as long: fewer rounds, the same checks.
+const GVISOR_ROUNDS: usize = 15;
 /// Racing deliveries of each kind per task (see [`deliver_race`]).
 const DELIVERIES_PER_TASK: usize = 5;
 /// Suspend/resume cycles: each restarts the racer in a fresh sandbox.
 const SUSPEND_ROUNDS: usize = 20;
+const GVISOR_SUSPEND_ROUNDS: usize = 6;
+
+/// [`ROUNDS`], or [`GVISOR_ROUNDS`] under gvisor.
+fn rounds() -> usize {
+    if common::under_gvisor() {
+        GVISOR_ROUNDS
+    } else {
+        ROUNDS
+    }
+}
+
+/// [`SUSPEND_ROUNDS`], or [`GVISOR_SUSPEND_ROUNDS`] under gvisor.
+fn suspend_rounds() -> usize {
+    if common::under_gvisor() {
+        GVISOR_SUSPEND_ROUNDS
+    } else {
+        SUSPEND_ROUNDS
+    }
+}
 /// Tasks torn down (each of destroy and `deliver --complete`) with the racer running.
 const TEARDOWN_TASKS: usize = 5;
 
@@ -544,7 +566,7 @@ fn deliver_race(variant: Variant) {
 
     let mut tallies: BTreeMap<&str, Tally> = BTreeMap::new();
     let mut n = 0;
-    while n < ROUNDS {
+    while n < rounds() {
         let id = if n == 0 { r.id.clone() } else { r.new_task() };
         r.start_racer(&id);
         for (kind, args) in deliver_kinds(&r) {
@@ -604,7 +626,7 @@ fn cp_race(variant: Variant) {
     // links inside the sandbox, a second place that must not reach the host).
     for mode in ["default", "--follow-links", "--keep-links"] {
         let mut t = Tally::default();
-        for n in 1..=ROUNDS {
+        for n in 1..=rounds() {
             let dest = local.path().join(format!("out-{}-{n}", mode.trim_start_matches('-')));
             let mut a = vec!["cp"];
             if mode != "default" {
@@ -619,13 +641,13 @@ fn cp_race(variant: Variant) {
             }
             r.marker.assert_untouched(&format!("cp out ({mode}) #{n}"));
         }
-        t.finish(&format!("{variant:?} cp {src} out ({mode})"), ROUNDS);
+        t.finish(&format!("{variant:?} cp {src} out ({mode})"), rounds());
     }
 
     // In: a file and a directory by turns, each with a new name, so any
     // write through the link would add an entry to the marker directory.
     let mut t = Tally::default();
-    for n in 1..=ROUNDS {
+    for n in 1..=rounds() {
         let what = if n % 2 == 0 {
             let f = local.path().join(format!("dropped-{n}.txt"));
             std::fs::write(&f, format!("copied in {n}\n")).unwrap();
@@ -641,7 +663,7 @@ fn cp_race(variant: Variant) {
         t.benign += usize::from(o.ok);
         r.marker.assert_untouched(&format!("cp in #{n}"));
     }
-    t.finish(&format!("{variant:?} cp in to {src}/"), ROUNDS);
+    t.finish(&format!("{variant:?} cp in to {src}/"), rounds());
     // What went in landed in the sandbox, never on the host: under
     // whichever name was the directory then; or, when `d` was the link to a
     // path missing in the sandbox, as a new entry of that name there; or,
@@ -699,15 +721,15 @@ fn file_race(variant: Variant) {
 
     r.start_racer(&r.id);
     let mut t = Tally::default();
-    for n in 1..=ROUNDS {
+    for n in 1..=rounds() {
         let o = r.http_file("GET", &secret, None);
         t.record(&o);
         t.benign += usize::from(o.ok && o.stdout == BENIGN.as_bytes());
         r.marker.assert_untouched(&format!("read #{n}"));
     }
-    t.finish(&format!("{variant:?} GET file {secret}"), ROUNDS);
+    t.finish(&format!("{variant:?} GET file {secret}"), rounds());
     let mut t = Tally::default();
-    for n in 1..=ROUNDS {
+    for n in 1..=rounds() {
         // A new name each time: a write through the link would add an
         // entry to the marker directory.
         let o = r.http_file("PUT", &format!("{}/written-{n}.txt", r.sub()), Some(format!("written {n}\n").as_bytes()));
@@ -715,7 +737,7 @@ fn file_race(variant: Variant) {
         t.benign += usize::from(o.ok);
         r.marker.assert_untouched(&format!("write #{n}"));
     }
-    t.finish(&format!("{variant:?} PUT file in {}", r.sub()), ROUNDS);
+    t.finish(&format!("{variant:?} PUT file in {}", r.sub()), rounds());
     r.racer_still_running(&r.id);
     r.stop_racer(&r.id);
     let found = r.must(&r.id, "grep -rh '^written [0-9]' /workspace /var/tmp 2>/dev/null | sort -u");
@@ -756,7 +778,7 @@ fn dir_race(variant: Variant) {
 
     r.start_racer(&r.id);
     let mut t = Tally::default();
-    for n in 1..=ROUNDS {
+    for n in 1..=rounds() {
         let (code, body) = r.d.http_dir(&r.id, &sub);
         r.no_marker(&body, &format!("list #{n}"));
         let ok = (200..300).contains(&code);
@@ -765,7 +787,7 @@ fn dir_race(variant: Variant) {
         t.benign += usize::from(ok && benign_listing(&body));
         r.marker.assert_untouched(&format!("list #{n}"));
     }
-    t.finish(&format!("{variant:?} GET dir {sub}"), ROUNDS);
+    t.finish(&format!("{variant:?} GET dir {sub}"), rounds());
     r.racer_still_running(&r.id);
     r.stop_racer(&r.id);
     r.d.ok(&["destroy", &r.id]);
@@ -840,7 +862,7 @@ fn snapshot_race(variant: Variant) {
 
     let (mut snaps, mut restored) = (Tally::default(), 0);
     let mut previous = s0;
-    for n in 1..=ROUNDS {
+    for n in 1..=rounds() {
         // A rollback starts a fresh sandbox, so the racer starts each round.
         r.start_racer(&r.id);
         let o = r.run(&["--json", "snapshot", &r.id]);
@@ -873,7 +895,7 @@ fn snapshot_race(variant: Variant) {
         snaps.benign += 1;
         previous = snap;
     }
-    snaps.finish(&format!("{variant:?} snapshot (then {restored} restores)"), ROUNDS);
+    snaps.finish(&format!("{variant:?} snapshot (then {restored} restores)"), rounds());
     if !r.no_marker_in_home() {
         eprintln!("race: note: the blob store holds no raw benign bytes (compressed?), so its scan for the marker proves little");
     }
@@ -906,7 +928,7 @@ fn suspend_and_resume_under_race_restore_no_host_file() {
     assert_eq!(r.dump(&r.id), r.expected_dump("d"), "control: suspend and resume keep the workspace");
 
     let mut t = Tally::default();
-    for n in 1..=SUSPEND_ROUNDS {
+    for n in 1..=suspend_rounds() {
         r.start_racer(&r.id);
         let o = r.run(&["suspend", &r.id]);
         t.record(&o);
@@ -928,7 +950,7 @@ fn suspend_and_resume_under_race_restore_no_host_file() {
         r.check_restored(&r.id, &format!("resume #{n}"));
         t.benign += 1;
     }
-    t.finish("suspend/resume", SUSPEND_ROUNDS);
+    t.finish("suspend/resume", suspend_rounds());
     r.no_marker_in_home();
     r.d.ok(&["destroy", &r.id]);
     r.marker.assert_untouched("destroy");
