@@ -123,8 +123,11 @@ read_cgroups() {
   ((${#mps[@]})) || die "no cgroup hierarchy is mounted"
   err=$(mktemp)
   for mp in "${mps[@]}"; do
-    # A group removed while it is walked is no error.
-    find "$mp" -mindepth 1 -type d \( -path '*cairn*' -o -name 'gvisor-probe-*' \) -print 2>>"$err" || true
+    # A group removed while it is walked is no error. The parent group
+    # `cairn` each hierarchy gets with the host's first sandbox is kept
+    # for the next ones, as a state directory is; the groups below it
+    # are the tasks'.
+    find "$mp" -mindepth 1 -type d \( -path '*cairn*' -o -name 'gvisor-probe-*' \) ! -path "$mp/cairn" -print 2>>"$err" || true
   done | sort
   if grep -v 'No such file or directory' "$err" >&2; then
     rm -f "$err"
