@@ -17,6 +17,10 @@
 //! started with a parent-death signal from a thread that lives as long as
 //! the process, so it shuts down when the process ends.
 //!
+//! [`restart_server`] stops the server and starts it again on the same
+//! data and port, as a restart of a production database does to its
+//! clients (every database of this binary's server goes away meanwhile).
+//!
 //! Without PostgreSQL's programs the tests fail, saying what to install;
 //! they are never skipped.
 
@@ -40,10 +44,36 @@ struct Server {
 struct Running {
     postgres: Child,
     dir: tempfile::TempDir,
+    port: u16,
 }
 
 static SERVER: OnceLock<Server> = OnceLock::new();
 static RUNNING: Mutex<Option<Running>> = Mutex::new(None);
+
+/// A restart asked of the server's thread: down for how long, and where to
+/// answer.
+type RestartRequest = (Duration, std::sync::mpsc::Sender<Result<(), String>>);
+
+/// The way to the server's thread, which alone may start the server (the
+/// server's parent-death signal follows the thread that started it).
+static RESTARTS: Mutex<Option<std::sync::mpsc::Sender<RestartRequest>>> = Mutex::new(None);
+
+/// Stops the private server (a fast shutdown: every client is
+/// disconnected), keeps it down for `down`, and starts it again on the
+/// same data and port; returns once it accepts connections. Every
+/// database of this process's server is gone meanwhile: a test binary
+/// that restarts it runs that test alone.
+pub fn restart_server(down: Duration) {
+    server();
+    let (answer, answered) = std::sync::mpsc::channel();
+    let sent = RESTARTS.lock().unwrap_or_else(|e| e.into_inner()).as_ref().map(|tx| tx.send((down, answer)));
+    assert!(matches!(sent, Some(Ok(()))), "the test PostgreSQL server's thread is gone");
+    match answered.recv() {
+        Ok(Ok(())) => {}
+        Ok(Err(why)) => panic!("cannot restart the test PostgreSQL server: {why}"),
+        Err(_) => panic!("the test PostgreSQL server's thread died restarting it"),
+    }
+}
 
 /// An empty database of its own on the private server, for one test:
 /// connect to [`TempDatabase::url`]. Dropping it drops the database, ending
@@ -174,6 +204,8 @@ fn server() -> &'static Server {
     SERVER.get_or_init(|| {
         let bin = bin_dir();
         let (tx, rx) = std::sync::mpsc::channel();
+        let (restart_tx, restarts) = std::sync::mpsc::channel::<RestartRequest>();
+        *RESTARTS.lock().unwrap_or_else(|e| e.into_inner()) = Some(restart_tx);
         // The thread that spawns the server is its "parent" for the death
         // signal: it must live as long as the process, not as one test.
         std::thread::Builder::new()
@@ -181,6 +213,11 @@ fn server() -> &'static Server {
             .spawn(move || {
                 let started = start(&bin);
                 let _ = tx.send(started);
+                // Restarts come here; without any, the thread waits for
+                // ever (the sender lives in a static).
+                while let Ok((down, answer)) = restarts.recv() {
+                    let _ = answer.send(restart(&bin, down));
+                }
                 loop {
                     std::thread::park();
                 }
@@ -211,13 +248,46 @@ fn start(bin: &Path) -> Result<Server, String> {
         return Err(format!("initdb failed: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)));
     }
     let port = free_port()?;
-    let log_path = dir.path().join("postgres.log");
-    let log = std::fs::File::create(&log_path).map_err(|e| format!("{}: {e}", log_path.display()))?;
+    let postgres = launch(bin, owner, dir.path(), port)?;
+    let (pid, log_path) = (postgres.id(), dir.path().join("postgres.log"));
+    {
+        let mut running = RUNNING.lock().unwrap_or_else(|e| e.into_inner());
+        *running = Some(Running { postgres, dir, port });
+    }
+    // SAFETY: registers a plain `extern "C"` function without arguments,
+    // as atexit expects.
+    if unsafe { libc::atexit(stop_at_exit) } != 0 {
+        stop();
+        return Err("cannot register the server's stop at exit".into());
+    }
+    wait_ready(bin, port, pid, &log_path)?;
+    Ok(Server { port })
+}
+
+/// Stops the server (fast shutdown), waits `down`, starts it again on its
+/// data directory and port. Runs on the server's thread.
+fn restart(bin: &Path, down: Duration) -> Result<(), String> {
+    let mut running = RUNNING.lock().unwrap_or_else(|e| e.into_inner());
+    let r = running.as_mut().ok_or("the server is not running")?;
+    shut_down(&mut r.postgres);
+    std::thread::sleep(down);
+    r.postgres = launch(bin, owner()?, r.dir.path(), r.port)?;
+    let (pid, port, log) = (r.postgres.id(), r.port, r.dir.path().join("postgres.log"));
+    drop(running);
+    wait_ready(bin, port, pid, &log)
+}
+
+/// Starts `postgres` on `<dir>/data`, its socket in `dir`, on `port`,
+/// appending to `<dir>/postgres.log`.
+fn launch(bin: &Path, owner: Option<(u32, u32)>, dir: &Path, port: u16) -> Result<Child, String> {
+    let data = dir.join("data");
+    let log_path = dir.join("postgres.log");
+    let log = std::fs::OpenOptions::new().create(true).append(true).open(&log_path).map_err(|e| format!("{}: {e}", log_path.display()))?;
     let mut cmd = as_owner(Command::new(bin.join("postgres")), owner);
     cmd.arg("-D")
         .arg(&data)
         .arg("-k")
-        .arg(dir.path())
+        .arg(dir)
         .args(["-h", "127.0.0.1", "-p", &port.to_string()])
         .args(["-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off", "-c", "max_connections=400"])
         .stdin(Stdio::null())
@@ -232,20 +302,7 @@ fn start(bin: &Path) -> Result<Server, String> {
             nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGINT).map_err(std::io::Error::from)
         });
     }
-    let postgres = cmd.spawn().map_err(|e| format!("run {}: {e}", bin.join("postgres").display()))?;
-    let pid = postgres.id();
-    {
-        let mut running = RUNNING.lock().unwrap_or_else(|e| e.into_inner());
-        *running = Some(Running { postgres, dir });
-    }
-    // SAFETY: registers a plain `extern "C"` function without arguments,
-    // as atexit expects.
-    if unsafe { libc::atexit(stop_at_exit) } != 0 {
-        stop();
-        return Err("cannot register the server's stop at exit".into());
-    }
-    wait_ready(bin, port, pid, &log_path)?;
-    Ok(Server { port })
+    cmd.spawn().map_err(|e| format!("run {}: {e}", bin.join("postgres").display()))
 }
 
 /// Waits until the server accepts connections.
@@ -285,9 +342,16 @@ fn stop() {
         Ok(mut r) => r.take(),
         Err(e) => e.into_inner().take(),
     };
-    let Some(Running { mut postgres, dir }) = running else {
+    let Some(Running { mut postgres, dir, .. }) = running else {
         return;
     };
+    shut_down(&mut postgres);
+    drop(dir);
+}
+
+/// A fast shutdown of `postgres` (SIGINT: clients are disconnected), a
+/// kill after 20 s; reaped either way.
+fn shut_down(postgres: &mut Child) {
     if let Ok(pid) = i32::try_from(postgres.id()) {
         let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGINT);
     }
@@ -303,7 +367,6 @@ fn stop() {
             Ok(None) => std::thread::sleep(Duration::from_millis(20)),
         }
     }
-    drop(dir);
 }
 
 /// The user that owns and runs the server: `postgres` (uid, gid) when the
