@@ -863,6 +863,36 @@ fn a_node_killed_with_its_sandboxes_is_recovered_by_the_other() {
     assert!(nodes.as_array().unwrap().iter().all(|n| n["state"] == "up"), "both nodes are up again: {nodes}");
 }
 
+/// The crash point `takeover.leased` (crash_points.rs lists it): node-b
+/// dies right after it took the lease of a task lost with node-a, before
+/// it recorded the loss. Started again, it finishes the takeover: the
+/// task runs on node-b with the snapshot's files, its loss and recovery
+/// recorded once each.
+#[test]
+fn a_node_killed_as_it_takes_over_a_lost_task_finishes_the_takeover_when_restarted() {
+    let mut c = Cluster::start();
+    let id = c.a.create(&[]);
+    c.wait_running_on(NODE_A, &id, NODE_A, WAKE_LIMIT);
+    must(&c.a, &id, "echo saved > /workspace/state");
+    c.a.ok(&["snapshot", &id]);
+    let at_snapshot = files(&c.a, &id);
+    c.b.kill();
+    c.b.spawn_armed("takeover.leased");
+    let marker = "crash point takeover.leased reached";
+    c.lose(NODE_A);
+    let status = c.b.wait_exit(RECOVERY_LIMIT).unwrap_or_else(|e| panic!("node-b never took the task over: {e}\n{}", c.log_tails()));
+    assert_eq!(std::os::unix::process::ExitStatusExt::signal(&status), Some(libc::SIGKILL), "node-b ended with {status}\n{}", c.log_tails());
+    assert_eq!(c.b.log().matches(marker).count(), 1, "the kill landed at the point\n{}", c.log_tails());
+
+    c.b.restart();
+    c.wait_running_on(NODE_B, &id, NODE_B, RECOVERY_LIMIT);
+    assert_eq!(files(&c.b, &id), at_snapshot, "the snapshot's files");
+    c.b.ok(&["log", &id, "--verify"]);
+    let log = c.b.json(&["log", &id]);
+    let count = |kind: &str| log.as_array().unwrap().iter().filter(|e| e["kind"] == kind).count();
+    assert_eq!((count("sandbox_lost"), count("recovered")), (1, 1), "{log}");
+}
+
 #[test]
 fn an_event_accepted_by_a_node_without_room_wakes_the_task_on_one_with_room() {
     let c = Cluster::start_with(&[], &["--capacity", "0"]);

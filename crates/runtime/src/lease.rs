@@ -169,6 +169,7 @@ impl Runtime {
             if !self.can_run(&task.config.image).await || !self.take_lease(id).await? {
                 return Ok(());
             }
+            fail::fail_point!("takeover.leased");
             let why = match last {
                 Some(n) if n != self.cluster.name => format!("node {n} stopped renewing its lease"),
                 _ => "the task's node was gone when its lease ran out".to_owned(),

@@ -307,8 +307,12 @@ impl Runtime {
         // new process has no token of them in memory, and would otherwise
         // refuse its own tasks until they ran out (a create cut short
         // before its sandbox started has no sandbox row to bring it back).
+        // Not a lease taken to recover a task another node ran, cut short
+        // before the loss was recorded: held again, it would be renewed
+        // with nothing run under it; left to run out, the task is unheld
+        // and the heartbeat of a node with room recovers it.
         for t in tasks.iter().filter(|t| !t.state.is_terminal()) {
-            if self.store.lease(&t.id).await?.live_holder(now_ms()) == Some(self.cluster.name.as_str()) {
+            if self.store.lease(&t.id).await?.live_holder(now_ms()) == Some(self.cluster.name.as_str()) && self.ran_here(t).await? {
                 self.take_lease(&t.id).await?;
             }
         }
