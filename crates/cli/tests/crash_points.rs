@@ -101,6 +101,11 @@ const TESTED: &[&str] = &[
     "create.recorded",
     "destroy.state_recorded",
     "timer.due",
+    "image.commit_restored",
+    "image.committed",
+    "pull.downloaded",
+    "pull.imported",
+    "checkpoint.saved",
 ];
 
 fn must(d: &Daemon, task: &str, script: &str) -> String {
@@ -549,6 +554,132 @@ fn crash_after_a_destroy_is_recorded() {
     consistent(&d);
 }
 
+/// The image store after a restart: no half-built image or layer, no
+/// download left behind (a build in progress is a `.tmp-*` name).
+fn image_store_clean(d: &Daemon) {
+    for dir in ["images", "layers/sha256"] {
+        let left: Vec<String> = match std::fs::read_dir(d.home().join(dir)) {
+            Ok(rd) => rd.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).filter(|n| n.starts_with(".tmp-")).collect(),
+            Err(_) => Vec::new(),
+        };
+        assert!(left.is_empty(), "{dir} holds what an unfinished build left: {left:?}\n{}", d.log());
+    }
+}
+
+fn image_names(d: &Daemon) -> Vec<String> {
+    d.json(&["image", "list"]).as_array().unwrap().iter().map(|i| i["name"].as_str().unwrap().to_owned()).collect()
+}
+
+/// `image commit` killed before the template is published (no image, and
+/// committing again works) or after (the image is whole, a second commit
+/// is refused); either way a task made from it reads the source's files.
+fn commit_crash(point: &str) {
+    let mut d = start();
+    let id = task_with_files(&d);
+    let sum = must(&d, &id, "md5sum /workspace/data");
+    let out = crash_at(&mut d, point, cli(&["image", "commit", &id, "committed"]));
+    assert!(!out.status.success(), "the commit was not acknowledged");
+    image_store_clean(&d);
+    if point == "image.committed" {
+        assert!(image_names(&d).contains(&"committed".to_owned()), "published before the kill: {:?}", image_names(&d));
+        let err = d.fails(&["image", "commit", &id, "committed"]);
+        assert!(err.contains("already exists"), "{err}");
+    } else {
+        assert!(!image_names(&d).contains(&"committed".to_owned()), "not published before the kill: {:?}", image_names(&d));
+        d.ok(&["image", "commit", &id, "committed"]);
+    }
+    let kid = d.create(&["--image", "committed"]);
+    assert_eq!(must(&d, &kid, "md5sum /workspace/data"), sum);
+    assert_eq!(must(&d, &kid, "cat /workspace/a"), "1\n");
+    consistent(&d);
+}
+
+#[test]
+fn crash_after_a_commit_restored_the_snapshot() {
+    commit_crash("image.commit_restored");
+}
+
+#[test]
+fn crash_after_a_commit_published_the_template() {
+    commit_crash("image.committed");
+}
+
+/// `image pull` from a registry on loopback, killed with its layers
+/// downloaded (no image, no download left, the pull again works) or with
+/// the image published (it is whole, a second pull is refused); either way
+/// a task runs on it.
+fn pull_crash(point: &str) {
+    use cairn_image::testing::OciLayout;
+    let reg = common::registry::Registry::start();
+    let layout = tempfile::tempdir().unwrap();
+    let dir = layout.path().join("img");
+    OciLayout::single(&dir, &[common::registry::base_layer()]);
+    reg.push(&dir, "latest", "test/crash:v1", None);
+    let reference = format!("{}/test/crash:v1", reg.host());
+
+    let mut d = start();
+    let out = crash_at(&mut d, point, cli(&["image", "pull", "--insecure", &reference]));
+    assert!(!out.status.success(), "the pull was not acknowledged");
+    image_store_clean(&d);
+    if point == "pull.imported" {
+        assert!(image_names(&d).contains(&reference), "published before the kill: {:?}", image_names(&d));
+        let err = d.fails(&["image", "pull", "--insecure", &reference]);
+        assert!(err.contains("already exists"), "{err}");
+    } else {
+        assert!(!image_names(&d).contains(&reference), "not published before the kill: {:?}", image_names(&d));
+        d.ok(&["image", "pull", "--insecure", &reference]);
+    }
+    let id = d.create(&["--image", &reference]);
+    assert_eq!(must(&d, &id, "cat /etc/a"), "base a\n");
+    consistent(&d);
+}
+
+#[test]
+fn crash_after_a_pull_downloaded_its_layers() {
+    pull_crash("pull.downloaded");
+}
+
+#[test]
+fn crash_after_a_pull_published_the_image() {
+    pull_crash("pull.imported");
+}
+
+/// A gvisor task's suspend killed once runsc saved the checkpoint, before
+/// the snapshot holding it was taken: the suspend was never acknowledged,
+/// so after the restart the task is running (its sandbox restarted from
+/// that checkpoint or booted afresh on its disk), its files are there and
+/// a suspend and wake then keep a process's memory as usual.
+#[test]
+fn crash_after_a_gvisor_checkpoint_was_saved() {
+    let mut d = start();
+    let id = d.create(&["--isolation", "gvisor"]);
+    must(&d, &id, "echo 1 > /workspace/a");
+    let before = snapshots(&d, &id).len();
+    let out = crash_at(&mut d, "checkpoint.saved", cli(&["suspend", &id]));
+    assert!(!out.status.success(), "the suspend was not acknowledged");
+    assert_eq!(settled(&d, &id), "running", "an unacknowledged suspend leaves the task running\n{}", d.log());
+    assert_eq!(must(&d, &id, "cat /workspace/a"), "1\n");
+    assert_eq!(snapshots(&d, &id).len(), before, "no snapshot was recorded");
+    consistent(&d);
+    // Memory still crosses a suspend: a shell variable lives only there.
+    must(&d, &id, "nohup sh -c 'x=$$; while :; do echo $x > /workspace/pid; sleep 0.1; done' >/dev/null 2>&1 &");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while must(&d, &id, "cat /workspace/pid 2>/dev/null || true").is_empty() {
+        assert!(Instant::now() < deadline, "the writer never wrote");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let pid = must(&d, &id, "cat /workspace/pid");
+    d.ok(&["suspend", &id]);
+    d.ok(&["resume", &id]);
+    must(&d, &id, "rm /workspace/pid");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while must(&d, &id, "cat /workspace/pid 2>/dev/null || true").is_empty() {
+        assert!(Instant::now() < deadline, "the writer did not come back with the wake");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(must(&d, &id, "cat /workspace/pid"), pid, "the same process writes after the wake");
+}
+
 /// Every `fail_point!("name")` in the workspace's sources.
 fn points_in_sources() -> BTreeSet<String> {
     let crates = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_owned();
@@ -572,9 +703,18 @@ fn points_in_sources() -> BTreeSet<String> {
     found
 }
 
+/// Points tested in another file, which needs more than one daemon.
+const TESTED_ELSEWHERE: &[(&str, &str)] = &[("takeover.leased", "cluster.rs")];
+
 #[test]
 fn every_crash_point_has_a_test() {
-    let tested: BTreeSet<String> = TESTED.iter().map(|s| (*s).to_owned()).collect();
+    let mut tested: BTreeSet<String> = TESTED.iter().map(|s| (*s).to_owned()).collect();
+    let tests = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests");
+    for (point, file) in TESTED_ELSEWHERE {
+        let text = std::fs::read_to_string(tests.join(file)).unwrap();
+        assert!(text.contains(&format!("spawn_armed(\"{point}\")")), "{file} arms {point}");
+        tested.insert((*point).to_owned());
+    }
     let in_sources = points_in_sources();
     assert!(in_sources.len() >= 20, "the points were found in the sources: {in_sources:?}");
     assert_eq!(in_sources, tested, "each crash point in the sources has a test here, and each tested point exists");

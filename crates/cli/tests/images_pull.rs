@@ -10,10 +10,10 @@
 mod common;
 
 use std::fs;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -21,86 +21,8 @@ use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
 use base64::Engine as _;
 
 use cairn_image::testing::{for_platform, host_arch, tagged, LayerBlob, LayerTar, OciLayout};
+use common::registry::{base_layer, Registry};
 use common::Daemon;
-
-/// A `docker-registry serve` on 127.0.0.1, killed on drop.
-struct Registry {
-    child: Child,
-    tmp: tempfile::TempDir,
-    port: u16,
-}
-
-impl Registry {
-    fn start() -> Registry {
-        Registry::start_with("")
-    }
-
-    /// With `extra` YAML appended to the config (an `auth:` section).
-    fn start_with(extra: &str) -> Registry {
-        let tmp = tempfile::Builder::new().prefix("cairn-registry-").tempdir_in("/var/tmp").unwrap();
-        let config = format!(
-            "version: 0.1\nlog:\n  level: info\nstorage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: true\nhttp:\n  addr: 127.0.0.1:0\n{extra}",
-            tmp.path().join("data").display()
-        );
-        let path = tmp.path().join("config.yml");
-        fs::write(&path, config).unwrap();
-        let mut child = Command::new("docker-registry")
-            .arg("serve")
-            .arg(&path)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("these tests need Debian's docker-registry package");
-        let stderr = child.stderr.take().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let mut sent = false;
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if !sent {
-                    if let Some(at) = line.find("listening on 127.0.0.1:") {
-                        let port: String = line[at + "listening on 127.0.0.1:".len()..].chars().take_while(char::is_ascii_digit).collect();
-                        let _ = tx.send(port.parse::<u16>().unwrap());
-                        sent = true;
-                    }
-                }
-                // Keeps draining so the registry never blocks on its log.
-            }
-        });
-        let port = rx.recv_timeout(Duration::from_secs(20)).expect("the registry did not say where it listens");
-        Registry { child, tmp, port }
-    }
-
-    fn host(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
-    }
-
-    /// Pushes `layout`'s image tagged `tag` as `repo:tag` (`--all` copies
-    /// an index with every image in it).
-    fn push(&self, layout: &Path, tag: &str, repo_tag: &str, creds: Option<&str>) {
-        let mut c = Command::new("skopeo");
-        c.args(["copy", "--insecure-policy", "--all", "--dest-tls-verify=false"]);
-        if let Some(creds) = creds {
-            c.args(["--dest-creds", creds]);
-        }
-        c.arg(format!("oci:{}:{tag}", layout.display())).arg(format!("docker://{}/{repo_tag}", self.host()));
-        let out = common::output_within(c.stdin(Stdio::null()), Duration::from_secs(60));
-        assert!(out.status.success(), "skopeo copy failed: {}", String::from_utf8_lossy(&out.stderr));
-    }
-
-    /// The file holding blob `digest` in the registry's storage.
-    fn blob_file(&self, digest: &str) -> PathBuf {
-        let hex = digest.trim_start_matches("sha256:");
-        self.tmp.path().join("data/docker/registry/v2/blobs/sha256").join(&hex[..2]).join(hex).join("data")
-    }
-}
-
-impl Drop for Registry {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 /// The `service` and `issuer` of the token server and its registry.
 const TOKEN_SERVICE: &str = "cairn-test-registry";
@@ -272,22 +194,6 @@ fn percent_decode(s: &str) -> String {
         i += 1;
     }
     String::from_utf8_lossy(&out).into_owned()
-}
-
-fn busybox() -> Vec<u8> {
-    let path = ["/usr/bin/busybox", "/bin/busybox"].into_iter().find(|p| Path::new(p).exists());
-    fs::read(path.expect("these tests need a static busybox on the host (the image's shell)")).unwrap()
-}
-
-fn base_layer() -> LayerBlob {
-    let mut t = LayerTar::new().dir("bin").executable("bin/busybox", &busybox());
-    for applet in ["sh", "cat", "ls", "echo", "test"] {
-        t = t.symlink(&format!("bin/{applet}"), "busybox");
-    }
-    for d in ["proc", "dev", "tmp", "workspace", "etc"] {
-        t = t.dir(d);
-    }
-    LayerBlob::gzip(&t.file("etc/a", b"base a\n").file("etc/b", b"base b\n").file("etc/c", b"base c\n").finish())
 }
 
 /// Replaces /etc/a and deletes /etc/c (a whiteout).

@@ -132,12 +132,16 @@ impl Images {
         let manifest_json = serde_json::to_vec(&manifest).map_err(Error::internal_from)?;
         let chosen = cairn_image::image_from_documents(&digest, &manifest_json, config.as_bytes()).map_err(|e| Error::invalid(what(e)))?;
         let staged = self.download(&client, &reference, &req.reference, &name, &chosen, credentials).await?;
+        fail::fail_point!("pull.downloaded");
         self.pulls.update(&name, |p| p.unpacking = true);
         let r = req.reference.clone();
         let image = self
             .run(move |images| {
                 let image = images.import_pulled(&name, &r, chosen, &staged.0);
                 drop(staged);
+                if image.is_ok() {
+                    fail::fail_point!("pull.imported");
+                }
                 image
             })
             .await?

@@ -301,6 +301,7 @@ impl Runtime {
                 return Err(err);
             }
             checkpoint_ms = Some(begun.elapsed().as_secs_f64() * 1000.0);
+            fail::fail_point!("checkpoint.saved");
             layers.push(LayerSpec { name: cairn_core::MEMORY_LAYER.into(), at: cairn_core::MEMORY_LAYER_AT.into() });
         }
         let tid = task.id.to_string();

@@ -102,6 +102,7 @@ impl Runtime {
             let disk = HostLayers::new(scratch.path());
             cairn_snapshot::restore(&repo, &manifest, disk.root(), None, ids, &mut |p| sink.update(p))
                 .map_err(|e| snapshot_error("cannot restore the snapshot for the template", e))?;
+            fail::fail_point!("image.commit_restored");
             let layers = manifest
                 .layers
                 .iter()
@@ -109,7 +110,9 @@ impl Runtime {
                 .filter(|l| l.entries.len() > 1)
                 .map(|l| (l.at.clone(), committed_layer_key(&manifest_id, &l.name), disk.upper(&l.name)))
                 .collect::<Vec<(PathBuf, String, PathBuf)>>();
-            Ok(images.commit(&name, &parent, source, fork_of, layers)?)
+            let image = images.commit(&name, &parent, source, fork_of, layers)?;
+            fail::fail_point!("image.committed");
+            Ok(image)
         })
         .await?
     }

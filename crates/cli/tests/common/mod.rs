@@ -10,6 +10,7 @@
 
 pub mod cut;
 pub mod leaks;
+pub mod registry;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
