@@ -17,6 +17,9 @@
 //! the racer is checked to be running and swapping before each racing
 //! phase, and some racing iterations must succeed: an iteration may fail
 //! with a clean error (the daemon hit the link), but it may never leak.
+//! Some rounds must also show that the racer got in the way (an error,
+//! other content, a copy landed elsewhere, a restored swapped state), so a
+//! test cannot pass by the operation never meeting the swap.
 
 #![allow(clippy::unwrap_used)]
 
@@ -331,8 +334,10 @@ impl Race {
     }
 
     /// A restored workspace: never the marker, always one of the states the
-    /// sandbox really had (so the benign file was restored too).
-    fn check_restored(&self, id: &str, what: &str) {
+    /// sandbox really had (so the benign file was restored too). True when
+    /// it is the plain state (`d` the directory, `l` the link), false when
+    /// it is one the racer's swaps made.
+    fn check_restored(&self, id: &str, what: &str) -> bool {
         let dump = self.dump(id);
         self.no_marker(dump.join("\n").as_bytes(), what);
         assert!(
@@ -340,6 +345,30 @@ impl Race {
             "{what}: the restored workspace is not a state the sandbox had:\n{}",
             dump.join("\n")
         );
+        dump == self.expected_dump("d")
+    }
+
+    /// Where the files that read "`prefix` N" landed in `id`'s workspace
+    /// and /var/tmp, by N (the racer stopped); none holds the marker. A
+    /// path in the directory is given under `/workspace/d`, whichever of
+    /// its names (`l`, `d.swap`) the stopped racer left it under (`grep -r`
+    /// follows no link, so a path through `l` is through the directory).
+    fn landed(&self, id: &str, prefix: &str) -> BTreeMap<usize, Vec<String>> {
+        let found = self.must(id, &format!("grep -r '^{prefix} [0-9]*$' /workspace /var/tmp 2>/dev/null | sort"));
+        self.no_marker(found.as_bytes(), &format!("the files reading {prefix:?} in the sandbox"));
+        let mut at = BTreeMap::new();
+        for line in found.lines() {
+            let (path, text) = line.rsplit_once(':').unwrap();
+            let n = text.trim_start_matches(prefix).trim().parse().unwrap();
+            let mut path = path.to_owned();
+            for other in ["/workspace/l/", "/workspace/d.swap/"] {
+                if let Some(rest) = path.strip_prefix(other) {
+                    path = format!("/workspace/d/{rest}");
+                }
+            }
+            at.entry(n).or_insert_with(Vec::new).push(path);
+        }
+        at
     }
 
     fn no_marker(&self, bytes: &[u8], what: &str) {
@@ -427,29 +456,51 @@ impl Outcome {
 }
 
 /// Successes and the errors (by message, with the varying paths and ids
-/// kept) of one racing operation.
+/// kept) of one racing operation, and how many rounds gave the plain
+/// benign result and how many show that the racer got in the way.
 #[derive(Default)]
 struct Tally {
     ok: usize,
     benign: usize,
+    raced: usize,
     errors: BTreeMap<String, usize>,
 }
 
 impl Tally {
+    /// A round's outcome; a failure is a round the racer got in the way of
+    /// (the daemon met the link and refused).
     fn record(&mut self, o: &Outcome) {
         if o.ok {
             self.ok += 1;
         } else {
+            self.raced += 1;
             *self.errors.entry(o.error_line()).or_default() += 1;
         }
     }
 
-    /// Prints the tally and asserts that some iterations succeeded and saw
-    /// the benign content (so the test cannot pass by everything failing).
+    /// What a successful round gave: the plain benign result, or (not
+    /// `benign`) one the racer shaped, such as other content or the
+    /// workspace in a swapped state.
+    fn succeeded(&mut self, benign: bool) {
+        if benign {
+            self.benign += 1;
+        } else {
+            self.raced += 1;
+        }
+    }
+
+    /// Prints the tally and asserts the window was really there: some
+    /// rounds gave the benign result (the test cannot pass by everything
+    /// failing) and some show the racer's hand (it cannot pass by the
+    /// operation never meeting the swap).
     fn finish(&self, what: &str, rounds: usize) {
-        eprintln!("race: {what}: {}/{rounds} succeeded, {} with the benign content; errors: {:?}", self.ok, self.benign, self.errors);
+        eprintln!(
+            "race: {what}: {}/{rounds} succeeded, {} with the benign result, {} raced; errors: {:?}",
+            self.ok, self.benign, self.raced, self.errors
+        );
         assert!(self.ok > 0, "{what}: no racing iteration succeeded: {:?}", self.errors);
-        assert!(self.benign > 0, "{what}: no racing iteration gave the benign content");
+        assert!(self.benign > 0, "{what}: no racing iteration gave the benign result");
+        assert!(self.raced > 0, "{what}: no round met the racer (every one gave the plain benign result)");
     }
 }
 
@@ -574,7 +625,9 @@ fn deliver_race(variant: Variant) {
                 let (o, benign) = deliver_once(&r, &id, kind, &args, outs.path(), k);
                 let t = tallies.entry(kind).or_default();
                 t.record(&o);
-                t.benign += usize::from(benign);
+                if o.ok {
+                    t.succeeded(benign);
+                }
                 r.marker.assert_untouched(&format!("deliver {kind} #{k}"));
             }
         }
@@ -610,7 +663,8 @@ fn deliver_never_reads_the_host_through_a_swapped_link_to_root() {
 fn cp_race(variant: Variant) {
     let r = Race::new(variant);
     let local = tempfile::tempdir().unwrap();
-    let src = format!("{}:{}", r.id, r.sub());
+    let src_dir = r.sub();
+    let src = format!("{}:{src_dir}", r.id);
 
     // Positive controls: out of the sandbox and into it.
     let out = local.path().join("control-out");
@@ -636,8 +690,8 @@ fn cp_race(variant: Variant) {
             let o = r.run(&a);
             r.no_marker_in_tree(&dest, &format!("cp out ({mode}) #{n}"));
             t.record(&o);
-            if o.ok && std::fs::read(dest.join("secret.txt")).ok().as_deref() == Some(BENIGN.as_bytes()) {
-                t.benign += 1;
+            if o.ok {
+                t.succeeded(std::fs::read(dest.join("secret.txt")).ok().as_deref() == Some(BENIGN.as_bytes()));
             }
             r.marker.assert_untouched(&format!("cp out ({mode}) #{n}"));
         }
@@ -646,7 +700,7 @@ fn cp_race(variant: Variant) {
 
     // In: a file and a directory by turns, each with a new name, so any
     // write through the link would add an entry to the marker directory.
-    let mut t = Tally::default();
+    let (mut t, mut copied) = (Tally::default(), Vec::new());
     for n in 1..=rounds() {
         let what = if n % 2 == 0 {
             let f = local.path().join(format!("dropped-{n}.txt"));
@@ -660,10 +714,11 @@ fn cp_race(variant: Variant) {
         };
         let o = r.run(&["cp", what.to_str().unwrap(), &format!("{src}/")]);
         t.record(&o);
-        t.benign += usize::from(o.ok);
+        if o.ok {
+            copied.push(n);
+        }
         r.marker.assert_untouched(&format!("cp in #{n}"));
     }
-    t.finish(&format!("{variant:?} cp in to {src}/"), rounds());
     // What went in landed in the sandbox, never on the host: under
     // whichever name was the directory then; or, when `d` was the link to a
     // path missing in the sandbox, as a new entry of that name there; or,
@@ -672,15 +727,21 @@ fn cp_race(variant: Variant) {
     // its `secret.txt`). So a later copy may replace an earlier one.
     r.racer_still_running(&r.id);
     r.stop_racer(&r.id);
-    let found = r.must(&r.id, "grep -rh '^copied in [0-9]' /workspace /var/tmp 2>/dev/null | sort -u");
-    r.no_marker(found.as_bytes(), "what cp put in the sandbox");
+    let found = r.landed(&r.id, "copied in");
     eprintln!(
         "race: {variant:?} cp in: {} of {} successful copies found in the sandbox; the sandbox's /var/tmp: {:?}",
-        found.lines().count(),
+        found.len(),
         t.ok,
         r.must(&r.id, "find /var/tmp -maxdepth 2")
     );
-    assert!(found.lines().count() > 0, "no racing copy in landed in the sandbox");
+    assert!(!found.is_empty(), "no racing copy in landed in the sandbox");
+    // A copy that landed where it was sent is the benign result; one
+    // elsewhere, or replaced by a later one, shows the racer's hand.
+    for n in copied {
+        let sent = if n % 2 == 0 { format!("{src_dir}/dropped-{n}.txt") } else { format!("{src_dir}/dropdir-{n}/secret.txt") };
+        t.succeeded(found.get(&n).is_some_and(|at| at.contains(&sent)));
+    }
+    t.finish(&format!("{variant:?} cp in to {src}/"), rounds());
     r.no_marker_in_home();
     r.d.ok(&["destroy", &r.id]);
     r.marker.assert_untouched("destroy");
@@ -724,24 +785,31 @@ fn file_race(variant: Variant) {
     for n in 1..=rounds() {
         let o = r.http_file("GET", &secret, None);
         t.record(&o);
-        t.benign += usize::from(o.ok && o.stdout == BENIGN.as_bytes());
+        if o.ok {
+            t.succeeded(o.stdout == BENIGN.as_bytes());
+        }
         r.marker.assert_untouched(&format!("read #{n}"));
     }
     t.finish(&format!("{variant:?} GET file {secret}"), rounds());
-    let mut t = Tally::default();
+    let (mut t, mut written) = (Tally::default(), Vec::new());
     for n in 1..=rounds() {
         // A new name each time: a write through the link would add an
         // entry to the marker directory.
         let o = r.http_file("PUT", &format!("{}/written-{n}.txt", r.sub()), Some(format!("written {n}\n").as_bytes()));
         t.record(&o);
-        t.benign += usize::from(o.ok);
+        if o.ok {
+            written.push(n);
+        }
         r.marker.assert_untouched(&format!("write #{n}"));
     }
-    t.finish(&format!("{variant:?} PUT file in {}", r.sub()), rounds());
     r.racer_still_running(&r.id);
     r.stop_racer(&r.id);
-    let found = r.must(&r.id, "grep -rh '^written [0-9]' /workspace /var/tmp 2>/dev/null | sort -u");
-    assert!(found.lines().count() > 0, "no racing write landed in the sandbox");
+    let found = r.landed(&r.id, "written");
+    assert!(!found.is_empty(), "no racing write landed in the sandbox");
+    for n in written {
+        t.succeeded(found.get(&n).is_some_and(|at| at.contains(&format!("{}/written-{n}.txt", r.sub()))));
+    }
+    t.finish(&format!("{variant:?} PUT file in {}", r.sub()), rounds());
     r.no_marker_in_home();
     r.d.ok(&["destroy", &r.id]);
     r.marker.assert_untouched("destroy");
@@ -784,7 +852,9 @@ fn dir_race(variant: Variant) {
         let ok = (200..300).contains(&code);
         let o = Outcome { ok, stdout: Vec::new(), stderr: if ok { Vec::new() } else { body.clone() } };
         t.record(&o);
-        t.benign += usize::from(ok && benign_listing(&body));
+        if ok {
+            t.succeeded(benign_listing(&body));
+        }
         r.marker.assert_untouched(&format!("list #{n}"));
     }
     t.finish(&format!("{variant:?} GET dir {sub}"), rounds());
@@ -811,15 +881,17 @@ fn snapshot_id(o: &Outcome) -> String {
     v["id"].as_str().unwrap().to_owned()
 }
 
-/// Forks `snap`, checks what the fork can read, destroys the fork.
-fn fork_and_check(r: &Race, snap: &str, what: &str) {
+/// Forks `snap`, checks what the fork can read, destroys the fork; true
+/// when the fork had the plain state (see [`Race::check_restored`]).
+fn fork_and_check(r: &Race, snap: &str, what: &str) -> bool {
     let o = r.run(&["--json", "fork", &r.id, "--from", snap]);
     assert!(o.ok, "{what}: fork failed: {}", o.error_line());
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let kid = v[0]["id"].as_str().unwrap().to_owned();
-    r.check_restored(&kid, what);
+    let plain = r.check_restored(&kid, what);
     r.d.ok(&["destroy", &kid]);
     r.marker.assert_untouched(what);
+    plain
 }
 
 /// Snapshots taken while the racer swaps, then restored: by rollback in
@@ -873,26 +945,29 @@ fn snapshot_race(variant: Variant) {
             continue;
         }
         let snap = snapshot_id(&o);
-        match variant {
+        // The round's restore shows the workspace as the snapshot caught
+        // it: plain, or in a state the racer's swaps made.
+        let plain = match variant {
             Variant::MarkerDir => {
                 let to = if n % 2 == 0 { &previous } else { &snap };
                 let what = format!("rollback #{n} to {to} (racer running)");
                 let o = r.run(&["rollback", &r.id, "--to", to, "--reason", "race"]);
                 assert!(o.ok, "{what}: {}", o.error_line());
                 r.marker.assert_untouched(&what);
-                r.check_restored(&r.id, &what);
+                let plain = r.check_restored(&r.id, &what);
                 restored += 1;
                 if n % 5 == 0 {
                     fork_and_check(&r, &snap, &format!("fork #{n} of {snap}"));
                     restored += 1;
                 }
+                plain
             }
             Variant::HostRoot => {
-                fork_and_check(&r, &snap, &format!("fork #{n} of {snap}"));
                 restored += 1;
+                fork_and_check(&r, &snap, &format!("fork #{n} of {snap}"))
             }
-        }
-        snaps.benign += 1;
+        };
+        snaps.succeeded(plain);
         previous = snap;
     }
     snaps.finish(&format!("{variant:?} snapshot (then {restored} restores)"), rounds());
@@ -943,12 +1018,19 @@ fn suspend_and_resume_under_race_restore_no_host_file() {
         assert!(o.ok, "resume #{n}: {}", o.error_line());
         r.marker.assert_untouched(&format!("resume #{n}"));
         if common::under_gvisor() {
-            // The resumed sandbox has its processes back, the racer too:
-            // stop it to read the workspace as restored.
+            // The resumed sandbox has its processes back, the racer too,
+            // still swapping: the checkpoint caught it mid-race (that is
+            // the round's window, shown). Stopped, it leaves the
+            // workspace in one of its states, the benign file in it.
+            r.racer_still_running(&r.id);
             r.stop_racer(&r.id);
+            r.check_restored(&r.id, &format!("resume #{n}"));
+            t.raced += 1;
+            t.benign += 1;
+        } else {
+            // The workspace as the suspend's snapshot caught it.
+            t.succeeded(r.check_restored(&r.id, &format!("resume #{n}")));
         }
-        r.check_restored(&r.id, &format!("resume #{n}"));
-        t.benign += 1;
     }
     t.finish("suspend/resume", suspend_rounds());
     r.no_marker_in_home();
