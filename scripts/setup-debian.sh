@@ -89,6 +89,16 @@ if ! python3 -c 'import moto.server, flask, flask_cors' 2>/dev/null; then
   echo "installing the moto[server] Python package"
   python3 -m pip install -q 'moto[server]' 2>/dev/null || python3 -m pip install -q --break-system-packages 'moto[server]'
 fi
+# The unprivileged run of the tests (scripts/unprivileged-tests.sh) needs
+# the same Python helpers where any user can run them: a virtual
+# environment of Debian's own python3 (another python3 on root's PATH may
+# live under root's home, closed to others).
+if ! /opt/cairn-test/py/bin/python3 -c 'import moto.server, flask, flask_cors, standardwebhooks' 2>/dev/null; then
+  echo "installing moto[server] and standardwebhooks into /opt/cairn-test/py"
+  rm -rf /opt/cairn-test/py
+  /usr/bin/python3 -m venv /opt/cairn-test/py
+  /opt/cairn-test/py/bin/pip install -q 'moto[server]' standardwebhooks
+fi
 if ! command -v cargo >/dev/null; then
   if [[ -x $HOME/.cargo/bin/cargo ]]; then
     export PATH=$HOME/.cargo/bin:$PATH

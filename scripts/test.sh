@@ -28,6 +28,9 @@ leak_checked() {
   timeout 120 scripts/leak-check.sh after "$CAIRN_LEAK_CHECK_STATE"
 }
 leak_checked 3000 cargo test --workspace --locked
+# The same tests less the root tier (scripts/root-tier.txt), once more as
+# uid 65534 without capabilities: what does not need root passes without it.
+leak_checked 900 scripts/unprivileged-tests.sh
 # The crash points once more on the cluster's store: each daemon on a fresh
 # PostgreSQL database and a bucket of its own on the loopback S3 server.
 CAIRN_TEST_STORE=postgres-s3 leak_checked 1200 cargo test --locked -p cairn-cli --test crash_points

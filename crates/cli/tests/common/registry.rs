@@ -25,13 +25,13 @@ impl Registry {
 
     /// With `extra` YAML appended to the config (an `auth:` section).
     pub fn start_with(extra: &str) -> Registry {
-        let tmp = tempfile::Builder::new().prefix("cairn-registry-").tempdir_in("/var/tmp").unwrap();
+        let tmp = tempfile::Builder::new().prefix("cairn-registry-").tempdir_in("/var/tmp").expect("a directory for the registry's storage");
         let config = format!(
             "version: 0.1\nlog:\n  level: info\nstorage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: true\nhttp:\n  addr: 127.0.0.1:0\n{extra}",
             tmp.path().join("data").display()
         );
         let path = tmp.path().join("config.yml");
-        fs::write(&path, config).unwrap();
+        fs::write(&path, config).expect("write the registry's config");
         let mut child = Command::new("docker-registry")
             .arg("serve")
             .arg(&path)
@@ -40,7 +40,7 @@ impl Registry {
             .stderr(Stdio::piped())
             .spawn()
             .expect("these tests need Debian's docker-registry package");
-        let stderr = child.stderr.take().unwrap();
+        let stderr = child.stderr.take().expect("the registry's stderr is piped");
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             let mut sent = false;
@@ -48,7 +48,7 @@ impl Registry {
                 if !sent {
                     if let Some(at) = line.find("listening on 127.0.0.1:") {
                         let port: String = line[at + "listening on 127.0.0.1:".len()..].chars().take_while(char::is_ascii_digit).collect();
-                        let _ = tx.send(port.parse::<u16>().unwrap());
+                        let _ = tx.send(port.parse::<u16>().expect("the registry's port"));
                         sent = true;
                     }
                 }
@@ -92,7 +92,7 @@ impl Drop for Registry {
 
 pub fn busybox() -> Vec<u8> {
     let path = ["/usr/bin/busybox", "/bin/busybox"].into_iter().find(|p| Path::new(p).exists());
-    fs::read(path.expect("these tests need a static busybox on the host (the image's shell)")).unwrap()
+    fs::read(path.expect("these tests need a static busybox on the host (the image's shell)")).expect("read busybox")
 }
 
 pub fn base_layer() -> LayerBlob {
