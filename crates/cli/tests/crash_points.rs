@@ -100,6 +100,7 @@ const TESTED: &[&str] = &[
     "gc.packs_deleted",
     "create.recorded",
     "destroy.state_recorded",
+    "complete.state_recorded",
     "timer.due",
     "image.commit_restored",
     "image.committed",
@@ -159,7 +160,8 @@ fn consistent(d: &Daemon) {
     for t in d.json(&["task", "list", "--all"]).as_array().unwrap() {
         let id = t["id"].as_str().unwrap();
         d.ok(&["log", id, "--verify"]);
-        if t["state"] == "destroyed" {
+        // Ended tasks run nothing: their ledger is what is left to check.
+        if t["state"] == "destroyed" || t["state"] == "completed" {
             continue;
         }
         match settled(d, id).as_str() {
@@ -551,6 +553,34 @@ fn crash_after_a_destroy_is_recorded() {
         assert!(Instant::now() < deadline, "the teardown was not finished after the restart: {left:?}\n{}", d.log());
         std::thread::sleep(Duration::from_millis(100));
     }
+    consistent(&d);
+}
+
+#[test]
+fn crash_after_a_complete_is_recorded() {
+    let mut d = start();
+    let id = task_with_files(&d);
+    let out_dir = tempfile::tempdir().unwrap();
+    let out = out_dir.path().join("delivered");
+    d.ok(&["deliver", &id, "--file", "/workspace/a", "--out", out.to_str().unwrap()]);
+    let init = d.task(&id)["sandbox_pid"].as_i64().unwrap() as i32;
+    let answer = crash_at(&mut d, "complete.state_recorded", cli(&["task", "complete", &id]));
+    assert!(!answer.status.success(), "the complete was not acknowledged");
+    // Recorded as completed: the restart finishes the teardown, and the
+    // records, the ledger and the delivery stay.
+    assert_eq!(d.state(&id), "completed");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let left = d.leftovers(&id, init);
+        if left.is_empty() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the teardown was not finished after the restart: {left:?}\n{}", d.log());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(events(&d, &id, "delivery").len(), 1, "the delivery made before stays");
+    let err = d.fails(&["exec", &id, "--", "true"]);
+    assert!(err.contains("completed"), "a completed task runs nothing: {err}");
     consistent(&d);
 }
 
