@@ -533,6 +533,20 @@ fn crash_after_a_create_is_recorded() {
     consistent(&d);
 }
 
+/// Waits (at most 30 s) until nothing of task `id` (whose sandbox's init
+/// was `init`) is left on the host: the restart finishes a teardown.
+fn teardown_finished(d: &Daemon, id: &str, init: i32) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let left = d.leftovers(id, init);
+        if left.is_empty() {
+            return;
+        }
+        assert!(Instant::now() < deadline, "the teardown was not finished after the restart: {left:?}\n{}", d.log());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 #[test]
 fn crash_after_a_destroy_is_recorded() {
     let mut d = start();
@@ -544,15 +558,7 @@ fn crash_after_a_destroy_is_recorded() {
     // Recorded as destroyed: the restart finishes the teardown and leaves
     // nothing of the task on the host.
     assert_eq!(d.state(&id), "destroyed");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let left = d.leftovers(&id, init);
-        if left.is_empty() {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the teardown was not finished after the restart: {left:?}\n{}", d.log());
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    teardown_finished(&d, &id, init);
     consistent(&d);
 }
 
@@ -569,15 +575,7 @@ fn crash_after_a_complete_is_recorded() {
     // Recorded as completed: the restart finishes the teardown, and the
     // records, the ledger and the delivery stay.
     assert_eq!(d.state(&id), "completed");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let left = d.leftovers(&id, init);
-        if left.is_empty() {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the teardown was not finished after the restart: {left:?}\n{}", d.log());
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    teardown_finished(&d, &id, init);
     assert_eq!(events(&d, &id, "delivery").len(), 1, "the delivery made before stays");
     let err = d.fails(&["exec", &id, "--", "true"]);
     assert!(err.contains("completed"), "a completed task runs nothing: {err}");
