@@ -41,11 +41,14 @@ const IMAGE: &str = "tiny";
 
 impl World {
     async fn new() -> World {
+        Self::with_config(Config { disk_pool: 0, ..Config::default() }).await
+    }
+
+    async fn with_config(config: Config) -> World {
         let dir = tempfile::tempdir().unwrap();
         let home = Home::new(dir.path().join("home"));
         std::fs::create_dir_all(home.root()).unwrap();
         let fake = Arc::new(FakeDriver::new(&dir.path().join("sandboxes")).unwrap());
-        let config = Config { disk_pool: 0, ..Config::default() };
         let rt = Self::runtime(&home, &config, &fake).await;
         // An image the test user owns (the host image is the native
         // driver's, built as root).
@@ -224,6 +227,62 @@ async fn suspend_and_wake_keep_the_files_and_a_failed_suspend_keeps_running() {
     assert_eq!(w.sh(&t, "cat state.txt").await.unwrap().1, "before\n");
     let wake = w.events(&t, EventKind::Wake).await;
     assert_eq!(wake.last().unwrap().args["from_cache"], true, "the kept disk was used as it is");
+}
+
+/// The kept disk is used as it is only under the uid range it was left
+/// with: a task woken onto another uid slot (its own was taken meanwhile)
+/// is restored from its snapshot instead, with its files.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wake_onto_another_uid_slot_restores_from_the_snapshot() {
+    let w = World::new().await;
+    let t = w.create().await;
+    w.sh(&t, "echo kept > state.txt").await.unwrap();
+    w.rt.suspend(&t, "test").await.unwrap();
+    assert!(w.fake.has_disk(&t), "the disk is kept as a cache");
+    // Another task takes the slot the suspended one had.
+    let other = w.create().await;
+    w.rt.resume(&t, "test").await.unwrap();
+    assert_eq!(w.state(&t).await, (TaskState::Running, SandboxState::Ready));
+    assert_eq!(w.events(&t, EventKind::Wake).await.last().unwrap().args["from_cache"], false, "another uid range: restored");
+    assert_eq!(w.sh(&t, "cat state.txt").await.unwrap().1, "kept\n");
+    assert_eq!(w.sh(&other, "echo ok").await.unwrap().1, "ok\n");
+}
+
+/// A node at its capacity leaves a wake to another node: the task stays
+/// `waking` with no sandbox here; with room again, it wakes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_node_leaves_a_wake_waking_and_wakes_it_once_it_has_room() {
+    let w = World::with_config(Config { disk_pool: 0, capacity: Some(1), ..Config::default() }).await;
+    let t = w.create().await;
+    w.sh(&t, "echo kept > state.txt").await.unwrap();
+    w.rt.suspend(&t, "test").await.unwrap();
+    let other = w.create().await;
+    let view = w.rt.resume(&t, "test").await.unwrap();
+    assert_eq!(view.task.state, TaskState::Waking, "no room: left for another node");
+    assert!(w.fake.running(&t).is_none(), "no sandbox started past the capacity");
+    w.rt.destroy(&other, "test").await.unwrap();
+    w.rt.resume(&t, "test").await.unwrap();
+    assert_eq!(w.state(&t).await, (TaskState::Running, SandboxState::Ready));
+    assert_eq!(w.sh(&t, "cat state.txt").await.unwrap().1, "kept\n");
+}
+
+/// The idle suspender: a task with `idle_suspend` is suspended once that
+/// long has passed since its last command, not before; a task without it
+/// runs on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_task_is_suspended_once_its_idle_time_has_passed_and_not_before() {
+    let w = World::new().await;
+    let req = CreateRequest { image: Some(IMAGE.into()), workdir: Some("/".into()), idle_suspend: Some("2s".into()), ..Default::default() };
+    let idle = w.rt.create(req, "test").await.unwrap().task.id.to_string();
+    let busy = w.create().await;
+    let last_command = std::time::Instant::now();
+    w.sh(&idle, "echo last > state.txt").await.unwrap();
+    w.until_state(&idle, TaskState::Suspended).await;
+    let after = last_command.elapsed();
+    assert!(after >= Duration::from_secs(2), "suspended {after:?} after its last command, before its idle time of 2 s");
+    assert_eq!(w.state(&busy).await, (TaskState::Running, SandboxState::Ready), "a task without idle_suspend runs on");
+    let suspend = w.events(&idle, EventKind::Suspend).await;
+    assert_eq!(suspend[0].args["reason"], "idle", "{suspend:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
