@@ -267,10 +267,9 @@ impl Runtime {
     /// teardown's own failure is returned for the caller to log.
     pub(crate) async fn end_sandbox(&self, task: &Task, end: Transition) -> Result<Result<(), cairn_sandbox::Error>, Error> {
         self.store.transition(&task.id, task.state, end).await?;
-        if matches!(end, Transition::Complete) {
-            fail::fail_point!("complete.state_recorded");
-        } else {
-            fail::fail_point!("destroy.state_recorded");
+        match end {
+            Transition::Complete => fail::fail_point!("complete.state_recorded"),
+            _ => fail::fail_point!("destroy.state_recorded"),
         }
         let init = self.recorded_init(&task.id).await?;
         let result = self.driver.destroy(task.id.as_str(), init).await?;
