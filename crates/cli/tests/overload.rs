@@ -255,7 +255,7 @@ struct Flood {
     fds_peak: usize,
 }
 
-/// `count` concurrent `sleep 0.5` on `target`, each on its own connection,
+/// `count` concurrent `sleep 3` on `target`, each on its own connection,
 /// while a bystander runs `true` again and again over its own.
 async fn flood(d: &Daemon, target: &str, bystander: &str, count: usize) -> Flood {
     let daemon = d.pid();
@@ -307,7 +307,12 @@ async fn flood(d: &Daemon, target: &str, bystander: &str, count: usize) -> Flood
         let (api, task, in_flight) = (flooder.clone(), target.to_owned(), in_flight.clone());
         set.spawn(async move {
             let _permit = in_flight.acquire_owned().await.unwrap();
-            api.run(&task, &["sleep", "0.5"]).await
+            // Long enough that the task's bound stays full for the whole
+            // flood: the test is of the refusals. With `sleep 0.5` the
+            // admitted commands alone (16 a second) slowed a bystander's
+            // command up to 5 times on 2 cores, which is a neighbour's
+            // permitted load, not the flood's harm.
+            api.run(&task, &["sleep", "3"]).await
         });
     }
     let per_task = format!("task {target} already runs {EXECS_PER_TASK} commands at once (limit [limits] execs_per_task = {EXECS_PER_TASK})");
