@@ -674,8 +674,10 @@ const ABUSES: &[Abuse] = &[
         name: "disk",
         limits: &["--disk", "128M"],
         opts: &[],
-        // Each block synced: the disk fills over a few seconds.
-        script: "dd if=/dev/zero of=/workspace/fill bs=1M count=400 oflag=dsync 2>&1",
+        // Each block synced: the disk fills over a few seconds (under
+        // gvisor in well under one), then stays full for two more while
+        // the neighbour is measured.
+        script: "dd if=/dev/zero of=/workspace/fill bs=1M count=400 oflag=dsync 2>&1; s=$?; sleep 2; exit $s",
         reported: |exit, out, err| {
             assert_eq!(exit["exit_code"], 1, "{exit} {err}");
             assert!(out.contains("No space left on device"), "{out}");
