@@ -385,6 +385,20 @@ fn cap_eff(status: &str) -> u64 {
     u64::from_str_radix(line.split_whitespace().nth(1).unwrap(), 16).unwrap()
 }
 
+/// Spawns a binary the test has just written. Another test's thread may
+/// fork while the file is still open for writing here; until that child
+/// execs, the kernel refuses to run the file (ETXTBSY), so that one error
+/// is retried for a moment.
+fn spawn_fresh_binary(cmd: &mut Command) -> std::process::Child {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match cmd.spawn() {
+            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) && Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+            other => return other.unwrap(),
+        }
+    }
+}
+
 #[test]
 fn a_setuid_binary_inside_gives_no_host_privilege() {
     // The control: on the host, a set-uid root copy of sleep run by 65534
@@ -394,7 +408,7 @@ fn a_setuid_binary_inside_gives_no_host_privilege() {
     let host_sleep = dir.path().join("ssleep");
     std::fs::copy("/usr/bin/sleep", &host_sleep).unwrap();
     std::fs::set_permissions(&host_sleep, std::fs::Permissions::from_mode(0o4755)).unwrap();
-    let mut control = Command::new(&host_sleep).arg("30").uid(65534).gid(65534).spawn().unwrap();
+    let mut control = spawn_fresh_binary(Command::new(&host_sleep).arg("30").uid(65534).gid(65534));
     let status = wait_for_euid(control.id(), 0);
     control.kill().unwrap();
     control.wait().unwrap();
