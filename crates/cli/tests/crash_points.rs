@@ -691,21 +691,27 @@ fn crash_after_a_gvisor_checkpoint_was_saved() {
     consistent(&d);
     // Memory still crosses a suspend: a shell variable lives only there.
     must(&d, &id, "nohup sh -c 'x=$$; while :; do echo $x > /workspace/pid; sleep 0.1; done' >/dev/null 2>&1 &");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while must(&d, &id, "cat /workspace/pid 2>/dev/null || true").is_empty() {
-        assert!(Instant::now() < deadline, "the writer never wrote");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let pid = must(&d, &id, "cat /workspace/pid");
+    let pid = written_pid(&d, &id, "the writer never wrote");
     d.ok(&["suspend", &id]);
     d.ok(&["resume", &id]);
     must(&d, &id, "rm /workspace/pid");
+    let after = written_pid(&d, &id, "the writer did not come back with the wake");
+    assert_eq!(after, pid, "the same process writes after the wake");
+}
+
+/// What the writer last put in /workspace/pid, waiting until it wrote.
+/// Each read is used as read: the writer truncates the file before each
+/// write, so a second read may meet it empty.
+fn written_pid(d: &Daemon, id: &str, never: &str) -> String {
     let deadline = Instant::now() + Duration::from_secs(30);
-    while must(&d, &id, "cat /workspace/pid 2>/dev/null || true").is_empty() {
-        assert!(Instant::now() < deadline, "the writer did not come back with the wake");
+    loop {
+        let pid = must(d, id, "cat /workspace/pid 2>/dev/null || true");
+        if !pid.is_empty() {
+            return pid;
+        }
+        assert!(Instant::now() < deadline, "{never}");
         std::thread::sleep(Duration::from_millis(50));
     }
-    assert_eq!(must(&d, &id, "cat /workspace/pid"), pid, "the same process writes after the wake");
 }
 
 /// Every `fail_point!("name")` in the workspace's sources.
