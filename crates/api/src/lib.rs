@@ -27,7 +27,7 @@ pub use error::{ErrorBody, ErrorCode, ErrorDetail};
 /// snapshots, an inbox event, a command's exit) and how the wire writes a
 /// duration: re-exported, so that the daemon's HTTP front end needs no
 /// crate below the runtime but this one.
-pub use cairn_core::{parse_duration, Event, ExecExit, InboxEvent, Snapshot};
+pub use cairn_core::{parse_duration, Event, EventKind, ExecExit, InboxEvent, Snapshot, TaskState, WaitFor};
 
 /// Checks an answer type against the JSON the daemon sends: `value`
 /// serialises to an object with exactly the top-level `fields`, and reads

@@ -151,3 +151,28 @@ mod tests {
         Wait { id: v.id.clone(), task: v.task.clone(), what: v.what.clone(), created_ms: v.created_ms, satisfied_ms: v.satisfied_ms, event: None, cancelled_ms: v.cancelled_ms }
     }
 }
+
+/// A pending approval with what an approver needs to decide it: the
+/// task, its step, the prompt, what changed since its last milestone and
+/// the commands it ran last.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ApprovalContext {
+    pub wait: WaitView,
+    pub task_name: Option<String>,
+    pub step: u64,
+    pub prompt: String,
+    /// The files changed from the task's last milestone snapshot to its
+    /// newest snapshot; `None` without a milestone.
+    pub since_milestone: Option<SinceMilestone>,
+    /// The task's last commands (exec events), oldest first.
+    pub last_commands: Vec<crate::Event>,
+}
+
+/// A diff from a task's last milestone.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SinceMilestone {
+    pub milestone: String,
+    pub note: String,
+    pub to: String,
+    pub diff: cairn_snapshot::Diff,
+}

@@ -277,6 +277,10 @@ pub trait WaitStore: Send + Sync {
 
     async fn pending_wait(&self, task: &TaskId) -> Result<Option<Wait>>;
 
+    /// Every pending wait of one kind (`approval`, `webhook`, `timer`),
+    /// oldest first: what the console lists for approvers.
+    async fn pending_waits(&self, kind: &str) -> Result<Vec<Wait>>;
+
     async fn find_wait(&self, id: &str) -> Result<Wait>;
 
     /// Pending timers due at `now_ms`, earliest first.

@@ -21,7 +21,13 @@ pub(super) fn routes() -> Routes {
         .post("/v1/hooks/{task}/{name}", hook)
         .get("/approve/{wait}", approval_page)
         .post("/approve/{wait}", approval_form)
-        .wrap(|r| r.layer(axum::extract::DefaultBodyLimit::max(MAX_BODY)))
+        .wrap(|r| r.layer(axum::extract::DefaultBodyLimit::max(MAX_BODY)).layer(axum::middleware::map_response(approval_headers)))
+}
+
+/// The approval page's security headers (it must not be framed); the
+/// webhook route answers JSON, where they do no harm.
+async fn approval_headers(resp: Response) -> Response {
+    cairn_console::headers::approval(resp).await
 }
 
 /// A webhook: the signature (with the task's secret) is the authentication.

@@ -112,7 +112,11 @@ pub fn router(rt: Arc<Runtime>, token: String) -> Router {
         .into_router()
         // E2B's control API, under its own paths and keys (`X-API-Key`).
         .merge(cairn_e2b::control_routes())
+        // The web console: pages at `/` and under `/console/`, with their
+        // own login (a session cookie) instead of the bearer token.
+        .merge(cairn_console::router(rt.clone(), token.clone()))
         .fallback(|| async { ApiError::not_found("no such API endpoint") })
+        .layer(middleware::map_response(json_errors))
         // A task's ports, by path or by host name, with their own checks
         // (after forwarding: a port is reached on the node of its task).
         .layer(middleware::from_fn_with_state((rt.clone(), token.clone()), crate::ports::serve_ports))
@@ -146,6 +150,30 @@ fn routes(token: Arc<String>) -> Routes {
         .merge(mcp::routes())
         .wrap(|r| r.layer(middleware::from_fn(move |req, next| auth(token.clone(), req, next))));
     gateway::routes().merge(openapi::routes()).merge(private)
+}
+
+/// The errors the HTTP layer makes itself (a body over its limit, a
+/// malformed query string, form or JSON, a wrong content type) come as
+/// plain text: they get the API's JSON error body, with the code of their
+/// status. Inside the router only, so a task's port (served around it)
+/// answers as its own server does.
+async fn json_errors(resp: Response) -> Response {
+    let status = resp.status();
+    let plain = resp
+        .headers()
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("text/plain"));
+    if !plain || !(status.is_client_error() || status.is_server_error()) {
+        return resp;
+    }
+    let (mut parts, body) = resp.into_parts();
+    let text = axum::body::to_bytes(body, 64 * 1024).await.unwrap_or_default();
+    let message = String::from_utf8_lossy(&text).trim().to_owned();
+    let json = serde_json::to_vec(&cairn_api::ErrorBody::new(ErrorCode::for_status(status.as_u16()), message)).unwrap_or_default();
+    parts.headers.insert(axum::http::header::CONTENT_TYPE, axum::http::HeaderValue::from_static("application/json"));
+    parts.headers.remove(axum::http::header::CONTENT_LENGTH);
+    Response::from_parts(parts, axum::body::Body::from(json))
 }
 
 /// Carries out every request to its end on a task of its own, even when

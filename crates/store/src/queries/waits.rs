@@ -193,6 +193,15 @@ macro_rules! waits {
                     pending_wait_in(&mut conn, task).await
                 }
 
+                async fn pending_waits(&self, kind: &str) -> Result<Vec<Wait>> {
+                    let rows: Vec<WaitRow> = sqlx::query_as("SELECT * FROM waits WHERE kind = $1 AND satisfied_ms IS NULL ORDER BY created_ms, id")
+                        .bind(kind)
+                        .fetch_all(&self.pool)
+                        .await
+                        .map_err(|e| Error::Query("pending waits", e))?;
+                    rows.into_iter().map(WaitRow::parse).collect()
+                }
+
                 async fn find_wait(&self, id: &str) -> Result<Wait> {
                     let row: Option<WaitRow> = sqlx::query_as("SELECT * FROM waits WHERE id = $1")
                         .bind(id)
