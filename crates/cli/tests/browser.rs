@@ -13,14 +13,11 @@
 
 mod common;
 
-use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::Daemon;
 use serde_json::Value;
-
-const CHROMIUM: &str = "/usr/bin/chromium";
 
 /// Drives the browser: `URL PROMPT COMMENT TAMPERED SHOT`. Checks the
 /// pending page, types the comment, clicks Approve and waits for the
@@ -92,79 +89,6 @@ with sync_playwright() as p:
         browser.close()
 "#;
 
-/// Fails, with the command that fixes it, when python3, playwright or
-/// Chromium is missing.
-fn require_browser() {
-    let probe = common::run(Command::new("python3").args(["-c", "import playwright.sync_api"]).stdin(Stdio::null()));
-    match probe {
-        Err(e) => panic!("python3 is not installed ({e}): run scripts/setup-debian.sh, or apt-get install -y python3 python3-pip"),
-        Ok(out) if !out.status.success() => panic!(
-            "the playwright Python package is missing: python3 -m pip install playwright (or with --break-system-packages), as scripts/setup-debian.sh does: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        ),
-        Ok(_) => {}
-    }
-    assert!(Path::new(CHROMIUM).exists(), "{CHROMIUM} is missing: apt-get install -y chromium (scripts/setup-debian.sh installs it)");
-}
-
-/// Runs the driver; returns its JSON summary. Its temporary
-/// files (the browser profile) go under `tmp`; afterwards no process may
-/// still use them.
-fn drive(tmp: &Path, args: &[&str]) -> Value {
-    std::fs::create_dir_all(tmp).unwrap();
-    let mut child = Command::new("python3")
-        .args(["-c", DRIVER])
-        .args(args)
-        .env("TMPDIR", tmp)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("python3");
-    let stdout = child.stdout.take().unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let out = std::thread::spawn(move || std::io::read_to_string(stdout).unwrap_or_default());
-    let err = std::thread::spawn(move || std::io::read_to_string(stderr).unwrap_or_default());
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        if Instant::now() > deadline {
-            // The driver closes the browser when its client goes away.
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("the browser driver ran over a minute: {}", err.join().unwrap());
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let (out, err) = (out.join().unwrap(), err.join().unwrap());
-    assert_no_browser_left(tmp);
-    assert!(status.success(), "the browser driver failed ({status}):\n{err}\n{out}");
-    serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("driver output is not JSON ({e}): {out}\n{err}"))
-}
-
-/// No process's command line mentions `tmp` (the browser's profile lives
-/// there), so the browser was closed.
-fn assert_no_browser_left(tmp: &Path) {
-    let needle = tmp.to_str().unwrap().as_bytes().to_vec();
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let left: Vec<String> = std::fs::read_dir("/proc")
-            .unwrap()
-            .filter_map(Result::ok)
-            .filter(|e| e.file_name().to_str().is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit())))
-            .filter(|e| std::fs::read(e.path().join("cmdline")).is_ok_and(|c| c.windows(needle.len()).any(|w| w == needle.as_slice())))
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .collect();
-        if left.is_empty() {
-            return;
-        }
-        assert!(Instant::now() < deadline, "browser processes still running: {left:?}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
 /// The link with the first character of its signature changed.
 fn tamper(url: &str) -> String {
     let (head, sig) = url.split_once("sig=").unwrap();
@@ -178,7 +102,7 @@ fn tamper(url: &str) -> String {
 #[test]
 fn approving_on_the_page_in_a_real_browser_wakes_the_task() {
     let begun = Instant::now();
-    require_browser();
+    common::browser::require_browser();
     let d = Daemon::start();
     let id = d.create(&[]);
     let (code, _, err) = d.sh(&id, "echo 'release notes for v2' > /workspace/notes.txt");
@@ -196,7 +120,7 @@ fn approving_on_the_page_in_a_real_browser_wakes_the_task() {
     let forged = tamper(&url);
     assert_ne!(forged, url);
     let shot = d.home().join("approved.png");
-    let r = drive(&d.home().join("browser"), &[&url, prompt, comment, &forged, shot.to_str().unwrap()]);
+    let r = common::browser::drive(DRIVER, &d.home().join("browser"), &[&url, prompt, comment, &forged, shot.to_str().unwrap()]);
     let s = &r["pending"];
     assert_eq!(s["status"], 200, "{s}");
     assert_eq!(s["heading"], "Approval requested", "{s}");

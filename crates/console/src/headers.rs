@@ -1,8 +1,8 @@
 //! The headers every page is sent with: a Content-Security-Policy that
 //! allows no inline script and nothing from another origin, no framing
 //! (`frame-ancestors 'none'`, and `X-Frame-Options` for older browsers),
-//! no MIME sniffing and no referrer (a page's URL may be an approval
-//! link).
+//! no MIME sniffing and no referrer to other sites (a page's URL may be an
+//! approval link).
 
 use axum::http::{HeaderName, HeaderValue};
 use axum::response::Response;
@@ -28,8 +28,13 @@ pub fn secure(mut resp: Response, policy: &'static str) -> Response {
 /// The console's pages, as a response mapper.
 pub async fn console(resp: Response) -> Response {
     let mut resp = secure(resp, CONSOLE_POLICY);
+    let h = resp.headers_mut();
     // Pages show live state and a session's form tokens: never cached.
-    resp.headers_mut().insert(HeaderName::from_static("cache-control"), HeaderValue::from_static("no-store"));
+    h.insert(HeaderName::from_static("cache-control"), HeaderValue::from_static("no-store"));
+    // A browser sends `Origin: null` with a form posted from a page under
+    // `no-referrer`, which the CSRF check must refuse; the console links
+    // nowhere else, so its own origin is all a referrer tells.
+    h.insert(HeaderName::from_static("referrer-policy"), HeaderValue::from_static("same-origin"));
     resp
 }
 

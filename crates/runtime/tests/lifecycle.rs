@@ -469,6 +469,72 @@ async fn recovery_after_a_restart_restores_the_head_snapshot_and_retries_after_a
     assert!(note.contains("recovered from snapshot"), "{note}");
 }
 
+/// A suspend that met no event stays suspended: nothing schedules a wake
+/// behind it (only an event that came while it was suspending does).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_suspend_without_an_event_stays_suspended() {
+    let w = World::new().await;
+    let t = w.create().await;
+    assert_eq!(w.rt.suspend(&t, "test").await.unwrap().task.state, TaskState::Suspended);
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert_eq!(w.state(&t).await.0, TaskState::Suspended, "still suspended");
+    assert!(w.events(&t, EventKind::Wake).await.is_empty(), "no wake was started");
+    assert!(w.fake.running(&t).is_none());
+}
+
+/// A recovery's note says which steps were lost: those after the head
+/// snapshot, or none when the snapshot was the last step.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recovery_note_names_the_lost_steps_or_none() {
+    let w = World::new().await;
+    let lost = w.create().await;
+    let kept = w.create().await;
+    for t in [&lost, &kept] {
+        w.sh(t, "echo one > work.txt").await.unwrap();
+        w.snapshot(t, "saved").await;
+    }
+    w.sh(&lost, "echo two >> work.txt").await.unwrap();
+    w.sh(&lost, "echo three >> work.txt").await.unwrap();
+    let (snap_step, last_step) = {
+        let snaps = w.rt.list_snapshots(&lost).await.unwrap();
+        (snaps.last().unwrap().step, w.rt.show(&lost).await.unwrap().task.step)
+    };
+    assert!(last_step > snap_step);
+    for t in [&lost, &kept] {
+        assert!(w.fake.kill_init(t));
+    }
+    let rt = w.restart().await;
+    for t in [&lost, &kept] {
+        sh(&rt, t, "true").await.unwrap();
+    }
+    let note = rt.show(&lost).await.unwrap().task.recovery_note.unwrap();
+    assert!(note.contains(&format!("steps {} to {last_step} and their changes to files were lost", snap_step + 1)), "{note}");
+    let note = rt.show(&kept).await.unwrap().task.recovery_note.unwrap();
+    assert!(note.ends_with("nothing was lost"), "{note}");
+}
+
+/// A task left `waking` (a full node left its wake) is woken by the next
+/// daemon's start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_left_waking_is_woken_after_a_restart() {
+    let w = World::with_config(Config { disk_pool: 0, capacity: Some(1), ..Config::default() }).await;
+    let t = w.create().await;
+    w.sh(&t, "echo kept > state.txt").await.unwrap();
+    w.rt.suspend(&t, "test").await.unwrap();
+    let other = w.create().await;
+    assert_eq!(w.rt.resume(&t, "test").await.unwrap().task.state, TaskState::Waking);
+    w.rt.destroy(&other, "test").await.unwrap();
+    let rt = w.restart().await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while rt.show(&t).await.unwrap().task.state != TaskState::Running {
+        assert!(tokio::time::Instant::now() < deadline, "never woken: {:?}", rt.show(&t).await.unwrap().task.state);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(sh(&rt, &t, "cat state.txt").await.unwrap().1, "kept\n");
+    let wake = rt.events(&t).await.unwrap().into_iter().rev().find(|e| e.kind == EventKind::Wake).unwrap();
+    assert_eq!(wake.args["trigger"], "restart of the daemon", "{wake:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deliver_records_outputs_and_a_failed_read_records_nothing() {
     let w = World::new().await;

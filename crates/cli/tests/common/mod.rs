@@ -8,6 +8,7 @@
 
 #![allow(dead_code)]
 
+pub mod browser;
 pub mod cut;
 pub mod leaks;
 pub mod registry;

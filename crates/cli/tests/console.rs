@@ -1,0 +1,356 @@
+//! The web console (`cairn-console`): its login and sessions, what every
+//! route refuses without one, CSRF, the escaping of everything a task
+//! can write, the security headers, the HTTP layer's JSON errors, and the
+//! whole tour in headless Chromium (`console_driver.py`).
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::Daemon;
+use serde_json::Value;
+
+/// One HTTP exchange: status, headers (names lowercased), body.
+struct Answer {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: String,
+}
+
+impl Answer {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
+    }
+}
+
+/// `curl` against the daemon, following no redirect; `args` go before the URL.
+fn http(d: &Daemon, method: &str, path: &str, args: &[&str]) -> Answer {
+    let dir = tempfile::tempdir().unwrap();
+    let (head, body) = (dir.path().join("head"), dir.path().join("body"));
+    let out = common::output_within(
+        Command::new("curl")
+            .args(["-s", "--max-time", "20", "-X", method, "-D", head.to_str().unwrap(), "-o", body.to_str().unwrap(), "-w", "%{http_code}"])
+            .args(args)
+            .arg(format!("{}{path}", d.url)),
+        Duration::from_secs(30),
+    );
+    let headers = std::fs::read_to_string(&head)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.split_once(':'))
+        .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_owned()))
+        .collect();
+    Answer {
+        status: String::from_utf8_lossy(&out.stdout).trim().parse().unwrap_or(0),
+        headers,
+        body: std::fs::read_to_string(&body).unwrap_or_default(),
+    }
+}
+
+fn token(d: &Daemon) -> String {
+    std::fs::read_to_string(d.home().join("token")).unwrap().trim().to_owned()
+}
+
+/// Logs in; the session cookie (`cairn_session=...`).
+fn log_in(d: &Daemon) -> String {
+    let a = http(d, "POST", "/console/login", &["--data-urlencode", &format!("token={}", token(d))]);
+    assert_eq!(a.status, 303, "{}", a.body);
+    let set = a.header("set-cookie").unwrap().to_owned();
+    assert!(set.contains("HttpOnly") && set.contains("SameSite=Strict") && set.contains("Path=/"), "{set}");
+    set.split(';').next().unwrap().to_owned()
+}
+
+fn get(d: &Daemon, cookie: &str, path: &str) -> Answer {
+    http(d, "GET", path, &["-H", &format!("cookie: {cookie}")])
+}
+
+/// The csrf token of the session's forms, read off a page.
+fn csrf(page: &str) -> String {
+    let at = page.find("name=\"csrf\" value=\"").expect("a form with a csrf field") + "name=\"csrf\" value=\"".len();
+    page[at..].split('"').next().unwrap().to_owned()
+}
+
+#[test]
+fn every_console_route_is_refused_without_a_session() {
+    let d = Daemon::start();
+    let id = d.create(&["--name", "guarded"]);
+    let pages = ["/", "/?state=running", "/console/approvals", &format!("/console/tasks/{id}")];
+    for p in pages {
+        let a = http(&d, "GET", p, &[]);
+        assert_eq!(a.status, 303, "GET {p} without a session: {}", a.body);
+        assert!(a.header("location").unwrap().starts_with("/console/login?next="), "GET {p}: {:?}", a.headers);
+        assert!(!a.body.contains(&id), "GET {p} shows nothing of the task");
+    }
+    let live = http(&d, "GET", &format!("/console/tasks/{id}/live"), &[]);
+    assert_eq!(live.status, 401, "{}", live.body);
+    let err: Value = serde_json::from_str(&live.body).unwrap();
+    assert_eq!(err["error"]["code"], "unauthorized", "{err}");
+    for p in [format!("/console/approvals/{id}"), "/console/logout".to_owned()] {
+        let a = http(&d, "POST", &p, &["--data", "csrf=x&decision=approve"]);
+        assert_eq!(a.status, 401, "POST {p} without a session: {}", a.body);
+    }
+    // The bearer token is the API's, not a console session.
+    let bearer = http(&d, "GET", "/", &["-H", &format!("authorization: Bearer {}", token(&d))]);
+    assert_eq!(bearer.status, 303);
+
+    // Positive control: with a session, each page is served.
+    let cookie = log_in(&d);
+    for p in pages {
+        let a = get(&d, &cookie, p);
+        assert_eq!(a.status, 200, "GET {p} with a session: {}", a.body);
+    }
+    assert!(get(&d, &cookie, "/").body.contains("guarded"));
+}
+
+#[test]
+fn forged_and_replayed_cookies_are_refused() {
+    let d = Daemon::start();
+    let wrong = http(&d, "POST", "/console/login", &["--data", "token=not-the-token"]);
+    assert_eq!(wrong.status, 401);
+    assert!(wrong.header("set-cookie").is_none(), "no session for a wrong token");
+    assert!(wrong.body.contains("not the daemon&#39;s API token") || wrong.body.contains("not the daemon's API token"), "{}", wrong.body);
+
+    let cookie = log_in(&d);
+    assert_eq!(get(&d, &cookie, "/").status, 200, "the session works");
+    let forged = format!("cairn_session={}", "a".repeat(64));
+    assert_eq!(get(&d, &forged, "/").status, 303, "a forged cookie");
+    let flipped = {
+        let (name, value) = cookie.split_once('=').unwrap();
+        let first = if value.starts_with('0') { '1' } else { '0' };
+        format!("{name}={first}{}", &value[1..])
+    };
+    assert_eq!(get(&d, &flipped, "/").status, 303, "a cookie one character off");
+
+    // Log out with the session's csrf token; the same cookie is then dead.
+    let page = get(&d, &cookie, "/").body;
+    let out = http(&d, "POST", "/console/logout", &["-H", &format!("cookie: {cookie}"), "--data", &format!("csrf={}", csrf(&page))]);
+    assert_eq!(out.status, 303, "{}", out.body);
+    assert!(out.header("set-cookie").unwrap().contains("Max-Age=0"), "{:?}", out.headers);
+    assert_eq!(get(&d, &cookie, "/").status, 303, "a replayed cookie after logout");
+    // Another session is untouched by that logout.
+    let other = log_in(&d);
+    assert_eq!(get(&d, &other, "/").status, 200);
+}
+
+#[test]
+fn forms_need_the_sessions_csrf_token_and_the_same_site() {
+    let d = Daemon::start();
+    let id = d.create(&[]);
+    let w = d.json(&["wait", &id, "--approval", "Ship it?"]);
+    assert_eq!(w["state"], "pending", "{w}");
+    let cookie = log_in(&d);
+    let other = log_in(&d);
+    let page = get(&d, &cookie, "/console/approvals").body;
+    assert!(page.contains(&format!("id=\"approval-{id}\"")), "{page}");
+    let token = csrf(&page);
+    let other_token = csrf(&get(&d, &other, "/console/approvals").body);
+    assert_ne!(token, other_token);
+    let post = |extra: &[&str], form: &str| {
+        let c = format!("cookie: {cookie}");
+        let mut args = vec!["-H", c.as_str(), "--data", form];
+        args.extend_from_slice(extra);
+        http(&d, "POST", &format!("/console/approvals/{id}"), &args)
+    };
+    let missing = post(&[], "decision=approve");
+    assert_eq!(missing.status, 422, "{}", missing.body);
+    let err: Value = serde_json::from_str(&missing.body).expect("the HTTP layer's error in the API's JSON body");
+    assert_eq!(err["error"]["code"], "invalid", "{err}");
+    let foreign = post(&[], &format!("csrf={other_token}&decision=approve"));
+    assert_eq!(foreign.status, 403, "another session's token: {}", foreign.body);
+    let cross = post(&["-H", "origin: https://attacker.example.com"], &format!("csrf={token}&decision=approve"));
+    assert_eq!(cross.status, 403, "a cross-site post: {}", cross.body);
+    let fetch_site = post(&["-H", "sec-fetch-site: cross-site"], &format!("csrf={token}&decision=approve"));
+    assert_eq!(fetch_site.status, 403, "{}", fetch_site.body);
+    assert_eq!(d.json(&["task", "show", &id])["pending_wait"]["state"], "pending", "nothing was decided");
+
+    // Positive control: the same form from the same site with its token.
+    let origin = format!("origin: {}", d.url);
+    let ok = post(&["-H", &origin], &format!("csrf={token}&decision=approve&note=fine"));
+    assert_eq!(ok.status, 303, "{}", ok.body);
+    assert_eq!(ok.header("location"), Some(format!("/console/tasks/{id}").as_str()));
+    d.wait_for_state(&id, "running", Duration::from_secs(20));
+    let inbox = d.json(&["log", &id]);
+    assert!(inbox.as_array().unwrap().iter().any(|e| e["kind"] == "event_received"), "{inbox}");
+}
+
+#[test]
+fn what_a_task_writes_is_shown_as_text() {
+    let d = Daemon::start();
+    let xss = [
+        "<script>alert(1)</script>",
+        "\"><img src=x onerror=alert(2)>",
+        "javascript:alert(3)//<svg onload=alert(4)>",
+        "</textarea><iframe srcdoc='<script>alert(5)</script>'>",
+    ];
+    let id = d.create(&["--name", "xss", "--metadata", &format!("owner={}", xss[1])]);
+    for (i, s) in xss.iter().enumerate() {
+        let (code, _, err) = d.sh(&id, &format!("printf '%s' '{}' > /workspace/f{i}; echo '{}'", s.replace('\'', "'\\''"), s.replace('\'', "'\\''")));
+        assert_eq!(code, 0, "{err}");
+    }
+    d.ok(&["snapshot", &id, "--kind", "milestone", "--note", xss[0]]);
+    d.sh(&id, "echo more > /workspace/after");
+    let w = d.json(&["wait", &id, "--approval", xss[3]]);
+    assert_eq!(w["state"], "pending", "{w}");
+    let cookie = log_in(&d);
+    let pages = [
+        "/".to_owned(),
+        format!("/?meta=owner%3D{}", common_query(xss[1])),
+        format!("/console/tasks/{id}"),
+        "/console/approvals".to_owned(),
+    ];
+    for p in &pages {
+        let a = get(&d, &cookie, p);
+        assert_eq!(a.status, 200, "{p}: {}", a.body);
+        for s in xss {
+            for raw in ["<script>alert", "<img", "<svg", "<iframe", "</textarea><iframe"] {
+                if s.contains(raw) {
+                    assert!(!a.body.contains(raw), "{p} carries {raw:?} unescaped:\n{}", a.body);
+                }
+            }
+        }
+        assert_eq!(a.body.matches("<script").count(), 1, "{p}: only the console's own script");
+    }
+    let timeline = get(&d, &cookie, &format!("/console/tasks/{id}")).body;
+    assert!(timeline.contains("&lt;script&gt;alert(1)&lt;/script&gt;"), "the note is shown, escaped");
+    let approvals = get(&d, &cookie, "/console/approvals").body;
+    assert!(approvals.contains("&lt;/textarea&gt;&lt;iframe"), "the prompt is shown, escaped");
+    assert!(approvals.contains("Changed since milestone"), "{approvals}");
+    assert!(approvals.contains("<code>/workspace/after</code>") || approvals.contains("<code>workspace/after</code>"), "{approvals}");
+    let filtered = get(&d, &cookie, &pages[1]).body;
+    assert!(filtered.contains("xss"), "the label filter finds the task: {filtered}");
+}
+
+/// Percent-encodes a query value.
+fn common_query(s: &str) -> String {
+    s.bytes().map(|b| if b.is_ascii_alphanumeric() { (b as char).to_string() } else { format!("%{b:02X}") }).collect()
+}
+
+#[test]
+fn pages_carry_the_security_headers_and_the_approval_page_too() {
+    let d = Daemon::start();
+    let id = d.create(&[]);
+    let w = d.json(&["wait", &id, "--approval", "Go?"]);
+    let link = w["approval_url"].as_str().unwrap().strip_prefix(&d.url).unwrap().to_owned();
+    let cookie = log_in(&d);
+    let answers = [
+        ("login", http(&d, "GET", "/console/login", &[])),
+        ("tasks", get(&d, &cookie, "/")),
+        ("timeline", get(&d, &cookie, &format!("/console/tasks/{id}"))),
+        ("approvals", get(&d, &cookie, "/console/approvals")),
+        ("approval page", http(&d, "GET", &link, &[])),
+    ];
+    for (what, a) in &answers {
+        assert_eq!(a.status, 200, "{what}: {}", a.body);
+        let csp = a.header("content-security-policy").unwrap_or_else(|| panic!("{what} has no CSP: {:?}", a.headers));
+        assert!(csp.contains("frame-ancestors 'none'"), "{what}: {csp}");
+        let script = csp.split(';').map(str::trim).find(|d| d.starts_with("script-src")).unwrap_or("script-src (default-src 'none')");
+        assert!(!script.contains("unsafe-inline"), "{what}: {csp}");
+        assert_eq!(a.header("x-content-type-options"), Some("nosniff"), "{what}");
+        assert_eq!(a.header("x-frame-options"), Some("DENY"), "{what}");
+        assert!(a.header("content-type").unwrap().starts_with("text/html"), "{what}");
+    }
+    let js = http(&d, "GET", "/console/assets/console.js", &[]);
+    assert_eq!((js.status, js.header("content-type")), (200, Some("text/javascript; charset=utf-8")));
+    assert!(js.body.contains("EventSource"));
+    assert_eq!(http(&d, "GET", "/console/assets/..%2Ftoken", &[]).status, 404);
+}
+
+#[test]
+fn the_http_layers_own_errors_answer_in_json() {
+    let d = Daemon::start();
+    let id = d.create(&[]);
+    let bearer = format!("authorization: Bearer {}", token(&d));
+    let bad_query = http(&d, "GET", "/v1/waits/wnone?block_ms=soon", &["-H", &bearer]);
+    let big = d.home().join("big.json");
+    std::fs::write(&big, vec![b' '; 300 * 1024]).unwrap();
+    let too_large = http(&d, "POST", &format!("/v1/hooks/{id}/big"), &["--data-binary", &format!("@{}", big.display())]);
+    let cookie = log_in(&d);
+    let bad_form = http(&d, "POST", "/console/logout", &["-H", &format!("cookie: {cookie}"), "--data", "nothing=1"]);
+    for (what, a, status, code) in [("query", bad_query, 400, "invalid"), ("body size", too_large, 413, "too_large"), ("form", bad_form, 422, "invalid")] {
+        assert_eq!(a.status, status, "{what}: {}", a.body);
+        assert_eq!(a.header("content-type"), Some("application/json"), "{what}");
+        let v: Value = serde_json::from_str(&a.body).unwrap_or_else(|e| panic!("{what}: not JSON ({e}): {}", a.body));
+        assert_eq!(v["error"]["code"], code, "{what}: {v}");
+        assert!(!v["error"]["message"].as_str().unwrap().is_empty(), "{what}: {v}");
+    }
+    // A handler's own error keeps its body (positive control of the mapping).
+    let missing = http(&d, "GET", "/v1/tasks/tnope", &["-H", &bearer]);
+    assert_eq!(missing.status, 404);
+    assert_eq!(serde_json::from_str::<Value>(&missing.body).unwrap()["error"]["code"], "not_found");
+}
+
+#[test]
+fn the_console_in_a_real_browser() {
+    let begun = Instant::now();
+    common::browser::require_browser();
+    let d = Daemon::start();
+    let watched = d.create(&["--name", "watched-task"]);
+    let (code, _, err) = d.sh(&watched, "echo first > /workspace/a");
+    assert_eq!(code, 0, "{err}");
+    for i in 0..3 {
+        d.create(&["--name", &format!("other-{i}")]);
+    }
+    let waiting = d.create(&["--name", "needs-approval"]);
+    d.ok(&["snapshot", &waiting, "--kind", "milestone", "--note", "ready"]);
+    d.sh(&waiting, "echo changed > /workspace/b");
+    let w = d.json(&["wait", &waiting, "--approval", "Deploy the <b>release</b>?"]);
+    assert_eq!(w["state"], "pending", "{w}");
+
+    let shots = d.home().join("shots");
+    std::fs::create_dir_all(&shots).unwrap();
+    let driver = include_str!("console_driver.py");
+    let r = common::browser::drive(driver, &d.home().join("browser"), &[&d.url, &token(&d), "watched-task", &waiting, shots.to_str().unwrap()]);
+
+    let login = &r["login"];
+    assert!(login["after_login"].as_str().unwrap().ends_with('/'), "{r}");
+    assert!(login["wrong_token"].as_str().unwrap().contains("not the daemon"), "{r}");
+    let cookie = &r["cookie"][0];
+    assert_eq!((cookie["name"].as_str(), cookie["httpOnly"].as_bool(), cookie["sameSite"].as_str()), (Some("cairn_session"), Some(true), Some("Strict")), "{r}");
+    assert_eq!(r["all_rows"], 5, "every task listed: {r}");
+    assert_eq!(r["filtered_rows"], 1, "the filter finds one: {r}");
+    assert!(r["filtered_text"].as_str().unwrap().contains("watched-task"), "{r}");
+    let live = &r["live"];
+    assert!(live["row"].as_str().unwrap().contains("console-live-marker") && live["row"].as_str().unwrap().contains("exit 3"), "{r}");
+    assert_eq!(live["after"].as_u64().unwrap(), live["before"].as_u64().unwrap() + 1, "one row came live: {r}");
+    let card = r["approval_card"].as_str().unwrap();
+    assert!(card.contains("Deploy the <b>release</b>?"), "the prompt as text: {card}");
+    assert!(card.contains("needs-approval") && card.contains("/workspace/b"), "the task and what changed since its milestone: {card}");
+    assert!(r["after_approval"]["wake"].as_str().unwrap().contains("woken by"), "{r}");
+    assert!(r["after_logout"].as_str().unwrap().contains("/console/login"), "{r}");
+    assert!(r["after_logout_home"].as_str().unwrap().contains("/console/login"), "logged out: {r}");
+    assert_eq!(r["nojs_rows"], 5, "the list without JavaScript: {r}");
+    assert!(r["nojs_timeline"].as_u64().unwrap() >= 4, "the timeline without JavaScript: {r}");
+    assert_eq!(r["nojs_live_marker"], 1, "{r}");
+    assert_eq!(r["nojs_live_indicator"], 0, "no live updates without the script: {r}");
+    assert_eq!(r["nojs_approvals"], "Approvals", "{r}");
+
+    d.wait_for_state(&waiting, "running", Duration::from_secs(20));
+    let inbox = http(&d, "GET", &format!("/v1/tasks/{waiting}/inbox"), &["-H", &format!("authorization: Bearer {}", token(&d))]);
+    let inbox: Value = serde_json::from_str(&inbox.body).unwrap();
+    let decided = inbox.as_array().unwrap().iter().find(|e| e["source"] == "approval").unwrap_or_else(|| panic!("{inbox}"));
+    let data = &decided["data"];
+    assert_eq!((data["decision"].as_str(), data["by"].as_str()), (Some("approve"), Some("console")), "{decided}");
+    assert_eq!(data["comment"], "approved from the console <b>ok</b>", "{decided}");
+    for shot in ["tasks", "timeline", "approvals"] {
+        let png = std::fs::read(shots.join(format!("{shot}.png"))).unwrap();
+        assert!(png.starts_with(b"\x89PNG") && png.len() > 5000, "{shot}: a real screenshot");
+    }
+    keep_screenshots(&shots);
+    eprintln!("console in the browser: Chromium {}, {:.1} s", r["browser"].as_str().unwrap_or("?"), begun.elapsed().as_secs_f64());
+}
+
+/// With `CAIRN_CONSOLE_SHOTS=DIR`, the screenshots are copied there (how
+/// docs/console.md's pictures are made).
+fn keep_screenshots(shots: &Path) {
+    if let Ok(dir) = std::env::var("CAIRN_CONSOLE_SHOTS") {
+        std::fs::create_dir_all(&dir).unwrap();
+        for e in std::fs::read_dir(shots).unwrap() {
+            let e = e.unwrap();
+            std::fs::copy(e.path(), Path::new(&dir).join(e.file_name())).unwrap();
+        }
+    }
+}
