@@ -572,6 +572,8 @@ pub(crate) async fn an_event_satisfies_the_pending_wait_once_and_wakes_a_suspend
     let w = wait(&t, WaitFor::Webhook { name: "build".into() });
     assert_eq!(store.insert_wait(&w, &log()).await.unwrap(), None);
     assert_eq!(store.pending_wait(&t).await.unwrap(), Some(w.clone()));
+    assert_eq!(store.pending_waits("webhook").await.unwrap(), [w.clone()], "listed by its kind");
+    assert!(store.pending_waits("approval").await.unwrap().is_empty(), "and by no other");
     let second = wait(&t, WaitFor::Timer { fire_at_ms: 1 });
     assert!(matches!(store.insert_wait(&second, &log()).await, Err(Error::WaitPending(_))), "one pending wait per task");
     assert!(matches!(store.find_wait(second.id.as_str()).await, Err(Error::UnknownWait(_))), "the refused wait was not written");
@@ -594,6 +596,7 @@ pub(crate) async fn an_event_satisfies_the_pending_wait_once_and_wakes_a_suspend
     assert_eq!(back.event.as_ref(), Some(&first.event.id));
     assert!(back.satisfied_ms.is_some());
     assert!(store.pending_wait(&t).await.unwrap().is_none());
+    assert!(store.pending_waits("webhook").await.unwrap().is_empty(), "a satisfied wait is no longer listed");
     let kinds: Vec<EventKind> = store.events(&t).await.unwrap().iter().map(|e| e.kind).collect();
     assert_eq!(kinds, [EventKind::Wait, EventKind::EventReceived, EventKind::EventReceived], "a retry is not logged again");
     let unknown = incoming(&TaskId::random(), EventSource::Operator, "x", None);
