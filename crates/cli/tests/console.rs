@@ -284,6 +284,44 @@ fn the_http_layers_own_errors_answer_in_json() {
 }
 
 #[test]
+fn the_timeline_pages_through_a_long_log_and_verifies_the_ledger_apart() {
+    let d = Daemon::start();
+    let id = d.create(&[]);
+    let bearer = format!("authorization: Bearer {}", token(&d));
+    for i in 0..210 {
+        let a = http(&d, "POST", &format!("/v1/tasks/{id}/exec"), &["-H", &bearer, "-H", "content-type: application/json", "--data", &format!(r#"{{"cmd":["echo","n{i}"]}}"#)]);
+        assert_eq!(a.status, 200, "{}", a.body);
+    }
+    let total = d.json(&["log", &id]).as_array().unwrap().len();
+    assert!(total > 210, "{total}");
+    let cookie = log_in(&d);
+    let newest = get(&d, &cookie, &format!("/console/tasks/{id}")).body;
+    let rows = |page: &str| page.matches("<li class=\"ev ").count();
+    assert_eq!(rows(&newest), 200, "a page of 200 events");
+    assert!(newest.contains(&format!("id=\"ev-{total}\"")), "the newest event is on the first page");
+    assert!(!newest.contains("id=\"ev-1\""), "the oldest is not");
+    let first_shown = total - 199;
+    let older_link = format!("/console/tasks/{id}?before={first_shown}");
+    assert!(newest.contains(&older_link), "a link to the older events");
+    assert!(newest.contains(&format!("data-live=\"/console/tasks/{id}/live?after={total}\"")), "live from the newest");
+    let older = get(&d, &cookie, &older_link).body;
+    assert_eq!(rows(&older), first_shown - 1, "the rest");
+    assert!(older.contains("id=\"ev-1\"") && !older.contains(&format!("id=\"ev-{first_shown}\"")));
+    assert!(!older.contains("data-live"), "an older page is not live");
+    assert!(!older.contains("?before="), "nothing older than the first event");
+
+    // The ledger's verdict, apart from the page (it walks the whole chain).
+    assert!(newest.contains(&format!("data-src=\"/console/tasks/{id}/ledger?part=verdict\"")));
+    let verdict = get(&d, &cookie, &format!("/console/tasks/{id}/ledger?part=verdict"));
+    assert_eq!(verdict.status, 200);
+    assert!(verdict.body.contains(&format!("verified: {total} entries")), "{}", verdict.body);
+    let page = get(&d, &cookie, &format!("/console/tasks/{id}/ledger")).body;
+    assert!(page.contains("verified: ") && page.contains("<h1>Ledger of"), "{page}");
+    assert_eq!(get(&d, &cookie, "/console/tasks/tnonexistent/ledger").status, 404);
+    assert_eq!(get(&d, &cookie, "/console/tasks/tnonexistent").status, 404);
+}
+
+#[test]
 fn the_console_in_a_real_browser() {
     let begun = Instant::now();
     common::browser::require_browser();
@@ -313,6 +351,7 @@ fn the_console_in_a_real_browser() {
     assert_eq!(r["all_rows"], 5, "every task listed: {r}");
     assert_eq!(r["filtered_rows"], 1, "the filter finds one: {r}");
     assert!(r["filtered_text"].as_str().unwrap().contains("watched-task"), "{r}");
+    assert!(r["ledger"].as_str().unwrap().starts_with("verified: "), "the script put the ledger's verdict in: {r}");
     let live = &r["live"];
     assert!(live["row"].as_str().unwrap().contains("console-live-marker") && live["row"].as_str().unwrap().contains("exit 3"), "{r}");
     assert_eq!(live["after"].as_u64().unwrap(), live["before"].as_u64().unwrap() + 1, "one row came live: {r}");

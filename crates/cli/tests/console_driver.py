@@ -68,6 +68,8 @@ with sync_playwright() as p:
         rows.first.locator("a").click()
         page.locator("p.live").wait_for()
         page.wait_for_function("document.querySelector('p.live').textContent === 'live'")
+        page.locator("#ledger span.ok").wait_for()
+        out["ledger"] = page.locator("#ledger").inner_text()
         before = page.locator("ol.timeline li").count()
         marker = "console-live-marker"
         api_exec(task_name, ["sh", "-c", f"echo {marker}; exit 3"])

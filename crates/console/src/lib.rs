@@ -19,6 +19,7 @@
 //! | POST | /console/logout | ends the session |
 //! | GET | /console/tasks/{id} | a task's timeline |
 //! | GET | /console/tasks/{id}/live?after=SEQ | the timeline's new rows as server-sent events |
+//! | GET | /console/tasks/{id}/ledger | the hash chain verified (`?part=verdict`: the verdict alone) |
 //! | GET | /console/approvals | pending approvals with their context |
 //! | POST | /console/approvals/{task} | approve or reject |
 //! | GET | /console/assets/{file} | the style sheet and the script |
@@ -61,6 +62,7 @@ pub fn router<S: Clone + Send + Sync + 'static>(rt: Arc<Runtime>, token: Arc<Str
         .route("/", get(tasks::list))
         .route("/console/tasks/{id}", get(timeline::show))
         .route("/console/tasks/{id}/live", get(timeline::live))
+        .route("/console/tasks/{id}/ledger", get(timeline::ledger))
         .route("/console/approvals", get(approvals::list))
         .route("/console/approvals/{task}", post(approvals::decide))
         .route("/console/logout", post(session::logout))

@@ -89,16 +89,19 @@ pub fn row(e: &Event) -> Markup {
 }
 
 async fn render(console: &Console, session: &Session, id: &str, before: Option<u64>) -> Response {
-    let (view, events) = match (console.rt.show(id).await, console.rt.events(id).await) {
+    // One more than a page: whether there are older events.
+    let (view, mut events) = match (console.rt.show(id).await, console.rt.events_page(id, before, PAGE_EVENTS as u64 + 1).await) {
         (Ok(view), Ok(events)) => (view, events),
         (Err(e), _) | (_, Err(e)) => return not_found_or(session, e),
     };
-    let ledger = console.rt.ledger_report(id).await;
+    let older = events.len() > PAGE_EVENTS;
+    if older {
+        events.remove(0);
+    }
     let task = &view.task;
-    let older: Vec<&Event> = events.iter().filter(|e| before.is_none_or(|b| e.seq < b)).collect();
-    let shown = &older[older.len().saturating_sub(PAGE_EVENTS)..];
     let last_seq = events.last().map_or(0, |e| e.seq);
     let title = task.name.clone().unwrap_or_else(|| task.id.to_string());
+    let ledger = format!("/console/tasks/{}/ledger", task.id.as_str());
     page(
         &title,
         session,
@@ -119,27 +122,66 @@ async fn render(console: &Console, session: &Session, id: &str, before: Option<u
                     dt { "Last rollback" } dd { (serde_json::to_string(r).unwrap_or_default()) }
                 }
                 dt { "Ledger" }
-                dd {
-                    @match &ledger {
-                        Ok(l) if l.ok => span.ok { "verified: " (l.entries) " entries, " (l.checkpoints) " signed checkpoints" },
-                        Ok(l) => span.no { "does not verify: " (l.problem.as_deref().unwrap_or("")) },
-                        Err(e) => span.no { "cannot be read: " (e) },
-                    }
-                }
+                // The whole chain is walked to verify it: on its own page,
+                // which the script fetches into this place.
+                dd #ledger data-src={ (ledger) "?part=verdict" } { a href=(ledger) { "verify the hash chain" } }
             }
             h2 { "Timeline" }
-            @if older.len() > shown.len() {
-                @if let Some(first) = shown.first() {
+            @if older {
+                @if let Some(first) = events.first() {
                     p { a href={ "/console/tasks/" (task.id.as_str()) "?before=" (first.seq) } { "← older events" } }
                 }
             }
             ol.timeline data-live=[before.is_none().then(|| format!("/console/tasks/{}/live?after={last_seq}", task.id.as_str()))] {
-                @for e in shown { (row(e)) }
+                @for e in &events { (row(e)) }
             }
             @if before.is_some() { p { a href={ "/console/tasks/" (task.id.as_str()) } { "newest events →" } } }
         },
     )
     .into_response()
+}
+
+#[derive(Debug, Deserialize)]
+pub struct LedgerQuery {
+    /// `verdict`: only the verdict's markup, for the timeline's script.
+    part: Option<String>,
+}
+
+/// The ledger's verdict: the hash chain walked and every signed
+/// checkpoint checked.
+fn verdict(l: &Result<cairn_api::ledger::LedgerView, cairn_runtime::Error>) -> Markup {
+    html! {
+        @match l {
+            Ok(l) if l.ok => span.ok { "verified: " (l.entries) " entries, " (l.checkpoints) " signed checkpoints" },
+            Ok(l) => span.no { "does not verify: " (l.problem.as_deref().unwrap_or("")) },
+            Err(e) => span.no { "cannot be read: " (e) },
+        }
+    }
+}
+
+pub async fn ledger(State(console): State<Console>, Extension(session): Extension<Session>, Path(id): Path<String>, Query(q): Query<LedgerQuery>) -> Response {
+    let report = console.rt.ledger_report(&id).await;
+    if q.part.as_deref() == Some("verdict") {
+        return verdict(&report).into_response();
+    }
+    if let Err(e) = &report {
+        if matches!(e, cairn_runtime::Error::NotFound(_)) {
+            return layout::error_page(StatusCode::NOT_FOUND, &session, Section::Tasks, &e.to_string());
+        }
+    }
+    let body = html! {
+        h1 { "Ledger of " code { (id) } }
+        p { (verdict(&report)) }
+        @if let Ok(l) = &report {
+            dl.meta {
+                dt { "Entries" } dd { (l.entries) }
+                dt { "Head" } dd { code { (l.head.as_deref().unwrap_or("-")) } }
+                dt { "Signed checkpoints" } dd { (l.checkpoints) }
+            }
+        }
+        p { a href={ "/console/tasks/" (id) } { "← the timeline" } }
+    };
+    page("Ledger", &session, Section::Tasks, body).into_response()
 }
 
 fn not_found_or(session: &Session, e: cairn_runtime::Error) -> Response {

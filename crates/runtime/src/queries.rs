@@ -44,6 +44,13 @@ impl Runtime {
         Ok(self.store.events(&task.id).await?)
     }
 
+    /// A page of the task's event log: its last `limit` events before
+    /// `before` (the newest when `None`), in order.
+    pub async fn events_page(&self, id_or_name: &str, before: Option<u64>, limit: u64) -> Result<Vec<Event>, Error> {
+        let task = self.find(id_or_name).await?;
+        Ok(self.store.events_before(&task.id, before, limit).await?)
+    }
+
     pub async fn inbox(&self, id_or_name: &str) -> Result<Vec<InboxEvent>, Error> {
         let task = self.find(id_or_name).await?;
         Ok(self.store.inbox(&task.id).await?)

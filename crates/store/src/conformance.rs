@@ -303,6 +303,11 @@ pub(crate) async fn events_are_numbered_per_task_and_read_after_a_seq(db: &impl 
     assert_eq!(new, [2, 3], "only what came after seq 1");
     assert!(store.events_after(&a.id, 3).await.unwrap().is_empty());
     assert_eq!(store.events_after(&a.id, 0).await.unwrap(), all);
+    let seqs = |page: Vec<cairn_core::Event>| page.iter().map(|e| e.seq).collect::<Vec<_>>();
+    assert_eq!(seqs(store.events_before(&a.id, None, 2).await.unwrap()), [2, 3], "the newest page, in order");
+    assert_eq!(seqs(store.events_before(&a.id, Some(2), 2).await.unwrap()), [1], "the page before seq 2");
+    assert_eq!(store.events_before(&a.id, None, 10).await.unwrap(), all);
+    assert!(store.events_before(&a.id, Some(1), 10).await.unwrap().is_empty());
     assert!(store.events(&TaskId::random()).await.unwrap().is_empty());
     assert!(store.append_event(&event(&TaskId::random(), EventKind::Exec)).await.is_err(), "no log without its task");
 }

@@ -161,6 +161,10 @@ pub trait EventStore: Send + Sync {
     /// The task's events after sequence number `after` (a live watch asks
     /// for what is new, not for the whole log again).
     async fn events_after(&self, id: &TaskId, after: u64) -> Result<Vec<Event>>;
+
+    /// A page of the task's log: its last `limit` events before sequence
+    /// number `before` (all of them when `None`), in order.
+    async fn events_before(&self, id: &TaskId, before: Option<u64>, limit: u64) -> Result<Vec<Event>>;
 }
 
 /// Live sandboxes and the uid slots they hold: a slot is a range of host

@@ -57,6 +57,19 @@ macro_rules! events {
                         .map_err(|e| Error::Query("read events", e))?;
                     rows.into_iter().map(EventRow::parse).collect()
                 }
+
+                async fn events_before(&self, id: &TaskId, before: Option<u64>, limit: u64) -> Result<Vec<Event>> {
+                    let before = before.map_or(i64::MAX, |b| b.min(i64::MAX as u64) as i64);
+                    let mut rows: Vec<EventRow> = sqlx::query_as("SELECT * FROM events WHERE task_id = $1 AND seq < $2 ORDER BY seq DESC LIMIT $3")
+                        .bind(id.as_str())
+                        .bind(before)
+                        .bind(limit.min(i64::MAX as u64) as i64)
+                        .fetch_all(&self.pool)
+                        .await
+                        .map_err(|e| Error::Query("read events", e))?;
+                    rows.reverse();
+                    rows.into_iter().map(EventRow::parse).collect()
+                }
             }
 
             impl EventRows for Conn {
