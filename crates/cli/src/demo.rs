@@ -934,6 +934,49 @@ async fn images(d: &mut Demo) -> Result<()> {
 
 /// Suspend on a wait, wake on an approval (through the signed page's form),
 /// on a signed webhook and on a timer.
+/// The web console as a person sees it, logged in with the API token: the
+/// task in the list, its timeline, and the pending approval with its
+/// prompt and what changed since the last milestone.
+async fn console(d: &mut Demo) -> Result<()> {
+    let t = Instant::now();
+    let http = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build()?;
+    let login = http.post(d.client.url("/console/login")).form(&[("token", d.client.token.as_str())]).send().await?;
+    let cookie = login
+        .headers()
+        .get(reqwest::header::SET_COOKIE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .map(str::to_owned)
+        .with_context(|| format!("the console's login answered {} without a session cookie", login.status()))?;
+    let page = |path: String| {
+        let req = http.get(d.client.url(&path)).header(reqwest::header::COOKIE, cookie.clone());
+        async move {
+            let resp = req.send().await?;
+            let status = resp.status();
+            let body = resp.text().await?;
+            if !status.is_success() {
+                bail!("the console's {path} answered {status}");
+            }
+            Ok::<String, anyhow::Error>(body)
+        }
+    };
+    let list = page("/".into()).await?;
+    let timeline = page(format!("/console/tasks/{}", d.task)).await?;
+    let approvals = page("/console/approvals".into()).await?;
+    let rows = timeline.matches("<li class=\"ev ").count();
+    let ok = list.contains(&d.task) && rows > 0 && approvals.contains("Publish notes.txt?") && approvals.contains("Changed since milestone");
+    d.say(
+        "the web console: tasks, a live timeline, approvals with context",
+        t.elapsed(),
+        &format!("{}/ (log in with the API token)
+task list names {}; its timeline shows {rows} events; the approval waits there with what changed since its milestone", d.client.base, d.task),
+    );
+    if !ok {
+        bail!("the console did not show the task, its timeline and its pending approval");
+    }
+    Ok(())
+}
+
 async fn waits(d: &mut Demo, home: &Path) -> Result<()> {
     let t = Instant::now();
     let shown: TaskView = d.client.get(&format!("/v1/tasks/{}", d.task)).await?;
@@ -956,6 +999,7 @@ async fn waits(d: &mut Demo, home: &Path) -> Result<()> {
     if w.task_state != TaskState::Suspended || !traces.is_empty() {
         bail!("the waiting task still holds compute");
     }
+    console(d).await?;
     let t = Instant::now();
     let url = w.approval_url.clone().unwrap_or_default();
     let http = reqwest::Client::new();
