@@ -196,15 +196,18 @@ fn what_a_task_writes_is_shown_as_text() {
     let w = d.json(&["wait", &id, "--approval", xss[3]]);
     assert_eq!(w["state"], "pending", "{w}");
     let cookie = log_in(&d);
+    let link = w["approval_url"].as_str().unwrap().strip_prefix(&d.url).unwrap().to_owned();
     let pages = [
         "/".to_owned(),
         format!("/?meta=owner%3D{}", common_query(xss[1])),
         format!("/console/tasks/{id}"),
         "/console/approvals".to_owned(),
+        link.clone(),
     ];
     for p in &pages {
         let a = get(&d, &cookie, p);
         assert_eq!(a.status, 200, "{p}: {}", a.body);
+        let own_scripts = if p.starts_with("/approve/") { 0 } else { 1 };
         for s in xss {
             for raw in ["<script>alert", "<img", "<svg", "<iframe", "</textarea><iframe"] {
                 if s.contains(raw) {
@@ -212,8 +215,13 @@ fn what_a_task_writes_is_shown_as_text() {
                 }
             }
         }
-        assert_eq!(a.body.matches("<script").count(), 1, "{p}: only the console's own script");
+        assert_eq!(a.body.matches("<script").count(), own_scripts, "{p}: only the console's own script");
     }
+    // The approval page shows the same context as the console, escaped.
+    let page = get(&d, &cookie, &link).body;
+    assert!(page.contains("Changed since milestone") && page.contains("<code>/workspace/after</code>"), "{page}");
+    assert!(page.contains("&lt;script&gt;alert(1)&lt;/script&gt;"), "the milestone's note, escaped: {page}");
+    assert!(page.contains("Last commands") && page.contains("<code>$ sh -c echo more &gt; /workspace/after</code>"), "{page}");
     let timeline = get(&d, &cookie, &format!("/console/tasks/{id}")).body;
     assert!(timeline.contains("&lt;script&gt;alert(1)&lt;/script&gt;"), "the note is shown, escaped");
     let approvals = get(&d, &cookie, "/console/approvals").body;

@@ -49,30 +49,40 @@ impl Runtime {
     /// Every pending approval, oldest first, with what an approver needs
     /// to decide it ([`ApprovalContext`]): the console's approvals page.
     pub async fn pending_approvals(&self) -> Result<Vec<ApprovalContext>, Error> {
-        /// Commands shown per approval.
-        const LAST_COMMANDS: usize = 5;
         let mut out = Vec::new();
         for wait in self.store.pending_waits("approval").await? {
-            let WaitFor::Approval { prompt } = wait.what.clone() else { continue };
-            let task = self.store.find_task(wait.task.as_str()).await?;
-            let events = self.store.events(&task.id).await?;
-            let mut last_commands: Vec<_> = events.into_iter().rev().filter(|e| e.kind == EventKind::Exec).take(LAST_COMMANDS).collect();
-            last_commands.reverse();
-            let snapshots = self.store.snapshots(&task.id).await?;
-            let milestone = snapshots.iter().rev().find(|s| s.kind == cairn_core::SnapshotKind::Milestone);
-            let since_milestone = match (milestone, snapshots.last()) {
-                (Some(m), Some(newest)) => match self.diff(task.id.as_str(), m.id.as_str(), newest.id.as_str()).await {
-                    Ok(diff) => Some(SinceMilestone { milestone: m.id.to_string(), note: m.note.clone(), to: newest.id.to_string(), diff }),
-                    Err(e) => {
-                        tracing::warn!(task = %task.id, "the diff since the last milestone: {e}");
-                        None
-                    }
-                },
-                _ => None,
-            };
-            out.push(ApprovalContext { wait: self.wait_view(wait).await?, task_name: task.name, step: task.step, prompt, since_milestone, last_commands });
+            out.push(self.approval_context(wait).await?);
         }
         Ok(out)
+    }
+
+    /// An approval wait with what an approver needs to decide it: the
+    /// task's name and step, the prompt, the files changed from its last
+    /// milestone snapshot to its newest, and its last commands.
+    pub async fn approval_context(&self, wait: Wait) -> Result<ApprovalContext, Error> {
+        /// Commands shown per approval.
+        const LAST_COMMANDS: usize = 5;
+        let prompt = match &wait.what {
+            WaitFor::Approval { prompt } => prompt.clone(),
+            other => return Err(Error::invalid(format!("wait {} is for {}, not an approval", wait.id, other.kind()))),
+        };
+        let task = self.store.find_task(wait.task.as_str()).await?;
+        let events = self.store.events_before(&task.id, None, 200).await?;
+        let mut last_commands: Vec<_> = events.into_iter().rev().filter(|e| e.kind == EventKind::Exec).take(LAST_COMMANDS).collect();
+        last_commands.reverse();
+        let snapshots = self.store.snapshots(&task.id).await?;
+        let milestone = snapshots.iter().rev().find(|s| s.kind == cairn_core::SnapshotKind::Milestone);
+        let since_milestone = match (milestone, snapshots.last()) {
+            (Some(m), Some(newest)) => match self.diff(task.id.as_str(), m.id.as_str(), newest.id.as_str()).await {
+                Ok(diff) => Some(SinceMilestone { milestone: m.id.to_string(), note: m.note.clone(), to: newest.id.to_string(), diff }),
+                Err(e) => {
+                    tracing::warn!(task = %task.id, "the diff since the last milestone: {e}");
+                    None
+                }
+            },
+            _ => None,
+        };
+        Ok(ApprovalContext { wait: self.wait_view(wait).await?, task_name: task.name, step: task.step, prompt, since_milestone, last_commands })
     }
 
     /// Registers a wait; unless an event in the inbox satisfies it at once,

@@ -4,6 +4,8 @@
 
 use std::fmt::Write;
 
+use cairn_api::waits::ApprovalContext;
+
 /// HTML-escapes text for element content and quoted attribute values.
 pub fn escape(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
@@ -23,7 +25,7 @@ pub fn escape(s: &str) -> String {
 /// The page for a pending approval: the task, what is asked, an optional
 /// comment and the approve / reject form. `exp` and `sig` are echoed back in
 /// hidden fields so the POST carries the same proof as the link.
-pub fn render_pending(task: &str, wait_id: &str, prompt: &str, exp: i64, sig: &str) -> String {
+pub fn render_pending(task: &str, wait_id: &str, prompt: &str, exp: i64, sig: &str, context: Option<&ApprovalContext>) -> String {
     let mut body = String::new();
     // Writing to a String cannot fail.
     let _ = write!(
@@ -38,7 +40,7 @@ pub fn render_pending(task: &str, wait_id: &str, prompt: &str, exp: i64, sig: &s
 <h2 id="req">Request</h2>
 <div class="prompt">{prompt}</div>
 </section>
-<form method="post" action="/approve/{wait}">
+{context}<form method="post" action="/approve/{wait}">
 <input type="hidden" name="exp" value="{exp}">
 <input type="hidden" name="sig" value="{sig}">
 <label for="comment">Comment <span class="hint">(optional, passed on to the task)</span></label>
@@ -51,11 +53,54 @@ pub fn render_pending(task: &str, wait_id: &str, prompt: &str, exp: i64, sig: &s
         task = escape(task),
         until = escape(&utc_minutes(exp)),
         prompt = escape(prompt),
+        context = context.map(render_context).unwrap_or_default(),
         wait = escape(wait_id),
         exp = exp,
         sig = escape(sig),
     );
     layout("Approval requested", &body)
+}
+
+/// Paths listed per kind of change; the rest are counted.
+const PATHS_SHOWN: usize = 20;
+
+/// What an approver needs beside the prompt: the task's name and step,
+/// the files changed since its last milestone, its last commands.
+fn render_context(c: &ApprovalContext) -> String {
+    let mut out = String::from("<dl class=\"meta\">");
+    if let Some(name) = &c.task_name {
+        let _ = write!(out, "<dt>Name</dt><dd>{}</dd>", escape(name));
+    }
+    let _ = write!(out, "<dt>Step</dt><dd>{}</dd></dl>\n", c.step);
+    match &c.since_milestone {
+        Some(m) => {
+            let note = if m.note.is_empty() { String::new() } else { format!(" ({})", escape(&m.note)) };
+            let _ = write!(out, "<h2>Changed since milestone <code>{}</code>{note}</h2>\n", escape(&m.milestone));
+            let kinds = [("added", &m.diff.added), ("changed", &m.diff.changed), ("deleted", &m.diff.deleted)];
+            if kinds.iter().all(|(_, l)| l.is_empty()) {
+                out.push_str("<p class=\"lede\">Nothing.</p>\n");
+            } else {
+                out.push_str("<ul class=\"changes\">");
+                for (label, list) in kinds.iter().filter(|(_, l)| !l.is_empty()) {
+                    let shown: Vec<String> = list.iter().take(PATHS_SHOWN).map(|p| format!("<code>{}</code>", escape(p))).collect();
+                    let more = if list.len() > PATHS_SHOWN { format!(" and {} more", list.len() - PATHS_SHOWN) } else { String::new() };
+                    let _ = write!(out, "<li>{label} ({}): {}{more}</li>", list.len(), shown.join(", "));
+                }
+                out.push_str("</ul>\n");
+            }
+        }
+        None => out.push_str("<h2>Changed since the last milestone</h2>\n<p class=\"lede\">No milestone snapshot yet.</p>\n"),
+    }
+    if !c.last_commands.is_empty() {
+        out.push_str("<h2>Last commands</h2>\n<ul class=\"commands\">");
+        for e in &c.last_commands {
+            let argv: Vec<&str> = e.args.get("argv").and_then(|v| v.as_array()).map(|v| v.iter().filter_map(|a| a.as_str()).collect()).unwrap_or_default();
+            let exit = e.exit_code.map(|c| format!(" <span class=\"exit\">exit {c}</span>")).unwrap_or_default();
+            let _ = write!(out, "<li><code>$ {}</code>{exit}</li>", escape(&argv.join(" ")));
+        }
+        out.push_str("</ul>\n");
+    }
+    out
 }
 
 /// The confirmation after a decision. `decision` is the form's value,
@@ -108,6 +153,8 @@ h1.ok { color: var(--ok); } h1.no { color: var(--no); }
 main > :last-child { margin-bottom: 0; }
 .meta { display: grid; grid-template-columns: max-content 1fr; gap: .25rem 1rem; margin: 0; }
 .meta dt { color: var(--muted); } .meta dd { margin: 0; overflow-wrap: anywhere; }
+ul.changes, ul.commands { margin: 0; padding-left: 1.2rem; overflow-wrap: anywhere; }
+.exit { color: var(--muted); font-size: .9em; }
 code { font: .95em ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; }
 .prompt { white-space: pre-wrap; overflow-wrap: anywhere; padding: .85rem 1rem; border: 1px solid var(--line);
   border-left: 4px solid var(--focus); border-radius: 6px; background: var(--bg); }
@@ -179,7 +226,7 @@ mod tests {
 
     #[test]
     fn pending_escapes_everything_it_shows() {
-        let html = render_pending("t<b>", "w\"1", "<script>alert('hi')</script>\nsecond line", 0, "s\"ig");
+        let html = render_pending("t<b>", "w\"1", "<script>alert('hi')</script>\nsecond line", 0, "s\"ig", None);
         assert!(!html.contains("<script>"), "{html}");
         assert!(!html.contains("<b>"));
         assert!(html.contains("&lt;script&gt;alert(&#39;hi&#39;)&lt;/script&gt;\nsecond line"));
@@ -189,7 +236,7 @@ mod tests {
 
     #[test]
     fn pending_form() {
-        let html = render_pending("tAbC123", "wXyZ789", "Deploy to production?", 1_750_000_000_000, "tok-_123");
+        let html = render_pending("tAbC123", "wXyZ789", "Deploy to production?", 1_750_000_000_000, "tok-_123", None);
         assert!(html.contains("<title>Approval requested · Cairn</title>"));
         assert!(html.contains("<h1>Approval requested</h1>"));
         assert!(html.contains("<code>tAbC123</code>"));

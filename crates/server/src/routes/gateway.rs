@@ -95,7 +95,18 @@ fn error_page(e: cairn_runtime::Error) -> Response {
 )]
 async fn approval_page(rt: Rt, Path(wait): Path<String>, Query(q): Query<LinkQuery>) -> Response {
     match rt.linked_wait(&wait, q.exp, &q.sig).await {
-        Ok(l) => html(StatusCode::OK, page::render_pending(l.wait.task.as_str(), l.wait.id.as_str(), &l.prompt, q.exp, &q.sig)),
+        Ok(l) => {
+            // The context is a help, not the decision: a page without it
+            // still lets the approver decide on the prompt.
+            let context = match rt.approval_context(l.wait.clone()).await {
+                Ok(c) => Some(c),
+                Err(e) => {
+                    tracing::warn!(wait = %l.wait.id, "the approval page's context: {e}");
+                    None
+                }
+            };
+            html(StatusCode::OK, page::render_pending(l.wait.task.as_str(), l.wait.id.as_str(), &l.prompt, q.exp, &q.sig, context.as_ref()))
+        }
         Err(e) => error_page(e),
     }
 }
