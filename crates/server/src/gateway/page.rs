@@ -71,11 +71,11 @@ fn render_context(c: &ApprovalContext) -> String {
     if let Some(name) = &c.task_name {
         let _ = write!(out, "<dt>Name</dt><dd>{}</dd>", escape(name));
     }
-    let _ = write!(out, "<dt>Step</dt><dd>{}</dd></dl>\n", c.step);
+    let _ = writeln!(out, "<dt>Step</dt><dd>{}</dd></dl>", c.step);
     match &c.since_milestone {
         Some(m) => {
             let note = if m.note.is_empty() { String::new() } else { format!(" ({})", escape(&m.note)) };
-            let _ = write!(out, "<h2>Changed since milestone <code>{}</code>{note}</h2>\n", escape(&m.milestone));
+            let _ = writeln!(out, "<h2>Changed since milestone <code>{}</code>{note}</h2>", escape(&m.milestone));
             let kinds = [("added", &m.diff.added), ("changed", &m.diff.changed), ("deleted", &m.diff.deleted)];
             if kinds.iter().all(|(_, l)| l.is_empty()) {
                 out.push_str("<p class=\"lede\">Nothing.</p>\n");
