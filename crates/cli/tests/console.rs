@@ -78,7 +78,7 @@ fn csrf(page: &str) -> String {
 fn every_console_route_is_refused_without_a_session() {
     let d = Daemon::start();
     let id = d.create(&["--name", "guarded"]);
-    let pages = ["/", "/?state=running", "/console/approvals", &format!("/console/tasks/{id}")];
+    let pages = ["/", "/?state=running", "/console/approvals", "/console/system", &format!("/console/tasks/{id}"), &format!("/console/tasks/{id}/ledger")];
     for p in pages {
         let a = http(&d, "GET", p, &[]);
         assert_eq!(a.status, 303, "GET {p} without a session: {}", a.body);
@@ -249,6 +249,7 @@ fn pages_carry_the_security_headers_and_the_approval_page_too() {
         ("tasks", get(&d, &cookie, "/")),
         ("timeline", get(&d, &cookie, &format!("/console/tasks/{id}"))),
         ("approvals", get(&d, &cookie, "/console/approvals")),
+        ("system", get(&d, &cookie, "/console/system")),
         ("approval page", http(&d, "GET", &link, &[])),
     ];
     for (what, a) in &answers {
@@ -330,6 +331,28 @@ fn the_timeline_pages_through_a_long_log_and_verifies_the_ledger_apart() {
 }
 
 #[test]
+fn the_system_page_draws_the_metrics_the_nodes_and_the_images() {
+    let d = Daemon::start();
+    let id = d.create(&["--name", "charted"]);
+    d.ok(&["suspend", &id]);
+    d.ok(&["resume", &id]);
+    let cookie = log_in(&d);
+    let page = get(&d, &cookie, "/console/system");
+    assert_eq!(page.status, 200, "{}", page.body);
+    let body = &page.body;
+    assert_eq!(body.matches("<svg").count(), 3, "three charts: {body}");
+    assert!(body.contains("aria-label=\"Tasks by state: ") && body.contains("running: 1"), "tasks by state: {body}");
+    let wake = body.split("aria-label=\"Wake latency").nth(1).unwrap().split('"').next().unwrap();
+    assert!(wake.contains(" ms: 1"), "one wake in its latency bucket: {wake}");
+    let node = d.json(&["node", "list"]);
+    let name = node[0]["name"].as_str().unwrap();
+    assert!(body.contains(&format!("<td>{name}</td>")), "the node: {body}");
+    let images = d.json(&["image", "list"]);
+    let image = images[0]["name"].as_str().unwrap();
+    assert!(body.contains(&format!("<code>{image}</code>")), "the image: {body}");
+}
+
+#[test]
 fn the_console_in_a_real_browser() {
     let begun = Instant::now();
     common::browser::require_browser();
@@ -367,6 +390,7 @@ fn the_console_in_a_real_browser() {
     assert!(card.contains("Deploy the <b>release</b>?"), "the prompt as text: {card}");
     assert!(card.contains("needs-approval") && card.contains("/workspace/b"), "the task and what changed since its milestone: {card}");
     assert!(r["after_approval"]["wake"].as_str().unwrap().contains("woken by"), "{r}");
+    assert_eq!(r["charts"], 3, "{r}");
     assert!(r["after_logout"].as_str().unwrap().contains("/console/login"), "{r}");
     assert!(r["after_logout_home"].as_str().unwrap().contains("/console/login"), "logged out: {r}");
     assert_eq!(r["nojs_rows"], 5, "the list without JavaScript: {r}");
@@ -382,7 +406,7 @@ fn the_console_in_a_real_browser() {
     let data = &decided["data"];
     assert_eq!((data["decision"].as_str(), data["by"].as_str()), (Some("approve"), Some("console")), "{decided}");
     assert_eq!(data["comment"], "approved from the console <b>ok</b>", "{decided}");
-    for shot in ["tasks", "timeline", "approvals"] {
+    for shot in ["tasks", "timeline", "approvals", "system"] {
         let png = std::fs::read(shots.join(format!("{shot}.png"))).unwrap();
         assert!(png.starts_with(b"\x89PNG") && png.len() > 5000, "{shot}: a real screenshot");
     }

@@ -91,6 +91,11 @@ with sync_playwright() as p:
         page.locator("ol.timeline li.wake").wait_for(timeout=20000)
         out["after_approval"] = {"url": page.url, "wake": page.locator("ol.timeline li.wake").first.inner_text()}
 
+        page.get_by_role("link", name="System").click()
+        page.locator("figure.chart svg").first.wait_for()
+        out["charts"] = page.locator("figure.chart svg").count()
+        page.screenshot(path=f"{shots}/system.png", full_page=True)
+
         # Log out: the session is gone, also for a copy of its cookie.
         page.get_by_role("button", name="Log out").click()
         page.wait_for_url("**/console/login**")

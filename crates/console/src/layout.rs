@@ -18,6 +18,7 @@ const SCRIPT: &str = include_str!("assets/console.js");
 pub enum Section {
     Tasks,
     Approvals,
+    System,
 }
 
 fn head(title: &str) -> Markup {
@@ -45,6 +46,7 @@ pub fn page(title: &str, session: &Session, section: Section, body: Markup) -> M
                     nav {
                         a href="/" aria-current=[(section == Section::Tasks).then_some("page")] { "Tasks" }
                         a href="/console/approvals" aria-current=[(section == Section::Approvals).then_some("page")] { "Approvals" }
+                        a href="/console/system" aria-current=[(section == Section::System).then_some("page")] { "System" }
                     }
                     form.logout method="post" action="/console/logout" {
                         input type="hidden" name="csrf" value=(session.csrf);

@@ -5,8 +5,9 @@
 //!   per-session token every form carries (CSRF).
 //! - [`headers`]: the security headers every page is sent with (also the
 //!   approval page's, in `cairn-server`).
-//! - [`tasks`], [`timeline`], [`approvals`]: the pages; each handler reads
-//!   through [`Runtime`] methods and renders with [`layout`].
+//! - [`tasks`], [`timeline`], [`approvals`], [`system`]: the pages; each
+//!   handler reads through [`Runtime`] methods and renders with [`layout`]
+//!   (charts as inline SVG with [`charts`]).
 //!
 //! Pages are complete without JavaScript; one small script (served from
 //! `/console/assets/`, as the Content-Security-Policy allows no inline
@@ -22,12 +23,15 @@
 //! | GET | /console/tasks/{id}/ledger | the hash chain verified (`?part=verdict`: the verdict alone) |
 //! | GET | /console/approvals | pending approvals with their context |
 //! | POST | /console/approvals/{task} | approve or reject |
+//! | GET | /console/system | charts from the metrics, the nodes, the images and templates |
 //! | GET | /console/assets/{file} | the style sheet and the script |
 
 pub mod approvals;
+pub mod charts;
 pub mod headers;
 pub mod layout;
 pub mod session;
+pub mod system;
 pub mod tasks;
 pub mod timeline;
 
@@ -64,6 +68,7 @@ pub fn router<S: Clone + Send + Sync + 'static>(rt: Arc<Runtime>, token: Arc<Str
         .route("/console/tasks/{id}/live", get(timeline::live))
         .route("/console/tasks/{id}/ledger", get(timeline::ledger))
         .route("/console/approvals", get(approvals::list))
+        .route("/console/system", get(system::show))
         .route("/console/approvals/{task}", post(approvals::decide))
         .route("/console/logout", post(session::logout))
         .layer(middleware::from_fn_with_state(console.clone(), session::require));
