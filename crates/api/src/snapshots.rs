@@ -150,3 +150,30 @@ mod tests {
         assert_wire_shape(&check, &["packs", "chunks", "manifests", "bytes_read", "chunks_verified", "problems"]);
     }
 }
+
+/// One path of a diff between two snapshots, side by side: what each
+/// snapshot's writable layers hold there, and a unified diff when both
+/// are text small enough to read.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileChange {
+    pub path: String,
+    /// The path in snapshot `a`; `None` when its writable layers do not
+    /// hold it (absent, or the image's own file).
+    pub before: Option<FileSide>,
+    pub after: Option<FileSide>,
+    /// `--- a` / `+++ b` hunks, when both sides are text (or absent).
+    pub text_diff: Option<String>,
+}
+
+/// What a snapshot holds at a path.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileSide {
+    /// `file`, `dir`, `symlink`, `whiteout` (deleted), or another node.
+    pub kind: String,
+    pub size: u64,
+    pub mode: u32,
+    /// BLAKE3 of the content, for a file small enough to read.
+    pub blake3: Option<String>,
+    /// A symlink's target.
+    pub target: Option<String>,
+}

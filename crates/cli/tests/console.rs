@@ -331,6 +331,57 @@ fn the_timeline_pages_through_a_long_log_and_verifies_the_ledger_apart() {
 }
 
 #[test]
+fn a_snapshot_diff_shows_the_tree_text_diffs_and_binary_files_by_hash() {
+    let d = Daemon::start();
+    let id = d.create(&[]);
+    let (code, _, err) = d.sh(&id, "mkdir -p /workspace/src && printf 'one\\ntwo\\nthree\\n' > /workspace/src/a.txt && echo gone > /workspace/old.txt");
+    assert_eq!(code, 0, "{err}");
+    let a = d.json(&["snapshot", &id, "--kind", "milestone", "--note", "before"])["id"].as_str().unwrap().to_owned();
+    let (code, _, err) = d.sh(
+        &id,
+        "printf 'one\\n2\\nthree\\n' > /workspace/src/a.txt && rm /workspace/old.txt && printf 'bin\\000ary' > '/workspace/<i>x.bin' \
+         && head -c 2097152 /dev/zero | tr '\\0' x > /workspace/big.txt",
+    );
+    assert_eq!(code, 0, "{err}");
+    let b = d.json(&["snapshot", &id, "--note", "after"])["id"].as_str().unwrap().to_owned();
+    let cookie = log_in(&d);
+
+    let list = get(&d, &cookie, &format!("/console/tasks/{id}/snapshots"));
+    assert_eq!(list.status, 200, "{}", list.body);
+    assert!(list.body.contains(&format!("/console/tasks/{id}/diff?a={a}&amp;b={b}")), "a link to what changed since the one before: {}", list.body);
+
+    let tree = get(&d, &cookie, &format!("/console/tasks/{id}/diff?a={a}&b={b}"));
+    assert_eq!(tree.status, 200, "{}", tree.body);
+    let t = &tree.body;
+    assert!(t.contains("<span class=\"dir\">workspace/</span>") && t.contains("<span class=\"dir\">src/</span>"), "a tree: {t}");
+    for (change, name) in [("changed", "a.txt"), ("deleted", "old.txt"), ("added", "&lt;i&gt;x.bin"), ("added", "big.txt")] {
+        assert!(t.contains(&format!("<span class=\"change {change}\">{change}</span>")) && t.contains(&format!(">{name}</a>")), "{change} {name}: {t}");
+    }
+    assert!(!t.contains("<i>"), "names escaped: {t}");
+
+    let text = get(&d, &cookie, &format!("/console/tasks/{id}/diff?a={a}&b={b}&path=/workspace/src/a.txt")).body;
+    assert!(text.contains("<span class=\"del\">-two</span>") && text.contains("<span class=\"add\">+2</span>"), "a unified diff: {text}");
+    let binary = get(&d, &cookie, &format!("/console/tasks/{id}/diff?a={a}&b={b}&path=/workspace/%3Ci%3Ex.bin")).body;
+    assert!(binary.contains("Binary, or too large"), "{binary}");
+    let hash = blake3_hex(b"bin\0ary");
+    assert!(binary.contains(&hash), "the binary file's BLAKE3: {binary}");
+    let big = get(&d, &cookie, &format!("/console/tasks/{id}/diff?a={a}&b={b}&path=/workspace/big.txt")).body;
+    assert!(big.contains("2097152 B") && big.contains("not read (over the read limit)"), "a large file by its size, unread: {big}");
+    let deleted = get(&d, &cookie, &format!("/console/tasks/{id}/diff?a={a}&b={b}&path=/workspace/old.txt")).body;
+    assert!(deleted.contains("<span class=\"del\">-gone</span>"), "{deleted}");
+
+    let missing = get(&d, &cookie, &format!("/console/tasks/{id}/diff?a={a}&b={b}&path=/workspace/none"));
+    assert_eq!(missing.status, 404, "{}", missing.body);
+    assert_eq!(get(&d, &cookie, &format!("/console/tasks/{id}/diff?a={a}&b=snope")).status, 404);
+    assert_eq!(get(&d, &cookie, &format!("/console/tasks/{id}/diff?a={a}")).status, 400, "b is missing");
+}
+
+/// BLAKE3 of `data`, in hex (a blob id is the BLAKE3 of its bytes).
+fn blake3_hex(data: &[u8]) -> String {
+    cairn_blob::ObjectId::of(data).to_string()
+}
+
+#[test]
 fn the_system_page_draws_the_metrics_the_nodes_and_the_images() {
     let d = Daemon::start();
     let id = d.create(&["--name", "charted"]);
@@ -390,6 +441,8 @@ fn the_console_in_a_real_browser() {
     assert!(card.contains("Deploy the <b>release</b>?"), "the prompt as text: {card}");
     assert!(card.contains("needs-approval") && card.contains("/workspace/b"), "the task and what changed since its milestone: {card}");
     assert!(r["after_approval"]["wake"].as_str().unwrap().contains("woken by"), "{r}");
+    assert!(r["diff_tree"].as_str().unwrap().contains("workspace/"), "{r}");
+    assert!(r["file_diff"].as_str().unwrap().contains("+changed"), "the file's diff in the browser: {r}");
     assert_eq!(r["charts"], 3, "{r}");
     assert!(r["after_logout"].as_str().unwrap().contains("/console/login"), "{r}");
     assert!(r["after_logout_home"].as_str().unwrap().contains("/console/login"), "logged out: {r}");
@@ -406,7 +459,7 @@ fn the_console_in_a_real_browser() {
     let data = &decided["data"];
     assert_eq!((data["decision"].as_str(), data["by"].as_str()), (Some("approve"), Some("console")), "{decided}");
     assert_eq!(data["comment"], "approved from the console <b>ok</b>", "{decided}");
-    for shot in ["tasks", "timeline", "approvals", "system"] {
+    for shot in ["tasks", "timeline", "approvals", "diff", "system"] {
         let png = std::fs::read(shots.join(format!("{shot}.png"))).unwrap();
         assert!(png.starts_with(b"\x89PNG") && png.len() > 5000, "{shot}: a real screenshot");
     }

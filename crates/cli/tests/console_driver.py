@@ -91,6 +91,16 @@ with sync_playwright() as p:
         page.locator("ol.timeline li.wake").wait_for(timeout=20000)
         out["after_approval"] = {"url": page.url, "wake": page.locator("ol.timeline li.wake").first.inner_text()}
 
+        # What changed between its milestone and its suspend snapshot.
+        page.get_by_role("link", name="the list, and what changed between two").click()
+        page.locator("a", has_text="since").first.click()
+        page.locator("ul.tree").first.wait_for()
+        out["diff_tree"] = page.locator("ul.tree").first.inner_text()
+        page.get_by_role("link", name="b", exact=True).click()
+        page.locator("pre.diff").wait_for()
+        out["file_diff"] = page.locator("pre.diff").inner_text()
+        page.screenshot(path=f"{shots}/diff.png", full_page=True)
+
         page.get_by_role("link", name="System").click()
         page.locator("figure.chart svg").first.wait_for()
         out["charts"] = page.locator("figure.chart svg").count()

@@ -5,7 +5,7 @@
 //!   per-session token every form carries (CSRF).
 //! - [`headers`]: the security headers every page is sent with (also the
 //!   approval page's, in `cairn-server`).
-//! - [`tasks`], [`timeline`], [`approvals`], [`system`]: the pages; each
+//! - [`tasks`], [`timeline`], [`snapshots`], [`approvals`], [`system`]: the pages; each
 //!   handler reads through [`Runtime`] methods and renders with [`layout`]
 //!   (charts as inline SVG with [`charts`]).
 //!
@@ -21,6 +21,8 @@
 //! | GET | /console/tasks/{id} | a task's timeline |
 //! | GET | /console/tasks/{id}/live?after=SEQ | the timeline's new rows as server-sent events |
 //! | GET | /console/tasks/{id}/ledger | the hash chain verified (`?part=verdict`: the verdict alone) |
+//! | GET | /console/tasks/{id}/snapshots | the task's snapshots |
+//! | GET | /console/tasks/{id}/diff?a=S&b=S[&path=P] | the changed paths as a tree; one file's change |
 //! | GET | /console/approvals | pending approvals with their context |
 //! | POST | /console/approvals/{task} | approve or reject |
 //! | GET | /console/system | charts from the metrics, the nodes, the images and templates |
@@ -31,6 +33,7 @@ pub mod charts;
 pub mod headers;
 pub mod layout;
 pub mod session;
+pub mod snapshots;
 pub mod system;
 pub mod tasks;
 pub mod timeline;
@@ -67,6 +70,8 @@ pub fn router<S: Clone + Send + Sync + 'static>(rt: Arc<Runtime>, token: Arc<Str
         .route("/console/tasks/{id}", get(timeline::show))
         .route("/console/tasks/{id}/live", get(timeline::live))
         .route("/console/tasks/{id}/ledger", get(timeline::ledger))
+        .route("/console/tasks/{id}/snapshots", get(snapshots::list))
+        .route("/console/tasks/{id}/diff", get(snapshots::diff))
         .route("/console/approvals", get(approvals::list))
         .route("/console/system", get(system::show))
         .route("/console/approvals/{task}", post(approvals::decide))

@@ -115,6 +115,7 @@ async fn render(console: &Console, session: &Session, id: &str, before: Option<u
                 dt { "Node" } dd { (task.node.as_deref().unwrap_or("-")) }
                 dt { "Step" } dd { (task.step) }
                 dt { "Created" } dd { (layout::utc(task.created_ms)) }
+                dt { "Snapshots" } dd { a href={ "/console/tasks/" (task.id.as_str()) "/snapshots" } { "the list, and what changed between two" } }
                 @if let Some(w) = &view.pending_wait {
                     dt { "Waits for" } dd.prompt { (describe_wait(&serde_json::to_value(&w.what).unwrap_or_default())) }
                 }

@@ -32,7 +32,22 @@ pub(crate) const MAX_NOTE: usize = 4096;
 /// Longest memory summary accepted.
 pub(crate) const MAX_MEMORY: usize = 1 << 20;
 
-pub use cairn_api::snapshots::{ForkRequest, GcRequest, OpProgress, RollbackRequest, SnapshotRequest};
+pub use cairn_api::snapshots::{FileChange, FileSide, ForkRequest, GcRequest, OpProgress, RollbackRequest, SnapshotRequest};
+
+/// Files larger than this are shown in a snapshot diff by size, not read.
+pub const DIFF_READ_LIMIT: u64 = 1 << 20;
+
+/// The entry a sandbox path names in a manifest: in the layer mounted
+/// deepest above it.
+fn entry_at<'m>(m: &'m Manifest, path: &str) -> Option<&'m cairn_snapshot::Entry> {
+    let path = std::path::Path::new(path);
+    let mut layers: Vec<_> = m.layers.iter().filter(|l| path.starts_with(&l.at)).collect();
+    layers.sort_by_key(|l| std::cmp::Reverse(l.at.components().count()));
+    layers.into_iter().find_map(|l| {
+        let rel = path.strip_prefix(&l.at).ok()?;
+        l.entries.iter().find(|e| e.path == rel)
+    })
+}
 
 /// The engine's snapshots part: the blob store snapshots live in, the
 /// commands that count as risky, and gc's grace period. The blob store's
@@ -440,6 +455,76 @@ impl Runtime {
     pub async fn list_snapshots(&self, id_or_name: &str) -> Result<Vec<Snapshot>, Error> {
         let task = self.find(id_or_name).await?;
         Ok(self.store.snapshots(&task.id).await?)
+    }
+
+    /// One path of the diff from snapshot `a` to `b`, read from both
+    /// snapshots: kinds, sizes, hashes and, when both sides are text of at
+    /// most [`DIFF_READ_LIMIT`] bytes, a unified diff. A larger file is
+    /// shown by its size and never read.
+    pub async fn diff_file(&self, id_or_name: &str, a: &str, b: &str, path: &str) -> Result<FileChange, Error> {
+        let task = self.find(id_or_name).await?;
+        let (sa, sb) = (self.snapshot_of(&task, a).await?, self.snapshot_of(&task, b).await?);
+        let (ma, mb) = (self.load_manifest(&sa.manifest).await?, self.load_manifest(&sb.manifest).await?);
+        let (ea, eb) = (entry_at(&ma, path).cloned(), entry_at(&mb, path).cloned());
+        if ea.is_none() && eb.is_none() {
+            return Err(Error::not_found(format!("neither snapshot {a} nor {b} holds {path} in its writable layers")));
+        }
+        let (before, old) = self.side(ea).await?;
+        let (after, new) = self.side(eb).await?;
+        let text = |c: &Option<Vec<u8>>, side: &Option<FileSide>| match (c, side) {
+            (Some(bytes), _) => std::str::from_utf8(bytes).ok().filter(|t| !t.contains('\0')).map(str::to_owned),
+            (None, None) => Some(String::new()),
+            (None, Some(s)) if s.kind != "file" => Some(String::new()),
+            (None, Some(_)) => None,
+        };
+        let text_diff = match (text(&old, &before), text(&new, &after)) {
+            (Some(o), Some(n)) if old.is_some() || new.is_some() => {
+                Some(similar::TextDiff::from_lines(&o, &n).unified_diff().context_radius(3).header(&format!("a{path}"), &format!("b{path}")).to_string())
+            }
+            _ => None,
+        };
+        Ok(FileChange { path: path.to_owned(), before, after, text_diff })
+    }
+
+    /// What one side of a file diff shows, and the content when it is a
+    /// file small enough to read.
+    async fn side(&self, entry: Option<cairn_snapshot::Entry>) -> Result<(Option<FileSide>, Option<Vec<u8>>), Error> {
+        use cairn_snapshot::EntryKind;
+        let Some(e) = entry else { return Ok((None, None)) };
+        let (kind, size, target) = match &e.kind {
+            EntryKind::File { size, .. } => ("file", *size, None),
+            EntryKind::Dir => ("dir", 0, None),
+            EntryKind::Symlink { target } => ("symlink", 0, Some(target.to_string_lossy().into_owned())),
+            EntryKind::Whiteout => ("whiteout", 0, None),
+            _ => ("other", 0, None),
+        };
+        let content = match &e.kind {
+            EntryKind::File { size, extents } if *size <= DIFF_READ_LIMIT => {
+                let (size, extents) = (*size, extents.clone());
+                let name = e.path.to_string_lossy().into_owned();
+                let bytes = self
+                    .snaps
+                    .run(move |repo| -> Result<Vec<u8>, cairn_blob::Error> {
+                        let mut out = vec![0u8; size as usize];
+                        for x in &extents {
+                            let mut at = x.offset as usize;
+                            for id in &x.chunks {
+                                let data = repo.read_chunk(id)?;
+                                let end = (at + data.len()).min(out.len());
+                                out[at..end].copy_from_slice(&data[..end - at]);
+                                at = end;
+                            }
+                        }
+                        Ok(out)
+                    })
+                    .await?
+                    .map_err(|err| Error::internal(format!("reading {name} from the blob store: {err}")))?;
+                Some(bytes)
+            }
+            _ => None,
+        };
+        let blake3 = content.as_ref().map(|c| blake3::hash(c).to_hex().to_string());
+        Ok((Some(FileSide { kind: kind.to_owned(), size, mode: e.mode, blake3, target }), content))
     }
 
     pub async fn diff(&self, id_or_name: &str, a: &str, b: &str) -> Result<cairn_snapshot::Diff, Error> {
