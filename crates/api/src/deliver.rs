@@ -48,3 +48,25 @@ pub struct DeliveryView {
     pub ledger_head: String,
     pub completed: bool,
 }
+
+/// A stored delivery record checked by the daemon, as `cairn verify`
+/// checks one: its signature with the cluster's keys, each deliverable's
+/// bytes in the store against its digest, the signed checkpoint inside
+/// it, and the task's live ledger at that entry.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RecordVerdict {
+    pub record: String,
+    /// Every check passed.
+    pub verified: bool,
+    /// The first check that failed, in one line.
+    pub problem: Option<String>,
+    /// What the record names (`None` when it could not be opened).
+    pub task: Option<String>,
+    pub key_id: Option<String>,
+    /// Each deliverable's name and SHA-256.
+    pub deliverables: Vec<(String, String)>,
+    pub ledger_seq: Option<u64>,
+    pub ledger_head: Option<String>,
+    /// The record's signed predicate.
+    pub predicate: Option<Value>,
+}

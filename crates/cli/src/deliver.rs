@@ -16,8 +16,6 @@ use cairn_api::deliver::DeliveryView;
 use cairn_api::ledger::{KeyInfo, LedgerView};
 use reqwest::Method;
 use serde::Serialize;
-use serde_json::Value;
-use cairn_ledger::sha256_hex;
 
 use crate::client::{error_message, Answer, Client};
 
@@ -71,14 +69,6 @@ async fn download(client: &Client, path: &str, to: &Path, total: Option<u64>) ->
     Ok(hash.finalize().iter().map(|b| format!("{b:02x}")).collect())
 }
 
-/// A file name from a record that is safe to join to a directory.
-fn plain_name(name: &str) -> Result<&str> {
-    if name.is_empty() || name == "." || name == ".." || name.contains('/') || name.contains('\0') {
-        bail!("the record names a deliverable {name:?}, which is not a plain file name");
-    }
-    Ok(name)
-}
-
 pub async fn deliver(client: &Client, a: DeliverArgs) -> Result<Answer<DeliveryView>> {
     if let Some(out) = &a.out {
         if out.exists() && std::fs::read_dir(out).map(|mut d| d.next().is_some()).unwrap_or(true) {
@@ -96,7 +86,7 @@ pub async fn deliver(client: &Client, a: DeliverArgs) -> Result<Answer<DeliveryV
     if let Some(out) = &a.out {
         std::fs::create_dir_all(out).with_context(|| format!("--out {}", out.display()))?;
         for d in &v.body.deliverables {
-            let name = plain_name(&d.name)?;
+            let name = cairn_ledger::record::plain_name(&d.name).map_err(|e| anyhow!(e))?;
             let got = download(client, &format!("/v1/deliverables/{}", d.sha256), &out.join(name), Some(d.size)).await?;
             if got != d.sha256 {
                 bail!("deliverable {name} came back from the store with another digest");
@@ -207,23 +197,14 @@ pub async fn verify(daemon: DaemonAccess<'_>, record: &Path, key: Option<&str>) 
         bail!("--offline needs --key PUBKEY, the node's public key (`cairn key show` prints it)");
     }
     let text = std::fs::read(record).with_context(|| format!("cannot read record {}", record.display()))?;
-    let envelope: cairn_ledger::Envelope =
-        serde_json::from_slice(&text).map_err(|e| anyhow!("{} is not a delivery record (a DSSE envelope): {e}", record.display()))?;
     let keys = verifying_keys(&daemon, key).await?;
-    let key_id = envelope.verify(&keys).map_err(|e| anyhow!("record signature: {e}"))?;
-    let payload = envelope.payload().map_err(|e| anyhow!("record payload: {e}"))?;
-    let statement = cairn_ledger::Statement::from_payload(&payload).map_err(|e| anyhow!("record payload: {e}"))?;
-    // The predicate is the record's own signed JSON, read field by field so
-    // that a record missing one is named for it.
-    let pred = &statement.predicate;
-    let task = pred["task"]["id"].as_str().ok_or_else(|| anyhow!("record names no task"))?.to_owned();
+    let opened = cairn_ledger::record::open_record(&text, &record.display().to_string(), &keys).map_err(|e| anyhow!(e))?;
+    let (task, key_id, seq, head) = (opened.task, opened.key_id, opened.seq, opened.head);
 
     // Each deliverable: next to the record, else from the daemon's store.
     let dir = record.parent().unwrap_or(Path::new("."));
     let mut checked = Vec::new();
-    for s in &statement.subject {
-        let name = plain_name(&s.name)?;
-        let want = s.digest.get("sha256").ok_or_else(|| anyhow!("deliverable {name}: the record gives no sha256"))?;
+    for (name, want) in &opened.deliverables {
         let local = dir.join(name);
         let (data, from) = if local.exists() {
             (std::fs::read(&local).with_context(|| format!("read {}", local.display()))?, "next to the record")
@@ -239,24 +220,10 @@ pub async fn verify(daemon: DaemonAccess<'_>, record: &Path, key: Option<&str>) 
                 DaemonAccess::Offline => bail!("deliverable {name}: not next to the record, and --offline fetches nothing from the daemon"),
             }
         };
-        let got = sha256_hex(&data);
-        if got != *want {
-            bail!("deliverable {name} ({from}) does not match the record: its sha256 is {got}, the record says {want}");
-        }
-        checked.push(CheckedDeliverable { from: from.to_owned(), name: name.to_owned(), sha256: want.clone() });
+        cairn_ledger::record::check_deliverable(name, want, &data, from).map_err(|e| anyhow!(e))?;
+        checked.push(CheckedDeliverable { from: from.to_owned(), name: name.clone(), sha256: want.clone() });
     }
 
-    // The signed checkpoint inside the record, and the live ledger.
-    let seq = pred["ledger"]["seq"].as_u64().ok_or_else(|| anyhow!("record names no ledger entry"))?;
-    let head = pred["ledger"]["head"].as_str().ok_or_else(|| anyhow!("record names no ledger head"))?.to_owned();
-    let checkpoint: cairn_ledger::Envelope =
-        serde_json::from_value(pred["ledger"]["checkpoint"].clone()).map_err(|e| anyhow!("record's ledger checkpoint: {e}"))?;
-    checkpoint.verify(&keys).map_err(|e| anyhow!("record's ledger checkpoint signature: {e}"))?;
-    let cp: cairn_ledger::Checkpoint = serde_json::from_slice(&checkpoint.payload().map_err(|e| anyhow!("record's ledger checkpoint: {e}"))?)
-        .map_err(|e| anyhow!("record's ledger checkpoint: {e}"))?;
-    if cp.head != head || cp.seq != seq || cp.task != task {
-        bail!("record's ledger checkpoint names entry {} head {}, the record entry {seq} head {head}", cp.seq, Value::String(cp.head));
-    }
     let unchecked = |why: String, result: String| LedgerCheck { checked: false, head: head.clone(), result, seq, why: Some(why) };
     let (ledger, verified) = match &daemon {
         DaemonAccess::At(c) => match c.get::<LedgerView>(&format!("/v1/tasks/{task}/ledger")).await {

@@ -382,6 +382,51 @@ fn blake3_hex(data: &[u8]) -> String {
 }
 
 #[test]
+fn a_delivery_shows_its_record_verified_and_a_tampered_deliverable_is_named() {
+    let d = Daemon::start();
+    let id = d.create(&[]);
+    let (code, _, err) = d.sh(&id, "echo 'the report <b>' > /workspace/report.md && echo data > /workspace/out.txt");
+    assert_eq!(code, 0, "{err}");
+    let v = d.json(&["deliver", &id, "--report", "/workspace/report.md", "--file", "/workspace/out.txt"]);
+    let record = v["record_id"].as_str().unwrap().to_owned();
+    let cookie = log_in(&d);
+
+    let timeline = get(&d, &cookie, &format!("/console/tasks/{id}")).body;
+    assert!(timeline.contains(&format!("href=\"/console/deliveries/{record}\"")), "the delivery links its record: {timeline}");
+    let page = get(&d, &cookie, &format!("/console/deliveries/{record}"));
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert!(page.body.contains("<span class=\"ok\">verified</span>"), "{}", page.body);
+    let digests: Vec<(String, String)> = v["deliverables"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| (x["name"].as_str().unwrap().to_owned(), x["sha256"].as_str().unwrap().to_owned()))
+        .collect();
+    assert_eq!(digests.len(), 2, "{v}");
+    for (name, sha) in &digests {
+        assert!(page.body.contains(&format!("<code>{sha}</code>")) && page.body.contains(&format!(">{name}</a>")), "{name}: {}", page.body);
+    }
+    // A download is the deliverable's bytes, under its name.
+    let (name, sha) = digests.iter().find(|(n, _)| n == "out.txt").unwrap();
+    let got = get(&d, &cookie, &format!("/console/deliverables/{sha}?name={name}"));
+    assert_eq!((got.status, got.body.as_str()), (200, "data\n"));
+    assert_eq!(got.header("content-disposition"), Some("attachment; filename=\"out.txt\""));
+    let anonymous = http(&d, "GET", &format!("/console/deliverables/{sha}"), &[]);
+    assert_eq!(anonymous.status, 303, "no session, no download: sent to log in");
+    assert!(anonymous.body.is_empty() && anonymous.header("location").unwrap().starts_with("/console/login"));
+
+    // A deliverable changed in the store: the page says which, and why.
+    let stored = d.home().join("blobs/deliverables").join(&sha[..2]).join(sha);
+    assert!(stored.exists(), "{}", stored.display());
+    std::fs::write(&stored, "tampered\n").unwrap();
+    let page = get(&d, &cookie, &format!("/console/deliveries/{record}")).body;
+    assert!(page.contains("<span class=\"no\">does not verify</span>"), "{page}");
+    assert!(page.contains("deliverable out.txt (from the store) does not match the record"), "{page}");
+    assert_eq!(get(&d, &cookie, &format!("/console/deliveries/{}", "0".repeat(64))).status, 404);
+    assert_eq!(get(&d, &cookie, "/console/deliveries/not-a-digest").status, 400);
+}
+
+#[test]
 fn the_system_page_draws_the_metrics_the_nodes_and_the_images() {
     let d = Daemon::start();
     let id = d.create(&["--name", "charted"]);
@@ -411,6 +456,7 @@ fn the_console_in_a_real_browser() {
     let watched = d.create(&["--name", "watched-task"]);
     let (code, _, err) = d.sh(&watched, "echo first > /workspace/a");
     assert_eq!(code, 0, "{err}");
+    d.json(&["deliver", &watched, "--file", "/workspace/a"]);
     for i in 0..3 {
         d.create(&["--name", &format!("other-{i}")]);
     }
@@ -441,6 +487,7 @@ fn the_console_in_a_real_browser() {
     assert!(card.contains("Deploy the <b>release</b>?"), "the prompt as text: {card}");
     assert!(card.contains("needs-approval") && card.contains("/workspace/b"), "the task and what changed since its milestone: {card}");
     assert!(r["after_approval"]["wake"].as_str().unwrap().contains("woken by"), "{r}");
+    assert!(r["delivery"].as_str().unwrap().starts_with("verified: signed by node key "), "{r}");
     assert!(r["diff_tree"].as_str().unwrap().contains("workspace/"), "{r}");
     assert!(r["file_diff"].as_str().unwrap().contains("+changed"), "the file's diff in the browser: {r}");
     assert_eq!(r["charts"], 3, "{r}");
@@ -459,7 +506,7 @@ fn the_console_in_a_real_browser() {
     let data = &decided["data"];
     assert_eq!((data["decision"].as_str(), data["by"].as_str()), (Some("approve"), Some("console")), "{decided}");
     assert_eq!(data["comment"], "approved from the console <b>ok</b>", "{decided}");
-    for shot in ["tasks", "timeline", "approvals", "diff", "system"] {
+    for shot in ["tasks", "timeline", "delivery", "approvals", "diff", "system"] {
         let png = std::fs::read(shots.join(format!("{shot}.png"))).unwrap();
         assert!(png.starts_with(b"\x89PNG") && png.len() > 5000, "{shot}: a real screenshot");
     }

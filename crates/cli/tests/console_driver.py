@@ -79,6 +79,12 @@ with sync_playwright() as p:
                        "row": row.inner_text(), "url": page.url}
         page.screenshot(path=f"{shots}/timeline.png", full_page=True)
 
+        # Its delivery, verified by the daemon.
+        page.get_by_role("link", name="the record, verified").click()
+        page.locator("p.verdict span.ok").wait_for()
+        out["delivery"] = page.locator("p.verdict").inner_text()
+        page.screenshot(path=f"{shots}/delivery.png", full_page=True)
+
         # Approve the waiting task; its wake shows on its timeline.
         page.get_by_role("link", name="Approvals").click()
         card = page.locator(f"#approval-{waiting}")

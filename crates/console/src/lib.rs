@@ -5,7 +5,8 @@
 //!   per-session token every form carries (CSRF).
 //! - [`headers`]: the security headers every page is sent with (also the
 //!   approval page's, in `cairn-server`).
-//! - [`tasks`], [`timeline`], [`snapshots`], [`approvals`], [`system`]: the pages; each
+//! - [`tasks`], [`timeline`], [`snapshots`], [`deliveries`], [`approvals`],
+//!   [`system`]: the pages; each
 //!   handler reads through [`Runtime`] methods and renders with [`layout`]
 //!   (charts as inline SVG with [`charts`]).
 //!
@@ -23,6 +24,8 @@
 //! | GET | /console/tasks/{id}/ledger | the hash chain verified (`?part=verdict`: the verdict alone) |
 //! | GET | /console/tasks/{id}/snapshots | the task's snapshots |
 //! | GET | /console/tasks/{id}/diff?a=S&b=S[&path=P] | the changed paths as a tree; one file's change |
+//! | GET | /console/deliveries/{record} | a delivery record verified, its deliverables |
+//! | GET | /console/deliverables/{sha256}?name=N | a deliverable (or `kind=record`, the record) as a download |
 //! | GET | /console/approvals | pending approvals with their context |
 //! | POST | /console/approvals/{task} | approve or reject |
 //! | GET | /console/system | charts from the metrics, the nodes, the images and templates |
@@ -30,6 +33,7 @@
 
 pub mod approvals;
 pub mod charts;
+pub mod deliveries;
 pub mod headers;
 pub mod layout;
 pub mod session;
@@ -72,6 +76,8 @@ pub fn router<S: Clone + Send + Sync + 'static>(rt: Arc<Runtime>, token: Arc<Str
         .route("/console/tasks/{id}/ledger", get(timeline::ledger))
         .route("/console/tasks/{id}/snapshots", get(snapshots::list))
         .route("/console/tasks/{id}/diff", get(snapshots::diff))
+        .route("/console/deliveries/{record}", get(deliveries::show))
+        .route("/console/deliverables/{sha256}", get(deliveries::download))
         .route("/console/approvals", get(approvals::list))
         .route("/console/system", get(system::show))
         .route("/console/approvals/{task}", post(approvals::decide))

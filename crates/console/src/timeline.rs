@@ -76,7 +76,12 @@ pub fn row(e: &Event) -> Markup {
             span.seq { (e.seq) }
             time title=(layout::utc(e.time_ms)) { (layout::utc(e.time_ms)) }
             span.kind { (e.kind.as_str()) }
-            span.what { (headline(e)) }
+            span.what {
+                (headline(e))
+                @if let Some(record) = e.args.get("record_id").and_then(Value::as_str).filter(|_| e.kind == EventKind::Delivery) {
+                    " · " a href={ "/console/deliveries/" (record) } { "the record, verified" }
+                }
+            }
             @if let Some(code) = e.exit_code { span.exit title="exit code" { "exit " (code) } }
             @if let Some(ms) = e.duration_ms { span.dur { (duration(ms)) } }
             span.actor { (e.actor) }

@@ -10,6 +10,8 @@
 //! - [`statement`]: in-toto Statement v1, the payload of signed records.
 //! - [`checkpoint`]: a signed statement of a chain's head at a sequence
 //!   number.
+//! - [`record`]: opening a delivery record (signature, statement, its
+//!   signed checkpoint) for `cairn verify` and the console.
 //!
 //! Everything here is pure but the key directory: no database, no network.
 
@@ -18,6 +20,7 @@ pub mod checkpoint;
 pub mod dsse;
 mod error;
 pub mod keys;
+pub mod record;
 pub mod statement;
 
 pub use chain::{check_against_checkpoint, entry_hash, verify_chain, ChainProblem, ChainReport, ProblemKind, GENESIS};

@@ -35,7 +35,7 @@ pub const PREDICATE_TYPE: &str = "https://cairn.dev/delivery/v1";
 /// The DSSE payload type of an in-toto statement.
 use cairn_ledger::{Statement, Subject, PAYLOAD_TYPE as STATEMENT_PAYLOAD_TYPE};
 
-pub use cairn_api::deliver::{DeliverRequest, Deliverable, DeliveryView};
+pub use cairn_api::deliver::{DeliverRequest, Deliverable, DeliveryView, RecordVerdict};
 
 fn file_error(what: &str, e: cairn_sandbox::Error) -> Error {
     match &e {
@@ -302,6 +302,60 @@ impl Runtime {
     /// A delivery record's bytes, by the SHA-256 of those bytes.
     pub async fn record(&self, id: &str) -> Result<bytes::Bytes, Error> {
         self.stored_object(Kind::Record, id).await
+    }
+
+    /// Checks a stored record as `cairn verify` does, from the store
+    /// alone: its signature (with every key of the cluster), each
+    /// deliverable against its digest, its signed checkpoint, and the
+    /// task's ledger at that entry. A record that does not verify is an
+    /// answer, with the first check that failed; only a record that is
+    /// not there is an error.
+    pub async fn verify_record(&self, id: &str) -> Result<RecordVerdict, Error> {
+        let text = self.record(id).await?;
+        let keys = self.verifying_keys().await?;
+        let mut verdict = RecordVerdict {
+            record: id.to_owned(),
+            verified: false,
+            problem: None,
+            task: None,
+            key_id: None,
+            deliverables: Vec::new(),
+            ledger_seq: None,
+            ledger_head: None,
+            predicate: None,
+        };
+        let opened = match cairn_ledger::record::open_record(&text, &format!("record {id}"), &keys) {
+            Ok(o) => o,
+            Err(problem) => return Ok(RecordVerdict { problem: Some(problem), ..verdict }),
+        };
+        verdict.task = Some(opened.task.clone());
+        verdict.key_id = Some(opened.key_id.clone());
+        verdict.deliverables = opened.deliverables.clone();
+        verdict.ledger_seq = Some(opened.seq);
+        verdict.ledger_head = Some(opened.head.clone());
+        verdict.predicate = Some(opened.predicate.clone());
+        verdict.problem = self.check_opened(&opened).await.err();
+        verdict.verified = verdict.problem.is_none();
+        Ok(verdict)
+    }
+
+    /// What an opened record names, against the store: its deliverables
+    /// and the task's ledger.
+    async fn check_opened(&self, opened: &cairn_ledger::record::OpenedRecord) -> Result<(), String> {
+        for (name, want) in &opened.deliverables {
+            let data = self.deliverable(want).await.map_err(|e| format!("deliverable {name}: {e}"))?;
+            cairn_ledger::record::check_deliverable(name, want, &data, "from the store")?;
+        }
+        let task = &opened.task;
+        let ledger = self.ledger_report(task).await.map_err(|e| format!("ledger of {task}: {e}"))?;
+        if !ledger.ok {
+            return Err(format!("ledger of {task}: {}", ledger.problem.as_deref().unwrap_or("does not verify")));
+        }
+        match ledger.hashes.into_iter().find(|(at, _)| *at == opened.seq).map(|(_, h)| h) {
+            Some(h) if h == opened.head => Ok(()),
+            Some(h) => Err(format!("ledger of {task} at entry {} is {h}, the record names {}", opened.seq, opened.head)),
+            None => Err(format!("ledger of {task} has no entry {}, which the record names", opened.seq)),
+        }
     }
 
     async fn stored_object(&self, kind: Kind, id: &str) -> Result<bytes::Bytes, Error> {
