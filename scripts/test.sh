@@ -5,7 +5,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Every step has a time bound (seconds), so that a hang fails the run by name.
+# Each step says how long it took (the run aims at 40 minutes on 2 cores).
+started=$SECONDS
+took() { echo "== $1: $((SECONDS - started)) s into the run"; }
 timeout -k 60 1800 scripts/setup-debian.sh
+took "set-up"
 export PATH=$HOME/.cargo/bin:$PATH
 # One build from scratch: incremental caches would only double the disk it uses.
 export CARGO_INCREMENTAL=${CARGO_INCREMENTAL:-0}
@@ -28,19 +32,25 @@ leak_checked() {
   timeout 120 scripts/leak-check.sh after "$CAIRN_LEAK_CHECK_STATE"
 }
 leak_checked 3000 cargo test --workspace --locked
+took "the workspace's tests"
 # The same tests less the root tier (scripts/root-tier.txt), once more as
 # uid 65534 without capabilities: what does not need root passes without it.
 leak_checked 900 scripts/unprivileged-tests.sh
+took "the unprivileged tier"
 # The crash points once more on the cluster's store: each daemon on a fresh
 # PostgreSQL database and a bucket of its own on the loopback S3 server.
 CAIRN_TEST_STORE=postgres-s3 leak_checked 1200 cargo test --locked -p cairn-cli --test crash_points
+took "the crash points on PostgreSQL + S3"
 # The attack suite, the racing tests and the isolation, limits, egress, delivery, injection, ports and E2B SDK tests once
 # more on the gvisor driver: their daemons give every task --isolation
 # gvisor (runsc comes with setup-debian.sh).
 CAIRN_TEST_ISOLATION=gvisor leak_checked 2400 cargo test --locked -p cairn-cli --test attack --test race --test isolation --test egress --test deliver --test inject --test ports --test e2b_sdk
+took "the gvisor re-run"
 # Lints are part of the build: warnings fail it.
 timeout -k 60 1800 cargo clippy --workspace --all-targets --locked -- -D warnings
+took "clippy"
 # A short fuzz run of every parser of untrusted bytes, 10 s a target (its
 # first build instruments the crates the targets link: most of the
 # workspace); the long runs are by hand (docs/testing.md, Fuzzing).
 FUZZ_BUILD=${FUZZ_BUILD:-dev} FUZZ_SECONDS=${FUZZ_SECONDS:-10} timeout -k 60 1800 scripts/fuzz.sh
+took "fuzzing"
