@@ -19,13 +19,15 @@ WORK=$(mktemp -d /var/tmp/cairn-bench-console.XXXXXX)
 export CAIRN_HOME=$WORK/home
 cleanup() {
   [[ -n ${DAEMON:-} ]] && kill "$DAEMON" 2>/dev/null && wait "$DAEMON" 2>/dev/null || true
-  [[ -n ${TASK:-} ]] && CAIRN_HOME=$WORK/home "$CAIRN" destroy "$TASK" >/dev/null 2>&1 || true
   rm -rf "$WORK"
 }
 trap cleanup EXIT
 start_daemon
+# The watched task ends before the store is filled: no sandbox is left
+# running while the daemon is down, and its log reads the same.
 "$CAIRN" task create --name watched >/dev/null
 "$CAIRN" exec watched -- true
+"$CAIRN" destroy watched >/dev/null
 kill "$DAEMON"; wait "$DAEMON" 2>/dev/null || true
 echo "filling the store: $TASKS tasks, $EVENTS events"
 TASK=$(python3 "$ROOT/bench/console_fill.py" "$CAIRN_HOME/cairn.db" "$TASKS" "$EVENTS")
@@ -55,9 +57,10 @@ request to the last byte of the page.
 {rows}
 
 The goal is under 50 ms a page: the slowest median is {worst:.1f} ms. The
-timeline reads one page of the log (`events_before`, 200 rows); the ledger's
-verdict, which walks the whole chain, is a page of its own that the
-timeline's script fetches after it.
+list reads one page of tasks from the store, filtered there by state and
+by name or id (`list_tasks_page`); the timeline reads one page of the log
+(`events_before`, 200 rows); the ledger's verdict, which walks the whole
+chain, is a page of its own that the timeline's script fetches after it.
 """
 write_section(sys.argv[2], section)
 print(section)

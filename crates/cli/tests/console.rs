@@ -286,6 +286,16 @@ fn the_http_layers_own_errors_answer_in_json() {
         assert_eq!(v["error"]["code"], code, "{what}: {v}");
         assert!(!v["error"]["message"].as_str().unwrap().is_empty(), "{what}: {v}");
     }
+    // The console's own bad input: a page number too big, or not one, a state that is none.
+    let huge = get(&d, &cookie, "/?page=18446744073709551615");
+    assert_eq!(huge.status, 200, "a page past the end is an empty page: {}", huge.body);
+    assert!(huge.body.contains("No task matches."));
+    let nan = get(&d, &cookie, "/?page=first");
+    assert_eq!(nan.status, 400, "{}", nan.body);
+    assert_eq!(serde_json::from_str::<Value>(&nan.body).unwrap()["error"]["code"], "invalid");
+    let state = get(&d, &cookie, "/?state=asleep");
+    assert_eq!(state.status, 400);
+    assert!(state.body.contains("no task state &quot;asleep&quot;: the states are created, running"), "{}", state.body);
     // A handler's own error keeps its body (positive control of the mapping).
     let missing = http(&d, "GET", "/v1/tasks/tnope", &["-H", &bearer]);
     assert_eq!(missing.status, 404);

@@ -5,7 +5,6 @@ use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Extension;
-use cairn_api::tasks::TaskView;
 use cairn_api::TaskState;
 use maud::html;
 use serde::Deserialize;
@@ -34,24 +33,6 @@ pub struct Filters {
 }
 
 impl Filters {
-    fn matches(&self, t: &TaskView) -> bool {
-        let task = &t.task;
-        if !self.state.is_empty() && task.state.as_str() != self.state {
-            return false;
-        }
-        if !self.q.is_empty() && !task.id.as_str().contains(&self.q) && !task.name.as_deref().unwrap_or("").contains(&self.q) {
-            return false;
-        }
-        if !self.meta.is_empty() {
-            let (k, v) = self.meta.split_once('=').unwrap_or((&self.meta, ""));
-            match task.config.metadata.get(k.trim()) {
-                Some(have) if v.is_empty() || have == v.trim() => {}
-                _ => return false,
-            }
-        }
-        true
-    }
-
     /// The query string of these filters on another page.
     fn link(&self, page: usize) -> String {
         format!("/?state={}&q={}&meta={}&page={page}", query_escape(&self.state), query_escape(&self.q), query_escape(&self.meta))
@@ -63,27 +44,21 @@ fn states() -> impl Iterator<Item = &'static str> {
     TaskState::ALL.iter().map(|s| s.as_str())
 }
 
-/// What one page of the list shows, out of every task.
-pub fn select(mut all: Vec<TaskView>, f: &Filters) -> (Vec<TaskView>, usize) {
-    all.retain(|t| f.matches(t));
-    all.sort_by(|a, b| b.task.created_ms.cmp(&a.task.created_ms).then_with(|| a.task.id.as_str().cmp(b.task.id.as_str())));
-    let total = all.len();
-    let page = f.page.unwrap_or(1).max(1);
-    let rows = all.into_iter().skip((page - 1) * PAGE_SIZE).take(PAGE_SIZE).collect();
-    (rows, total)
-}
-
 pub async fn list(State(console): State<Console>, Extension(session): Extension<Session>, Query(f): Query<Filters>) -> Response {
     if !f.state.is_empty() && !states().any(|s| s == f.state) {
         let known = states().collect::<Vec<_>>().join(", ");
         return layout::error_page(StatusCode::BAD_REQUEST, &session, Section::Tasks, &format!("no task state {:?}: the states are {known}", f.state));
     }
-    let all = match console.rt.list().await {
-        Ok(all) => all,
+    let state = TaskState::ALL.into_iter().find(|s| s.as_str() == f.state);
+    let page_no = f.page.unwrap_or(1).max(1);
+    let offset = (page_no - 1).saturating_mul(PAGE_SIZE) as u64;
+    let text = Some(f.q.trim()).filter(|q| !q.is_empty());
+    let meta = Some(f.meta.trim()).filter(|m| !m.is_empty());
+    let (rows, total) = match console.rt.list_page(state, text, meta, offset, PAGE_SIZE as u64).await {
+        Ok(page) => page,
         Err(e) => return layout::error_page(StatusCode::INTERNAL_SERVER_ERROR, &session, Section::Tasks, &e.to_string()),
     };
-    let (rows, total) = select(all, &f);
-    let page_no = f.page.unwrap_or(1).max(1);
+    let total = total as usize;
     let pages = total.div_ceil(PAGE_SIZE).max(1);
     let now = layout::now_ms();
     let body = html! {

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use cairn_api::snapshots::OpProgress;
-use cairn_core::{Event, InboxEvent, Wait, WaitFor};
+use cairn_core::{Event, InboxEvent, TaskState, Wait, WaitFor};
 use futures_util::Stream;
 
 use crate::ledger::CheckpointView;
@@ -32,6 +32,26 @@ impl Runtime {
 
     pub async fn list(&self) -> Result<Vec<TaskView>, Error> {
         Ok(self.store.list_tasks().await?.into_iter().map(|t| self.view(t)).collect())
+    }
+
+    /// A page of the tasks, newest first, that are in `state`, hold
+    /// `text` in their id or name, and carry the label `meta` (`key=value`,
+    /// or `key` for any value); and how many match in all. State and text
+    /// are filtered in the store, a page at a time; a label filter reads
+    /// every task the other two leave (labels are inside the task's
+    /// config).
+    pub async fn list_page(&self, state: Option<TaskState>, text: Option<&str>, meta: Option<&str>, offset: u64, limit: u64) -> Result<(Vec<TaskView>, u64), Error> {
+        let filter = cairn_store::TaskFilter { state, text: text.map(str::to_owned) };
+        let Some(meta) = meta.filter(|m| !m.is_empty()) else {
+            let (tasks, total) = self.store.list_tasks_page(&filter, offset, limit).await?;
+            return Ok((tasks.into_iter().map(|t| self.view(t)).collect(), total));
+        };
+        let (key, value) = meta.split_once('=').map_or((meta.trim(), None), |(k, v)| (k.trim(), Some(v.trim()).filter(|v| !v.is_empty())));
+        let (all, _) = self.store.list_tasks_page(&filter, 0, u64::MAX).await?;
+        let matching: Vec<_> = all.into_iter().filter(|t| t.config.metadata.get(key).is_some_and(|have| value.is_none_or(|v| v == have))).collect();
+        let total = matching.len() as u64;
+        let page = matching.into_iter().skip(offset.min(usize::MAX as u64) as usize).take(limit.min(usize::MAX as u64) as usize);
+        Ok((page.map(|t| self.view(t)).collect(), total))
     }
 
     pub async fn show(&self, id_or_name: &str) -> Result<TaskView, Error> {

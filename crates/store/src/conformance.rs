@@ -18,7 +18,7 @@ use cairn_core::{
 };
 use cairn_ledger::{verify_chain, Checkpoint, NodeKeys, SignedCheckpoint, GENESIS};
 
-use crate::{now_ms, ApiKeyRow, Error, NodeRow, SecretRow, SharedStore, Store, Unheld};
+use crate::{now_ms, ApiKeyRow, Error, NodeRow, SecretRow, SharedStore, Store, TaskFilter, Unheld};
 
 /// A database for one test case, empty when created and gone when dropped.
 pub(crate) trait TestDatabase: Sized {
@@ -41,6 +41,7 @@ macro_rules! conformance_suite {
         mod $backend {
             conformance_suite!(@cases $db;
                 tasks_are_found_by_id_or_name_and_listed,
+                a_page_of_tasks_is_filtered_and_counted_in_the_store,
                 a_state_change_is_a_compare_and_set_over_the_transition_table,
                 of_concurrent_moves_from_one_state_exactly_one_wins,
                 waiters_see_each_committed_change_and_nothing_else,
@@ -87,6 +88,38 @@ macro_rules! conformance_suite {
 
 conformance_suite!(sqlite, crate::sqlite::TempSqlite);
 conformance_suite!(postgres, crate::testing::postgres::TempPostgres);
+
+pub(crate) async fn a_page_of_tasks_is_filtered_and_counted_in_the_store(db: &impl TestDatabase) {
+    let store = db.open().await;
+    let mut made = Vec::new();
+    for (i, name) in ["Build_1", "build-2", "deploy", "100%"].iter().enumerate() {
+        let mut t = task(Some(name));
+        t.created_ms = 1_000 + i as i64;
+        store.insert_task(&t).await.unwrap();
+        made.push(t);
+    }
+    let mut unnamed = task(None);
+    unnamed.created_ms = 2_000;
+    store.insert_task(&unnamed).await.unwrap();
+    store.transition(&made[2].id, TaskState::Created, Transition::Start).await.unwrap();
+    let names = |page: &[Task]| page.iter().map(|t| t.name.clone().unwrap_or_default()).collect::<Vec<_>>();
+    let all = TaskFilter::default();
+    let (page, total) = store.list_tasks_page(&all, 0, 2).await.unwrap();
+    assert_eq!((names(&page), total), (vec!["".to_owned(), "100%".to_owned()], 5), "newest first, counted in all");
+    let (page, _) = store.list_tasks_page(&all, 4, 2).await.unwrap();
+    assert_eq!(names(&page), ["Build_1"], "the last page");
+    let by = |text: &str| TaskFilter { text: Some(text.into()), ..TaskFilter::default() };
+    let (page, total) = store.list_tasks_page(&by("BUILD"), 0, 10).await.unwrap();
+    assert_eq!((names(&page), total), (vec!["build-2".to_owned(), "Build_1".to_owned()], 2), "by name, ignoring case");
+    assert_eq!(store.list_tasks_page(&by("d_"), 0, 10).await.unwrap().1, 1, "`_` is a character, not a wildcard");
+    assert_eq!(names(&store.list_tasks_page(&by("%"), 0, 10).await.unwrap().0), ["100%"], "`%` too");
+    let id_part = &unnamed.id.as_str()[1..7];
+    assert_eq!(store.list_tasks_page(&by(id_part), 0, 10).await.unwrap().0[0].id, unnamed.id, "by part of the id");
+    let running = TaskFilter { state: Some(TaskState::Running), ..TaskFilter::default() };
+    assert_eq!(names(&store.list_tasks_page(&running, 0, 10).await.unwrap().0), ["deploy"], "by state");
+    let none = TaskFilter { state: Some(TaskState::Running), text: Some("build".into()) };
+    assert_eq!(store.list_tasks_page(&none, 0, 10).await.unwrap(), (vec![], 0));
+}
 
 fn task(name: Option<&str>) -> Task {
     Task::new(TaskId::random(), name.map(str::to_owned), TaskConfig { limits: Limits::default(), ..TaskConfig::default() }, now_ms())

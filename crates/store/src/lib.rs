@@ -51,5 +51,5 @@ pub use url::StoreUrl;
 pub use store::{
     now_ms, ApiKeyRow, ApiKeyStore, SecretRow, SecretStore, ChangeListener, CheckpointStore, Delivered, EventStore, LeaseStore, NodeRow, NodeStore, SandboxRow, SandboxStore, SharedStore, SnapshotStore, Store,
     Unheld,
-    TaskStore, WaitStore,
+    TaskFilter, TaskStore, WaitStore,
 };

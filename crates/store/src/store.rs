@@ -39,6 +39,29 @@ pub fn now_ms() -> i64 {
 }
 
 /// The live sandbox of a task, as recorded.
+/// Which tasks a [`TaskStore::list_tasks_page`] lists.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TaskFilter {
+    /// Only tasks in this state.
+    pub state: Option<TaskState>,
+    /// Only tasks whose id or name holds this text (ignoring ASCII case).
+    pub text: Option<String>,
+}
+
+impl TaskFilter {
+    /// The `LIKE` pattern of [`TaskFilter::text`] (`%`, `_` and `\`
+    /// escaped), or empty for any.
+    pub(crate) fn like(&self) -> String {
+        match self.text.as_deref().filter(|t| !t.is_empty()) {
+            None => String::new(),
+            Some(t) => {
+                let escaped: String = t.to_ascii_lowercase().chars().flat_map(|c| if "%_\\".contains(c) { vec!['\\', c] } else { vec![c] }).collect();
+                format!("%{escaped}%")
+            }
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SandboxRow {
     pub task: TaskId,
@@ -101,6 +124,10 @@ pub trait TaskStore: Send + Sync {
 
     /// Every task, oldest first.
     async fn list_tasks(&self) -> Result<Vec<Task>>;
+
+    /// The tasks that match `filter`, newest first: `limit` of them from
+    /// `offset`, and how many match in all.
+    async fn list_tasks_page(&self, filter: &TaskFilter, offset: u64, limit: u64) -> Result<(Vec<Task>, u64)>;
 
     /// Running tasks with an idle-suspend time that have had no activity
     /// for longer than it at `now_ms`.

@@ -259,6 +259,29 @@ macro_rules! tasks {
                     rows.into_iter().map(TaskRow::parse).collect()
                 }
 
+                async fn list_tasks_page(&self, filter: &$crate::TaskFilter, offset: u64, limit: u64) -> Result<(Vec<Task>, u64)> {
+                    const MATCHES: &str = "FROM tasks WHERE ($1 = '' OR state = $1) \
+                         AND ($2 = '' OR lower(id) LIKE $2 ESCAPE '\\' OR lower(COALESCE(name, '')) LIKE $2 ESCAPE '\\')";
+                    let q = |e| Error::Query("list tasks", e);
+                    let state = filter.state.map(|s| s.as_str()).unwrap_or("");
+                    let like = filter.like();
+                    let total: i64 = sqlx::query_scalar(&format!("SELECT COUNT(*) {MATCHES}"))
+                        .bind(state)
+                        .bind(&like)
+                        .fetch_one(&self.pool)
+                        .await
+                        .map_err(q)?;
+                    let rows: Vec<TaskRow> = sqlx::query_as(&format!("SELECT * {MATCHES} ORDER BY created_ms DESC, id LIMIT $3 OFFSET $4"))
+                        .bind(state)
+                        .bind(&like)
+                        .bind(limit.min(i64::MAX as u64) as i64)
+                        .bind(offset.min(i64::MAX as u64) as i64)
+                        .fetch_all(&self.pool)
+                        .await
+                        .map_err(q)?;
+                    Ok((rows.into_iter().map(TaskRow::parse).collect::<Result<_>>()?, total as u64))
+                }
+
                 async fn idle_tasks(&self, now_ms: i64) -> Result<Vec<Task>> {
                     let rows: Vec<TaskRow> = sqlx::query_as(Db::IDLE_TASKS)
                         .bind(TaskState::Running.as_str())
