@@ -53,6 +53,18 @@ fn rounds() -> usize {
     }
 }
 
+/// How many times [`rounds`] an operation may take to show both outcomes.
+const MAX_ROUNDS_FACTOR: usize = 3;
+
+/// Whether to run another round after `done`: at least [`rounds`], then
+/// more (up to [`MAX_ROUNDS_FACTOR`] times as many) until `shown`, the
+/// operation has shown both the benign result and the racer's hand. How
+/// often an operation meets the swap depends on the machine and the
+/// driver; the bound keeps an operation that never meets it failing.
+fn more_rounds(done: usize, shown: bool) -> bool {
+    done < rounds() || (done < MAX_ROUNDS_FACTOR * rounds() && !shown)
+}
+
 /// [`SUSPEND_ROUNDS`], or [`GVISOR_SUSPEND_ROUNDS`] under gvisor.
 fn suspend_rounds() -> usize {
     if common::under_gvisor() {
@@ -489,6 +501,16 @@ impl Tally {
         }
     }
 
+    /// Whether the rounds so far gave the benign result and the racer's hand.
+    fn shown(&self) -> bool {
+        self.ok > 0 && self.benign > 0 && self.raced > 0
+    }
+
+    /// Another round after `done`? See [`more_rounds`].
+    fn more(&self, done: usize) -> bool {
+        more_rounds(done, self.shown())
+    }
+
     /// Prints the tally and asserts the window was really there: some
     /// rounds gave the benign result (the test cannot pass by everything
     /// failing) and some show the racer's hand (it cannot pass by the
@@ -561,6 +583,11 @@ fn deliver_kinds(r: &Race) -> Vec<(&'static str, Vec<String>)> {
     ]
 }
 
+/// The hunk of a patch that adds the benign file at its path in the sandbox.
+fn benign_patch_hunk(r: &Race) -> String {
+    format!("+++ b{}/secret.txt\n@@ -0,0 +1 @@\n+benign\n", r.sub())
+}
+
 /// Delivers one kind into a new `--out` directory; checks every byte for
 /// the marker and returns the outcome and whether it held the benign
 /// content (as that kind holds it).
@@ -574,8 +601,10 @@ fn deliver_once(r: &Race, id: &str, kind: &str, args: &[String], out_root: &Path
     let benign = o.ok
         && match kind {
             "patch" => {
+                // The benign file at its own path: the same bytes under the
+                // link's (or the racer's spare) name are the racer's shape.
                 let p = std::fs::read(out.join("workspace.patch")).unwrap();
-                contains(&p, b"\n+benign\n")
+                contains(&p, benign_patch_hunk(r).as_bytes())
             }
             "file" | "report" => {
                 let f = std::fs::read(out.join("secret.txt")).unwrap();
@@ -612,12 +641,12 @@ fn deliver_race(variant: Variant) {
     let dir = outs.path().join("patch-control");
     r.d.ok(&["deliver", &r.id, "--patch", "--out", dir.to_str().unwrap()]);
     let patch = std::fs::read_to_string(dir.join("workspace.patch")).unwrap();
-    let path = format!("+++ b{}/secret.txt\n@@ -0,0 +1 @@\n+benign\n", r.sub());
+    let path = benign_patch_hunk(&r);
     assert!(patch.contains(&path), "control: the patch adds {path:?}:\n{patch}");
 
     let mut tallies: BTreeMap<&str, Tally> = BTreeMap::new();
     let mut n = 0;
-    while n < rounds() {
+    while more_rounds(n, tallies.len() == deliver_kinds(&r).len() && tallies.values().all(Tally::shown)) {
         let id = if n == 0 { r.id.clone() } else { r.new_task() };
         r.start_racer(&id);
         for (kind, args) in deliver_kinds(&r) {
@@ -679,8 +708,9 @@ fn cp_race(variant: Variant) {
     // Out: the default policy, and both link flags (--follow-links resolves
     // links inside the sandbox, a second place that must not reach the host).
     for mode in ["default", "--follow-links", "--keep-links"] {
-        let mut t = Tally::default();
-        for n in 1..=rounds() {
+        let (mut t, mut n) = (Tally::default(), 0);
+        while t.more(n) {
+            n += 1;
             let dest = local.path().join(format!("out-{}-{n}", mode.trim_start_matches('-')));
             let mut a = vec!["cp"];
             if mode != "default" {
@@ -695,13 +725,16 @@ fn cp_race(variant: Variant) {
             }
             r.marker.assert_untouched(&format!("cp out ({mode}) #{n}"));
         }
-        t.finish(&format!("{variant:?} cp {src} out ({mode})"), rounds());
+        t.finish(&format!("{variant:?} cp {src} out ({mode})"), n);
     }
 
     // In: a file and a directory by turns, each with a new name, so any
     // write through the link would add an entry to the marker directory.
-    let (mut t, mut copied) = (Tally::default(), Vec::new());
-    for n in 1..=rounds() {
+    let (mut t, mut copied, mut n) = (Tally::default(), Vec::new(), 0);
+    // Where a copy landed is known once the racer stops: more rounds while
+    // none succeeded or none failed.
+    while more_rounds(n, t.ok > 0 && t.raced > 0) {
+        n += 1;
         let what = if n % 2 == 0 {
             let f = local.path().join(format!("dropped-{n}.txt"));
             std::fs::write(&f, format!("copied in {n}\n")).unwrap();
@@ -741,7 +774,7 @@ fn cp_race(variant: Variant) {
         let sent = if n % 2 == 0 { format!("{src_dir}/dropped-{n}.txt") } else { format!("{src_dir}/dropdir-{n}/secret.txt") };
         t.succeeded(found.get(&n).is_some_and(|at| at.contains(&sent)));
     }
-    t.finish(&format!("{variant:?} cp in to {src}/"), rounds());
+    t.finish(&format!("{variant:?} cp in to {src}/"), n);
     r.no_marker_in_home();
     r.d.ok(&["destroy", &r.id]);
     r.marker.assert_untouched("destroy");
@@ -781,8 +814,9 @@ fn file_race(variant: Variant) {
     assert!(o.ok, "control: write {}", o.error_line());
 
     r.start_racer(&r.id);
-    let mut t = Tally::default();
-    for n in 1..=rounds() {
+    let (mut t, mut n) = (Tally::default(), 0);
+    while t.more(n) {
+        n += 1;
         let o = r.http_file("GET", &secret, None);
         t.record(&o);
         if o.ok {
@@ -790,9 +824,11 @@ fn file_race(variant: Variant) {
         }
         r.marker.assert_untouched(&format!("read #{n}"));
     }
-    t.finish(&format!("{variant:?} GET file {secret}"), rounds());
-    let (mut t, mut written) = (Tally::default(), Vec::new());
-    for n in 1..=rounds() {
+    t.finish(&format!("{variant:?} GET file {secret}"), n);
+    let (mut t, mut written, mut n) = (Tally::default(), Vec::new(), 0);
+    // Where a write landed is known once the racer stops (as for cp in).
+    while more_rounds(n, t.ok > 0 && t.raced > 0) {
+        n += 1;
         // A new name each time: a write through the link would add an
         // entry to the marker directory.
         let o = r.http_file("PUT", &format!("{}/written-{n}.txt", r.sub()), Some(format!("written {n}\n").as_bytes()));
@@ -809,7 +845,7 @@ fn file_race(variant: Variant) {
     for n in written {
         t.succeeded(found.get(&n).is_some_and(|at| at.contains(&format!("{}/written-{n}.txt", r.sub()))));
     }
-    t.finish(&format!("{variant:?} PUT file in {}", r.sub()), rounds());
+    t.finish(&format!("{variant:?} PUT file in {}", r.sub()), n);
     r.no_marker_in_home();
     r.d.ok(&["destroy", &r.id]);
     r.marker.assert_untouched("destroy");
@@ -845,8 +881,9 @@ fn dir_race(variant: Variant) {
     assert!(code == 200 && benign_listing(&body), "control: list {sub}: {code} {}", String::from_utf8_lossy(&body));
 
     r.start_racer(&r.id);
-    let mut t = Tally::default();
-    for n in 1..=rounds() {
+    let (mut t, mut n) = (Tally::default(), 0);
+    while t.more(n) {
+        n += 1;
         let (code, body) = r.d.http_dir(&r.id, &sub);
         r.no_marker(&body, &format!("list #{n}"));
         let ok = (200..300).contains(&code);
@@ -857,7 +894,7 @@ fn dir_race(variant: Variant) {
         }
         r.marker.assert_untouched(&format!("list #{n}"));
     }
-    t.finish(&format!("{variant:?} GET dir {sub}"), rounds());
+    t.finish(&format!("{variant:?} GET dir {sub}"), n);
     r.racer_still_running(&r.id);
     r.stop_racer(&r.id);
     r.d.ok(&["destroy", &r.id]);
@@ -933,8 +970,9 @@ fn snapshot_race(variant: Variant) {
     }
 
     let (mut snaps, mut restored) = (Tally::default(), 0);
-    let mut previous = s0;
-    for n in 1..=rounds() {
+    let (mut previous, mut n) = (s0, 0);
+    while snaps.more(n) {
+        n += 1;
         // A rollback starts a fresh sandbox, so the racer starts each round.
         r.start_racer(&r.id);
         let o = r.run(&["--json", "snapshot", &r.id]);
@@ -970,7 +1008,7 @@ fn snapshot_race(variant: Variant) {
         snaps.succeeded(plain);
         previous = snap;
     }
-    snaps.finish(&format!("{variant:?} snapshot (then {restored} restores)"), rounds());
+    snaps.finish(&format!("{variant:?} snapshot (then {restored} restores)"), n);
     if !r.no_marker_in_home() {
         eprintln!("race: note: the blob store holds no raw benign bytes (compressed?), so its scan for the marker proves little");
     }

@@ -3,7 +3,11 @@
  * directory with renameat2(RENAME_EXCHANGE), forever, as fast as it can.
  * Where the kernel refuses RENAME_EXCHANGE (gVisor's does, EINVAL), it
  * swaps them with three renames through a third name, DIR.swap: DIR is
- * then now a directory, now a symlink, now missing.
+ * then now a directory, now a symlink, now missing. Two of those three
+ * states fail any operation on DIR, so after each swap back the racer
+ * holds DIR a directory for as long as that swap took: operations still
+ * meet every state, and enough of them meet the directory to show the
+ * benign result.
  *
  * Used by crates/cli/tests/race.rs as the hostile agent: while the daemon
  * (host root) reads or writes the task's writable layer, the name DIR is
@@ -19,7 +23,9 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #ifndef RENAME_EXCHANGE
@@ -29,6 +35,13 @@
 static long exchange(const char *a, const char *b)
 {
     return syscall(SYS_renameat2, AT_FDCWD, a, AT_FDCWD, b, RENAME_EXCHANGE);
+}
+
+static long long now_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (long long)t.tv_sec * 1000000000LL + t.tv_nsec;
 }
 
 /* a -> spare, b -> a, spare -> b. */
@@ -62,6 +75,15 @@ int main(int argc, char **argv)
         fprintf(stderr, "racer: three renames of %s and %s: %s\n", argv[1], argv[2], strerror(errno));
         return 1;
     }
-    for (;;)
-        rename3(argv[1], argv[2], spare);
+    /* DIR is the symlink now. */
+    struct stat st;
+    for (;;) {
+        long long start = now_ns();
+        rename3(argv[1], argv[2], spare); /* DIR a directory again */
+        long long swap = now_ns() - start;
+        long long until = now_ns() + swap;
+        while (now_ns() < until)
+            lstat(argv[1], &st);
+        rename3(argv[1], argv[2], spare); /* DIR the symlink */
+    }
 }
