@@ -13,6 +13,14 @@ took "set-up"
 export PATH=$HOME/.cargo/bin:$PATH
 # One build from scratch: incremental caches would only double the disk it uses.
 export CARGO_INCREMENTAL=${CARGO_INCREMENTAL:-0}
+# The lints and the short fuzz run go beside the tests, at the lowest
+# priority (scripts/lints-and-fuzz.sh), in a process group of their own so
+# that a failing run stops them too; their verdict is read at the end.
+side_log=$(mktemp /tmp/cairn-lints-and-fuzz.XXXXXX)
+setsid scripts/lints-and-fuzz.sh >"$side_log" 2>&1 &
+side=$!
+stop_side() { kill -- "-$side" 2>/dev/null || true; }
+trap 'stop_side; rm -f "$side_log"' EXIT
 # The host-wide leak check (scripts/leak-check.sh, docs/testing.md): its own
 # test, then a reading of the host now; after every test binary (through
 # cargo's runner) and after each `cargo test` the host must have nothing new.
@@ -22,7 +30,7 @@ CAIRN_LEAK_CHECK_STATE=$(mktemp -d /tmp/cairn-leak-check.XXXXXX)
 # Every process the tests start inherits the mark: only those (and Cairn's
 # own, by cgroup and name) are the check's, not other work on the host.
 LEAK_CHECK_MARK=$CAIRN_LEAK_CHECK_STATE
-trap 'rm -rf "$CAIRN_LEAK_CHECK_STATE"' EXIT
+trap 'stop_side; rm -f "$side_log"; rm -rf "$CAIRN_LEAK_CHECK_STATE"' EXIT
 timeout 120 scripts/leak-check.sh before "$CAIRN_LEAK_CHECK_STATE"
 runner_var=CARGO_TARGET_$(rustc -vV | sed -n 's/^host: //p' | tr 'a-z.-' 'A-Z__')_RUNNER
 leak_checked() {
@@ -46,11 +54,14 @@ took "the crash points on PostgreSQL + S3"
 # gvisor (runsc comes with setup-debian.sh).
 CAIRN_TEST_ISOLATION=gvisor leak_checked 2400 cargo test --locked -p cairn-cli --test attack --test race --test isolation --test egress --test deliver --test inject --test ports --test e2b_sdk
 took "the gvisor re-run"
-# Lints are part of the build: warnings fail it.
-timeout -k 60 1800 cargo clippy --workspace --all-targets --locked -- -D warnings
-took "clippy"
-# A short fuzz run of every parser of untrusted bytes, 10 s a target (its
-# first build instruments the crates the targets link: most of the
-# workspace); the long runs are by hand (docs/testing.md, Fuzzing).
-FUZZ_BUILD=${FUZZ_BUILD:-dev} FUZZ_SECONDS=${FUZZ_SECONDS:-10} timeout -k 60 1800 scripts/fuzz.sh
-took "fuzzing"
+# The lints and the fuzz run started beside the tests: their output, then
+# their verdict.
+side_rc=0
+wait "$side" || side_rc=$?
+cat "$side_log"
+rm -f "$side_log"
+if [ "$side_rc" -ne 0 ]; then
+  echo "clippy or the fuzz run failed (exit $side_rc): see above" >&2
+  exit "$side_rc"
+fi
+took "clippy and the fuzz run (beside the tests)"
