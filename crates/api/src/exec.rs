@@ -191,3 +191,15 @@ mod run_tests {
         assert_eq!(serde_json::from_str::<RunAnswer>(&text).unwrap(), a);
     }
 }
+
+/// A running command's output as anyone watching the task sees it (the
+/// console's live timeline): its start, its output as it comes (each
+/// chunk as read, decoded lossily as UTF-8), its end. Not kept: only the
+/// command's exit goes to the task's log.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum LiveOutput {
+    Started { step: u64, argv: Vec<String> },
+    Output { step: u64, stream: String, text: String },
+    Exited { step: u64, exit_code: i32 },
+}

@@ -12,6 +12,7 @@ pub mod error;
 pub mod exec;
 pub mod files;
 pub mod health;
+pub mod hooks;
 pub mod images;
 pub mod ledger;
 pub mod nodes;

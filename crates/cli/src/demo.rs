@@ -979,6 +979,21 @@ task list names {}; its timeline shows {rows} events; the approval waits there w
 
 async fn waits(d: &mut Demo, home: &Path) -> Result<()> {
     let t = Instant::now();
+    let mut receiver = crate::demo_hooks::Receiver::start().await?;
+    let new_hook = api::hooks::NewHook {
+        url: receiver.url.clone(),
+        events: vec!["task.waiting".into(), "task.woken".into()],
+        task: Some(d.task.clone()),
+        ..Default::default()
+    };
+    let hook: api::hooks::CreatedHook = d.client.post("/v1/outgoing-hooks", &new_hook).await?;
+    d.say(
+        "a hook: the task's waits and wakes are posted, signed, to a receiver",
+        t.elapsed(),
+        &format!("{} -> {} (secret {}...)", hook.hook.id, receiver.url, &hook.secret[..12.min(hook.secret.len())]),
+    );
+
+    let t = Instant::now();
     let shown: TaskView = d.client.get(&format!("/v1/tasks/{}", d.task)).await?;
     let pid = shown.sandbox_pid.unwrap_or(0);
     let w: WaitView = d.client.post(&format!("/v1/tasks/{}/waits", d.task), &api::waits::WaitRequest { approval: Some("Publish notes.txt?".into()), ..Default::default() }).await?;
@@ -999,6 +1014,28 @@ async fn waits(d: &mut Demo, home: &Path) -> Result<()> {
     if w.task_state != TaskState::Suspended || !traces.is_empty() {
         bail!("the waiting task still holds compute");
     }
+    let t = Instant::now();
+    let (arrived, waiting) = receiver.next_of("task.waiting").await?;
+    let header = |name: &str| arrived.headers.get(name).cloned().unwrap_or_default();
+    let headers = cairn_runtime::gateway::webhook::WebhookHeaders::from_lookup(|name| arrived.headers.get(name).map(|v| v.as_bytes()));
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_secs() as i64;
+    let signed = cairn_runtime::gateway::webhook::verify(&hook.secret, &headers, &arrived.body, now).is_ok();
+    let link = waiting["data"]["wait"]["approval_url"].as_str().unwrap_or_default();
+    d.say(
+        "the approver is told: task.waiting, with the prompt and the signed link",
+        t.elapsed(),
+        &format!(
+            "{} {}: {:?}\nsignature {} ({})\nlink: {link}",
+            header("webhook-id"),
+            waiting["type"].as_str().unwrap_or_default(),
+            waiting["data"]["wait"]["prompt"].as_str().unwrap_or_default(),
+            if signed { "verified" } else { "WRONG" },
+            header("webhook-signature").chars().take(20).collect::<String>() + "...",
+        ),
+    );
+    if !signed || Some(link) != w.approval_url.as_deref() {
+        bail!("the task.waiting notification was not signed or lacked the approval link");
+    }
     console(d).await?;
     let t = Instant::now();
     let url = w.approval_url.clone().unwrap_or_default();
@@ -1017,6 +1054,10 @@ async fn waits(d: &mut Demo, home: &Path) -> Result<()> {
     let t = Instant::now();
     let woke = wait_running(d, &w).await?;
     d.say("the task wakes into a fresh sandbox", t.elapsed(), &woke);
+    let t = Instant::now();
+    let (_, woken) = receiver.next_of("task.woken").await?;
+    d.say("and the hook posts task.woken", t.elapsed(), &format!("trigger: {}", woken["data"]["event"]["args"]["trigger"]));
+    let _: serde_json::Value = d.client.delete(&format!("/v1/outgoing-hooks/{}", hook.hook.id)).await?;
     d.show("its files are where they were", "cat /workspace/notes.txt", |r| text(r).contains("copied in by cairn cp")).await?;
 
     let t = Instant::now();

@@ -238,8 +238,10 @@ pub fn exit_note(r: &ExecResult) -> Option<String> {
 #[derive(clap::Args, Debug)]
 pub(crate) struct ExecCli {
     pub(crate) task: String,
+    /// An environment variable of this command, over the task's (repeatable).
     #[arg(long = "env", value_name = "K=V")]
     pub(crate) env: Vec<String>,
+    /// Where the command starts (default: the task's workdir).
     #[arg(long)]
     pub(crate) workdir: Option<String>,
     /// Kill the command after this long (e.g. 30s); exits 124.

@@ -15,7 +15,9 @@ mod client;
 mod cp;
 mod deliver;
 mod demo;
+mod doctor;
 mod demo_cluster;
+mod demo_hooks;
 mod demo_oci;
 mod exec;
 mod ledger;
@@ -88,6 +90,9 @@ enum Cmd {
     /// Credentials the egress proxy injects (never inside a sandbox): set (from stdin), list, rm.
     #[command(subcommand)]
     Secret(verbs::secret::SecretCmd),
+    /// Notifications out: post a task's events (waiting, woken, rolled back, a command finished, ...) to a URL, signed.
+    #[command(subcommand)]
+    Hooks(verbs::hooks::HooksCmd),
     /// Destroy a task's sandbox; its records stay.
     Destroy { task: String },
     /// A signed link to a port a process listens on inside a task (HTTP
@@ -112,14 +117,17 @@ enum Cmd {
     /// Approve (or --reject) a task's pending approval.
     Approve {
         task: String,
+        /// Reject instead: the task wakes with the rejection as its event.
         #[arg(long)]
         reject: bool,
+        /// A note handed to the task with the decision.
         #[arg(long)]
         comment: Option<String>,
     },
     /// Send a named event to a task (satisfies a --webhook NAME wait).
     Event {
         task: String,
+        /// The event's name: the NAME of a `wait --webhook NAME`.
         #[arg(long)]
         name: String,
         /// JSON payload.
@@ -133,6 +141,7 @@ enum Cmd {
     /// Verify the blob store: every referenced object exists (and, with
     /// --read-data, hashes to its id).
     Check {
+        /// Also read every object and check it hashes to its id (slow).
         #[arg(long)]
         read_data: bool,
     },
@@ -175,6 +184,13 @@ enum Cmd {
     Mcp,
     /// Run everything end to end against an embedded daemon.
     Demo,
+    /// Check this host for what Cairn needs (kernel features, cgroups,
+    /// gVisor, disk room, the home's permissions, the clock, the daemon);
+    /// exits 1 when something it cannot work without is missing.
+    Doctor,
+    /// Print a completion script for SHELL (bash, zsh, fish, elvish,
+    /// powershell), e.g. `cairn completions bash > /etc/bash_completion.d/cairn`.
+    Completions { shell: String },
     #[command(name = "__sandbox-start", hide = true)]
     SandboxStart { cgroup_procs: Vec<PathBuf> },
     /// The first process of a gvisor sandbox, run inside it.
@@ -198,8 +214,19 @@ enum Cmd {
     },
 }
 
+/// Tells systemd `states` (`NOTIFY_SOCKET`); a failure is logged, never fatal.
+fn sd_notify_state(states: &[sd_notify::NotifyState]) {
+    if let Err(e) = sd_notify::notify(false, states) {
+        tracing::warn!("cannot tell systemd: {e}");
+    }
+}
+
 #[derive(Args, Debug)]
 struct ServeArgs {
+    /// Tell systemd when the daemon is ready and when it stops (sd_notify:
+    /// READY=1, STOPPING=1), for a unit of Type=notify (packaging/cairn.service).
+    #[arg(long)]
+    systemd: bool,
     /// Address to listen on (port 0 picks a free one).
     #[arg(long)]
     listen: Option<String>,
@@ -264,8 +291,26 @@ struct ServeArgs {
     streams_total: Option<String>,
 }
 
+/// A command line clap refuses, in one line: what is wrong, the usage, and
+/// for a command given to `exec` without `--`, where it goes.
+fn usage_error(e: &clap::Error) -> String {
+    let text = e.render().to_string();
+    let what = text.lines().next().unwrap_or_default().trim_start_matches("error: ").trim();
+    let usage = text.lines().find_map(|l| l.trim().strip_prefix("Usage: ")).map(|u| format!(" (usage: {})", u.trim())).unwrap_or_default();
+    let exec_without_dashes = e.kind() == clap::error::ErrorKind::UnknownArgument && std::env::args().nth(1).as_deref() == Some("exec");
+    let hint = if exec_without_dashes { "; the command goes after --, as in `cairn exec TASK -- echo hi`" } else { "" };
+    format!("cairn: {what}{hint}{usage}")
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if matches!(e.kind(), clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion | clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand) => e.exit(),
+        Err(e) => {
+            eprintln!("{}", usage_error(&e));
+            return ExitCode::from(2);
+        }
+    };
     if let Cmd::SandboxStart { cgroup_procs } = &cli.cmd {
         // Single-threaded on purpose: no runtime, no threads before fork.
         return ExitCode::from(cairn_sandbox::helper_main(cgroup_procs) as u8);
@@ -285,6 +330,7 @@ fn main() -> ExitCode {
     let json_out = cli.json;
     let result = match cli.cmd {
         Cmd::Serve(args) => serve(args),
+        Cmd::Completions { shell } => completions(&shell),
         other => {
             let rt = tokio::runtime::Builder::new_current_thread().enable_all().build();
             match rt {
@@ -307,6 +353,17 @@ fn main() -> ExitCode {
             ExitCode::from(1)
         }
     }
+}
+
+/// Writes the completion script of `shell` to stdout.
+fn completions(shell: &str) -> Result<u8> {
+    use clap::{CommandFactory, ValueEnum};
+    let Some(sh) = clap_complete::Shell::from_str(shell, true).ok() else {
+        let known: Vec<String> = clap_complete::Shell::value_variants().iter().map(|s| s.to_string()).collect();
+        return Err(anyhow!("completions for {shell:?}: the shells are {}", known.join(", ")));
+    };
+    clap_complete::generate(sh, &mut Cli::command(), "cairn", &mut std::io::stdout());
+    Ok(0)
 }
 
 fn init_logging() {
@@ -380,10 +437,24 @@ fn serve(args: ServeArgs) -> Result<u8> {
     }
     let helper_exe = std::env::current_exe().context("cannot find the cairn executable")?;
     let home = client::home();
+    let systemd = args.systemd;
+    if systemd && std::env::var_os("NOTIFY_SOCKET").is_none() {
+        tracing::warn!("--systemd: no NOTIFY_SOCKET in the environment (not started by systemd with Type=notify); nothing to tell");
+    }
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     rt.block_on(async move {
         let daemon = cairn_server::Daemon::start(cairn_server::DaemonOptions { home, config, helper_exe }).await?;
-        daemon.run_until_signal().await;
+        if systemd {
+            // Ready once it answers; a unit of Type=notify waits for this.
+            let status = format!("listening on {}", daemon.url);
+            sd_notify_state(&[sd_notify::NotifyState::Ready, sd_notify::NotifyState::Status(&status)]);
+        }
+        daemon.run_until_signal_then(|| {
+            if systemd {
+                sd_notify_state(&[sd_notify::NotifyState::Stopping]);
+            }
+        })
+        .await;
         Ok::<_, anyhow::Error>(0)
     })
 }
@@ -391,6 +462,9 @@ fn serve(args: ServeArgs) -> Result<u8> {
 async fn client_command(cmd: Cmd, json_out: bool) -> Result<u8> {
     if matches!(cmd, Cmd::Demo) {
         return demo::run().await;
+    }
+    if matches!(cmd, Cmd::Doctor) {
+        return doctor::run(&client::home(), json_out).await;
     }
     if let Cmd::Verify { record, key, offline } = &cmd {
         // With --offline no daemon is asked; otherwise one that cannot be
@@ -425,6 +499,7 @@ async fn client_command(cmd: Cmd, json_out: bool) -> Result<u8> {
         Cmd::Key(c) => ledger::key(&client, c, json_out).await,
         Cmd::ApiKey(c) => verbs::api_key::run(&client, c, out).await,
         Cmd::Secret(c) => verbs::secret::run(&client, c, out).await,
+        Cmd::Hooks(c) => verbs::hooks::run(&client, c, out).await,
         Cmd::Process(c) => verbs::process::run(&client, c, out).await,
         Cmd::Destroy { task } => verbs::task::destroy(&client, task, out).await,
         Cmd::Port { task, port, ttl } => verbs::task::port_link(&client, task, port, ttl, out).await,
@@ -440,12 +515,36 @@ async fn client_command(cmd: Cmd, json_out: bool) -> Result<u8> {
         Cmd::Check { read_data } => verbs::snapshot::check(&client, read_data, out).await,
         Cmd::Image(c) => verbs::image::run(&client, c, out).await,
         Cmd::Mcp => mcp::bridge(&client).await,
-        Cmd::Serve(_) | Cmd::Demo | Cmd::Verify { .. } | Cmd::SandboxStart { .. } | Cmd::GvisorInit | Cmd::GvisorExec { .. } | Cmd::GvisorConnect { .. } | Cmd::GvisorWatch { .. } => unreachable!("handled above"),
+        Cmd::Serve(_) | Cmd::Completions { .. } | Cmd::Doctor | Cmd::Demo | Cmd::Verify { .. } | Cmd::SandboxStart { .. } | Cmd::GvisorInit | Cmd::GvisorExec { .. } | Cmd::GvisorConnect { .. } | Cmd::GvisorWatch { .. } => unreachable!("handled above"),
     }
 }
 
 #[cfg(test)]
 mod tests {
+    /// `--help` says what each command and each option is: none without a
+    /// description.
+    #[test]
+    fn every_command_and_option_says_what_it_is() {
+        use clap::CommandFactory;
+        fn walk(cmd: &clap::Command, path: &str, gaps: &mut Vec<String>) {
+            for sub in cmd.get_subcommands().filter(|c| !c.is_hide_set()) {
+                let here = format!("{path} {}", sub.get_name());
+                if sub.get_about().is_none() && sub.get_long_about().is_none() {
+                    gaps.push(format!("{here}: no description"));
+                }
+                for a in sub.get_arguments().filter(|a| !a.is_hide_set() && !a.is_positional()) {
+                    if !["help", "version"].contains(&a.get_id().as_str()) && a.get_help().is_none() && a.get_long_help().is_none() {
+                        gaps.push(format!("{here} --{}: no help", a.get_id()));
+                    }
+                }
+                walk(sub, &here, gaps);
+            }
+        }
+        let mut gaps = Vec::new();
+        walk(&super::Cli::command(), "cairn", &mut gaps);
+        assert!(gaps.is_empty(), "commands and options without a description:\n{}", gaps.join("\n"));
+    }
+
     /// The release binary ships without debug info (it was 119 MB with it);
     /// the dev profile keeps its line tables.
     #[test]

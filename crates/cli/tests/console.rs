@@ -85,10 +85,12 @@ fn every_console_route_is_refused_without_a_session() {
         assert!(a.header("location").unwrap().starts_with("/console/login?next="), "GET {p}: {:?}", a.headers);
         assert!(!a.body.contains(&id), "GET {p} shows nothing of the task");
     }
-    let live = http(&d, "GET", &format!("/console/tasks/{id}/live"), &[]);
-    assert_eq!(live.status, 401, "{}", live.body);
-    let err: Value = serde_json::from_str(&live.body).unwrap();
-    assert_eq!(err["error"]["code"], "unauthorized", "{err}");
+    for stream in ["live", "output"] {
+        let live = http(&d, "GET", &format!("/console/tasks/{id}/{stream}"), &[]);
+        assert_eq!(live.status, 401, "{stream}: {}", live.body);
+        let err: Value = serde_json::from_str(&live.body).unwrap();
+        assert_eq!(err["error"]["code"], "unauthorized", "{err}");
+    }
     for p in [format!("/console/approvals/{id}"), "/console/logout".to_owned()] {
         let a = http(&d, "POST", &p, &["--data", "csrf=x&decision=approve"]);
         assert_eq!(a.status, 401, "POST {p} without a session: {}", a.body);
@@ -175,6 +177,71 @@ fn forms_need_the_sessions_csrf_token_and_the_same_site() {
     d.wait_for_state(&id, "running", Duration::from_secs(20));
     let inbox = d.json(&["log", &id]);
     assert!(inbox.as_array().unwrap().iter().any(|e| e["kind"] == "event_received"), "{inbox}");
+}
+
+/// The server-sent events in `text`: (name, data as JSON).
+fn sse_events(text: &str) -> Vec<(String, Value)> {
+    text.split("\n\n")
+        .filter_map(|frame| {
+            let name = frame.lines().find_map(|l| l.strip_prefix("event:"))?.trim().to_owned();
+            let data = frame.lines().find_map(|l| l.strip_prefix("data:"))?.trim();
+            Some((name, serde_json::from_str(data).ok()?))
+        })
+        .collect()
+}
+
+#[test]
+fn a_running_commands_output_appears_as_it_comes() {
+    let d = Daemon::start();
+    let id = d.create(&["--name", "chatty"]);
+    let cookie = log_in(&d);
+    let page = get(&d, &cookie, &format!("/console/tasks/{id}"));
+    assert!(page.body.contains(&format!("data-live=\"/console/tasks/{id}/output\"")), "{}", page.body);
+    let dir = tempfile::tempdir().unwrap();
+    let stream = dir.path().join("output.sse");
+    let watcher = Command::new("curl")
+        .args(["-sN", "--max-time", "30", "-H", &format!("cookie: {cookie}"), "-o", stream.to_str().unwrap()])
+        .arg(format!("{}/console/tasks/{id}/output", d.url))
+        .stdin(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut cmd = d.cmd();
+    cmd.args(["exec", &id, "--", "sh", "-c", "for i in 1 2 3 4 5 6 7 8; do echo line-$i; echo '<b>warn</b>' >&2; sleep 0.5; done"]);
+    let mut running = cmd.stdin(std::process::Stdio::null()).stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null()).spawn().unwrap();
+    // Output is there while the command still runs.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let events = sse_events(&std::fs::read_to_string(&stream).unwrap_or_default());
+        let lines: Vec<&Value> = events.iter().filter(|(n, v)| n == "output" && v["stream"] == "stdout").map(|(_, v)| v).collect();
+        if lines.len() >= 2 {
+            assert!(running.try_wait().unwrap().is_none(), "the command was still running when its output arrived");
+            assert!(lines.iter().all(|v| v["text"].as_str().unwrap().starts_with("line-") && v["step"].as_u64() > Some(0)), "{lines:?}");
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "no output while the command ran: {events:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let done = common::output_of(running, Duration::from_secs(30)).unwrap();
+    assert!(done.status.success());
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let events = loop {
+        let events = sse_events(&std::fs::read_to_string(&stream).unwrap_or_default());
+        if events.iter().any(|(n, _)| n == "exited") {
+            break events;
+        }
+        assert!(std::time::Instant::now() < deadline, "no end of the command: {events:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let exited = events.iter().find(|(n, _)| n == "exited").unwrap();
+    assert_eq!(exited.1["exit_code"], 0);
+    let stderr: String = events.iter().filter(|(n, v)| n == "output" && v["stream"] == "stderr").map(|(_, v)| v["text"].as_str().unwrap().to_owned()).collect();
+    assert!(stderr.contains("<b>warn</b>"), "stderr as the command wrote it (the page writes it as text): {stderr}");
+    let out: String = events.iter().filter(|(n, v)| n == "output" && v["stream"] == "stdout").map(|(_, v)| v["text"].as_str().unwrap().to_owned()).collect();
+    assert!(out.ends_with("line-8\n"), "{out}");
+    // SAFETY: kill has no memory-safety preconditions; the pid is our child's.
+    unsafe { libc::kill(watcher.id() as i32, libc::SIGTERM) };
+    let _ = common::output_of(watcher, Duration::from_secs(10));
+    d.ok(&["destroy", &id]);
 }
 
 #[test]
@@ -493,6 +560,12 @@ fn the_console_in_a_real_browser() {
     let live = &r["live"];
     assert!(live["row"].as_str().unwrap().contains("console-live-marker") && live["row"].as_str().unwrap().contains("exit 3"), "{r}");
     assert_eq!(live["after"].as_u64().unwrap(), live["before"].as_u64().unwrap() + 1, "one row came live: {r}");
+    let running = &r["running"];
+    assert_eq!(running["while_running"], true, "the output was on the page while the command ran: {r}");
+    assert!(running["text"].as_str().unwrap().contains("<i>running-output</i> 2"), "written as text: {r}");
+    assert_eq!(running["markup"], 0, "never as markup: {r}");
+    assert!(running["head"].as_str().unwrap().contains("running-output") && running["head"].as_str().unwrap().contains("running)"), "{r}");
+    assert!(running["ended"].as_str().unwrap().ends_with("exit 0)"), "{r}");
     let card = r["approval_card"].as_str().unwrap();
     assert!(card.contains("Deploy the <b>release</b>?"), "the prompt as text: {card}");
     assert!(card.contains("needs-approval") && card.contains("/workspace/b"), "the task and what changed since its milestone: {card}");

@@ -1,7 +1,8 @@
 # The console in headless Chromium, for crates/cli/tests/console.rs.
 # Arguments: BASE_URL TOKEN TASK_NAME WAITING_TASK SHOTS_DIR.
 # Logs in, finds TASK_NAME by the filter, opens its timeline and watches a
-# command (run through the API meanwhile) appear live, approves
+# command (run through the API meanwhile) appear live and another's output
+# come as it runs, approves
 # WAITING_TASK on the approvals page and sees its wake appear on its
 # timeline, logs out; then reads the pages with JavaScript disabled.
 # Prints one JSON object of what it saw; asserts on the way; always closes
@@ -77,7 +78,23 @@ with sync_playwright() as p:
         row.wait_for()
         out["live"] = {"before": before, "after": page.locator("ol.timeline li").count(),
                        "row": row.inner_text(), "url": page.url}
-        page.screenshot(path=f"{shots}/timeline.png", full_page=True)
+
+        # A running command's output appears as it comes, as text.
+        import threading
+        script = "for i in 1 2 3 4 5 6; do echo '<i>running-output</i>' $i; sleep 0.5; done"
+        runner = threading.Thread(target=api_exec, args=(task_name, ["sh", "-c", script]))
+        runner.start()
+        try:
+            block = page.locator("#running div.cmd.running pre", has_text="running-output</i> 2")
+            block.wait_for(timeout=20000)
+            out["running"] = {"while_running": runner.is_alive(), "text": block.inner_text(),
+                              "markup": page.locator("#running i").count(),
+                              "head": page.locator("#running div.cmd p.head").last.inner_text()}
+            page.screenshot(path=f"{shots}/timeline.png", full_page=True)
+        finally:
+            runner.join(timeout=30)
+        page.locator("#running div.cmd p.head", has_text="exit 0").wait_for()
+        out["running"]["ended"] = page.locator("#running div.cmd p.head").last.inner_text()
 
         # Its delivery, verified by the daemon.
         page.get_by_role("link", name="the record, verified").click()

@@ -231,8 +231,15 @@ fn operator_events_timers_and_auto_resume() {
     let begun = Instant::now();
     let w = d.json(&["wait", &id, "--timer", "1s"]);
     assert_eq!(w["task_state"], "suspended");
-    d.wait_for_state(&id, "running", Duration::from_secs(10));
+    // `--block` alone blocks on the pending wait, until the task runs again.
+    let blocked = d.json(&["wait", &id, "--block"]);
+    assert_eq!(blocked["source"], "timer", "the event that ended the pending wait: {blocked}");
+    assert_eq!(d.state(&id), "running");
     assert!(begun.elapsed() >= Duration::from_secs(1), "the 1 s timer held the task");
+    let err = d.fails(&["wait", &id, "--block"]);
+    assert!(err.contains("has no pending wait to block on"), "{err}");
+    let err = d.fails(&["wait", &id]);
+    assert!(err.contains("give --approval, --webhook or --timer"), "{err}");
 
     // exec and cp on a suspended task wake it first.
     d.ok(&["suspend", &id]);

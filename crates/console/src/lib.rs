@@ -73,6 +73,7 @@ pub fn router<S: Clone + Send + Sync + 'static>(rt: Arc<Runtime>, token: Arc<Str
         .route("/", get(tasks::list))
         .route("/console/tasks/{id}", get(timeline::show))
         .route("/console/tasks/{id}/live", get(timeline::live))
+        .route("/console/tasks/{id}/output", get(timeline::output))
         .route("/console/tasks/{id}/ledger", get(timeline::ledger))
         .route("/console/tasks/{id}/snapshots", get(snapshots::list))
         .route("/console/tasks/{id}/diff", get(snapshots::diff))

@@ -167,7 +167,8 @@ pub async fn require(State(console): State<Console>, mut req: Request, next: Nex
             req.extensions_mut().insert(session);
             next.run(req).await
         }
-        None if req.method() == Method::GET && !req.uri().path().ends_with("/live") => {
+        // Event streams (a timeline's rows, a command's output) are not pages.
+        None if req.method() == Method::GET && !req.uri().path().ends_with("/live") && !req.uri().path().ends_with("/output") => {
             let next_page = req.uri().path_and_query().map(|p| p.as_str()).unwrap_or("/");
             let to = format!("/console/login?next={}", layout::query_escape(next_page));
             Redirect::to(&to).into_response()

@@ -132,6 +132,12 @@ async fn render(console: &Console, session: &Session, id: &str, before: Option<u
                 // which the script fetches into this place.
                 dd #ledger data-src={ (ledger) "?part=verdict" } { a href=(ledger) { "verify the hash chain" } }
             }
+            @if before.is_none() {
+                section #running data-live={ "/console/tasks/" (task.id.as_str()) "/output" } {
+                    h2 { "Running now" }
+                    p.hint { "The output of commands appears here as they run (with JavaScript on); the timeline below has each one's end." }
+                }
+            }
             h2 { "Timeline" }
             @if older {
                 @if let Some(first) = events.first() {
@@ -220,6 +226,35 @@ pub async fn live(State(console): State<Console>, Path(id): Path<String>, Query(
     let stream = events.map(|e| match e {
         Ok(e) => Ok::<_, std::io::Error>(Sse::default().event("row").id(e.seq.to_string()).data(row(&e).into_string().replace('\n', " "))),
         Err(e) => Err(std::io::Error::other(e.to_string())),
+    });
+    axum::response::sse::Sse::new(stream).keep_alive(KeepAlive::default()).into_response()
+}
+
+/// The output of the task's commands as it comes, as server-sent events
+/// named `started`, `output`, `exited` (a [`cairn_runtime::LiveOutput`] as
+/// JSON) and `missed` (`{"missed": N}`, chunks a slow page did not get).
+/// The script writes it into the page as text, never as markup.
+pub async fn output(State(console): State<Console>, Path(id): Path<String>) -> Response {
+    let items = match console.rt.watch_output(&id).await {
+        Ok(items) => items,
+        Err(e) => {
+            let status = if matches!(e, cairn_runtime::Error::NotFound(_)) { StatusCode::NOT_FOUND } else { StatusCode::SERVICE_UNAVAILABLE };
+            return layout::error_json(status, &e.to_string());
+        }
+    };
+    let stream = items.map(|item| {
+        let (name, data) = match item {
+            cairn_runtime::LiveOutputItem::Output(out) => {
+                let name = match &out {
+                    cairn_runtime::LiveOutput::Started { .. } => "started",
+                    cairn_runtime::LiveOutput::Output { .. } => "output",
+                    cairn_runtime::LiveOutput::Exited { .. } => "exited",
+                };
+                (name, serde_json::to_string(&out).unwrap_or_default())
+            }
+            cairn_runtime::LiveOutputItem::Missed(n) => ("missed", serde_json::json!({ "missed": n }).to_string()),
+        };
+        Ok::<_, std::convert::Infallible>(Sse::default().event(name).data(data))
     });
     axum::response::sse::Sse::new(stream).keep_alive(KeepAlive::default()).into_response()
 }

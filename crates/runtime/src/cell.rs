@@ -27,11 +27,23 @@ pub(crate) struct TaskCell {
     /// Ticks after each committed change to the task's state, events or
     /// waits; waiters (`wait --block`, the event stream) subscribe.
     changed: watch::Sender<u64>,
+    /// Its running commands' output, for whoever watches (the console);
+    /// sent only while someone does.
+    output: tokio::sync::broadcast::Sender<cairn_api::exec::LiveOutput>,
 }
+
+/// Chunks of live output a slow watcher may fall behind by before it
+/// misses some (it is told how many).
+const LIVE_OUTPUT_BACKLOG: usize = 256;
 
 impl Default for TaskCell {
     fn default() -> Self {
-        TaskCell { lock: tokio::sync::Mutex::default(), state: Mutex::default(), changed: watch::Sender::new(0) }
+        TaskCell {
+            lock: tokio::sync::Mutex::default(),
+            state: Mutex::default(),
+            changed: watch::Sender::new(0),
+            output: tokio::sync::broadcast::channel(LIVE_OUTPUT_BACKLOG).0,
+        }
     }
 }
 
@@ -61,6 +73,11 @@ impl TaskCell {
     }
 
     /// A receiver that sees each later change of the task.
+    /// Where its commands' live output goes.
+    pub(crate) fn output(&self) -> tokio::sync::broadcast::Sender<cairn_api::exec::LiveOutput> {
+        self.output.clone()
+    }
+
     pub(crate) fn subscribe(&self) -> watch::Receiver<u64> {
         self.changed.subscribe()
     }

@@ -62,6 +62,11 @@
 //! streams_per_task = 64       # --streams-per-task: open event streams (task watch) of one task
 //! streams_total = 1875        # --streams-total: of the whole daemon; default: derived
 //!
+//! [hooks]                     # outgoing notifications (`cairn hooks`, docs/notifications.md)
+//! give_up_after = "24h"       # a notification unanswered with a 2xx this long after its event fails
+//! timeout = "10s"             # for one attempt: connecting, sending, the receiver's answer
+//! ca_file = "/etc/cairn/hooks-ca.pem"   # PEM certificates trusted for https receivers, besides the host's
+//!
 //! [node]                      # this daemon as a node of a cluster (a shared store)
 //! name = "alpha"              # --node; default: the host name
 //! capacity = 50               # --capacity: the most sandboxes it runs; default: no limit
@@ -115,6 +120,8 @@ pub struct Config {
     /// (the same file on each), under which the secrets key is shared
     /// through the store; `None`: secrets are not served on a cluster.
     pub secrets_cluster_key: Option<std::path::PathBuf>,
+    /// `[hooks]`: how outgoing notifications are sent.
+    pub hooks: HooksConfig,
 }
 
 /// The `[limits]` table: bounds on what clients hold open at once. A
@@ -277,6 +284,7 @@ impl Default for Config {
             disk_space: cairn_sandbox::DiskSpace::default(),
             image_limits: cairn_image::ImportLimits::default(),
             secrets_cluster_key: None,
+            hooks: HooksConfig::default(),
         }
     }
 }
@@ -306,6 +314,34 @@ struct File {
     images: ImagesFile,
     #[serde(default)]
     secrets: SecretsFile,
+    #[serde(default)]
+    hooks: HooksFile,
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct HooksFile {
+    give_up_after: Option<String>,
+    timeout: Option<String>,
+    ca_file: Option<std::path::PathBuf>,
+}
+
+/// How outgoing notifications are sent (`[hooks]`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HooksConfig {
+    /// A notification not answered with a 2xx this long after its event
+    /// is given up and kept as failed.
+    pub give_up_after: Duration,
+    /// One attempt's bound: connecting, sending and the answer.
+    pub timeout: Duration,
+    /// PEM certificates trusted for `https` receivers besides the host's roots.
+    pub ca_file: Option<std::path::PathBuf>,
+}
+
+impl Default for HooksConfig {
+    fn default() -> Self {
+        HooksConfig { give_up_after: Duration::from_secs(24 * 3600), timeout: Duration::from_secs(10), ca_file: None }
+    }
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -522,6 +558,24 @@ impl Config {
         if let Some(k) = file.secrets.cluster_key_file {
             c.secrets_cluster_key = Some(k);
         }
+        let positive = |key: &str, v: &str| -> Result<Duration, String> {
+            match parse_duration(v) {
+                Ok(d) if !d.is_zero() => Ok(d),
+                Ok(_) => Err(format!("hooks.{key}: must be more than zero")),
+                Err(err) => Err(format!("hooks.{key}: {err}")),
+            }
+        };
+        if let Some(v) = file.hooks.give_up_after {
+            c.hooks.give_up_after = positive("give_up_after", &v)?;
+        }
+        if let Some(v) = file.hooks.timeout {
+            c.hooks.timeout = positive("timeout", &v)?;
+        }
+        if let Some(path) = file.hooks.ca_file {
+            let pem = std::fs::read(&path).map_err(|err| format!("hooks.ca_file {}: {err}", path.display()))?;
+            crate::notify::ca_certificates(&pem).map_err(|err| format!("hooks.ca_file {}: {err}", path.display()))?;
+            c.hooks.ca_file = Some(path);
+        }
         if let Some(b) = file.disk.budget {
             c.disk_space.budget = Some(cairn_core::parse_bytes(&b).map_err(|e| format!("disk.budget: {e}"))?);
         }
@@ -627,6 +681,22 @@ mod tests {
         assert_eq!(c.risky_patterns.last().map(String::as_str), Some("terraform apply"));
         assert!(Config::parse("[snapshots]\nrisky_patterns = [\"(\"]").unwrap_err().contains("risk pattern"));
         assert!(Config::parse("[snapshots.retention]\nexpire_after = \"soon\"").unwrap_err().contains("expire_after"));
+    }
+
+    #[test]
+    fn hooks_take_their_times_and_a_readable_ca_file() {
+        let c = Config::parse("[hooks]\ngive_up_after = \"2s\"\ntimeout = \"500ms\"\n").unwrap();
+        assert_eq!((c.hooks.give_up_after, c.hooks.timeout), (Duration::from_secs(2), Duration::from_millis(500)));
+        assert_eq!(Config::parse("").unwrap().hooks, HooksConfig::default());
+        assert!(Config::parse("[hooks]\ntimeout = \"0s\"").unwrap_err().contains("hooks.timeout: must be more than zero"));
+        assert!(Config::parse("[hooks]\ngive_up_after = \"soon\"").unwrap_err().contains("hooks.give_up_after"));
+        assert!(Config::parse("[hooks]\nca_file = \"/nonexistent/ca.pem\"").unwrap_err().contains("hooks.ca_file /nonexistent/ca.pem"));
+        let dir = tempfile::tempdir().unwrap();
+        let junk = dir.path().join("junk.pem");
+        std::fs::write(&junk, "not a certificate").unwrap();
+        let e = Config::parse(&format!("[hooks]\nca_file = {:?}", junk.display().to_string())).unwrap_err();
+        assert!(e.contains("no PEM certificate"), "{e}");
+        assert!(Config::parse("[hooks]\nretries = 3").unwrap_err().contains("retries"));
     }
 
     #[test]

@@ -26,7 +26,7 @@ const DRAIN_GRACE: Duration = Duration::from_millis(200);
 const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 pub use cairn_api::exec::ExecStart;
-use cairn_api::exec::{ClientFrame, ServerFrame};
+use cairn_api::exec::{ClientFrame, LiveOutput, ServerFrame};
 
 /// What the runtime tells an exec's client: a frame, or output on a channel
 /// ([`STDOUT`], [`STDERR`]).
@@ -217,7 +217,9 @@ async fn run<C: ExecChannel>(tasks: &Arc<Runtime>, id: &str, actor: &str, start:
         Ok(cmd) => {
             let _ = ws.send(ExecOutput::Frame(&ServerFrame::Started { step })).await;
             let signaller = Signaller { driver: tasks.driver.clone(), task: task.id.to_string() };
-            let (code, signal, timed_out) = pump(cmd, &mut io, ws, start.timeout_ms, signaller).await;
+            let mut teed = Teed { inner: ws, watchers: tasks.cells.of(&task.id).output(), step };
+            teed.tell(LiveOutput::Started { step, argv: argv.clone() });
+            let (code, signal, timed_out) = pump(cmd, &mut io, &mut teed, start.timeout_ms, signaller).await;
             // Any OOM kill in the task's cgroup while the command ran counts:
             // a shell reports its killed child as exit 137, not as a signal.
             let oom_killed = tasks.driver.oom_kills(task.id.as_str()).await.unwrap_or(0) > oom_before;
@@ -230,6 +232,7 @@ async fn run<C: ExecChannel>(tasks: &Arc<Runtime>, id: &str, actor: &str, start:
         }
     };
     let outcome = ExecExit { duration_ms: begun.elapsed().as_millis() as u64, ..outcome };
+    let _ = tasks.cells.of(&task.id).output().send(LiveOutput::Exited { step, exit_code: outcome.exit_code });
     tasks.metrics.exec_seconds.observe(begun.elapsed().as_secs_f64());
     let t_done = t0.elapsed();
     args["signal"] = json!(outcome.signal);
@@ -400,6 +403,36 @@ async fn pump<C: ExecChannel>(cmd: RunningCommand, io: &mut ParentIo, ws: &mut C
     }
     let (code, signal) = exited.unwrap_or((None, None));
     (code, signal, false)
+}
+
+/// The exec's channel, with its output also told to whoever watches the
+/// task (only while someone does: a send without watchers costs nothing).
+struct Teed<'a, C> {
+    inner: &'a mut C,
+    watchers: tokio::sync::broadcast::Sender<LiveOutput>,
+    step: u64,
+}
+
+impl<C> Teed<'_, C> {
+    fn tell(&self, out: LiveOutput) {
+        if self.watchers.receiver_count() > 0 {
+            let _ = self.watchers.send(out);
+        }
+    }
+}
+
+impl<C: ExecChannel> ExecChannel for Teed<'_, C> {
+    fn send(&mut self, out: ExecOutput<'_>) -> impl std::future::Future<Output = bool> + Send {
+        if let ExecOutput::Output(channel, bytes) = &out {
+            let stream = if *channel == STDERR { "stderr" } else { "stdout" };
+            self.tell(LiveOutput::Output { step: self.step, stream: stream.to_owned(), text: String::from_utf8_lossy(bytes).into_owned() });
+        }
+        self.inner.send(out)
+    }
+
+    fn recv(&mut self) -> impl std::future::Future<Output = ExecInput> + Send {
+        self.inner.recv()
+    }
 }
 
 /// Sends signals to a running command through the driver; a failure is

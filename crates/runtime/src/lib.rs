@@ -39,6 +39,8 @@
 //! - [`deliver`] and [`ledger`]: deliverables, signed delivery records, the
 //!   hash-chained event log and the node's signing keys.
 //! - [`gateway`]: webhook signatures and signed approval links.
+//! - [`notify`]: hooks the operator configures and the sender that posts
+//!   each event they take, from the store's durable outbox.
 //! - `queries.rs`: reads for the front end, one per request.
 //! - [`metrics`]: Prometheus metrics, counted as the runtime works.
 
@@ -70,6 +72,7 @@ pub mod lifecycle;
 mod materialise;
 pub mod metrics;
 pub mod nodes;
+pub mod notify;
 pub mod ports;
 pub mod processes;
 pub mod pull;
@@ -92,7 +95,7 @@ pub mod watchers;
 pub use config::Config;
 pub use error::{Error, Result};
 pub use home::Home;
-pub use queries::{Health, LinkedWait};
+pub use queries::{Health, LinkedWait, LiveOutput, LiveOutputItem};
 pub use runtime::Runtime;
 
 /// Errors that stop the runtime from opening.

@@ -8,6 +8,7 @@ use cairn_core::{Event, InboxEvent, TaskState, Wait, WaitFor};
 use futures_util::Stream;
 
 use crate::ledger::CheckpointView;
+pub use cairn_api::exec::LiveOutput;
 use crate::runtime::{Runtime, TaskView};
 use crate::Error;
 
@@ -103,6 +104,23 @@ impl Runtime {
         Ok(LinkedWait { wait: w, prompt })
     }
 
+    /// The output of the task's commands from now on, as it comes ([`LiveOutput`];
+    /// a watcher that falls more than a backlog behind misses some, and is
+    /// told how many chunks), held as an event stream is (admission bounds).
+    pub async fn watch_output(self: &Arc<Self>, id_or_name: &str) -> Result<impl Stream<Item = LiveOutputItem> + Send + 'static, Error> {
+        self.admission.precheck(crate::admission::Kind::Stream, id_or_name, &self.cells)?;
+        let task = self.find(id_or_name).await?;
+        let permit = self.admission.admit(crate::admission::Kind::Stream, &task.id, self.cells.of(&task.id))?;
+        let rx = self.cells.of(&task.id).output().subscribe();
+        Ok(futures_util::stream::unfold((rx, permit), |(mut rx, permit)| async move {
+            match rx.recv().await {
+                Ok(out) => Some((LiveOutputItem::Output(out), (rx, permit))),
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => Some((LiveOutputItem::Missed(n), (rx, permit))),
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => None,
+            }
+        }))
+    }
+
     /// The task's event log after `after`, then each new entry as it is
     /// committed; woken by the store's change signal, not by polling.
     pub async fn watch(self: &Arc<Self>, id_or_name: &str, after: u64) -> Result<impl Stream<Item = Result<Event, Error>> + Send + 'static, Error> {
@@ -136,4 +154,12 @@ impl Runtime {
             }
         }))
     }
+}
+
+/// What [`Runtime::watch_output`] streams.
+#[derive(Debug)]
+pub enum LiveOutputItem {
+    Output(LiveOutput),
+    /// The watcher fell behind: this many chunks went by unseen.
+    Missed(u64),
 }

@@ -70,6 +70,8 @@ pub struct Runtime {
     pub(crate) timer_added: tokio::sync::Notify,
     /// This daemon as a node of the store's cluster.
     pub(crate) cluster: crate::nodes::Cluster,
+    /// Outgoing notifications: their HTTP client and settings.
+    pub(crate) notifier: crate::notify::Notifier,
     /// Commands and event streams held open, against `[limits]`.
     pub(crate) admission: crate::admission::Admission,
     /// Commands running in the background, with handles.
@@ -171,6 +173,7 @@ impl Runtime {
             processes: Default::default(),
             watchers: Default::default(),
             cluster,
+            notifier: crate::notify::Notifier::new(&config.hooks).map_err(OpenError::Config)?,
             stopping: tokio_util::sync::CancellationToken::new(),
         })
     }
@@ -300,6 +303,7 @@ impl Runtime {
         self.clone().spawn_timers();
         self.clone().spawn_idle_suspender();
         self.clone().spawn_deadline_keeper();
+        self.clone().spawn_notifier();
     }
 
     /// Stops the background loops, the proxies and the helpers started

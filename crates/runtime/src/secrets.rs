@@ -45,7 +45,7 @@ impl SealKey {
     }
 
     /// base64 of a fresh nonce and the ciphertext of `value`, bound to `name`.
-    fn seal(&self, name: &str, value: &[u8]) -> String {
+    pub(crate) fn seal(&self, name: &str, value: &[u8]) -> String {
         let nonce = XChaCha20Poly1305::generate_nonce(&mut OsRng);
         // Sealing in memory fails only past the cipher's size bound, which
         // MAX_SECRET is far below.
@@ -55,7 +55,7 @@ impl SealKey {
         B64.encode(out)
     }
 
-    fn open(&self, name: &str, sealed: &str) -> Option<Zeroizing<Vec<u8>>> {
+    pub(crate) fn open(&self, name: &str, sealed: &str) -> Option<Zeroizing<Vec<u8>>> {
         let raw = B64.decode(sealed).ok()?;
         if raw.len() < NONCE {
             return None;
@@ -126,7 +126,7 @@ pub fn check_secret_name(name: &str) -> Result<(), Error> {
 }
 
 impl Runtime {
-    fn seal_key(&self) -> Result<&SealKey, Error> {
+    pub(crate) fn seal_key(&self) -> Result<&SealKey, Error> {
         self.secrets.as_ref().map_err(|why| Error::Unavailable(why.clone()))
     }
 

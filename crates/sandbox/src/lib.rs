@@ -75,6 +75,7 @@ pub(crate) mod traces;
 pub(crate) mod uidmap;
 pub mod watch;
 
+pub use gvisor::runsc::find as find_runsc;
 pub use gvisor::init::{connect_main as gvisor_connect_main, exec_main as gvisor_exec_main, init_main as gvisor_init_main};
 pub use connection::{CommandConnection, CommandExit};
 pub use dispatch::{Dispatcher, NativeDriver};

@@ -208,12 +208,19 @@ impl Daemon {
 
     /// Serves until the process is told to stop (SIGINT or SIGTERM).
     pub async fn run_until_signal(self) {
+        self.run_until_signal_then(|| {}).await;
+    }
+
+    /// [`Self::run_until_signal`], calling `stopping` once told to stop,
+    /// before the daemon stops (a service manager is told so).
+    pub async fn run_until_signal_then(self, stopping: impl FnOnce()) {
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
         tokio::select! {
             _ = tokio::signal::ctrl_c() => {}
             _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending().await } } => {}
         }
         tracing::info!("stopping");
+        stopping();
         self.stop().await;
     }
 }

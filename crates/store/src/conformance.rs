@@ -18,7 +18,7 @@ use cairn_core::{
 };
 use cairn_ledger::{verify_chain, Checkpoint, NodeKeys, SignedCheckpoint, GENESIS};
 
-use crate::{now_ms, ApiKeyRow, Error, NodeRow, SecretRow, SharedStore, Store, TaskFilter, Unheld};
+use crate::{now_ms, ApiKeyRow, Error, HookRow, NodeRow, SecretRow, SharedStore, Store, TaskFilter, Unheld};
 
 /// A database for one test case, empty when created and gone when dropped.
 pub(crate) trait TestDatabase: Sized {
@@ -70,6 +70,7 @@ macro_rules! conformance_suite {
                 gc_and_snapshots_of_different_nodes_keep_apart,
                 api_keys_are_found_by_hash_used_and_revoked,
                 secrets_are_set_again_counted_and_removed,
+                an_event_a_hook_takes_enters_its_outbox_and_leaves_in_order,
                 the_log_and_checkpoints_stay_append_only,
                 writes_for_an_unknown_task_are_refused,
             );
@@ -1033,6 +1034,96 @@ pub(crate) async fn secrets_are_set_again_counted_and_removed(db: &impl TestData
     assert!(!a.remove_secret("TOKEN").await.unwrap(), "removed already");
     assert_eq!(a.secret("TOKEN").await.unwrap(), None);
     assert_eq!(b.secrets().await.unwrap().len(), 1, "the other stays");
+}
+
+fn hook(id: &str, task: Option<&TaskId>) -> HookRow {
+    HookRow {
+        id: id.into(),
+        url: format!("http://receiver.example.com/{id}"),
+        task_id: task.map(|t| t.to_string()),
+        format: "standard".into(),
+        sealed: "sealed".into(),
+        created_ms: 1000,
+        sent: 0,
+        last_sent_ms: None,
+    }
+}
+
+/// The outbox: an event of a kind a hook takes, of a task it takes, adds a
+/// row in the transaction that appends it, whichever write appends it;
+/// a sender gets each (hook, task) stream's oldest row only, one node at
+/// a time; a sent row leaves, a failed one waits its time or is kept as
+/// failed; removing a hook removes its outbox.
+pub(crate) async fn an_event_a_hook_takes_enters_its_outbox_and_leaves_in_order(db: &impl TestDatabase) {
+    let a = db.open().await;
+    let b = db.open().await;
+    let (t1, t2) = (task(Some("one")), task(Some("two")));
+    a.insert_task(&t1).await.unwrap();
+    a.insert_task(&t2).await.unwrap();
+    a.insert_hook(&hook("every", None), &["exec".into(), "wait".into()]).await.unwrap();
+    a.insert_hook(&hook("only-two", Some(&t2.id)), &["exec".into()]).await.unwrap();
+    // Three commands of t1 (one logged through a command's end), a
+    // snapshot no hook takes, one command of t2.
+    a.append_event(&event(&t1.id, EventKind::Exec)).await.unwrap();
+    a.end_command(&event(&t1.id, EventKind::Exec)).await.unwrap();
+    a.append_events(&[event(&t1.id, EventKind::Snapshot), event(&t1.id, EventKind::Exec)]).await.unwrap();
+    a.append_event(&event(&t2.id, EventKind::Exec)).await.unwrap();
+
+    let listed = b.hooks().await.unwrap();
+    assert_eq!(listed.iter().map(|h| (h.hook.id.as_str(), h.kinds.clone(), h.pending)).collect::<Vec<_>>(), [
+        ("every", vec!["exec".to_owned(), "wait".to_owned()], 4),
+        ("only-two", vec!["exec".to_owned()], 1)
+    ]);
+    let t1_seqs = {
+        let events = a.events(&t1.id).await.unwrap();
+        events.iter().filter(|e| e.kind == EventKind::Exec).map(|e| e.seq as i64).collect::<Vec<_>>()
+    };
+    assert_eq!(t1_seqs.len(), 3);
+
+    // Each stream's head only: t1's first command to `every`, t2's to both.
+    let now = now_ms() + 1;
+    let t2_seq = a.events(&t2.id).await.unwrap().iter().find(|e| e.kind == EventKind::Exec).unwrap().seq as i64;
+    let mut first = a.claim_notifications("node-a", now, now + 30_000, 10).await.unwrap();
+    assert!(first.windows(2).all(|w| w[0].id < w[1].id), "oldest first");
+    first.sort_by(|x, y| (&x.hook_id, &x.task_id).cmp(&(&y.hook_id, &y.task_id)));
+    let heads: Vec<_> = first.iter().map(|n| (n.hook_id.as_str(), n.task_id.as_str(), n.seq, n.attempts)).collect();
+    let mut expected = vec![("every", t1.id.as_str(), t1_seqs[0], 1), ("every", t2.id.as_str(), t2_seq, 1), ("only-two", t2.id.as_str(), t2_seq, 1)];
+    expected.sort();
+    assert_eq!(heads, expected);
+    let t1_head = first.iter().position(|n| n.task_id == t1.id.as_str()).unwrap();
+    let t1_head = first.remove(t1_head);
+    assert!(b.claim_notifications("node-b", now, now + 30_000, 10).await.unwrap().is_empty(), "claimed by node-a: no one else's, and no stream's second");
+
+    // t1's head fails: retried later, its stream waits behind it.
+    a.notification_failed(t1_head.id, "connection refused", Some(now + 5_000)).await.unwrap();
+    for n in &first {
+        a.notification_sent(n.id, &n.hook_id, now).await.unwrap();
+    }
+    assert!(b.claim_notifications("node-b", now, now + 30_000, 10).await.unwrap().is_empty(), "t1's head is not due, and its next waits behind it");
+    let again = b.claim_notifications("node-b", now + 5_000, now + 35_000, 10).await.unwrap();
+    assert_eq!(again.iter().map(|n| (n.seq, n.attempts)).collect::<Vec<_>>(), [(t1_seqs[0], 2)]);
+    // Given up: kept as failed; the stream goes on.
+    b.notification_failed(again[0].id, "HTTP 500", None).await.unwrap();
+    let next = a.claim_notifications("node-a", now + 5_000, now + 35_000, 10).await.unwrap();
+    assert_eq!(next.iter().map(|n| n.seq).collect::<Vec<_>>(), [t1_seqs[1]]);
+    // A claim that ran out (its node died sending) is anyone's again.
+    let taken = b.claim_notifications("node-b", now + 40_000, now + 70_000, 10).await.unwrap();
+    assert_eq!(taken.iter().map(|n| (n.seq, n.attempts)).collect::<Vec<_>>(), [(t1_seqs[1], 2)]);
+    b.notification_sent(taken[0].id, "every", now + 40_000).await.unwrap();
+
+    let listed = a.hooks().await.unwrap();
+    let every = &listed[0];
+    assert_eq!((every.pending, every.failed, every.hook.sent, every.hook.last_sent_ms), (1, 1, 2, Some(now + 40_000)));
+    assert_eq!(every.last_error.as_deref(), Some("HTTP 500"));
+    let kept = a.notifications("every", 10).await.unwrap();
+    assert_eq!(kept.iter().map(|n| (n.seq, n.state.as_str())).collect::<Vec<_>>(), [(t1_seqs[2], "pending"), (t1_seqs[0], "failed")]);
+
+    // Removed: its outbox goes, and new events add nothing for it.
+    assert!(b.remove_hook("every").await.unwrap());
+    assert!(!b.remove_hook("every").await.unwrap(), "removed already");
+    a.append_event(&event(&t1.id, EventKind::Exec)).await.unwrap();
+    assert!(a.notifications("every", 10).await.unwrap().is_empty());
+    assert_eq!(a.hooks().await.unwrap().iter().map(|h| h.hook.id.as_str()).collect::<Vec<_>>(), ["only-two"]);
 }
 
 /// The database itself refuses to change or remove an entry of a log or a

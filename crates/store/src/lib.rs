@@ -1,13 +1,14 @@
 //! Cairn's durable task state: tasks, their sandbox slots, their
 //! append-only, hash-chained event logs with signed checkpoints, snapshot
-//! records, waits and the inbox.
+//! records, waits and the inbox, and the outbox of outgoing notifications.
 //!
 //! The runtime sees only the [`Store`] trait (held as a [`SharedStore`]),
 //! so that the database behind it can change with the runtime changing
 //! only the line that opens it.
 //! `Store` joins one trait per concern ([`TaskStore`], [`EventStore`],
 //! [`SandboxStore`], [`SnapshotStore`], [`WaitStore`], [`CheckpointStore`],
-//! [`NodeStore`], [`LeaseStore`], [`ApiKeyStore`], [`SecretStore`]);
+//! [`NodeStore`], [`LeaseStore`], [`ApiKeyStore`], [`SecretStore`],
+//! [`HookStore`]);
 //! `src/store.rs` states the contract every backend keeps: multi-part
 //! writes are one transaction, state changes are a compare-and-set over
 //! core's transition table, a task's log never forks.
@@ -49,7 +50,7 @@ pub use postgres::PostgresStore;
 pub use sqlite::SqliteStore;
 pub use url::StoreUrl;
 pub use store::{
-    now_ms, ApiKeyRow, ApiKeyStore, SecretRow, SecretStore, ChangeListener, CheckpointStore, Delivered, EventStore, LeaseStore, NodeRow, NodeStore, SandboxRow, SandboxStore, SharedStore, SnapshotStore, Store,
+    now_ms, ApiKeyRow, ApiKeyStore, HookEntry, HookRow, HookStore, Notification, SecretRow, SecretStore, ChangeListener, CheckpointStore, Delivered, EventStore, LeaseStore, NodeRow, NodeStore, SandboxRow, SandboxStore, SharedStore, SnapshotStore, Store,
     Unheld,
     TaskFilter, TaskStore, WaitStore,
 };

@@ -87,7 +87,7 @@ pub struct Delivered {
 /// The whole task database: every concern, plus what a handle on it is.
 #[async_trait]
 pub trait Store:
-    TaskStore + EventStore + SandboxStore + SnapshotStore + WaitStore + CheckpointStore + NodeStore + LeaseStore + ApiKeyStore + SecretStore + std::fmt::Debug
+    TaskStore + EventStore + SandboxStore + SnapshotStore + WaitStore + CheckpointStore + NodeStore + LeaseStore + ApiKeyStore + SecretStore + HookStore + std::fmt::Debug
 {
     /// Where the database is, as a store URL without its password
     /// (`sqlite:///var/lib/cairn/cairn.db`, `postgres://cairn@db/cairn`), for
@@ -511,4 +511,87 @@ pub trait SecretStore: Send + Sync {
 
     /// Counts `uses` more uses of `name`, the latest at `now_ms`.
     async fn use_secret(&self, name: &str, uses: i64, now_ms: i64) -> Result<()>;
+}
+
+/// An outgoing hook as the store keeps it: its signing secret sealed by
+/// the caller.
+#[derive(Clone, Debug, PartialEq, Eq, sqlx::FromRow)]
+pub struct HookRow {
+    pub id: String,
+    /// Where notifications are posted.
+    pub url: String,
+    /// The one task whose events it takes; `None`: every task's.
+    pub task_id: Option<String>,
+    /// How a notification is shaped and signed (`standard`, `e2b`).
+    pub format: String,
+    /// The signing secret sealed under the daemon's secrets key.
+    pub sealed: String,
+    pub created_ms: i64,
+    /// Notifications answered with a 2xx.
+    pub sent: i64,
+    /// The latest of them.
+    pub last_sent_ms: Option<i64>,
+}
+
+/// A hook with the event-log kinds it takes and the state of its outbox.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HookEntry {
+    pub hook: HookRow,
+    /// Event-log kinds (`events.kind`), sorted.
+    pub kinds: Vec<String>,
+    /// Notifications not yet answered with a 2xx.
+    pub pending: i64,
+    /// Notifications given up on.
+    pub failed: i64,
+    /// The latest failed attempt's error, of any notification still kept.
+    pub last_error: Option<String>,
+}
+
+/// One notification to send: the event `seq` of `task` to hook `hook_id`.
+#[derive(Clone, Debug, PartialEq, Eq, sqlx::FromRow)]
+pub struct Notification {
+    pub id: i64,
+    pub hook_id: String,
+    pub task_id: String,
+    pub seq: i64,
+    /// When its event was appended (ms since the epoch).
+    pub created_ms: i64,
+    /// Attempts so far, this one included.
+    pub attempts: i64,
+    /// `pending` or `failed`.
+    pub state: String,
+    pub last_error: Option<String>,
+}
+
+/// Outgoing hooks and their outbox, shared by every node of the database.
+/// The outbox is filled by the database itself: appending an event of a
+/// kind a hook takes adds a row in the same transaction.
+#[async_trait]
+pub trait HookStore: Send + Sync {
+    /// Stores a new hook taking the event-log `kinds`.
+    async fn insert_hook(&self, hook: &HookRow, kinds: &[String]) -> Result<()>;
+
+    /// Every hook, oldest first, with its outbox's state.
+    async fn hooks(&self) -> Result<Vec<HookEntry>>;
+
+    /// Removes the hook `id` and its outbox; false when there is none.
+    async fn remove_hook(&self, id: &str) -> Result<bool>;
+
+    /// Claims for `node` until `until_ms` at most `limit` notifications
+    /// due at `now_ms`, each the oldest pending one of its (hook, task)
+    /// stream and claimed by no one else, oldest first; counts an attempt
+    /// of each.
+    async fn claim_notifications(&self, node: &str, now_ms: i64, until_ms: i64, limit: i64) -> Result<Vec<Notification>>;
+
+    /// Notification `id` was answered with a 2xx at `now_ms`: it leaves
+    /// the outbox and counts as sent.
+    async fn notification_sent(&self, id: i64, hook_id: &str, now_ms: i64) -> Result<()>;
+
+    /// Notification `id` failed with `error`: tried again from `next_ms`,
+    /// or (`next_ms` `None`) given up and kept as failed.
+    async fn notification_failed(&self, id: i64, error: &str, next_ms: Option<i64>) -> Result<()>;
+
+    /// Hook `hook_id`'s notifications still in the outbox (pending, then
+    /// failed), oldest first, at most `limit`.
+    async fn notifications(&self, hook_id: &str, limit: i64) -> Result<Vec<Notification>>;
 }

@@ -5,6 +5,7 @@
 pub mod api_key;
 pub mod secret;
 pub mod egress;
+pub mod hooks;
 pub mod image;
 pub mod node;
 pub mod process;

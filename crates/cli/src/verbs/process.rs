@@ -18,6 +18,7 @@ pub(crate) enum ProcessCmd {
     Show {
         task: String,
         id: String,
+        /// Wait for its end, at most this long (e.g. 5m), then show it.
         #[arg(long, value_name = "DURATION")]
         wait: Option<String>,
     },

@@ -23,6 +23,7 @@ pub(crate) struct SnapshotCli {
     /// milestone, pre-risk, branch, suspend or manual.
     #[arg(long, default_value = "manual")]
     pub(crate) kind: String,
+    /// What the snapshot holds, in a few words (shown in lists and rollback notes).
     #[arg(long)]
     pub(crate) note: Option<String>,
     /// The task's memory summary: TEXT, or @FILE to read it from a file.

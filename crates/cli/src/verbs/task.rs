@@ -35,8 +35,10 @@ pub(crate) enum TaskCmd {
 
 #[derive(Args, Debug)]
 pub(crate) struct CreateArgs {
+    /// The base image or template (`cairn image list`); default: the host image.
     #[arg(long)]
     pub(crate) image: Option<String>,
+    /// A name to use instead of the id in every command (unique).
     #[arg(long)]
     pub(crate) name: Option<String>,
     /// Memory limit, e.g. 512M.
@@ -51,8 +53,10 @@ pub(crate) struct CreateArgs {
     /// Size of the writable layer, e.g. 2G.
     #[arg(long)]
     pub(crate) disk: Option<String>,
+    /// An environment variable of every command in the task (repeatable).
     #[arg(long = "env", value_name = "K=V")]
     pub(crate) env: Vec<String>,
+    /// Where commands start (default /workspace).
     #[arg(long)]
     pub(crate) workdir: Option<String>,
     /// Retention: always keep the newest N snapshots.

@@ -13,7 +13,7 @@ use crate::output;
 use super::Out;
 
 #[derive(Args, Debug)]
-#[command(group(clap::ArgGroup::new("for").required(true).args(["approval", "webhook", "timer", "cancel"])))]
+#[command(group(clap::ArgGroup::new("for").args(["approval", "webhook", "timer", "cancel"])))]
 pub(crate) struct WaitCli {
     pub(crate) task: String,
     /// Wait for a person to approve; PROMPT says what.
@@ -25,7 +25,9 @@ pub(crate) struct WaitCli {
     /// Wait this long (e.g. 30s, 2h).
     #[arg(long, value_name = "DURATION")]
     pub(crate) timer: Option<String>,
-    /// Block until the wait is satisfied and the task runs again; print the event.
+    /// Block until the wait is satisfied and the task runs again; print the
+    /// event. Alone (no --approval, --webhook or --timer): block on the
+    /// task's pending wait.
     #[arg(long, conflicts_with = "cancel")]
     pub(crate) block: bool,
     /// Cancel the task's pending wait instead; a task suspended for it wakes.
@@ -39,17 +41,29 @@ pub(crate) async fn wait(client: &Client, a: WaitCli, out: Out) -> Result<u8> {
         out.print(&v, |w| format!("cancelled wait {} ({}); task {} is {}", w.id, output::wait_for(w), w.task, w.task_state));
         return Ok(0);
     }
-    let body = api::waits::WaitRequest { approval: a.approval, webhook: a.webhook, timer: a.timer };
     let task = a.task;
-    let v: Answer<WaitView> = client.post(&format!("/v1/tasks/{task}/waits"), &body).await?;
-    if !a.block {
-        out.print(&v, output::wait_summary);
-        return Ok(0);
-    }
-    if !out.json {
-        eprintln!("{}", output::wait_summary(&v.body));
-    }
-    let id = v.body.id;
+    let id = if a.approval.is_none() && a.webhook.is_none() && a.timer.is_none() {
+        if !a.block {
+            return Err(anyhow!("wait {task}: give --approval, --webhook or --timer for a new wait, --block to block on its pending one, or --cancel"));
+        }
+        let v: TaskView = client.get(&format!("/v1/tasks/{task}")).await?;
+        let pending = v.pending_wait.ok_or_else(|| anyhow!("task {task} has no pending wait to block on"))?;
+        if !out.json {
+            eprintln!("{}", output::wait_summary(&pending));
+        }
+        pending.id
+    } else {
+        let body = api::waits::WaitRequest { approval: a.approval, webhook: a.webhook, timer: a.timer };
+        let v: Answer<WaitView> = client.post(&format!("/v1/tasks/{task}/waits"), &body).await?;
+        if !a.block {
+            out.print(&v, output::wait_summary);
+            return Ok(0);
+        }
+        if !out.json {
+            eprintln!("{}", output::wait_summary(&v.body));
+        }
+        v.body.id
+    };
     let done = loop {
         let w: WaitView = client.get(&format!("/v1/waits/{id}?block_ms=30000")).await?;
         if w.state == "cancelled" {

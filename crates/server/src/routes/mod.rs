@@ -53,6 +53,10 @@
 //! | DELETE | /v1/api-keys/{name} | revoke |
 //! | GET | /v1/secrets, /v1/secrets/{name} | the egress proxy's secrets: names and use, never values |
 //! | PUT, DELETE | /v1/secrets/{name} | set (the raw value as the body), remove |
+//! | GET, POST | /v1/outgoing-hooks | notification endpoints: list, add `{url, events?, task?, format?, secret?}` |
+//! | GET, DELETE | /v1/outgoing-hooks/{id} | show, remove (with its outbox) |
+//! | GET | /v1/outgoing-hooks/{id}/outbox | what it has not sent: pending, then failed |
+//! | POST | /v1/outgoing-hooks/{id}/test | send a `hook.test` now; the receiver's answer |
 //!
 //! E2B's API ([`cairn_e2b`]) is served beside it: its control routes
 //! (`/sandboxes`, `/v2/sandboxes`, `/templates`) with `X-API-Key`, and its
@@ -73,6 +77,7 @@
 mod admin;
 mod api_keys;
 mod secrets;
+mod outgoing_hooks;
 mod deliver;
 mod egress;
 pub mod exec;
@@ -136,6 +141,7 @@ fn routes(token: Arc<String>) -> Routes {
         .merge(admin::routes())
         .merge(api_keys::routes())
         .merge(secrets::routes())
+        .merge(outgoing_hooks::routes())
         .merge(nodes::routes())
         .merge(port_links::routes())
         .merge(processes::routes())

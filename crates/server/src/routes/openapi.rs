@@ -14,7 +14,7 @@ use utoipa::openapi::{ContentBuilder, Ref, RefOr, ResponseBuilder, Schema};
 use utoipa::{Modify, OpenApi};
 
 use super::served::Routes;
-use super::{admin, api_keys, deliver, port_links, processes, secrets, egress, exec, files, gateway, images, mcp, nodes, snapshots, tasks, waits};
+use super::{admin, api_keys, deliver, outgoing_hooks, port_links, processes, secrets, egress, exec, files, gateway, images, mcp, nodes, snapshots, tasks, waits};
 
 #[derive(Debug, OpenApi)]
 #[openapi(
@@ -27,6 +27,7 @@ use super::{admin, api_keys, deliver, port_links, processes, secrets, egress, ex
         admin::health, admin::metrics, admin::gc, admin::check,
         api_keys::list_api_keys, api_keys::create_api_key, api_keys::revoke_api_key,
         secrets::list_secrets, secrets::show_secret, secrets::set_secret, secrets::remove_secret,
+        outgoing_hooks::list_hooks, outgoing_hooks::add_hook, outgoing_hooks::show_hook, outgoing_hooks::remove_hook, outgoing_hooks::hook_outbox, outgoing_hooks::test_hook,
         nodes::list,
         port_links::create_link,
         processes::start, processes::list, processes::show, processes::stdin, processes::resize, processes::kill,
@@ -57,6 +58,7 @@ use super::{admin, api_keys, deliver, port_links, processes, secrets, egress, ex
         (name = "waits", description = "Waits, the inbox, suspend and resume"),
         (name = "egress", description = "A task's egress allowlist and decision log"),
         (name = "secrets", description = "Credentials the egress proxy injects: set and listed, never answered"),
+        (name = "hooks", description = "Outgoing notifications: the operator's endpoints, their outbox, a test send"),
         (name = "deliveries", description = "Deliverables, signed records, the ledger and the node's keys"),
         (name = "images", description = "Base images"),
         (name = "gateway", description = "Routes with their own authentication instead of the bearer token"),

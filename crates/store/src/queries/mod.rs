@@ -35,6 +35,7 @@ pub(crate) mod snapshots;
 pub(crate) mod tasks;
 pub(crate) mod waits;
 pub(crate) mod keys;
+pub(crate) mod hooks;
 
 use sqlx::error::DatabaseError;
 
@@ -122,6 +123,7 @@ macro_rules! store {
         $crate::queries::nodes::nodes!($store, $db, $conn);
         $crate::queries::leases::leases!($store, $db, $conn);
         $crate::queries::keys::keys!($store, $db, $conn);
+        $crate::queries::hooks::hooks!($store, $db, $conn);
     };
 }
 pub(crate) use store;
