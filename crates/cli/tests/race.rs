@@ -36,13 +36,15 @@ use common::Daemon;
 /// Racing iterations per operation (and per mode of it).
 const ROUNDS: usize = 50;
 /// Under gvisor, whose file operations go through its gofer and take
-/// about five times as long: fewer rounds, the same checks.
-const GVISOR_ROUNDS: usize = 15;
+/// about five times as long: fewer rounds, the same checks (and more, up
+/// to [`MAX_ROUNDS_FACTOR`] times as many, while an operation has not shown
+/// both outcomes).
+const GVISOR_ROUNDS: usize = 10;
 /// Racing deliveries of each kind per task (see [`deliver_race`]).
 const DELIVERIES_PER_TASK: usize = 5;
 /// Suspend/resume cycles: each restarts the racer in a fresh sandbox.
 const SUSPEND_ROUNDS: usize = 20;
-const GVISOR_SUSPEND_ROUNDS: usize = 6;
+const GVISOR_SUSPEND_ROUNDS: usize = 4;
 
 /// [`ROUNDS`], or [`GVISOR_ROUNDS`] under gvisor.
 fn rounds() -> usize {
