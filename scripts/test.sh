@@ -13,13 +13,13 @@ took "set-up"
 export PATH=$HOME/.cargo/bin:$PATH
 # One build from scratch: incremental caches would only double the disk it uses.
 export CARGO_INCREMENTAL=${CARGO_INCREMENTAL:-0}
-# The lints and the short fuzz run go beside the tests, at the lowest
-# priority (scripts/lints-and-fuzz.sh), in a process group of their own so
-# that a failing run stops them too; their verdict is read at the end.
+# The lints and the short fuzz run (scripts/lints-and-fuzz.sh) go beside
+# the tests once they are built, at the lowest priority, in a process group
+# of their own so that a failing run stops them too; their verdict is read
+# at the end.
+side=
 side_log=$(mktemp /tmp/cairn-lints-and-fuzz.XXXXXX)
-setsid scripts/lints-and-fuzz.sh >"$side_log" 2>&1 &
-side=$!
-stop_side() { kill -- "-$side" 2>/dev/null || true; }
+stop_side() { [ -z "$side" ] || kill -- "-$side" 2>/dev/null || true; }
 trap 'stop_side; rm -f "$side_log"' EXIT
 # The host-wide leak check (scripts/leak-check.sh, docs/testing.md): its own
 # test, then a reading of the host now; after every test binary (through
@@ -39,6 +39,13 @@ leak_checked() {
   env "$runner_var=$PWD/scripts/leak-check-runner.sh" timeout -k 60 "$limit" "$@"
   timeout 120 scripts/leak-check.sh after "$CAIRN_LEAK_CHECK_STATE"
 }
+# The tests' build first, on both cores: the lints and the fuzz build
+# beside it would only slow it down (each is a build of the workspace).
+timeout -k 60 2400 cargo test --workspace --locked --no-run
+took "the tests' build"
+# Without the run's mark: their processes are not the tests'.
+env -u LEAK_CHECK_MARK -u CAIRN_LEAK_CHECK_STATE setsid scripts/lints-and-fuzz.sh >"$side_log" 2>&1 &
+side=$!
 leak_checked 3000 cargo test --workspace --locked
 took "the workspace's tests"
 # The same tests less the root tier (scripts/root-tier.txt), once more as
