@@ -54,12 +54,13 @@ leak_checked 900 scripts/unprivileged-tests.sh
 took "the unprivileged tier"
 # The crash points once more on the cluster's store: each daemon on a fresh
 # PostgreSQL database and a bucket of its own on the loopback S3 server.
-CAIRN_TEST_STORE=postgres-s3 leak_checked 1200 cargo test --locked -p cairn-cli --test crash_points
+# (`--workspace`, as above: the features the build had, so nothing is built again.)
+CAIRN_TEST_STORE=postgres-s3 leak_checked 1200 cargo test --workspace --locked --test crash_points
 took "the crash points on PostgreSQL + S3"
 # The attack suite, the racing tests and the isolation, limits, egress, delivery, injection, ports and E2B SDK tests once
 # more on the gvisor driver: their daemons give every task --isolation
 # gvisor (runsc comes with setup-debian.sh).
-CAIRN_TEST_ISOLATION=gvisor leak_checked 2400 cargo test --locked -p cairn-cli --test attack --test race --test isolation --test egress --test deliver --test inject --test ports --test e2b_sdk
+CAIRN_TEST_ISOLATION=gvisor leak_checked 2400 cargo test --workspace --locked --test attack --test race --test isolation --test egress --test deliver --test inject --test ports --test e2b_sdk
 took "the gvisor re-run"
 # The lints and the fuzz run started beside the tests: their output, then
 # their verdict.
