@@ -138,6 +138,16 @@ enum Cmd {
     Suspend { task: String },
     /// Wake a suspended task now.
     Resume { task: String },
+    /// Write a backup of this node (its store, blob store and keys, made while the daemon runs) to FILE, or to standard output with "-".
+    Backup {
+        /// Where the backup goes; an existing file is never overwritten.
+        file: PathBuf,
+    },
+    /// Restore a backup into a new home (CAIRN_HOME) that no daemon runs on.
+    Restore {
+        /// A file `cairn backup` wrote.
+        file: PathBuf,
+    },
     /// Verify the blob store: every referenced object exists (and, with
     /// --read-data, hashes to its id).
     Check {
@@ -486,6 +496,9 @@ async fn client_command(cmd: Cmd, json_out: bool) -> Result<u8> {
         }
         return Ok(0);
     }
+    if let Cmd::Restore { file } = &cmd {
+        return verbs::backup::restore(file, verbs::Out { json: json_out }).await;
+    }
     let client = Client::from_env()?;
     let out = verbs::Out { json: json_out };
     match cmd {
@@ -513,9 +526,10 @@ async fn client_command(cmd: Cmd, json_out: bool) -> Result<u8> {
         Cmd::Resume { task } => verbs::waits::resume(&client, task, out).await,
         Cmd::Gc(a) => verbs::snapshot::gc(&client, a, out).await,
         Cmd::Check { read_data } => verbs::snapshot::check(&client, read_data, out).await,
+        Cmd::Backup { file } => verbs::backup::backup(&client, &file, out).await,
         Cmd::Image(c) => verbs::image::run(&client, c, out).await,
         Cmd::Mcp => mcp::bridge(&client).await,
-        Cmd::Serve(_) | Cmd::Completions { .. } | Cmd::Doctor | Cmd::Demo | Cmd::Verify { .. } | Cmd::SandboxStart { .. } | Cmd::GvisorInit | Cmd::GvisorExec { .. } | Cmd::GvisorConnect { .. } | Cmd::GvisorWatch { .. } => unreachable!("handled above"),
+        Cmd::Serve(_) | Cmd::Completions { .. } | Cmd::Doctor | Cmd::Demo | Cmd::Verify { .. } | Cmd::Restore { .. } | Cmd::SandboxStart { .. } | Cmd::GvisorInit | Cmd::GvisorExec { .. } | Cmd::GvisorConnect { .. } | Cmd::GvisorWatch { .. } => unreachable!("handled above"),
     }
 }
 

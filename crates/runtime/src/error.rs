@@ -109,6 +109,7 @@ impl From<cairn_store::Error> for Error {
         use cairn_store::Error as E;
         match e {
             E::UnknownTask(_) | E::UnknownSnapshot(_) | E::UnknownWait(_) => Error::NotFound(e.to_string()),
+            E::Unsupported(_) => Error::Conflict(e.to_string()),
             E::NameTaken(_) | E::KeyNameTaken(_) | E::WaitPending(_) | E::StateChanged { .. } | E::Transition { .. } | E::Leased { .. } | E::LeaseLost { .. } => {
                 Error::Conflict(e.to_string())
             }

@@ -28,6 +28,8 @@
 //!   directory watches by the sandbox's own inotify.
 //! - [`snapshot`], [`rollback`], [`fork`], [`gc`]: snapshots and what is
 //!   made from them; retention, mark and sweep, check.
+//! - [`backup`]: the node's store, blob store and keys as one tar stream
+//!   made while it runs, and that stream restored into a new home.
 //! - [`template`]: images committed from a task's writable layer, and the
 //!   hidden base a fork's tasks share.
 //! - [`suspend`], [`wake`]: compute goes away and comes back; recovery.
@@ -46,6 +48,7 @@
 
 pub mod admission;
 pub mod api_keys;
+pub mod backup;
 mod blob_hold;
 mod cell;
 pub mod config;

@@ -52,4 +52,8 @@ pub enum Error {
     Leased { task: String, node: String },
     #[error("task database holds a malformed {0}: {1}")]
     Corrupt(&'static str, String),
+    /// Asked of a backend that does not do it; the message says what to
+    /// use instead.
+    #[error("{0}")]
+    Unsupported(&'static str),
 }

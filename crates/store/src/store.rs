@@ -109,6 +109,12 @@ pub trait Store:
     /// listener; a later call replaces it.
     fn on_change(&self, listener: ChangeListener);
 
+    /// Writes a consistent copy of the whole database to `path`, a file
+    /// that must not exist, while the store stays in use (a backup).
+    /// [`Error::Unsupported`] for a database server, which its own tools
+    /// back up.
+    async fn copy_to(&self, path: &std::path::Path) -> Result<()>;
+
     /// Closes the database once the calls in flight are done.
     async fn close(&self);
 }

@@ -3,6 +3,7 @@
 //! prints the typed answer as a line or, with `--json`, as it came.
 
 pub mod api_key;
+pub mod backup;
 pub mod secret;
 pub mod egress;
 pub mod hooks;

@@ -1,5 +1,5 @@
 //! The daemon itself: health, Prometheus metrics, the blob store's gc and
-//! check.
+//! check, and a backup of the node's state.
 
 use axum::http::HeaderMap;
 use axum::Json;
@@ -12,7 +12,7 @@ use super::{actor, body, Rt};
 use crate::ApiError;
 
 pub(super) fn routes() -> Routes {
-    Routes::new().get("/v1/health", health).get("/metrics", metrics).post("/v1/gc", gc).post("/v1/check", check)
+    Routes::new().get("/v1/health", health).get("/metrics", metrics).post("/v1/gc", gc).post("/v1/check", check).get("/v1/backup", backup)
 }
 
 #[utoipa::path(get, path = "/v1/health", tag = "daemon", responses((status = 200, description = "The daemon's version and home", body = Health)))]
@@ -56,4 +56,23 @@ async fn metrics(rt: Rt) -> Result<axum::response::Response, ApiError> {
     use axum::response::IntoResponse;
     let text = rt.metrics_text().await?;
     Ok(([(axum::http::header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], text).into_response())
+}
+
+/// The node's store, blob store and keys as one tar stream, consistent
+/// while the daemon runs (`cairn backup`; the runtime's `backup` module).
+#[utoipa::path(
+    get,
+    path = "/v1/backup",
+    tag = "daemon",
+    responses(
+        (status = 200, description = "A tar: cairn.db, the key files, blobs/KIND/ID, and cairn-backup.json last, listing every entry's size and SHA-256", content_type = "application/x-tar"),
+        (status = 409, description = "The store is a database server several nodes share: its own tools back it up", body = cairn_api::ErrorBody),
+    )
+)]
+async fn backup(rt: Rt) -> Result<axum::response::Response, ApiError> {
+    let chunks = rt.backup().await?;
+    axum::response::Response::builder()
+        .header(axum::http::header::CONTENT_TYPE, "application/x-tar")
+        .body(axum::body::Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(chunks)))
+        .map_err(|e| ApiError::new(cairn_api::ErrorCode::Internal, e.to_string()))
 }

@@ -27,6 +27,7 @@
 //! | GET | /v1/tasks/{id}/progress | the snapshot or restore in progress, if any |
 //! | POST | /v1/gc | retention, then mark and sweep |
 //! | POST | /v1/check | `{read_data}`: verify the blob store |
+//! | GET | /v1/backup | the node's store, blob store and keys as a tar |
 //! | POST | /v1/tasks/{id}/waits | wait: suspends until satisfied |
 //! | GET | /v1/waits/{id}?block_ms=N | a wait, optionally blocking until satisfied |
 //! | POST | /v1/tasks/{id}/approve | approve or reject |

@@ -24,7 +24,7 @@ use super::{admin, api_keys, deliver, outgoing_hooks, port_links, processes, sec
     ),
     paths(
         serve,
-        admin::health, admin::metrics, admin::gc, admin::check,
+        admin::health, admin::metrics, admin::gc, admin::check, admin::backup,
         api_keys::list_api_keys, api_keys::create_api_key, api_keys::revoke_api_key,
         secrets::list_secrets, secrets::show_secret, secrets::set_secret, secrets::remove_secret,
         outgoing_hooks::list_hooks, outgoing_hooks::add_hook, outgoing_hooks::show_hook, outgoing_hooks::remove_hook, outgoing_hooks::hook_outbox, outgoing_hooks::test_hook,

@@ -79,6 +79,10 @@ impl PostgresStore {
     fn location_url(&self) -> String {
         self.location.clone()
     }
+
+    async fn copy_database_to(&self, _path: &std::path::Path) -> Result<()> {
+        Err(Error::Unsupported("a PostgreSQL store is backed up with PostgreSQL's own tools (pg_dump or a base backup), not `cairn backup`: see docs/operations.md, \"Backup and restore\""))
+    }
 }
 
 impl Dialect for sqlx::Postgres {

@@ -232,6 +232,10 @@ macro_rules! tasks {
                     self.listener.set(listener);
                 }
 
+                async fn copy_to(&self, path: &std::path::Path) -> Result<()> {
+                    self.copy_database_to(path).await
+                }
+
                 async fn close(&self) {
                     self.pool.close().await;
                 }
