@@ -24,7 +24,7 @@ fn the_demo_runs_every_step() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "cairn demo failed: {text}{}", String::from_utf8_lossy(&out.stderr));
     assert!(text.lines().last().is_some_and(|l| l.starts_with("all steps passed")), "{text}");
-    for step in ["over plain HTTP", "raw bytes", "Prometheus metrics", "through the SDK (import cairn)", "an MCP client", "an agent written for E2B", "the sandbox's own inotify", "a new sandbox from it reads", "roll back", "fork", "approval", "the approver is told: task.waiting", "and the hook posts task.woken", "the web console", "webhook", "proxy", "the agent sees only its placeholder", "cp out refuses", "verify the record", "nothing of the completed task is left"] {
+    for step in ["over plain HTTP", "raw bytes", "Prometheus metrics", "through the SDK (import cairn)", "an MCP client", "an agent written for E2B", "the sandbox's own inotify", "a new sandbox from it reads", "roll back", "fork", "approval", "the approver is told: task.waiting", "and the hook posts task.woken", "the web console", "backup of the node while it runs", "webhook", "proxy", "the agent sees only its placeholder", "cp out refuses", "verify the record", "nothing of the completed task is left"] {
         assert!(text.contains(step), "the demo shows {step:?}: {text}");
     }
 }

@@ -10,11 +10,43 @@ use anyhow::{anyhow, bail, Context, Result};
 use futures_util::StreamExt;
 use reqwest::Method;
 
+use cairn_runtime::backup::BackupManifest;
+
 use crate::client::{error_message, Client};
 use crate::progress::{human, Progress};
 use crate::verbs::Out;
 
 pub async fn backup(client: &Client, file: &Path, out: Out) -> Result<u8> {
+    let (manifest, done) = write_backup(client, file).await?;
+    let Some(manifest) = manifest else { return Ok(0) };
+    if out.json {
+        outln!("{}", serde_json::to_string_pretty(&manifest).unwrap_or_default());
+    } else {
+        outln!("{}", summary(&manifest, done, file));
+        if !manifest.images.is_empty() {
+            outln!("  images the tasks use, not in a backup: {}", manifest.images.join(", "));
+        }
+    }
+    Ok(0)
+}
+
+/// One line on a backup written.
+pub fn summary(manifest: &BackupManifest, bytes: u64, file: &Path) -> String {
+    let objects = manifest.entries.iter().filter(|e| e.path.starts_with("blobs/")).count();
+    format!(
+        "backup of node {}: {} tasks, {} snapshots, {objects} blob objects, {} in {}",
+        manifest.node,
+        manifest.tasks,
+        manifest.snapshots,
+        human(bytes as f64),
+        file.display()
+    )
+}
+
+/// Writes the daemon's backup stream to `file` (whole, checked against its
+/// manifest, or not at all) and returns the manifest and the bytes
+/// written; to standard output for `-`, unchecked (no manifest returned).
+pub async fn write_backup(client: &Client, file: &Path) -> Result<(Option<BackupManifest>, u64)> {
     let to_stdout = file == Path::new("-");
     if !to_stdout && std::fs::symlink_metadata(file).is_ok() {
         bail!("{} exists: a backup never overwrites a file; name another", file.display());
@@ -49,7 +81,7 @@ pub async fn backup(client: &Client, file: &Path, out: Out) -> Result<u8> {
     drop(sink);
     progress.finish(done);
     if to_stdout {
-        return written.map(|()| 0);
+        return written.map(|()| (None, done));
     }
     let checked = written.and_then(|()| {
         let f = std::fs::File::open(&partial).with_context(|| format!("read back {}", partial.display()))?;
@@ -58,30 +90,13 @@ pub async fn backup(client: &Client, file: &Path, out: Out) -> Result<u8> {
         std::fs::rename(&partial, file).with_context(|| format!("rename {} to {}", partial.display(), file.display()))?;
         Ok(manifest)
     });
-    let manifest = match checked {
-        Ok(m) => m,
+    match checked {
+        Ok(m) => Ok((Some(m), done)),
         Err(e) => {
             let _ = std::fs::remove_file(&partial);
-            return Err(e);
-        }
-    };
-    if out.json {
-        outln!("{}", serde_json::to_string_pretty(&manifest).unwrap_or_default());
-    } else {
-        let objects = manifest.entries.iter().filter(|e| e.path.starts_with("blobs/")).count();
-        outln!(
-            "backup of node {}: {} tasks, {} snapshots, {objects} blob objects, {} in {}",
-            manifest.node,
-            manifest.tasks,
-            manifest.snapshots,
-            human(done as f64),
-            file.display()
-        );
-        if !manifest.images.is_empty() {
-            outln!("  images the tasks use, not in a backup: {}", manifest.images.join(", "));
+            Err(e)
         }
     }
-    Ok(0)
 }
 
 /// Counts what is read, for the progress line.
