@@ -132,7 +132,7 @@ mod tests {
 
         let restore = RestoreStats { files_written: 3, bytes_written: 4096, files_kept: 7, entries_removed: 1, duration_ms: 12.5 };
         assert_wire_shape(&restore, &["files_written", "bytes_written", "files_kept", "entries_removed", "duration_ms"]);
-        let note = RollbackNote { from: Some(SnapshotId::random()), to: SnapshotId::random(), from_step: 9, reason: "tests went red".into(), time_ms: 1 };
+        let note = RollbackNote { from: Some(SnapshotId::random()), to: SnapshotId::random(), from_step: 9, reason: "tests went red".into(), time_ms: 1, chosen: None };
         let rollback = RollbackAnswer { task: TaskId::random(), rollback_note: note, step: 4, duration_ms: 310.2, restore: Some(restore) };
         assert_wire_shape(&rollback, &["task", "rollback_note", "step", "duration_ms", "restore"]);
         let text = serde_json::to_value(&rollback).unwrap_or_default();

@@ -149,7 +149,16 @@ pub fn task_detail(v: &TaskView) -> String {
         format!("last activity: {}", time(t.last_activity_ms)),
     ];
     if let Some(r) = &t.rollback_note {
-        lines.push(format!("rollback:      to {} from {} (step {}) at {}: {}", r.to, or_dash(r.from.as_ref()), r.from_step, time(r.time_ms), r.reason));
+        // From the step the task was at; its latest snapshot then is named
+        // only when it is not the one rolled back to.
+        let latest = match &r.from {
+            Some(f) if *f != r.to => format!(", latest snapshot {f}"),
+            _ => String::new(),
+        };
+        lines.push(format!("rollback:      to {} from step {}{latest} at {}: {}", r.to, r.from_step, time(r.time_ms), r.reason));
+        if let Some(chosen) = &r.chosen {
+            lines.push(format!("               chosen by {chosen}"));
+        }
     }
     if let Some(n) = &t.recovery_note {
         lines.push(format!("recovery:      {n}"));

@@ -158,6 +158,46 @@ fn rollback_restores_step_and_memory_and_tells_the_agent_why() {
     assert_eq!(after["parent"], good["id"], "the next snapshot descends from the rollback target");
 }
 
+/// The README's tour: a milestone, then `rm -rf build` (a pre-risk
+/// snapshot first), then `rollback --last-healthy`: it lands on the
+/// pre-risk snapshot, the newest healthy one, which holds the build the
+/// delete removed, and the note says which was chosen and why, and from
+/// which step (not "to X from X").
+#[test]
+fn last_healthy_after_the_readme_s_delete_says_which_snapshot_and_why() {
+    let d = Daemon::start();
+    let id = d.create(&[]);
+    must(&d, &id, "mkdir -p /workspace/build && echo parser > /workspace/build/out");
+    let milestone = snapshot(&d, &id, &["--kind", "milestone", "--note", "tests green"]);
+    let out = d.cairn(&["exec", &id, "--", "rm", "-rf", "/workspace/build"]);
+    assert!(out.status.success() && String::from_utf8_lossy(&out.stderr).contains("took pre-risk snapshot s"));
+    let list = d.json(&["snapshot", "list", &id]);
+    let pre_risk = list.as_array().unwrap().iter().find(|s| s["kind"] == "pre-risk").unwrap().clone();
+    assert_ne!(pre_risk["id"], milestone["id"]);
+    let step_before = d.task(&id)["step"].as_u64().unwrap();
+
+    d.ok(&["rollback", &id, "--last-healthy", "--reason", "the refactor broke the parser"]);
+    assert_eq!(must(&d, &id, "cat /workspace/build/out"), "parser\n", "the pre-risk snapshot holds what the delete removed");
+    let note = &d.task(&id)["rollback_note"];
+    assert_eq!(note["to"], pre_risk["id"]);
+    let chosen = note["chosen"].as_str().unwrap();
+    assert!(chosen.starts_with("--last-healthy: the newest healthy snapshot, pre-risk at step") && chosen.contains("before `rm -rf /workspace/build`"), "{chosen}");
+    let human = d.ok(&["task", "show", &id]);
+    let line = human.lines().find(|l| l.starts_with("rollback:")).unwrap();
+    let to = pre_risk["id"].as_str().unwrap();
+    assert!(line.contains(&format!("to {to} from step {step_before} at")), "{line}");
+    assert_eq!(line.matches(to).count(), 1, "the target is named once: {line}");
+    assert!(human.contains("chosen by --last-healthy: the newest healthy snapshot, pre-risk"), "{human}");
+
+    // Named with --to, the milestone; the note says so.
+    let m = milestone["id"].as_str().unwrap();
+    d.ok(&["rollback", &id, "--to", m, "--reason", "back to green"]);
+    let note = &d.task(&id)["rollback_note"];
+    assert_eq!((note["to"].as_str(), note["chosen"].as_str()), (Some(m), Some("--to: named by the caller")));
+    let human = d.ok(&["task", "show", &id]);
+    assert!(human.contains(&format!("latest snapshot {to}")), "the latest snapshot then is named when it is another: {human}");
+}
+
 #[test]
 fn risky_commands_take_a_pre_risk_snapshot_first() {
     let d = Daemon::start();

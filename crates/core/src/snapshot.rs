@@ -160,6 +160,11 @@ pub struct RollbackNote {
     pub from_step: u64,
     pub reason: String,
     pub time_ms: i64,
+    /// Which snapshot was chosen and why: named by the caller, or the
+    /// newest healthy one, with its kind, step and note. (Absent from notes
+    /// written before it was kept.)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chosen: Option<String>,
 }
 
 /// Which snapshots of a task to keep. Expired snapshots lose their record;

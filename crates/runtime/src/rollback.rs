@@ -30,14 +30,19 @@ impl Runtime {
             return Err(Error::conflict(format!("task {} is {}; only a running task can roll back", task.id, task.state)));
         }
         let snaps = self.store.snapshots(&task.id).await?;
-        let target = match (req.to.as_deref(), req.last_healthy) {
-            (Some(to), false) => self.snapshot_of(&task, to).await?,
-            (None, true) => snaps
-                .iter()
-                .rev()
-                .find(|s| s.healthy)
-                .cloned()
-                .ok_or_else(|| Error::conflict(format!("task {} has no healthy snapshot to roll back to", task.id)))?,
+        let (target, chosen) = match (req.to.as_deref(), req.last_healthy) {
+            (Some(to), false) => (self.snapshot_of(&task, to).await?, "--to: named by the caller".to_owned()),
+            (None, true) => {
+                let s = snaps
+                    .iter()
+                    .rev()
+                    .find(|s| s.healthy)
+                    .cloned()
+                    .ok_or_else(|| Error::conflict(format!("task {} has no healthy snapshot to roll back to", task.id)))?;
+                let note = if s.note.is_empty() { String::new() } else { format!(", {}", s.note) };
+                let why = format!("--last-healthy: the newest healthy snapshot, {} at step {}{note}", s.kind, s.step);
+                (s, why)
+            }
             _ => return Err(Error::invalid("give exactly one of --to SNAPSHOT and --last-healthy")),
         };
         // No gc may sweep the target's data or the new baseline meanwhile.
@@ -67,7 +72,7 @@ impl Runtime {
                 let restored = restored.ok_or_else(|| Error::internal("rollback restored nothing"))?;
                 let stats = &restored.stats;
                 fail::fail_point!("rollback.disk_restored");
-                let note = RollbackNote { from: from.clone(), to: target.id.clone(), from_step: task.step, reason: reason.clone(), time_ms: now_ms() };
+                let note = RollbackNote { from: from.clone(), to: target.id.clone(), from_step: task.step, reason: reason.clone(), time_ms: now_ms(), chosen: Some(chosen.clone()) };
                 recorded = Some((note.clone(), begun.elapsed().as_secs_f64() * 1000.0));
                 let event = NewEvent {
                     task: task.id.clone(),

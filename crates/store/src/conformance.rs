@@ -360,7 +360,7 @@ pub(crate) async fn every_insert_path_extends_one_chain(db: &impl TestDatabase) 
     store.record_sandbox_ready(id, "n1", 1, 2, &ev(EventKind::SandboxStart, serde_json::json!({}))).await.unwrap();
     let s = Snapshot { step: 1, ..snap(id, SnapshotKind::Milestone) };
     store.insert_snapshot(&s, "base", None, &ev(EventKind::Snapshot, serde_json::json!({"freeze_ms": 0.25}))).await.unwrap();
-    let note = RollbackNote { from: None, to: s.id.clone(), from_step: 1, reason: "r".into(), time_ms: 1 };
+    let note = RollbackNote { from: None, to: s.id.clone(), from_step: 1, reason: "r".into(), time_ms: 1, chosen: None };
     store.record_rollback(id, &s, &note, "base", &ev(EventKind::Rollback, serde_json::json!({}))).await.unwrap();
     store.expire_snapshots(std::slice::from_ref(&s.id), &[ev(EventKind::SnapshotExpired, serde_json::json!({}))]).await.unwrap();
     let w = wait(id, WaitFor::Webhook { name: "x".into() });
@@ -565,7 +565,7 @@ pub(crate) async fn snapshots_rollback_notes_and_expiry(db: &impl TestDatabase) 
     assert_eq!(store.baselines().await.unwrap(), ["base-b"]);
     assert!(matches!(store.baseline(&TaskId::random()).await, Err(Error::UnknownTask(_))));
 
-    let note = RollbackNote { from: Some(b.id.clone()), to: a.id.clone(), from_step: 7, reason: "tests broke".into(), time_ms: 1 };
+    let note = RollbackNote { from: Some(b.id.clone()), to: a.id.clone(), from_step: 7, reason: "tests broke".into(), time_ms: 1, chosen: Some("--to: named by the caller".into()) };
     store.record_rollback(&t.id, &a, &note, "base-r", &event(&t.id, EventKind::Rollback)).await.unwrap();
     let back = store.find_task(t.id.as_str()).await.unwrap();
     assert_eq!((back.step, back.memory.as_str(), back.rollback_note), (3, "remember", Some(note)));

@@ -75,7 +75,9 @@ def test_a_rollback_undoes_the_work_and_hands_the_reason_back(task):
     note = task.rollback(to=good.id, reason="the edit broke the tests")
     assert (note.to, note.reason) == (good.id, "the edit broke the tests")
     assert task.files.read("/workspace/app.py") == b"good = True\n"
-    assert task.refresh().info.rollback_note.reason == "the edit broke the tests", "the agent reads the note on its task"
+    note = task.refresh().info.rollback_note
+    assert note.reason == "the edit broke the tests", "the agent reads the note on its task"
+    assert note.chosen == "--to: named by the caller", note.chosen
     task.files.write("/workspace/app.py", "again broken\n")
     assert task.rollback(last_healthy=True, reason="broken again").to == good.id
     assert task.files.read("/workspace/app.py") == b"good = True\n"

@@ -17,10 +17,12 @@ class RollbackNote:
     reason: str
     time_ms: int | None
     raw: dict[str, Any] = field(repr=False, compare=False)
+    #: Which snapshot was chosen and why (``--last-healthy: ...`` or ``--to: ...``).
+    chosen: str | None = None
 
     @classmethod
     def from_json(cls, v: dict[str, Any]) -> RollbackNote:
-        return cls(v.get("from"), v.get("to", ""), v.get("from_step"), v.get("reason", ""), v.get("time_ms"), v)
+        return cls(v.get("from"), v.get("to", ""), v.get("from_step"), v.get("reason", ""), v.get("time_ms"), v, v.get("chosen"))
 
 
 @dataclass(frozen=True)
