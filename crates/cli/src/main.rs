@@ -274,6 +274,11 @@ struct ServeArgs {
     /// and recoveries to the other nodes (default: no limit).
     #[arg(long, value_name = "N")]
     capacity: Option<usize>,
+    /// How long a task's lease lasts unrenewed: a lost node's tasks run
+    /// elsewhere after it; the node heartbeats every fifth of it (3s to 10m,
+    /// default 10s; the same on every node).
+    #[arg(long, value_name = "DURATION")]
+    lease: Option<String>,
     /// The URL other nodes (and webhook and approval links) reach this
     /// daemon at, e.g. http://10.0.0.5:7878 (default: http:// and the
     /// listen address).
@@ -412,6 +417,9 @@ fn serve(args: ServeArgs) -> Result<u8> {
     }
     if let Some(n) = args.capacity {
         config.capacity = Some(n);
+    }
+    if let Some(l) = &args.lease {
+        config.lease = cairn_runtime::config::parse_lease(l).map_err(|e| anyhow!("--lease: {e}"))?;
     }
     if let Some(i) = &args.isolation {
         config.isolation = i.parse().map_err(|e| anyhow!("--isolation: {e}"))?;

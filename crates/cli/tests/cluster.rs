@@ -3,7 +3,8 @@
 //!
 //! The contract under test (docs/architecture.md, "Nodes"): every node
 //! uses the same API token and approval-link key; a task runs on at most
-//! one node at a time, under a lease (TTL 10 s, heartbeats every 2 s); any
+//! one node at a time, under a lease (here `--lease 4s`: heartbeats every
+//! 0.8 s; 10 s by default); any
 //! node accepts any call and forwards it to the node that runs the task;
 //! an event wakes a suspended task on the node that accepted it, or on
 //! another with room; a node that stops heartbeating has its running tasks
@@ -51,9 +52,14 @@ use serde_json::Value;
 const NODE_A: &str = "node-a";
 const NODE_B: &str = "node-b";
 
+/// The nodes' lease (`--lease`), shorter than the default 10 s so that
+/// the losses and takeovers below take less time.
+const LEASE_ARG: &str = "4s";
+const LEASE: Duration = Duration::from_secs(4);
+
 /// How long a lost node's tasks may take to run elsewhere: its leases
-/// expire within 10 s of its last heartbeat (2 s), then the next pass of
-/// the recovering node; doubled and more for a slow host.
+/// expire within a lease of its last heartbeat, then the next pass of the
+/// recovering node (a heartbeat later); ample for a slow host.
 const RECOVERY_LIMIT: Duration = Duration::from_secs(40);
 
 /// How long a wake (a restore from the bucket) may take.
@@ -103,7 +109,7 @@ impl Cluster {
         let env = moto.env();
         let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
         let start = |node: &str, extra: &[&str]| {
-            let mut args = vec!["--store", db.url.as_str(), "--blob", blob.as_str(), "--node", node];
+            let mut args = vec!["--store", db.url.as_str(), "--blob", blob.as_str(), "--node", node, "--lease", LEASE_ARG];
             args.extend_from_slice(extra);
             Daemon::start_with_env(&args, &env)
         };
@@ -849,7 +855,7 @@ fn a_node_killed_with_its_sandboxes_is_recovered_by_the_other() {
     // its old copy of the task but must leave the task to node-b, for
     // longer than a lease lives.
     c.a.respawn();
-    let until = Instant::now() + Duration::from_secs(15);
+    let until = Instant::now() + LEASE + Duration::from_secs(5);
     while Instant::now() < until {
         let t = c.a.task(&id);
         assert_eq!((t["state"].as_str(), t["node"].as_str()), (Some("running"), Some(NODE_B)), "after node-a's restart: {t}\n{}", c.log_tails());
@@ -1317,7 +1323,9 @@ fn a_node_stopped_past_its_lease_then_continued_writes_nothing() {
             assert!(Instant::now() < deadline, "node-b never took the task over: {t}\n{}", c.log_tails());
             std::thread::sleep(Duration::from_millis(100));
         };
-        assert!(stop.since.elapsed() > Duration::from_secs(4), "node-b took over before node-a's lease could end");
+        // Its last renewal came at most a heartbeat (a fifth of the lease)
+        // before the stop.
+        assert!(stop.since.elapsed() > LEASE * 4 / 5, "node-b took over before node-a's lease could end");
         eprintln!("taken over {:.1} s after node-a stopped: {t}", stop.since.elapsed().as_secs_f64());
         let taken = c.b.json(&["log", &id]).as_array().unwrap().len();
         drop(stop);
@@ -1338,7 +1346,7 @@ fn a_node_stopped_past_its_lease_then_continued_writes_nothing() {
     // sandbox ends node-b's too, which node-b records as lost and
     // recovers at the next command. Nodes on separate hosts share no
     // cgroup; see docs/testing.md, "Two nodes".)
-    let until = Instant::now() + Duration::from_secs(15);
+    let until = Instant::now() + LEASE + Duration::from_secs(5);
     while Instant::now() < until {
         for via in [&c.a, &c.b] {
             let t = via.task(&id);

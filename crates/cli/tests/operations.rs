@@ -168,3 +168,28 @@ fn a_command_line_clap_refuses_is_one_line_with_the_usage_and_exec_says_where_th
     let out = common::run(Command::new(common::CAIRN).args(["exec", "--help"])).unwrap();
     assert!(out.status.success() && String::from_utf8_lossy(&out.stdout).contains("Usage: cairn exec"));
 }
+
+/// A lease outside 3 s to 10 min is refused before the daemon starts, in
+/// one line naming the flag and the bounds; a lease inside them is taken
+/// (the cluster tests run on `--lease 4s`).
+#[test]
+fn a_lease_out_of_bounds_is_refused_in_one_line() {
+    let dir = tempfile::Builder::new().prefix("cairn-test-").tempdir_in("/var/tmp").unwrap();
+    for bad in ["1s", "2h", "soon"] {
+        let out = common::output_within(
+            Command::new(common::CAIRN).args(["serve", "--listen", "127.0.0.1:0", "--lease", bad]).env("CAIRN_HOME", dir.path().join("home")).stdin(Stdio::null()),
+            Duration::from_secs(60),
+        );
+        assert!(!out.status.success(), "--lease {bad} was taken");
+        let err = String::from_utf8_lossy(&out.stderr).trim().to_owned();
+        assert!(err.starts_with("cairn: --lease: ") && !err.contains('\n'), "{bad}: {err}");
+    }
+    let file = dir.path().join("cairn.toml");
+    std::fs::write(&file, "[node]\nlease = \"1s\"\n").unwrap();
+    let out = common::output_within(
+        Command::new(common::CAIRN).args(["serve", "--listen", "127.0.0.1:0", "--config"]).arg(&file).env("CAIRN_HOME", dir.path().join("home")).stdin(Stdio::null()),
+        Duration::from_secs(60),
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("node.lease") && err.contains("outside 3s to 10m"), "{err}");
+}

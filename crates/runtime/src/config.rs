@@ -70,6 +70,8 @@
 //! [node]                      # this daemon as a node of a cluster (a shared store)
 //! name = "alpha"              # --node; default: the host name
 //! capacity = 50               # --capacity: the most sandboxes it runs; default: no limit
+//! lease = "10s"               # --lease: how long a task's lease lasts unrenewed: a lost node's tasks run
+//!                             # elsewhere after it; heartbeats every fifth of it (3s to 10m)
 //! url = "http://10.0.0.5:7878"  # --advertise: where other nodes and links reach it;
 //!                             # default: http:// and the listen address
 //! ```
@@ -106,6 +108,11 @@ pub struct Config {
     /// capacity`); `None`: no limit but the host's. A full node wakes and
     /// recovers no more tasks: another node of the cluster does.
     pub capacity: Option<usize>,
+    /// `[node] lease`: how long a task's lease lasts without a renewal.
+    /// A lost node's tasks are recovered elsewhere after it; each node
+    /// heartbeats (and renews) every fifth of it. Every node of a cluster
+    /// should have the same.
+    pub lease: Duration,
     /// The URL other nodes and links reach this daemon at (`--advertise`,
     /// `[node] url`); `None`: `http://` and the listen address, which is
     /// right for one machine and for a listen address others can reach.
@@ -279,6 +286,7 @@ impl Default for Config {
             blob: BlobConfig::default(),
             node: None,
             capacity: None,
+            lease: DEFAULT_LEASE,
             node_url: None,
             limits: LimitsConfig::default(),
             disk_space: cairn_sandbox::DiskSpace::default(),
@@ -386,6 +394,23 @@ struct NodeFile {
     name: Option<String>,
     capacity: Option<usize>,
     url: Option<String>,
+    lease: Option<String>,
+}
+
+/// How long a task's lease lasts unrenewed, unless `[node] lease` says.
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(10);
+/// A shorter lease would expire over a slow heartbeat; a longer one
+/// leaves a lost node's tasks waiting for no gain.
+const MIN_LEASE: Duration = Duration::from_secs(3);
+const MAX_LEASE: Duration = Duration::from_secs(600);
+
+/// Parses a lease's length (`[node] lease`, `--lease`): 3 s to 10 min.
+pub fn parse_lease(s: &str) -> Result<Duration, String> {
+    let lease = parse_duration(s).map_err(|e| e.to_string())?;
+    if !(MIN_LEASE..=MAX_LEASE).contains(&lease) {
+        return Err(format!("{s:?} is outside 3s to 10m"));
+    }
+    Ok(lease)
 }
 
 /// Checks a node name: 1 to 63 characters, letters, digits, `-`, `_`, `.`.
@@ -545,6 +570,9 @@ impl Config {
         }
         if let Some(u) = file.node.url {
             c.node_url = Some(parse_node_url(&u).map_err(|e| format!("node.url: {e}"))?);
+        }
+        if let Some(l) = file.node.lease {
+            c.lease = parse_lease(&l).map_err(|e| format!("node.lease: {e}"))?;
         }
         if let Some(r) = file.disk.reserve {
             c.disk_space.reserve = Some(cairn_core::parse_bytes(&r).map_err(|e| format!("disk.reserve: {e}"))?);
@@ -763,7 +791,12 @@ mod tests {
     #[test]
     fn a_node_url_is_http_and_a_host() {
         let c = Config::parse("[node]\nurl = \"http://10.0.0.5:7878/\"\ncapacity = 3\n").unwrap();
-        assert_eq!((c.node_url.as_deref(), c.capacity), (Some("http://10.0.0.5:7878"), Some(3)));
+        assert_eq!((c.node_url.as_deref(), c.capacity, c.lease), (Some("http://10.0.0.5:7878"), Some(3), DEFAULT_LEASE));
+        assert_eq!(Config::parse("[node]\nlease = \"4s\"\n").unwrap().lease, Duration::from_secs(4));
+        for bad in ["2s", "11m", "soon"] {
+            let err = Config::parse(&format!("[node]\nlease = \"{bad}\"\n")).unwrap_err();
+            assert!(err.starts_with("node.lease: "), "{err}");
+        }
         for bad in ["10.0.0.5:7878", "https://x", "ftp://x", "http://", "http://a/b", "http://a b"] {
             assert!(parse_node_url(bad).unwrap_err().contains("not a node URL"), "{bad}");
         }

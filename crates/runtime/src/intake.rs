@@ -184,7 +184,7 @@ impl Runtime {
                 // at most a minute, in case the clock jumped.
                 // On a store other daemons share, at most a heartbeat: their
                 // timers are this node's too once they are gone.
-                let most = if self.store.shared() { crate::nodes::HEARTBEAT.as_millis() as i64 } else { 60_000 };
+                let most = if self.store.shared() { self.cluster.heartbeat_every().as_millis() as i64 } else { 60_000 };
                 let next = self.store.next_timer_ms().await.ok().flatten();
                 let sleep = next.map(|t| (t - now_ms()).clamp(5, most)).unwrap_or(most);
                 tokio::select! {

@@ -11,7 +11,6 @@
 //! without a word to the store.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use cairn_core::{EventKind, NewEvent, SandboxState, TaskId, TaskState};
 use cairn_store::now_ms;
@@ -20,19 +19,12 @@ use serde_json::json;
 use crate::runtime::Runtime;
 use crate::{reaper, Error};
 
-/// How long a lease lasts without a renewal (renewed every heartbeat, 2 s).
-pub const LEASE_TTL: Duration = Duration::from_secs(10);
-
-fn ttl_ms() -> i64 {
-    LEASE_TTL.as_millis() as i64
-}
-
 impl Runtime {
     /// Takes (or keeps) the lease of `task` for this node; false when a live
     /// node holds it. When another node ran the task since this one did,
     /// the copy of its disk kept here is stale and goes.
     pub(crate) async fn take_lease(&self, task: &TaskId) -> Result<bool, Error> {
-        let Some(lease) = self.store.acquire_lease(task, &self.cluster.name, ttl_ms()).await? else {
+        let Some(lease) = self.store.acquire_lease(task, &self.cluster.name, self.cluster.lease_ms()).await? else {
             return Ok(false);
         };
         let ran_elsewhere = lease.last_node.as_deref().is_some_and(|n| n != self.cluster.name);
@@ -58,7 +50,7 @@ impl Runtime {
     /// The heartbeat's lease work: renew, let go of what was lost, take
     /// over what no live node holds.
     pub(crate) async fn tend_leases(self: &Arc<Self>) {
-        match self.store.renew_leases(&self.cluster.name, ttl_ms()).await {
+        match self.store.renew_leases(&self.cluster.name, self.cluster.lease_ms()).await {
             Ok(lost) => {
                 for task in lost {
                     self.drop_lost(&task).await;

@@ -1,8 +1,9 @@
 //! This daemon as a node of the cluster sharing its store: it registers at
-//! start (name, API URL, version), heartbeats every [`HEARTBEAT`] from a
-//! background task, and answers `GET /v1/nodes` from the registry. A node
-//! is up while its latest heartbeat is younger than [`DOWN_AFTER`] (three
-//! periods), by the clock of the node that answers.
+//! start (name, API URL, version), heartbeats every fifth of its lease
+//! (`[node] lease`, 10 s: every 2 s) from a background task, and answers
+//! `GET /v1/nodes` from the registry. A node is up while its latest
+//! heartbeat is younger than three periods, by the clock of the node that
+//! answers.
 //!
 //! Each heartbeat also tends this node's task leases (`lease.rs`): renews
 //! them, and takes over the tasks no live node holds.
@@ -16,12 +17,6 @@ use cairn_store::{now_ms, NodeRow, SharedStore};
 
 use crate::runtime::Runtime;
 use crate::Error;
-
-/// How often a node heartbeats.
-pub const HEARTBEAT: Duration = Duration::from_secs(2);
-
-/// How old a heartbeat may be for its node to be up.
-pub const DOWN_AFTER: Duration = Duration::from_secs(3 * HEARTBEAT.as_secs());
 
 /// The node name a daemon takes without `--node` or `[node] name`: the host
 /// name (or `localhost` when it has none that is valid).
@@ -45,11 +40,29 @@ pub(crate) struct Cluster {
     pub(crate) started_ms: i64,
     /// The most sandboxes this node runs (`None`: no limit of its own).
     pub(crate) capacity: Option<usize>,
+    /// How long a task's lease lasts without a renewal.
+    pub(crate) lease: Duration,
 }
 
 impl Cluster {
-    pub(crate) fn new(store: SharedStore, name: String, capacity: Option<usize>) -> Cluster {
-        Cluster { store, name, started_ms: now_ms(), capacity }
+    pub(crate) fn new(store: SharedStore, name: String, capacity: Option<usize>, lease: Duration) -> Cluster {
+        Cluster { store, name, started_ms: now_ms(), capacity, lease }
+    }
+
+    /// How often this node heartbeats and renews its leases: five times a
+    /// lease, so a renewal survives a few slow heartbeats.
+    pub(crate) fn heartbeat_every(&self) -> Duration {
+        self.lease / 5
+    }
+
+    /// How old a heartbeat may be for its node to be up: three periods.
+    pub(crate) fn down_after(&self) -> Duration {
+        self.heartbeat_every() * 3
+    }
+
+    /// The lease in milliseconds, as the store takes it.
+    pub(crate) fn lease_ms(&self) -> i64 {
+        i64::try_from(self.lease.as_millis()).unwrap_or(i64::MAX)
     }
 
     /// True when other daemons may share the store (a cluster).
@@ -86,14 +99,14 @@ impl Cluster {
         let now = now_ms();
         let lease = self.store.lease(&task.id).await?;
         let Some(holder) = lease.live_holder(now).filter(|h| *h != self.name) else { return Ok(None) };
-        let up_after = now - DOWN_AFTER.as_millis() as i64;
+        let up_after = now - self.down_after().as_millis() as i64;
         let node = self.store.list_nodes().await?.into_iter().find(|n| n.name == holder && n.heartbeat_ms > up_after);
         match node {
             Some(n) => Ok(Some(n.url)),
             None => Err(Error::Unavailable(format!(
                 "task {} runs on node {holder}, which is not answering; it is recovered elsewhere once its lease runs out (within {} s)",
                 task.id,
-                crate::lease::LEASE_TTL.as_secs()
+                self.lease.as_secs()
             ))),
         }
     }
@@ -110,7 +123,7 @@ impl Cluster {
             .into_iter()
             .map(|r| {
                 let age = (now - r.heartbeat_ms).max(0);
-                let state = if age < DOWN_AFTER.as_millis() as i64 { NodeState::Up } else { NodeState::Down };
+                let state = if age < self.down_after().as_millis() as i64 { NodeState::Up } else { NodeState::Down };
                 let tasks = tasks.remove(&r.name).unwrap_or_default();
                 Node {
                     name: r.name,
@@ -145,7 +158,7 @@ impl Runtime {
         }
         let rt = self.clone();
         tokio::spawn(async move {
-            let mut tick = tokio::time::interval(HEARTBEAT);
+            let mut tick = tokio::time::interval(rt.cluster.heartbeat_every());
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             tick.tick().await;
             loop {

@@ -152,7 +152,7 @@ impl Runtime {
         // Subscribed before anything writes: waiters see every change.
         let cells = Arc::new(crate::cell::Cells::default());
         cells.follow(store.as_ref());
-        let cluster = crate::nodes::Cluster::new(store.clone(), config.node.clone().unwrap_or_else(crate::nodes::default_node_name), config.capacity);
+        let cluster = crate::nodes::Cluster::new(store.clone(), config.node.clone().unwrap_or_else(crate::nodes::default_node_name), config.capacity, config.lease);
         Ok(Runtime {
             home: home.root().to_owned(),
             store,
