@@ -7,8 +7,12 @@
 # status is kept when it failed.
 set -uo pipefail
 state=${CAIRN_LEAK_CHECK_STATE:?CAIRN_LEAK_CHECK_STATE names the reading to compare with}
+# Each binary's wall time, start to exit (libtest's "finished in" leaves out
+# what runs after its last test: fixtures torn down at exit).
+began=$(date +%s%N)
 "$@"
 rc=$?
+echo "== test binary ${1##*/}: $(( ($(date +%s%N) - began) / 1000000 )) ms" >&2
 if ! timeout 120 "$(dirname "$0")/leak-check.sh" after "$state" >&2; then
   echo "leak-check: the host has something new after test binary ${1##*/} (see the lines above)" >&2
   ((rc)) || rc=1
