@@ -383,6 +383,22 @@ pub fn wait_summary(v: &WaitView) -> String {
     lines.join("\n")
 }
 
+/// A ready example that signs a webhook for `url` with the task's
+/// `secret` (Standard Webhooks: HMAC-SHA256 of `id.timestamp.body` under
+/// the key the `whsec_` secret carries in base64) and posts it, in POSIX
+/// sh with openssl and curl. Its body is the event's data.
+pub fn webhook_example(url: &str, secret: &str) -> String {
+    [
+        "send it signed (Standard Webhooks), e.g. with openssl and curl:".to_owned(),
+        "    body='{\"status\":\"green\"}'".to_owned(),
+        "    id=msg_$(date +%s%N) ts=$(date +%s)".to_owned(),
+        format!("    key=$(printf %s '{secret}' | sed 's/^whsec_//' | base64 -d | od -An -tx1 | tr -d ' \\n')"),
+        "    sig=$(printf %s \"$id.$ts.$body\" | openssl dgst -sha256 -mac HMAC -macopt \"hexkey:$key\" -binary | base64)".to_owned(),
+        format!("    curl -sS -X POST '{url}' -H \"webhook-id: $id\" -H \"webhook-timestamp: $ts\" -H \"webhook-signature: v1,$sig\" -H 'content-type: application/json' --data-binary \"$body\""),
+    ]
+    .join("\n")
+}
+
 /// `allow a, b; deny c`, or `offline` when nothing is allowed.
 pub fn policy_line(allow: &[String], deny: &[String]) -> String {
     let mut out = if allow.is_empty() { "offline (no allow rules)".to_owned() } else { format!("allow {}", allow.join(", ")) };

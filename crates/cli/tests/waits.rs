@@ -459,3 +459,33 @@ fn a_client_gone_mid_suspend_leaves_the_task_suspended() {
     d.ok(&["wait", &id, "--cancel"]);
     assert_eq!(must(&d, &id, "cat /workspace/kept"), "kept\n");
 }
+
+/// `wait --webhook` prints a ready example of a signed post; run as printed
+/// (sh, openssl, curl) it wakes the task. The same script with another
+/// secret is refused and wakes nothing.
+#[test]
+fn the_signing_example_a_webhook_wait_prints_wakes_the_task() {
+    let d = Daemon::start();
+    let id = d.create(&[]);
+    let secret = d.task(&id)["webhook_secret"].as_str().unwrap().to_owned();
+    let out = d.ok(&["wait", &id, "--webhook", "ci-done"]);
+    let mut lines = out.lines().skip_while(|l| !l.starts_with("send it signed"));
+    assert!(lines.next().is_some(), "no example printed: {out}");
+    let script: String = lines.take_while(|l| l.starts_with("    ")).map(|l| format!("{}\n", l.trim_start())).collect();
+    assert!(script.contains(&secret) && script.contains("/v1/hooks/"), "{script}");
+    // Denial first: another secret's signature is refused.
+    let forged = script.replace(&secret, "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw");
+    let refused = common::run(Command::new("sh").args(["-c", &forged]).stdin(Stdio::null())).unwrap();
+    assert!(String::from_utf8_lossy(&refused.stdout).contains("signature"), "the forged post is refused: {refused:?}");
+    assert_eq!(d.state(&id), "suspended", "a forged post wakes nothing");
+    // The example as printed.
+    let sent = common::run(Command::new("sh").args(["-c", &script]).stdin(Stdio::null())).unwrap();
+    assert!(sent.status.success(), "{sent:?}");
+    let answer: Value = serde_json::from_slice(&sent.stdout).unwrap_or_else(|e| panic!("{e}: {sent:?}"));
+    assert_eq!(answer["wakes"], true, "{answer}");
+    d.wait_for_state(&id, "running", Duration::from_secs(60));
+    let log = d.json(&["log", &id]);
+    let received = log.as_array().unwrap().iter().find(|e| e["kind"] == "event_received").unwrap_or_else(|| panic!("{log}"));
+    assert_eq!((&received["actor"], &received["args"]["name"]), (&Value::from("webhook"), &Value::from("ci-done")), "{received}");
+    assert!(received["args"]["delivery"].as_str().unwrap().starts_with("msg_"), "the example's webhook-id: {received}");
+}

@@ -154,6 +154,22 @@ struct Head {
     images: Vec<String>,
 }
 
+/// Hashes and counts what is read through it.
+struct Hashing<'a> {
+    inner: &'a mut dyn Read,
+    hash: Sha256,
+    read: u64,
+}
+
+impl Read for Hashing<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.hash.update(&buf[..n]);
+        self.read += n as u64;
+        Ok(n)
+    }
+}
+
 /// Sends what is written as chunks; fails once the reader is gone.
 struct ChannelWriter(tokio::sync::mpsc::Sender<std::io::Result<Bytes>>);
 
@@ -171,17 +187,26 @@ impl Write for ChannelWriter {
 fn write_backup(out: impl Write, home: &Path, db_copy: &Path, blobs: &dyn WriteBackend, head: Head) -> std::io::Result<()> {
     let mut tar = tar::Builder::new(out);
     let mut entries = Vec::new();
-    let mut add = |tar: &mut tar::Builder<_>, path: String, data: &[u8]| -> std::io::Result<()> {
+    // Each entry is hashed as it is written; the database copy is streamed
+    // from its file (it may be large), the rest are small or one object.
+    let mut add_from = |tar: &mut tar::Builder<_>, path: String, size: u64, data: &mut dyn Read| -> std::io::Result<()> {
         let mut header = tar::Header::new_gnu();
-        header.set_size(data.len() as u64);
+        header.set_size(size);
         header.set_mode(0o600);
         header.set_entry_type(tar::EntryType::Regular);
         header.set_mtime(u64::try_from(head.made_ms / 1000).unwrap_or(0));
-        tar.append_data(&mut header, &path, data)?;
-        entries.push(BackupEntry { path, size: data.len() as u64, sha256: hex::encode(Sha256::digest(data)) });
+        let mut hashing = Hashing { inner: data, hash: Sha256::new(), read: 0 };
+        tar.append_data(&mut header, &path, &mut hashing)?;
+        if hashing.read != size {
+            return Err(std::io::Error::other(format!("{path} changed while it was read ({size} bytes, then {})", hashing.read)));
+        }
+        entries.push(BackupEntry { path, size, sha256: hex::encode(hashing.hash.finalize()) });
         Ok(())
     };
-    add(&mut tar, DATABASE.to_owned(), &std::fs::read(db_copy)?)?;
+    let db = std::fs::File::open(db_copy)?;
+    let db_size = db.metadata()?.len();
+    add_from(&mut tar, DATABASE.to_owned(), db_size, &mut std::io::BufReader::with_capacity(1 << 20, db))?;
+    let mut add = |tar: &mut tar::Builder<_>, path: String, data: &[u8]| add_from(tar, path, data.len() as u64, &mut &data[..]);
     for name in KEY_FILES {
         match std::fs::read(home.join(name)) {
             Ok(data) => add(&mut tar, name.to_owned(), &data)?,

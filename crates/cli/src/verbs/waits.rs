@@ -55,12 +55,27 @@ pub(crate) async fn wait(client: &Client, a: WaitCli, out: Out) -> Result<u8> {
     } else {
         let body = api::waits::WaitRequest { approval: a.approval, webhook: a.webhook, timer: a.timer };
         let v: Answer<WaitView> = client.post(&format!("/v1/tasks/{task}/waits"), &body).await?;
+        // A webhook wait also gets a ready example of a signed post (the
+        // task's secret is in its row).
+        let example = match &v.body.webhook_url {
+            Some(url) if !out.json => {
+                let t: TaskView = client.get(&format!("/v1/tasks/{task}")).await?;
+                t.task.webhook_secret.map(|secret| output::webhook_example(url, &secret))
+            }
+            _ => None,
+        };
         if !a.block {
             out.print(&v, output::wait_summary);
+            if let Some(e) = example {
+                outln!("{e}");
+            }
             return Ok(0);
         }
         if !out.json {
             eprintln!("{}", output::wait_summary(&v.body));
+            if let Some(e) = example {
+                eprintln!("{e}");
+            }
         }
         v.body.id
     };
