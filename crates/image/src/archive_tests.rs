@@ -607,3 +607,32 @@ fn errors_show_long_entry_names_cut_short() {
     assert!(matches!(e, Error::ImageTooLarge { .. }), "{e:?}");
     assert!(short_error(&e).contains("(203 bytes)"), "{e}");
 }
+
+/// A root filesystem archived inside one directory (`tar -cf x.tar top`)
+/// is refused with the reason and the fix, and leaves no image; the same
+/// tree archived from inside imports (the positive control).
+#[test]
+fn a_root_filesystem_inside_one_top_directory_is_refused_with_the_fix() {
+    let (tmp, store) = store_with(None);
+    let tree = |prefix: &str| {
+        let mut b = Builder::new(Vec::new());
+        for dir in ["", "usr/", "usr/bin/", "etc/"] {
+            let path = format!("{prefix}{dir}");
+            if path.is_empty() {
+                continue;
+            }
+            let mut h = gnu_header(EntryType::Directory, 0, 0o755);
+            b.append_data(&mut h, &path, std::io::empty()).unwrap();
+        }
+        let mut h = gnu_header(EntryType::Regular, 3, 0o644);
+        b.append_data(&mut h, format!("{prefix}etc/hostname"), &b"box"[..]).unwrap();
+        b.into_inner().unwrap()
+    };
+    let wrapped = write_tmp(tmp.path(), "wrapped.tar", &tree("rootfs/"));
+    let err = store.import("wrapped", &wrapped).unwrap_err().to_string();
+    assert!(err.contains("one top-level directory, rootfs/") && err.contains("tar -C rootfs -cf FILE ."), "{err}");
+    assert_gone(&store, "wrapped");
+    let plain = write_tmp(tmp.path(), "plain.tar", &tree(""));
+    let image = store.import("plain", &plain).unwrap();
+    assert!(image.files >= 1, "{image:?}");
+}

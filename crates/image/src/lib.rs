@@ -417,6 +417,14 @@ impl ImageStore {
             _ => archive::unpack(src, format, &mut w)?,
         }
         let dropped = w.finish()?;
+        if format != Format::Directory {
+            if let Some(top) = wrapped_root(&staging.rootfs()) {
+                return Err(Error::ImageSource(
+                    src.to_owned(),
+                    format!("the archive holds one top-level directory, {top}/, with a root filesystem inside it; nothing could run from this image: archive that directory's contents instead (tar -C {top} -cf FILE .)"),
+                ));
+            }
+        }
         let source = std::path::absolute(src).unwrap_or_else(|_| src.to_owned()).display().to_string();
         let image = self.describe(name, ImageKind::Rootfs, &staging, Vec::new(), dropped, source)?;
         staging.publish(&self.image_dir(name), &image)?;
@@ -954,4 +962,20 @@ fn measure(dir: &Path) -> io::Result<(u64, u64)> {
         }
     }
     Ok((bytes, files))
+}
+
+/// The name of the one directory a root filesystem was archived inside
+/// (`top/usr`, `top/bin` or `top/etc`, and none of them at the root), as
+/// `tar -cf x.tar top` makes: an image of it runs nothing. `None` for any
+/// other tree. The tree is the import's own staging copy.
+fn wrapped_root(rootfs: &Path) -> Option<String> {
+    const MARKS: [&str; 3] = ["usr", "bin", "etc"];
+    let mut entries = std::fs::read_dir(rootfs).ok()?;
+    let only = entries.next()?.ok()?;
+    if entries.next().is_some() || !only.file_type().ok()?.is_dir() {
+        return None;
+    }
+    let top = only.path();
+    let has = |dir: &Path| MARKS.iter().any(|m| std::fs::symlink_metadata(dir.join(m)).is_ok());
+    (has(&top) && !has(rootfs)).then(|| only.file_name().to_string_lossy().into_owned())
 }
