@@ -1,8 +1,8 @@
 //! `cairn exec`: a command over the daemon's WebSocket, with its stdout and
 //! stderr streamed separately as they come, stdin with `-i`, a pty with `-t`.
 
-use std::io::Write;
-use std::os::fd::AsFd;
+use std::io::{IsTerminal, Write};
+use std::os::fd::{AsFd, AsRawFd};
 
 use anyhow::{anyhow, bail, Result};
 use futures_util::{SinkExt, StreamExt};
@@ -224,6 +224,29 @@ pub async fn run(client: &Client, args: &ExecArgs, sink: Sink) -> Result<ExecRes
     Ok(result)
 }
 
+/// Whether our stdin holds input now that a command run without `-i`
+/// would not get: "a file" with bytes left to read, or "a pipe" (or
+/// socket) with bytes waiting. `None` for a terminal, `/dev/null`, a
+/// closed stdin and an empty pipe.
+fn pending_stdin() -> Option<&'static str> {
+    let stdin = std::io::stdin();
+    let fd = stdin.as_fd();
+    let st = nix::sys::stat::fstat(fd.as_raw_fd()).ok()?;
+    match st.st_mode & libc::S_IFMT {
+        libc::S_IFREG => {
+            let at = nix::unistd::lseek(fd.as_raw_fd(), 0, nix::unistd::Whence::SeekCur).ok()?;
+            (at < st.st_size).then_some("a file")
+        }
+        libc::S_IFIFO | libc::S_IFSOCK => {
+            let mut waiting: libc::c_int = 0;
+            // SAFETY: FIONREAD writes one c_int through a valid pointer.
+            let ok = unsafe { libc::ioctl(fd.as_raw_fd(), libc::FIONREAD, &mut waiting) } == 0;
+            (ok && waiting > 0).then_some("a pipe")
+        }
+        _ => None,
+    }
+}
+
 /// The line `cairn exec` prints to stderr when a command did not simply exit.
 pub fn exit_note(r: &ExecResult) -> Option<String> {
     if r.exit.timed_out {
@@ -309,9 +332,24 @@ pub(crate) async fn cli(client: &Client, a: ExecCli, json_out: bool) -> Result<u
         crate::verbs::Out { json: json_out }.print(&v, |p| p.id.to_string());
         return Ok(0);
     }
+    if args.tty && !std::io::stdin().is_terminal() {
+        bail!("-t needs a terminal on stdin, and stdin is not one: drop -t (with -i the command still gets piped input)");
+    }
+    if !args.stdin {
+        if let Some(what) = pending_stdin() {
+            bail!("stdin is {what} with input waiting, which the command would not get: pass -i to give it to the command, or run with </dev/null");
+        }
+    }
     let r = run(client, &args, Sink::Terminal).await?;
     if let Some(note) = exit_note(&r) {
         eprintln!("{note}");
+    }
+    if !args.stdin {
+        // Input that arrived while the command ran was not given to it:
+        // say so rather than drop it silently.
+        if let Some(what) = pending_stdin() {
+            eprintln!("cairn: stdin is {what} whose input the command did not get (pass -i to give it)");
+        }
     }
     if json_out {
         outln!("{}", serde_json::to_string(&r.exit_frame())?);

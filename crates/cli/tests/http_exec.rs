@@ -143,6 +143,11 @@ fn single_files_go_in_and_out_as_raw_bytes_and_links_out_are_refused() {
     assert_eq!(file(&d, &t, "PUT", "/workspace/data.bin", Some(b"short")).0, 200);
     assert_eq!(file(&d, &t, "GET", "/workspace/data.bin", None), (200, b"short".to_vec()));
 
+    // Missing directories on the way are made, as mkdir -p would, owned
+    // by the sandbox's root.
+    assert_eq!(file(&d, &t, "PUT", "/workspace/new/deeper/f.txt", Some(b"nested")).0, 200);
+    assert_eq!(d.sh(&t, "cat /workspace/new/deeper/f.txt; stat -c ' %u %a' /workspace/new/deeper").1, "nested 0 755\n");
+
     // A link the agent planted to a host file is refused, not followed,
     // both ways (the positive control is the file above).
     d.sh(&t, "ln -s /etc/hostname /workspace/link; mkdir /workspace/dir");
@@ -158,7 +163,7 @@ fn single_files_go_in_and_out_as_raw_bytes_and_links_out_are_refused() {
         ("GET", "/workspace/missing", None, 404),
         ("GET", "/workspace/dir", None, 400),
         ("PUT", "/workspace/dir", Some(b"x".as_slice()), 400),
-        ("PUT", "/workspace/nodir/f", Some(b"x".as_slice()), 404),
+        ("PUT", "/workspace/data.bin/f", Some(b"x".as_slice()), 400),
         ("GET", "../../etc/passwd", None, 400),
     ] {
         let (code, text) = file(&d, &t, method, path, data);

@@ -127,23 +127,55 @@ fn exec_exit_codes() {
 fn exec_stdin_only_with_i() {
     let d = Daemon::start();
     let id = d.create(&[]);
-    let run = |extra: &[&str]| {
+    let run = |extra: &[&str], input: Option<&[u8]>| {
         let mut args = vec!["exec"];
         args.extend_from_slice(extra);
         args.extend_from_slice(&[&id, "--", "cat"]);
         let mut child =
             d.cmd().args(&args).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn");
         let mut stdin = child.stdin.take().expect("stdin");
-        stdin.write_all(b"hello\n").expect("write stdin");
+        if let Some(input) = input {
+            stdin.write_all(input).expect("write stdin");
+        }
         drop(stdin);
         wait_output(child, Duration::from_secs(20), "cairn exec ... cat")
     };
-    let with = run(&["-i"]);
+    let with = run(&["-i"], Some(b"hello\n"));
     assert!(with.status.success(), "{:?}", text(&with.stderr));
     assert_eq!(text(&with.stdout), "hello\n");
-    let without = run(&[]);
-    assert!(without.status.success(), "{:?}", text(&without.stderr));
-    assert_eq!(text(&without.stdout), "", "without -i the command reads nothing");
+    // Piped input without -i is refused, not dropped: nothing runs.
+    let without = run(&[], Some(b"hello\n"));
+    let err = text(&without.stderr);
+    assert_eq!(without.status.code(), Some(1), "{err:?}");
+    assert!(err.contains("stdin is a pipe with input waiting") && err.contains("pass -i") && err.lines().count() == 1, "{err:?}");
+    assert_eq!(text(&without.stdout), "");
+    // An empty pipe, a file read to its end and /dev/null hold nothing to drop: the command runs without stdin.
+    let empty = run(&[], None);
+    assert!(empty.status.success() && text(&empty.stdout).is_empty(), "{:?}", text(&empty.stderr));
+    let file = d.home().join("input.txt");
+    std::fs::write(&file, "from a file\n").unwrap();
+    let from_file = |extra: &[&str], skip_to_end: bool| {
+        let mut f = std::fs::File::open(&file).unwrap();
+        if skip_to_end {
+            std::io::Seek::seek(&mut f, std::io::SeekFrom::End(0)).unwrap();
+        }
+        let mut args = vec!["exec"];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&[&id, "--", "cat"]);
+        common::output_within(d.cmd().args(&args).stdin(f), Duration::from_secs(20))
+    };
+    let refused = from_file(&[], false);
+    assert!(!refused.status.success() && text(&refused.stderr).contains("stdin is a file with input waiting"), "{:?}", text(&refused.stderr));
+    let read = from_file(&[], true);
+    assert!(read.status.success() && text(&read.stdout).is_empty(), "{:?}", text(&read.stderr));
+    let given = from_file(&["-i"], false);
+    assert_eq!(text(&given.stdout), "from a file\n", "{:?}", text(&given.stderr));
+    let null = common::output_within(d.cmd().args(["exec", &id, "--", "cat"]).stdin(Stdio::null()), Duration::from_secs(20));
+    assert!(null.status.success() && text(&null.stdout).is_empty(), "{:?}", text(&null.stderr));
+    // -t wants a terminal on stdin: with a pipe it is refused at once, never left hanging.
+    let tty = run(&["-it"], Some(b"hello\n"));
+    let err = text(&tty.stderr);
+    assert!(!tty.status.success() && err.contains("-t needs a terminal on stdin"), "{err:?}");
 }
 
 #[test]
@@ -232,6 +264,10 @@ fn cp_files_and_directories_both_ways() {
     d.ok(&["cp", file.to_str().unwrap(), &format!("{id}:/workspace")]);
     // To a new name: copied as that name.
     d.ok(&["cp", file.to_str().unwrap(), &format!("{id}:/workspace/renamed.txt")]);
+    // Into directories not there yet: they are made (all of a path ending in /).
+    d.ok(&["cp", src.to_str().unwrap(), &format!("{id}:/workspace/new/dir/")]);
+    d.ok(&["cp", file.to_str().unwrap(), &format!("{id}:/workspace/other/named.txt")]);
+    assert_eq!(d.sh(&id, "cat /workspace/new/dir/tree/top.txt /workspace/other/named.txt").1, "top\nsingle file\n");
     let (code, out, err) = d.sh(
         &id,
         "cd /workspace; cat tree/top.txt tree/sub/deeper/leaf.txt single.txt renamed.txt; readlink tree/link; test -L tree/link && echo symlink; cat tree/link",

@@ -25,6 +25,7 @@ except ImportError as e:
 TOOLS = {
     "create_task", "list_tasks", "run_command", "read_file", "write_file", "list_files",
     "snapshot", "rollback", "fork", "wait_for_approval", "deliver", "destroy_task", "expose_port",
+    "get_task", "list_snapshots",
 }
 
 
@@ -104,8 +105,11 @@ async def scenario(session, api, token, label):
 
     created = await t.ok("create_task", {"name": f"mcp-{label}", "env": {"GREETING": "hello"}})
     task = created["id"]
-    workdir = created["config"]["workdir"]
+    workdir = created["workdir"]
     path = f"{workdir}/hello.txt"
+    # Answers are compact: no webhook secret, no environment values.
+    check("webhook_secret" not in json.dumps(created) and "hello" not in json.dumps(created), f"a compact task: {created}")
+    check(created["env"] == ["GREETING"], f"the env's names only: {created}")
 
     wrote = await t.ok("write_file", {"task": task, "path": path, "content": "hello from mcp\n"})
     check(wrote["size"] == 15, f"write_file size {wrote}")
@@ -114,6 +118,22 @@ async def scenario(session, api, token, label):
     check(ran["stderr"] == "hello there\n" and ran["exit_code"] == 3, f"run_command stderr and exit code: {ran}")
     fed = await t.ok("run_command", {"task": task, "cmd": ["wc", "-c"], "stdin": "12345"})
     check(fed["stdout"].strip() == "5", f"run_command stdin: {fed}")
+    line = await t.ok("run_command", {"task": task, "cmd": "cat hello.txt | tr a-z A-Z > upper.txt && cat upper.txt"})
+    check(line["stdout"] == "HELLO FROM MCP\n" and line["exit_code"] == 0, f"a shell line as cmd: {line}")
+    slow = await t.ok("run_command", {"task": task, "cmd": "sleep 5", "timeout": 0.5})
+    check(slow["timed_out"] and slow["exit_code"] == 124 and "message" not in slow, f"a given timeout: {slow}")
+    bad_cmd = await t.error("run_command", {"task": task, "cmd": 5})
+    check("a shell line (a string) or a program" in bad_cmd, f"cmd of another type: {bad_cmd}")
+
+    # Relative paths start at the task's working directory, as a command's do.
+    rel = await t.ok("write_file", {"task": task, "path": "rel.txt", "content": "relative\n"})
+    check(rel["path"] == f"{workdir}/rel.txt", f"a relative write lands in the workdir: {rel}")
+    rel_back = await t.ok("read_file", {"task": task, "path": "./upper.txt"})
+    check(rel_back["content"] == "HELLO FROM MCP\n" and rel_back["path"] == f"{workdir}/upper.txt", f"a relative read: {rel_back}")
+    nested = await t.ok("write_file", {"task": task, "path": "made/on/the/way.txt", "content": "nested\n"})
+    check(nested["path"] == f"{workdir}/made/on/the/way.txt", f"a write makes its missing directories: {nested}")
+    absolute = await t.ok("run_command", {"task": task, "cmd": ["cat", f"{workdir}/rel.txt"]})
+    check(absolute["stdout"] == "relative\n", f"the relative write, read by its absolute path: {absolute}")
 
     await t.ok("write_file", {"task": task, "path": f"{workdir}/blob.bin", "content": "/wA=", "encoding": "base64"})
     blob = await t.ok("read_file", {"task": task, "path": f"{workdir}/blob.bin"})
@@ -125,6 +145,9 @@ async def scenario(session, api, token, label):
 
     snap = await t.ok("snapshot", {"task": task, "kind": "milestone", "note": "hello written", "healthy": True})
     snap_id = snap["id"]
+    check("config" not in snap and snap["kind"] == "milestone" and snap["healthy"] is True, f"a compact snapshot: {snap}")
+    snaps = await t.ok("list_snapshots", {"task": task})
+    check([s["id"] for s in snaps["snapshots"]][-1:] == [snap_id] and snaps["snapshots"][-1]["note"] == "hello written", f"list_snapshots: {snaps}")
     broke = await t.ok("run_command", {"task": task, "cmd": ["sh", "-c", "rm hello.txt && echo broken > broken.txt"]})
     check(broke["exit_code"] == 0, f"breaking it: {broke}")
     gone = await t.error("read_file", {"task": task, "path": path})
@@ -133,6 +156,8 @@ async def scenario(session, api, token, label):
     reason = f"{label}: deleted hello.txt by mistake"
     rolled = await t.ok("rollback", {"task": task, "to": snap_id, "reason": reason})
     check(rolled["rollback_note"]["reason"] == reason, f"the rollback note keeps the reason: {rolled}")
+    shown = await t.ok("get_task", {"task": task})
+    check(shown["rollback_note"]["reason"] == reason and shown["state"] == "running" and "webhook_secret" not in shown, f"get_task: {shown}")
     back = await t.ok("read_file", {"task": task, "path": path})
     check(back["content"] == "hello from mcp\n" and back["encoding"] == "utf8", f"the file is back: {back}")
     after = await t.ok("list_files", {"task": task, "path": workdir})
@@ -140,6 +165,8 @@ async def scenario(session, api, token, label):
     no_reason = await t.error("rollback", {"task": task, "to": snap_id, "reason": " "})
     check(no_reason.startswith("invalid:") and "reason" in no_reason, f"a rollback without a reason: {no_reason}")
 
+    no_forks = await t.error("fork", {"task": task, "from": snap_id, "count": 0})
+    check(no_forks.startswith("invalid:"), f"count 0: {no_forks}")
     forked = await t.ok("fork", {"task": task, "from": snap_id, "count": 1})
     check(len(forked["tasks"]) == 1, f"one fork: {forked}")
     fork = forked["tasks"][0]["id"]
@@ -184,7 +211,11 @@ async def scenario(session, api, token, label):
     check(bad.startswith("invalid:"), f"port 0: {bad}")
 
     destroyed = await t.ok("destroy_task", {"task": fork})
-    check(destroyed["id"] == fork, f"destroy_task: {destroyed}")
+    check(destroyed["id"] == fork and destroyed["state"] == "destroyed", f"destroy_task: {destroyed}")
+    listed = {x["id"] for x in (await t.ok("list_tasks", {}))["tasks"]}
+    check(task in listed and fork not in listed, f"list_tasks leaves the destroyed fork out: {listed}")
+    everything = {x["id"] for x in (await t.ok("list_tasks", {"include_destroyed": True}))["tasks"]}
+    check({task, fork} <= everything, f"include_destroyed lists it: {everything}")
     return {"task": task, "fork": fork, "snapshot": snap_id, "wait": wait_id, "reason": reason, "record": delivered["record_id"]}
 
 

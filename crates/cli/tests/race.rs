@@ -804,8 +804,19 @@ impl Race {
     }
 }
 
+/// Where the single-file race writes its `n`th file: in the racing
+/// directory, or (every other round) in two directories not yet there.
+fn written_path(r: &Race, n: usize) -> String {
+    if n.is_multiple_of(2) {
+        format!("{}/written-{n}.txt", r.sub())
+    } else {
+        format!("{}/made-{n}/deeper/written-{n}.txt", r.sub())
+    }
+}
+
 /// The single-file route reads and writes through the same resolution as
-/// `cp`: neither may reach the host through the swapped link.
+/// `cp`: neither may reach the host through the swapped link, also not
+/// while it makes missing directories.
 fn file_race(variant: Variant) {
     let r = Race::new(variant);
     let secret = format!("{}/secret.txt", r.sub());
@@ -832,8 +843,9 @@ fn file_race(variant: Variant) {
     while more_rounds(n, t.ok > 0 && t.raced > 0) {
         n += 1;
         // A new name each time: a write through the link would add an
-        // entry to the marker directory.
-        let o = r.http_file("PUT", &format!("{}/written-{n}.txt", r.sub()), Some(format!("written {n}\n").as_bytes()));
+        // entry to the marker directory. Every other write names missing
+        // directories, which the daemon makes under the racing one.
+        let o = r.http_file("PUT", &written_path(&r, n), Some(format!("written {n}\n").as_bytes()));
         t.record(&o);
         if o.ok {
             written.push(n);
@@ -845,7 +857,7 @@ fn file_race(variant: Variant) {
     let found = r.landed(&r.id, "written");
     assert!(!found.is_empty(), "no racing write landed in the sandbox");
     for n in written {
-        t.succeeded(found.get(&n).is_some_and(|at| at.contains(&format!("{}/written-{n}.txt", r.sub()))));
+        t.succeeded(found.get(&n).is_some_and(|at| at.contains(&written_path(&r, n))));
     }
     t.finish(&format!("{variant:?} PUT file in {}", r.sub()), n);
     r.no_marker_in_home();

@@ -44,13 +44,22 @@ static long long now_ns(void)
     return (long long)t.tv_sec * 1000000000LL + t.tv_nsec;
 }
 
-/* a -> spare, b -> a, spare -> b. */
+static int made_aside;
+
+/* a -> spare, b -> a, spare -> b. While a is missing, a daemon making the
+ * missing directories of a path through it (as mkdir -p does) may make a
+ * new directory a: that one is moved aside to a.made.N and the swap goes
+ * on, so the racer never stalls on it. */
 static int rename3(const char *a, const char *b, const char *spare)
 {
     if (rename(a, spare) != 0)
         return -1;
-    if (rename(b, a) != 0)
-        return -1;
+    if (rename(b, a) != 0) {
+        char aside[4200];
+        snprintf(aside, sizeof aside, "%s.made.%d", a, ++made_aside);
+        if (rename(a, aside) != 0 || rename(b, a) != 0)
+            return -1;
+    }
     return rename(spare, b);
 }
 

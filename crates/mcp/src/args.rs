@@ -82,26 +82,57 @@ pub struct TaskRef {
 pub struct RunCommand {
     /// The task's id or name.
     pub task: String,
-    /// The program and its arguments, e.g. ["ls", "-l"]; for a shell
-    /// line use ["sh", "-c", "LINE"].
-    pub cmd: Vec<String>,
+    /// The command: a shell line as one string (run by `sh -c`, so pipes
+    /// and redirections work), or the program and its arguments as an
+    /// array, e.g. ["ls", "-l"].
+    pub cmd: CommandLine,
     /// The working directory (default: the task's).
     pub cwd: Option<String>,
     /// Variables added to the task's environment for this command.
     #[serde(default)]
     pub env: BTreeMap<String, String>,
     /// Seconds before the command is killed (it then ends with exit code
-    /// 124 and `timed_out`).
+    /// 124 and `timed_out`); default 50, under the minute many clients
+    /// wait for a tool.
     pub timeout: Option<f64>,
     /// What the command reads on stdin (else it reads nothing).
     pub stdin: Option<String>,
 }
 
+/// A command as a tool takes it.
+#[derive(Debug, PartialEq, Deserialize, JsonSchema)]
+#[serde(untagged, expecting = "cmd as a shell line (a string) or a program and its arguments (an array of strings)")]
+pub enum CommandLine {
+    /// A shell line, run by `sh -c`.
+    Shell(String),
+    /// A program and its arguments.
+    Argv(Vec<String>),
+}
+
+/// How long a command runs when the call does not say: under the minute
+/// after which common clients give up on a tool call, so the answer (with
+/// `timed_out`) reaches the agent instead of a client-side timeout.
+pub const DEFAULT_COMMAND_SECS: f64 = 50.0;
+
 impl RunCommand {
     /// The run request; the runtime checks cmd, timeout and env names.
     pub fn into_request(self) -> RunRequest {
-        RunRequest { cmd: self.cmd, env: self.env, cwd: self.cwd, timeout: self.timeout, stdin: self.stdin, user: None }
+        let cmd = match self.cmd {
+            CommandLine::Shell(line) if line.trim().is_empty() => Vec::new(),
+            CommandLine::Shell(line) => vec!["sh".to_owned(), "-c".to_owned(), line],
+            CommandLine::Argv(argv) => argv,
+        };
+        let timeout = Some(self.timeout.unwrap_or(DEFAULT_COMMAND_SECS));
+        RunRequest { cmd, env: self.env, cwd: self.cwd, timeout, stdin: self.stdin, user: None }
     }
+}
+
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ListTasks {
+    /// Also list destroyed tasks (left out by default).
+    #[serde(default)]
+    pub include_destroyed: bool,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -109,8 +140,8 @@ impl RunCommand {
 pub struct ReadFile {
     /// The task's id or name.
     pub task: String,
-    /// The file's path in the sandbox (relative paths are from the
-    /// sandbox's root).
+    /// The file's path in the sandbox; a relative path starts at the
+    /// task's working directory.
     pub path: String,
 }
 
@@ -148,8 +179,9 @@ pub fn encode_content(data: Vec<u8>) -> (Encoding, String) {
 pub struct WriteFile {
     /// The task's id or name.
     pub task: String,
-    /// The file's path in the sandbox; its directory must exist. An
-    /// existing regular file is replaced.
+    /// The file's path in the sandbox (a relative path starts at the
+    /// task's working directory); missing directories are made. An existing
+    /// regular file is replaced.
     pub path: String,
     /// The file's content.
     pub content: String,
@@ -176,7 +208,7 @@ pub struct ListFiles {
     /// The task's id or name.
     pub task: String,
     /// The directory in the sandbox (default: the task's working
-    /// directory).
+    /// directory, where a relative path starts too).
     pub path: Option<String>,
 }
 
@@ -248,6 +280,7 @@ pub struct Fork {
     /// The snapshot to fork from (default: the task's newest snapshot).
     pub from: Option<String>,
     /// How many tasks to make (default 1, at most 128).
+    #[schemars(range(min = 1, max = 128))]
     pub count: Option<u32>,
 }
 
@@ -368,6 +401,18 @@ mod tests {
     fn unknown_arguments_are_refused_by_name() {
         let e = serde_json::from_value::<RunCommand>(serde_json::json!({"task": "t", "cmd": ["ls"], "cwdd": "/"})).unwrap_err();
         assert!(e.to_string().contains("cwdd"), "{e}");
+    }
+
+    #[test]
+    fn a_string_cmd_runs_in_a_shell_and_the_timeout_defaults_under_a_minute() {
+        let run = |args: serde_json::Value| serde_json::from_value::<RunCommand>(args).unwrap().into_request();
+        let line = run(serde_json::json!({"task": "t", "cmd": "ls | wc -l"}));
+        assert_eq!((line.cmd, line.timeout), (vec!["sh".to_owned(), "-c".to_owned(), "ls | wc -l".to_owned()], Some(DEFAULT_COMMAND_SECS)));
+        let argv = run(serde_json::json!({"task": "t", "cmd": ["ls", "-l"], "timeout": 600}));
+        assert_eq!((argv.cmd, argv.timeout), (vec!["ls".to_owned(), "-l".to_owned()], Some(600.0)));
+        assert!(run(serde_json::json!({"task": "t", "cmd": "  "})).cmd.is_empty(), "a blank line is no command");
+        let e = serde_json::from_value::<RunCommand>(serde_json::json!({"task": "t", "cmd": 5})).unwrap_err();
+        assert!(e.to_string().contains("a shell line (a string) or a program"), "{e}");
     }
 
     #[test]

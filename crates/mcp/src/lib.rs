@@ -12,6 +12,7 @@
 
 pub mod args;
 mod tools;
+mod views;
 
 use std::sync::Arc;
 

@@ -16,6 +16,7 @@ use serde::Serialize;
 use serde_json::{json, Value};
 
 use crate::args::{self, WaitCall};
+use crate::views::{SnapshotSummary, TaskSummary};
 
 /// Who the event log says acted.
 pub const ACTOR: &str = "mcp";
@@ -67,34 +68,64 @@ impl CairnTools {
             Ok(r) => r,
             Err(e) => return failure(&e),
         };
-        answer(self.rt.create(req, ACTOR).await)
+        answer(self.rt.create(req, ACTOR).await.map(TaskSummary::from))
     }
 
-    #[tool(description = "List the tasks: id, name, state (running, suspended, ...), step and limits of each.", annotations(read_only_hint = true))]
-    async fn list_tasks(&self) -> CallToolResult {
-        answer(self.rt.list().await.map(|tasks| json!({ "tasks": tasks })))
+    #[tool(description = "List the tasks: id, name, state (running, suspended, ...), step, working directory and limits of \
+        each. Destroyed tasks are left out unless include_destroyed is true.", annotations(read_only_hint = true))]
+    async fn list_tasks(&self, Parameters(a): Parameters<args::ListTasks>) -> CallToolResult {
+        answer(self.rt.list().await.map(|tasks| {
+            let shown = tasks.into_iter().filter(|t| a.include_destroyed || t.task.state != TaskState::Destroyed);
+            json!({ "tasks": shown.map(TaskSummary::from).collect::<Vec<_>>() })
+        }))
+    }
+
+    #[tool(description = "Show one task: its state, step, working directory, limits, its last rollback note (why it was \
+        rolled back) and what it waits for, if anything.", annotations(read_only_hint = true))]
+    async fn get_task(&self, Parameters(a): Parameters<args::TaskRef>) -> CallToolResult {
+        answer(self.rt.show(&a.task).await.map(TaskSummary::from))
+    }
+
+    #[tool(description = "List a task's snapshots, oldest first: id, kind (milestone, pre-risk, ...), note, whether it is \
+        healthy, and the step it was taken at; the ids are what rollback and fork take.", annotations(read_only_hint = true))]
+    async fn list_snapshots(&self, Parameters(a): Parameters<args::TaskRef>) -> CallToolResult {
+        answer(self.rt.list_snapshots(&a.task).await.map(|snaps| json!({ "snapshots": snaps.into_iter().map(SnapshotSummary::from).collect::<Vec<_>>() })))
     }
 
     #[tool(description = "Run a command in a task to its end and answer its exit code, stdout and stderr (each cut at the \
-        output cap, flagged by `truncated`). `cmd` is an argument vector, not a shell line: use [\"sh\", \"-c\", \"...\"] for pipes \
-        and redirections. A suspended task is woken first.")]
+        output cap, flagged by `truncated`). `cmd` is a shell line (run by sh -c) or an argument vector. It is stopped after \
+        `timeout` seconds, 50 unless given. A suspended task is woken first.")]
     async fn run_command(&self, Parameters(a): Parameters<args::RunCommand>) -> CallToolResult {
         let task = a.task.clone();
-        answer(self.rt.run(&task, ACTOR, a.into_request()).await)
+        let defaulted = a.timeout.is_none();
+        answer(self.rt.run(&task, ACTOR, a.into_request()).await.and_then(|ran| {
+            let mut value = serde_json::to_value(&ran).map_err(Error::internal_from)?;
+            if ran.timed_out && defaulted {
+                value["message"] = json!(format!(
+                    "stopped after the default timeout of {} s; give a longer timeout (seconds) if it needs more",
+                    args::DEFAULT_COMMAND_SECS
+                ));
+            }
+            Ok(value)
+        }))
     }
 
     #[tool(description = "Read one regular file of a task's sandbox (at most 64 MiB). Answers `content` as text with `encoding` \
         \"utf8\" when the file is valid UTF-8, else its bytes in base64 with `encoding` \"base64\".", annotations(read_only_hint = true))]
     async fn read_file(&self, Parameters(a): Parameters<args::ReadFile>) -> CallToolResult {
-        let read = cairn_runtime::files::read_one(self.rt.clone(), &a.task, a.path.clone(), ACTOR.to_owned()).await;
+        let path = match self.absolute(&a.task, a.path).await {
+            Ok(p) => p,
+            Err(e) => return failure(&e),
+        };
+        let read = cairn_runtime::files::read_one(self.rt.clone(), &a.task, path.clone(), ACTOR.to_owned()).await;
         answer(read.map(|data| {
             let size = data.len();
             let (encoding, content) = args::encode_content(data);
-            json!({ "path": a.path, "size": size, "encoding": encoding.as_str(), "content": content })
+            json!({ "path": path, "size": size, "encoding": encoding.as_str(), "content": content })
         }))
     }
 
-    #[tool(description = "Write one file in a task's sandbox, replacing a regular file already there; its directory must exist. \
+    #[tool(description = "Write one file in a task's sandbox, replacing a regular file already there; missing directories on its path are made. \
         `content` is text, or base64 with `encoding` \"base64\" for binary content.")]
     async fn write_file(&self, Parameters(a): Parameters<args::WriteFile>) -> CallToolResult {
         let data = match a.bytes() {
@@ -102,19 +133,20 @@ impl CairnTools {
             Err(e) => return failure(&e),
         };
         let size = data.len();
-        let written = cairn_runtime::files::write_one(self.rt.clone(), &a.task, a.path.clone(), data.into(), ACTOR.to_owned()).await;
-        answer(written.map(|()| json!({ "path": a.path, "size": size })))
+        let path = match self.absolute(&a.task, a.path).await {
+            Ok(p) => p,
+            Err(e) => return failure(&e),
+        };
+        let written = cairn_runtime::files::write_one(self.rt.clone(), &a.task, path.clone(), data.into(), ACTOR.to_owned()).await;
+        answer(written.map(|()| json!({ "path": path, "size": size })))
     }
 
     #[tool(description = "List a directory of a task's sandbox: each entry's name, kind (file, dir, symlink, other), size, mode, \
         modification time and link target.", annotations(read_only_hint = true))]
     async fn list_files(&self, Parameters(a): Parameters<args::ListFiles>) -> CallToolResult {
-        let path = match a.path {
-            Some(p) => p,
-            None => match self.rt.show(&a.task).await {
-                Ok(view) => view.task.config.workdir.clone(),
-                Err(e) => return failure(&e),
-            },
+        let path = match self.absolute(&a.task, a.path.unwrap_or_default()).await {
+            Ok(p) => p,
+            Err(e) => return failure(&e),
         };
         answer(cairn_runtime::files::list_dir(self.rt.clone(), &a.task, path, ACTOR.to_owned()).await)
     }
@@ -124,7 +156,7 @@ impl CairnTools {
         with its id.")]
     async fn snapshot(&self, Parameters(a): Parameters<args::Snapshot>) -> CallToolResult {
         match a.into_request() {
-            Ok((task, req)) => answer(self.rt.snapshot(&task, req, ACTOR).await),
+            Ok((task, req)) => answer(self.rt.snapshot(&task, req, ACTOR).await.map(SnapshotSummary::from)),
             Err(e) => failure(&e),
         }
     }
@@ -142,7 +174,7 @@ impl CairnTools {
         first with `snapshot`), to try alternatives side by side. Answers the new tasks.")]
     async fn fork(&self, Parameters(a): Parameters<args::Fork>) -> CallToolResult {
         let (task, req) = a.into_request();
-        answer(self.rt.fork(&task, req, ACTOR).await.map(|tasks| json!({ "tasks": tasks })))
+        answer(self.rt.fork(&task, req, ACTOR).await.map(|tasks| json!({ "tasks": tasks.into_iter().map(TaskSummary::from).collect::<Vec<_>>() })))
     }
 
     #[tool(description = "Expose a port: a signed link through which a person (or a browser) reaches a server listening on \
@@ -199,15 +231,35 @@ impl CairnTools {
 
     #[tool(description = "Destroy a task: its sandbox, snapshots and scratch space go. This cannot be undone.", annotations(destructive_hint = true))]
     async fn destroy_task(&self, Parameters(a): Parameters<args::TaskRef>) -> CallToolResult {
-        answer(self.rt.destroy(&a.task, ACTOR).await)
+        answer(self.rt.destroy(&a.task, ACTOR).await.map(TaskSummary::from))
     }
 }
 
 impl CairnTools {
+    /// A sandbox path as the tools take it, made absolute: a relative one
+    /// (or none) starts at the task's working directory, as a command's
+    /// would.
+    async fn absolute(&self, task: &str, path: String) -> Result<String, Error> {
+        if path.starts_with('/') {
+            return Ok(path);
+        }
+        let workdir = self.rt.show(task).await?.task.config.workdir;
+        Ok(join_relative(&workdir, &path))
+    }
+
     /// Blocks on the wait for at most `block`, then answers where it is.
     async fn block_on_wait(&self, wait_id: &str, block: Duration) -> Result<Value, Error> {
         let view = self.rt.get_wait(wait_id, Some(block)).await?;
         Ok(wait_answer(&view))
+    }
+}
+
+/// `path` (relative, or empty for the directory itself) under `workdir`.
+fn join_relative(workdir: &str, path: &str) -> String {
+    let path = path.trim_start_matches("./");
+    match (workdir.trim_end_matches('/'), path) {
+        (dir, "" | ".") => if dir.is_empty() { "/".to_owned() } else { dir.to_owned() },
+        (dir, rel) => format!("{dir}/{rel}"),
     }
 }
 
@@ -279,6 +331,8 @@ mod tests {
             "deliver",
             "destroy_task",
             "expose_port",
+            "get_task",
+            "list_snapshots",
         ] {
             assert!(names.iter().any(|n| n == want), "{want} missing from {names:?}");
         }
@@ -286,6 +340,28 @@ mod tests {
         let schema = serde_json::to_value(&rollback.input_schema).unwrap();
         assert_eq!(schema["type"], "object");
         assert!(schema["required"].as_array().unwrap().iter().any(|r| r == "reason"), "{schema}");
+    }
+
+    #[test]
+    fn fork_count_is_bounded_in_the_schema_and_a_string_cmd_is_allowed() {
+        let schema = |name: &str| {
+            let tool = CairnTools::tool_router().list_all().into_iter().find(|t| t.name == name).unwrap();
+            serde_json::to_value(&tool.input_schema).unwrap()
+        };
+        let fork = schema("fork");
+        assert_eq!((fork["properties"]["count"]["minimum"].as_u64(), fork["properties"]["count"]["maximum"].as_u64()), (Some(1), Some(128)), "{fork}");
+        let run = schema("run_command").to_string();
+        assert!(run.contains("\"string\"") && run.contains("\"array\""), "cmd takes a string or an array: {run}");
+    }
+
+    #[test]
+    fn a_relative_path_starts_at_the_working_directory() {
+        assert_eq!(join_relative("/workspace", "a/b.txt"), "/workspace/a/b.txt");
+        assert_eq!(join_relative("/workspace/", "./a"), "/workspace/a");
+        assert_eq!(join_relative("/workspace", ""), "/workspace");
+        assert_eq!(join_relative("/workspace", "."), "/workspace");
+        assert_eq!(join_relative("/", "etc/hosts"), "/etc/hosts");
+        assert_eq!(join_relative("/", ""), "/");
     }
 
     #[test]

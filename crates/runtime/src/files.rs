@@ -243,7 +243,7 @@ pub async fn read_one(tasks: Arc<Runtime>, id: &str, path: String, actor: String
 
 /// Writes `data` as the regular file at sandbox path `path` (made, or
 /// replaced when it is a regular file), owned by the sandbox's root; its
-/// directory must exist. Written through the same descriptor-relative
+/// missing directories are made, as `mkdir -p` would. Written through the same descriptor-relative
 /// unpacking as `cp` in.
 pub async fn write_one(tasks: Arc<Runtime>, id: &str, path: String, data: bytes::Bytes, actor: String) -> Result<(), Error> {
     let begun = Instant::now();
@@ -268,6 +268,7 @@ pub async fn write_one(tasks: Arc<Runtime>, id: &str, path: String, data: bytes:
         tar.append_data(&mut header, &name, &data[..]).map_err(|e| cairn_sandbox::Error::Io("tar of one file".into(), e))?;
         let tar = tar.into_inner().map_err(|e| cairn_sandbox::Error::Io("tar of one file".into(), e))?;
         let root = SandboxRoot::new(driver.open_root(&tid, live.init)?);
+        root.make_parents(&p, owner)?;
         // A path that is a directory would receive the file inside it:
         // refused, the caller named a file.
         let l = root.locate(&p)?;

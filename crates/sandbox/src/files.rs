@@ -11,7 +11,7 @@
 //! reach the host.
 
 use std::collections::HashSet;
-use std::ffi::{CString, OsStr, OsString};
+use std::ffi::{CStr, CString, OsStr, OsString};
 use std::fs::File;
 use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, OwnedFd};
@@ -120,7 +120,7 @@ impl SandboxRoot {
     pub fn locate(&self, path: &str) -> Result<Located> {
         let mut comps = components(path)?;
         let name = comps.pop().ok_or_else(|| Error::PathEscape(path.to_owned()))?;
-        let (dir, resolved) = self.walk(path, comps)?;
+        let (dir, resolved) = self.walk(path, comps, None)?;
         check_fs(&dir, path)?;
         Ok(Located { dir, resolved: resolved.join(&name), name })
     }
@@ -128,9 +128,23 @@ impl SandboxRoot {
     /// Resolves the whole path, following a final symlink too, to a
     /// directory.
     pub fn resolve(&self, path: &str) -> Result<(OwnedFd, PathBuf)> {
-        let (fd, p) = self.walk(path, components(path)?)?;
+        let (fd, p) = self.walk(path, components(path)?, None)?;
         check_fs(&fd, path)?;
         Ok((fd, p))
+    }
+
+    /// Makes the directories above `path`'s last component that are
+    /// missing (all of its components when it ends in `/`), as `mkdir -p`
+    /// does: mode 0755, owned by `owner`. Each is made with `mkdirat` in
+    /// the directory the walk holds open and then walked into like any
+    /// other step, so a name swapped for a link meanwhile is resolved
+    /// inside the sandbox, never on the host.
+    pub fn make_parents(&self, path: &str, owner: Owner) -> Result<()> {
+        let mut comps = components(path)?;
+        if !path.ends_with('/') {
+            comps.pop();
+        }
+        self.walk(path, comps, Some(owner)).map(drop)
     }
 
     /// Like [`Self::locate`], but a final symlink is followed (inside the
@@ -151,7 +165,8 @@ impl SandboxRoot {
     }
 
     /// Walks `comps` from the root; each step is one `openat(O_NOFOLLOW)`.
-    fn walk(&self, orig: &str, comps: Vec<OsString>) -> Result<(OwnedFd, PathBuf)> {
+    /// With `make`, a missing directory is made first (owned by it).
+    fn walk(&self, orig: &str, comps: Vec<OsString>, make: Option<Owner>) -> Result<(OwnedFd, PathBuf)> {
         // A stack of pending components (reversed) so symlink targets can be
         // spliced in front.
         let mut pending: Vec<OsString> = comps.into_iter().rev().collect();
@@ -170,7 +185,13 @@ impl SandboxRoot {
                 continue;
             }
             let name = cstr(&c)?;
-            let next = fsat::open_at(&cur, &name, OFlags::PATH, 0).map_err(|e| io_err(orig, e))?;
+            let next = match (fsat::open_at(&cur, &name, OFlags::PATH, 0), make) {
+                (Err(e), Some(owner)) if e.kind() == io::ErrorKind::NotFound => {
+                    make_dir(&cur, &name, owner, orig)?;
+                    fsat::open_at(&cur, &name, OFlags::PATH, 0).map_err(|e| io_err(orig, e))?
+                }
+                (opened, _) => opened.map_err(|e| io_err(orig, e))?,
+            };
             let st = fsat::fstat(&next).map_err(|e| io_err(orig, e))?;
             match fsat::kind(&st) {
                 fsat::Kind::Symlink => {
@@ -204,6 +225,27 @@ impl SandboxRoot {
         let resolved: PathBuf = std::iter::once(OsString::from("/")).chain(stack.iter().map(|(_, n)| n.clone())).collect();
         Ok((cur, resolved))
     }
+}
+
+/// Makes directory `name` in `dir` for [`SandboxRoot::make_parents`]
+/// (one made meanwhile by someone else is fine) and gives it to `owner`.
+/// Only a directory this call made is chowned: it is opened without
+/// following a link, and must still be owned by the daemon's uid, which
+/// nothing in the sandbox can make; a name swapped meanwhile is left as
+/// it is, and the walk resolves it as any other.
+fn make_dir(dir: &OwnedFd, name: &CStr, owner: Owner, orig: &str) -> Result<()> {
+    check_fs(dir, orig)?;
+    match fsat::mkdir_at(dir, name, 0o755) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => return Ok(()),
+        Err(e) => return Err(io_err(orig, e)),
+    }
+    let Ok(made) = fsat::open_dir_at(dir, name) else { return Ok(()) };
+    let ours = fsat::fstat(&made).map_err(|e| io_err(orig, e))?.st_uid == rustix::process::geteuid().as_raw();
+    if ours {
+        fsat::fchown(&made, owner.uid, owner.gid).map_err(|e| io_err(orig, e))?;
+    }
+    Ok(())
 }
 
 /// `path` with `.` and `..` applied lexically; `None` when `..` climbs
@@ -475,11 +517,13 @@ impl TarOut<'_> {
 
 /// `cp` in: unpacks a tar whose top entry is `name` at sandbox path `path`,
 /// into `path/name` when `path` is a directory (a final link resolved inside
-/// the sandbox), else as `path`; a `path` ending in `/` must be a directory.
+/// the sandbox), else as `path`. Missing directories on the way are made
+/// (all of `path` when it ends in `/`, which must then be a directory).
 /// The directory is opened once and written through that descriptor, so a
 /// swap after the check cannot redirect the copy. Returns the entries
 /// written and where, as resolved in the sandbox.
 pub fn copy_in(root: &SandboxRoot, path: &str, name: &OsStr, input: impl Read, owner: Owner) -> Result<(u64, PathBuf)> {
+    root.make_parents(path, owner)?;
     let l = root.locate_following(path)?;
     let path_err = |e: io::Error| io_err(path, e);
     let not_there = |e: &io::Error| e.kind() == io::ErrorKind::NotFound || e.raw_os_error() == Some(rustix::io::Errno::NOTDIR.raw_os_error());
@@ -611,6 +655,38 @@ mod tests {
         assert!(matches!(root.locate("relative"), Err(Error::PathEscape(_))));
         // Positive control: a plain path resolves.
         assert_eq!(root.locate("/etc/hosts").unwrap().resolved, Path::new("/etc/hosts"));
+    }
+
+    #[test]
+    fn missing_parents_are_made_inside_the_root_and_a_link_on_the_way_stays_inside() {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let t = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        let r = t.path();
+        std::fs::create_dir(r.join("w")).unwrap();
+        std::fs::write(r.join("w/file"), b"x").unwrap();
+        symlink(outside.path(), r.join("w/out")).unwrap(); // names a host directory
+        let root = root_of(r);
+        let me = Owner { uid: rustix::process::geteuid().as_raw(), gid: rustix::process::getegid().as_raw() };
+        // Made as mkdir -p would; the last component is left to the write.
+        root.make_parents("/w/a/b/c.txt", me).unwrap();
+        let made = std::fs::metadata(r.join("w/a/b")).unwrap();
+        assert!(made.is_dir() && made.permissions().mode() & 0o777 == 0o755, "{made:?}");
+        assert_eq!((made.uid(), made.gid()), (me.uid, me.gid));
+        assert!(!r.join("w/a/b/c.txt").exists());
+        // A trailing / makes the whole path; a second call finds it there.
+        root.make_parents("/w/d/e/", me).unwrap();
+        root.make_parents("/w/d/e/", me).unwrap();
+        assert!(r.join("w/d/e").is_dir());
+        // Through a link naming a host path: made inside the sandbox, at
+        // the link's target there, and nothing on the host.
+        root.make_parents("/w/out/made/f.txt", me).unwrap();
+        assert!(r.join(outside.path().strip_prefix("/").unwrap()).join("made").is_dir());
+        assert_eq!(std::fs::read_dir(outside.path()).unwrap().count(), 0, "the host directory is untouched");
+        // A file on the way is no directory: refused, nothing made below it.
+        let err = root.make_parents("/w/file/g/h.txt", me).unwrap_err().to_string();
+        assert!(err.contains("sandbox path /w/file/g/h.txt"), "{err}");
+        assert!(matches!(root.make_parents("/w/../../x/y", me), Err(Error::PathEscape(_))));
     }
 
     fn tar_names(buf: &[u8]) -> Vec<(String, Option<String>)> {
