@@ -380,19 +380,28 @@ async fn mcp(d: &mut Demo) -> Result<()> {
     let server = mcp_call(d, 1, "initialize", init).await?;
     let tools = mcp_call(d, 2, "tools/list", serde_json::json!({})).await?;
     let names: Vec<&str> = tools["tools"].as_array().map(|a| a.iter().filter_map(|t| t["name"].as_str()).collect()).unwrap_or_default();
-    let args = serde_json::json!({ "task": d.task, "cmd": ["sh", "-c", "echo $((6 * 7)) from an MCP tool call"] });
+    // A shell line as cmd, as agents often send it.
+    let args = serde_json::json!({ "task": d.task, "cmd": "echo $((6 * 7)) from an MCP tool call" });
     let ran = mcp_call(d, 3, "tools/call", serde_json::json!({ "name": "run_command", "arguments": args })).await?;
     let stdout = ran["structuredContent"]["stdout"].as_str().unwrap_or_default().to_owned();
     if !names.contains(&"run_command") || !names.contains(&"rollback") || stdout != "42 from an MCP tool call\n" {
         bail!("/mcp did not answer as it should: tools {names:?}, run_command {ran}");
     }
+    let shown = mcp_call(d, 4, "tools/call", serde_json::json!({ "name": "get_task", "arguments": { "task": d.task } })).await?;
+    let task = &shown["structuredContent"];
+    if task["id"].as_str() != Some(d.task.as_str()) || task.get("webhook_secret").is_some() {
+        bail!("/mcp get_task did not answer the compact task: {shown}");
+    }
     let detail = format!(
-        "server {} speaks {}\n{} tools: {}\nrun_command answered: {}",
+        "server {} speaks {}\n{} tools: {}\nrun_command \"echo $((6 * 7)) ...\" answered: {}\nget_task: {} at step {}, workdir {} (no webhook secret, env names only)",
         server["serverInfo"]["name"].as_str().unwrap_or("?"),
         server["protocolVersion"].as_str().unwrap_or("?"),
         names.len(),
         names.join(", "),
-        stdout.trim()
+        stdout.trim(),
+        task["state"].as_str().unwrap_or("?"),
+        task["step"],
+        task["workdir"].as_str().unwrap_or("?")
     );
     d.say("an MCP client: the tools at /mcp (or cairn mcp on stdio)", t.elapsed(), &detail);
     Ok(())
