@@ -162,9 +162,42 @@ async fn broken_download_reason(client: &Client, task: &str, path: &str, since_m
 /// through a symlink, and unless links are kept no link that is absolute or
 /// leads out of the copied tree is created (the daemon refuses those too;
 /// this holds even if one appeared in the sandbox while it was copying).
+/// A copy that fails leaves nothing of itself: what it made is removed
+/// (a top entry that was there before keeps what it had, less the file
+/// that could not be written whole).
 fn unpack_local(file: std::fs::File, into: &Path, rename: Option<&std::ffi::OsStr>, links: Links) -> Result<u64> {
+    let mut made_top: Option<PathBuf> = None;
+    let mut writing: Option<PathBuf> = None;
+    let result = unpack_entries(file, into, rename, links, &mut made_top, &mut writing);
+    let Err(e) = result else { return result };
+    if let Some(top) = made_top {
+        let _ = match std::fs::symlink_metadata(&top) {
+            Ok(m) if m.is_dir() => std::fs::remove_dir_all(&top),
+            Ok(_) => std::fs::remove_file(&top),
+            Err(_) => Ok(()),
+        };
+    } else if let Some(partial) = writing.filter(|p| std::fs::symlink_metadata(p).is_ok_and(|m| m.is_file())) {
+        let _ = std::fs::remove_file(partial);
+    }
+    let full = e.chain().any(|c| c.downcast_ref::<std::io::Error>().and_then(std::io::Error::raw_os_error).is_some_and(|n| n == libc::ENOSPC || n == libc::EDQUOT));
+    if full {
+        let to = rename.map_or_else(|| into.to_owned(), |r| into.join(r));
+        bail!("cannot copy to {}: no space left on its filesystem (what this copy had written was removed)", to.display());
+    }
+    Err(e)
+}
+
+fn unpack_entries(
+    file: std::fs::File,
+    into: &Path,
+    rename: Option<&std::ffi::OsStr>,
+    links: Links,
+    made_top: &mut Option<PathBuf>,
+    writing: &mut Option<PathBuf>,
+) -> Result<u64> {
     let mut archive = tar::Archive::new(file);
     let mut n = 0;
+    let mut first = true;
     for entry in archive.entries()? {
         let mut entry = entry?;
         let path = entry.path()?.into_owned();
@@ -200,6 +233,13 @@ fn unpack_local(file: std::fs::File, into: &Path, rename: Option<&std::ffi::OsSt
         // would be a privilege on the host (the copy belongs to whoever runs
         // this, root included).
         entry.set_mask(0o6000);
+        if std::mem::take(&mut first) {
+            let top = into.join(&comps[0]);
+            if std::fs::symlink_metadata(&top).is_err() {
+                *made_top = Some(top);
+            }
+        }
+        *writing = Some(dest.clone());
         entry.unpack(&dest).with_context(|| format!("writing {}", dest.display()))?;
         n += 1;
     }

@@ -115,3 +115,41 @@ fn a_full_store_and_blob_store_refuse_writes_cleanly_and_work_again_once_there_i
         d.ok(&["destroy", id]);
     }
 }
+
+/// `cairn cp` onto a full disk, both ways: one line naming the destination
+/// and the full disk, and no partial file (nor, copying out, the tree the
+/// copy had started) left behind. Positive controls: the same copies with
+/// room.
+#[test]
+fn a_cp_that_fills_a_disk_names_the_destination_and_leaves_no_partial_file() {
+    let local = SmallFs::new("24m");
+    let d = Daemon::start();
+    let t = d.create(&["--disk", "64M"]);
+    let big = tempfile::NamedTempFile::new_in("/var/tmp").unwrap();
+    let chunk: Vec<u8> = (0..1u32 << 20).map(|i| (i.wrapping_mul(2654435761) >> 13) as u8).collect();
+    for _ in 0..100 {
+        big.as_file().write_all(&chunk).unwrap();
+    }
+    // In: 100 MiB onto a 64 MiB disk.
+    let into = format!("{t}:/workspace/big.bin");
+    let err = d.fails(&["cp", big.path().to_str().unwrap(), &into]);
+    assert!(says_full(&err) && err.contains("/workspace/big.bin"), "{err}");
+    assert_eq!(must(&d, &t, "ls -A /workspace"), "", "no partial file in the sandbox");
+    let small = local.path().join("small.bin");
+    std::fs::write(&small, &chunk).unwrap();
+    d.ok(&["cp", small.to_str().unwrap(), &into]);
+    assert_eq!(must(&d, &t, "stat -c %s /workspace/big.bin"), format!("{}\n", chunk.len()), "control: a copy with room");
+    std::fs::remove_file(&small).unwrap();
+
+    // Out: 30 MiB into a 24 MiB filesystem, as a file and as a tree.
+    must(&d, &t, "rm /workspace/big.bin && mkdir /workspace/tree && head -c 30M /dev/urandom > /workspace/tree/z.bin && echo hi > /workspace/tree/a.txt");
+    for (from, to) in [("/workspace/tree/z.bin", "z.bin"), ("/workspace/tree", "tree")] {
+        let dest = local.path().join(to);
+        let err = d.fails(&["cp", &format!("{t}:{from}"), dest.to_str().unwrap()]);
+        assert!(says_full(&err) && err.contains(dest.to_str().unwrap()), "{err}");
+        assert_eq!(std::fs::read_dir(local.path()).unwrap().count(), 0, "nothing of the copy of {from} is left");
+    }
+    let a = local.path().join("a.txt");
+    d.ok(&["cp", &format!("{t}:/workspace/tree/a.txt"), a.to_str().unwrap()]);
+    assert_eq!(std::fs::read_to_string(&a).unwrap(), "hi\n", "control: a copy out with room");
+}

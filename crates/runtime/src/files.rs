@@ -24,6 +24,9 @@ use crate::Error;
 fn file_error(e: cairn_sandbox::Error) -> Error {
     match &e {
         cairn_sandbox::Error::Io(_, io) if io.kind() == std::io::ErrorKind::NotFound => Error::not_found(e.to_string()),
+        cairn_sandbox::Error::Io(what, io) if matches!(io.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT)) => {
+            Error::NoSpace(format!("{what}: no space left on the task's disk (the partly written file was removed)"))
+        }
         cairn_sandbox::Error::Io(..) | cairn_sandbox::Error::PathEscape(_) | cairn_sandbox::Error::Protocol(_) => {
             Error::invalid(e.to_string())
         }

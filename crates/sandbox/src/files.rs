@@ -528,20 +528,26 @@ pub fn copy_in(root: &SandboxRoot, path: &str, name: &OsStr, input: impl Read, o
     let path_err = |e: io::Error| io_err(path, e);
     let not_there = |e: &io::Error| e.kind() == io::ErrorKind::NotFound || e.raw_os_error() == Some(rustix::io::Errno::NOTDIR.raw_os_error());
     match fsat::open_dir_at(&l.dir, &cstr(&l.name)?) {
-        Ok(dir) => Ok((read_tar(&dir, name, input, owner)?, l.resolved.join(name))),
+        Ok(dir) => Ok((read_tar(&dir, name, input, owner, &l.resolved)?, l.resolved.join(name))),
         Err(e) if not_there(&e) && path.ends_with('/') => {
             Err(path_err(io::Error::new(io::ErrorKind::NotADirectory, "not a directory (the path ends in /)")))
         }
-        Err(e) if not_there(&e) => Ok((read_tar(&l.dir, &l.name, input, owner)?, l.resolved)),
+        Err(e) if not_there(&e) => {
+            let parent = l.resolved.parent().unwrap_or(Path::new("/")).to_owned();
+            Ok((read_tar(&l.dir, &l.name, input, owner, &parent)?, l.resolved))
+        }
         Err(e) => Err(path_err(e)),
     }
 }
 
-/// Unpacks a tar stream into `dir`: its top entry is renamed to `name`.
-/// Every entry is created relative to descriptors opened under `dir`, with
-/// `O_NOFOLLOW`; entries with absolute paths or `..` are refused; device
-/// nodes are skipped; everything created is owned by `owner`.
-pub fn read_tar(dir: &OwnedFd, name: &OsStr, input: impl Read, owner: Owner) -> Result<u64> {
+/// Unpacks a tar stream into `dir` (sandbox path `at`, for messages): its
+/// top entry is renamed to `name`. Every entry is created relative to
+/// descriptors opened under `dir`, with `O_NOFOLLOW`; entries with absolute
+/// paths or `..` are refused; device nodes are skipped; everything created
+/// is owned by `owner`. A file whose content cannot be written whole (a
+/// full disk) is removed again, and the error names it as the sandbox
+/// sees it.
+pub fn read_tar(dir: &OwnedFd, name: &OsStr, input: impl Read, owner: Owner, at: &Path) -> Result<u64> {
     let mut archive = tar::Archive::new(input);
     let mut count = 0;
     let mut top: Option<OsString> = None;
@@ -574,7 +580,8 @@ pub fn read_tar(dir: &OwnedFd, name: &OsStr, input: impl Read, owner: Owner) -> 
             cur = fsat::open_dir_at(&cur, &cstr(c)?).map_err(|e| Error::Io(format!("open parent of {path_str}"), e))?;
         }
         let mode = entry.header().mode().unwrap_or(0o644) & 0o777;
-        let ioe = |e: io::Error| Error::Io(format!("write {path_str}"), e);
+        let shown = comps.iter().fold(at.to_owned(), |p, c| p.join(c)).join(&leaf);
+        let ioe = |e: io::Error| Error::Io(format!("write {} in the sandbox", shown.display()), e);
         match entry.header().entry_type() {
             tar::EntryType::Directory => {
                 if let Err(e) = fsat::mkdir_at(&cur, &leaf_c, mode) {
@@ -598,7 +605,10 @@ pub fn read_tar(dir: &OwnedFd, name: &OsStr, input: impl Read, owner: Owner) -> 
                 fsat::fchown(&f, owner.uid, owner.gid).map_err(ioe)?;
                 let mut file = File::from(f);
                 file.set_len(0).map_err(ioe)?;
-                io::copy(&mut entry, &mut file).map_err(ioe)?;
+                if let Err(e) = io::copy(&mut entry, &mut file) {
+                    remove_partial(&cur, &leaf_c, &file);
+                    return Err(ioe(e));
+                }
             }
             tar::EntryType::Symlink => {
                 let target = entry.link_name_bytes().ok_or_else(|| ioe(io::Error::other("symlink without target")))?;
@@ -611,6 +621,16 @@ pub fn read_tar(dir: &OwnedFd, name: &OsStr, input: impl Read, owner: Owner) -> 
         count += 1;
     }
     Ok(count)
+}
+
+/// Removes `name` from `dir` if it is still the file `written` (a name the
+/// agent swapped meanwhile is left alone): a copy cut short leaves no
+/// partial file.
+fn remove_partial(dir: &OwnedFd, name: &CStr, written: &File) {
+    let (Ok(now), Ok(ours)) = (fsat::lstat_at(dir, name), fsat::fstat(written)) else { return };
+    if (now.st_dev, now.st_ino) == (ours.st_dev, ours.st_ino) {
+        let _ = fsat::unlink_at(dir, name, false);
+    }
 }
 
 /// Whether `fd` is the daemon's own root directory: a sandbox root must
@@ -714,7 +734,7 @@ mod tests {
         assert_eq!(write_tar(&root, &l, Path::new("src"), LinkPolicy::Refuse, &mut buf).unwrap(), 5);
         let owner = Owner { uid: 4242, gid: 4243 };
         let dst = root.locate("/copy").unwrap();
-        assert_eq!(read_tar(&dst.dir, &dst.name, &buf[..], owner).unwrap(), 5);
+        assert_eq!(read_tar(&dst.dir, &dst.name, &buf[..], owner, Path::new("/")).unwrap(), 5);
         assert_eq!(std::fs::read(r.join("copy/sub/b.txt")).unwrap(), b"beta");
         assert_eq!(std::fs::read_link(r.join("copy/link")).unwrap(), Path::new("a.txt"));
         use std::os::unix::fs::MetadataExt;
@@ -734,10 +754,10 @@ mod tests {
             b.finish().unwrap();
         }
         let trap = root.locate("/trap").unwrap();
-        assert!(matches!(read_tar(&trap.dir, &trap.name, &one[..], owner), Err(Error::PathEscape(_))));
+        assert!(matches!(read_tar(&trap.dir, &trap.name, &one[..], owner, Path::new("/")), Err(Error::PathEscape(_))));
         assert!(!outside.path().join("victim").exists(), "nothing written outside");
         let ok = root.locate("/fine").unwrap();
-        read_tar(&ok.dir, &ok.name, &one[..], owner).unwrap();
+        read_tar(&ok.dir, &ok.name, &one[..], owner, Path::new("/")).unwrap();
         assert_eq!(std::fs::read(r.join("fine")).unwrap(), b"bad");
     }
 
