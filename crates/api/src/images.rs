@@ -71,6 +71,22 @@ pub struct PullProgress {
     pub unpacking: bool,
 }
 
+/// Progress of an import, as `GET /v1/images/import/progress` answers it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct ImportProgress {
+    /// The image's name, as the import request gave it.
+    pub name: String,
+    /// Bytes of the source archive read so far.
+    pub read: u64,
+    /// The source archive's size, when the source is one archive unpacked
+    /// as it is read (a root filesystem's tar, plain or compressed); absent
+    /// for a directory, an OCI layout or a docker archive.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_bytes: Option<u64>,
+    /// Bytes written into the image (or its new layers) so far.
+    pub written: u64,
+}
+
 /// One layer's download.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct LayerProgress {

@@ -175,3 +175,61 @@ pub async fn while_pulling<T>(client: &crate::client::Client, name: &str, reques
     };
     result
 }
+
+/// Runs `request` (an import of image `name`) while showing on a terminal
+/// how far it has got: the source archive read (bytes, rate, ETA) when it
+/// is one, and the bytes written into the image.
+pub async fn while_importing<T>(client: &crate::client::Client, name: &str, request: impl std::future::Future<Output = T>) -> T {
+    if !std::io::stderr().is_terminal() {
+        return request.await;
+    }
+    tokio::pin!(request);
+    let path = format!("/v1/images/import/progress?name={}", crate::client::query_escape(name));
+    let began = Instant::now();
+    let mut shown = false;
+    let mut tick = tokio::time::interval(EVERY);
+    let result = loop {
+        tokio::select! {
+            r = &mut request => break r,
+            _ = tick.tick() => {
+                if began.elapsed() < SHOW_AFTER {
+                    continue;
+                }
+                let Ok(p) = client.get::<cairn_api::images::ImportProgress>(&path).await else { continue };
+                eprint!("\rimport {name}: {}\x1b[K", import_line(&p, began.elapsed()));
+                let _ = std::io::stderr().flush();
+                shown = true;
+            }
+        }
+    };
+    if shown {
+        eprintln!();
+    }
+    result
+}
+
+/// One progress line of an import `elapsed` into it.
+fn import_line(p: &cairn_api::images::ImportProgress, elapsed: Duration) -> String {
+    let secs = elapsed.as_secs_f64().max(0.001);
+    match p.source_bytes {
+        Some(total) => {
+            let rate = p.read as f64 / secs;
+            let eta = if rate > 0.0 && total > p.read { format!(", ETA {:.0}s", (total - p.read) as f64 / rate) } else { String::new() };
+            format!("{} of {} read at {}/s{eta}; {} written", human(p.read as f64), human(total as f64), human(rate), human(p.written as f64))
+        }
+        None => format!("{} written at {}/s", human(p.written as f64), human(p.written as f64 / secs)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_import_line_gives_the_rate_and_an_eta_when_the_size_is_known() {
+        let p = cairn_api::images::ImportProgress { name: "x".into(), read: 512 << 20, source_bytes: Some(1 << 30), written: 600 << 20 };
+        assert_eq!(import_line(&p, Duration::from_secs(4)), "512.0 MiB of 1.0 GiB read at 128.0 MiB/s, ETA 4s; 600.0 MiB written");
+        let dir = cairn_api::images::ImportProgress { name: "x".into(), read: 0, source_bytes: None, written: 300 << 20 };
+        assert_eq!(import_line(&dir, Duration::from_secs(3)), "300.0 MiB written at 100.0 MiB/s");
+    }
+}

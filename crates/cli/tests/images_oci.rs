@@ -339,3 +339,117 @@ fn a_docker_archive_written_by_skopeo_imports_and_runs() {
 fn which(program: &str) -> Option<PathBuf> {
     std::env::var_os("PATH").and_then(|path| std::env::split_paths(&path).map(|dir| dir.join(program)).find(|p| p.is_file()))
 }
+
+/// While `cairn image import` of a large archive runs, `GET
+/// /v1/images/import/progress?name=` answers how far it has got (the
+/// archive read, of its size, and the bytes written), and 404 once it is
+/// done; the CLI on a terminal shows it as a line with the rate and ETA.
+#[test]
+fn an_import_reports_its_progress_while_it_runs() {
+    let d = Daemon::start();
+    let dir = tempfile::Builder::new().prefix("cairn-import-progress-").tempdir_in("/var/tmp").unwrap();
+    // A root filesystem with one large file of bytes no filesystem can
+    // leave out (not zeros), as a plain tar.
+    let archive = dir.path().join("big.tar");
+    {
+        let mut b = tar::Builder::new(std::io::BufWriter::new(fs::File::create(&archive).unwrap()));
+        let mut h = tar::Header::new_gnu();
+        h.set_entry_type(tar::EntryType::Directory);
+        h.set_mode(0o755);
+        h.set_size(0);
+        h.set_uid(0);
+        h.set_gid(0);
+        h.set_mtime(0);
+        b.append_data(&mut h, "etc/", std::io::empty()).unwrap();
+        let size: u64 = 1 << 30;
+        let mut h = tar::Header::new_gnu();
+        h.set_mode(0o644);
+        h.set_size(size);
+        h.set_uid(0);
+        h.set_gid(0);
+        h.set_mtime(0);
+        let data = Noise { x: 0x9e37_79b9_7f4a_7c15, left: size };
+        b.append_data(&mut h, "etc/big.bin", data).unwrap();
+        b.into_inner().unwrap();
+    }
+    let archive_bytes = fs::metadata(&archive).unwrap().len();
+    let token = fs::read_to_string(d.home().join("token")).unwrap();
+    let progress = || {
+        let out = common::output_within(
+            Command::new("curl")
+                .args(["-s", "-w", "\n%{http_code}", "-H", &format!("authorization: Bearer {}", token.trim())])
+                .arg(format!("{}/v1/images/import/progress?name=big", d.url)),
+            Duration::from_secs(10),
+        );
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let (body, code) = text.rsplit_once('\n').unwrap();
+        (code.to_owned(), body.to_owned())
+    };
+    // On a terminal (script gives the CLI one), as a person runs it.
+    let inner = format!("{} image import big {}", common::CAIRN, archive.display());
+    let began = std::time::Instant::now();
+    let mut child = Command::new("script")
+        .args(["-qec", &inner, "/dev/null"])
+        .env("CAIRN_HOME", d.home())
+        .env_remove("CAIRN_URL")
+        .env_remove("CAIRN_TOKEN")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut seen: Vec<serde_json::Value> = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(300);
+    while child.try_wait().unwrap().is_none() {
+        assert!(std::time::Instant::now() < deadline, "the import did not end within 300 s");
+        let (code, body) = progress();
+        if code == "200" {
+            seen.push(serde_json::from_str(&body).unwrap());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let took = began.elapsed();
+    let out = child.wait_with_output().unwrap();
+    let shown = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success() && shown.contains("imported big"), "{shown}");
+    assert!(seen.iter().any(|p| p["read"].as_u64() > Some(0)), "no progress seen during the import ({took:?}): {seen:?}");
+    for p in &seen {
+        // The archive's size is known once its reading began.
+        assert_eq!(p["name"].as_str(), Some("big"), "{p}");
+        if p["read"].as_u64() > Some(0) {
+            assert_eq!(p["source_bytes"].as_u64(), Some(archive_bytes), "{p}");
+        }
+        assert!(p["read"].as_u64().unwrap() <= archive_bytes, "{p}");
+    }
+    let reads: Vec<u64> = seen.iter().map(|p| p["read"].as_u64().unwrap()).collect();
+    assert!(reads.windows(2).all(|w| w[0] <= w[1]), "read only grows: {reads:?}");
+    assert!(seen.iter().any(|p| p["written"].as_u64() > Some(0)), "{seen:?}");
+    assert_eq!(progress().0, "404", "no progress once the import is done");
+    eprintln!("the import took {took:?}; the CLI printed: {shown:?}");
+    // The line shows once an import has run for a second.
+    if took > Duration::from_millis(1500) {
+        assert!(shown.contains("import big: ") && shown.contains(" read at ") && shown.contains("written"), "{shown}");
+    }
+    d.ok(&["image", "rm", "big"]);
+}
+
+/// `left` bytes of xorshift noise, as a reader.
+struct Noise {
+    x: u64,
+    left: u64,
+}
+
+impl std::io::Read for Noise {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = buf.len().min(self.left as usize) / 8 * 8;
+        let n = if n == 0 { buf.len().min(self.left as usize) } else { n };
+        for chunk in buf[..n].chunks_mut(8) {
+            self.x ^= self.x << 13;
+            self.x ^= self.x >> 7;
+            self.x ^= self.x << 17;
+            chunk.copy_from_slice(&self.x.to_le_bytes()[..chunk.len()]);
+        }
+        self.left -= n as u64;
+        Ok(n)
+    }
+}

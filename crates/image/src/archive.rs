@@ -83,9 +83,13 @@ fn parse_octal(field: &[u8]) -> Option<u32> {
 }
 
 /// Unpacks archive `src` of the given format into the writer's tree.
-pub(super) fn unpack(src: &Path, format: Format, w: &mut TreeWriter) -> Result<()> {
+pub(super) fn unpack(src: &Path, format: Format, w: &mut TreeWriter, tracked: &crate::progress::Tracked) -> Result<()> {
     let source_err = |e: io::Error| Error::ImageSource(src.to_owned(), e.to_string());
-    let file = BufReader::new(File::open(src).map_err(source_err)?);
+    let file = File::open(src).map_err(source_err)?;
+    if let Ok(meta) = file.metadata() {
+        tracked.source(meta.len());
+    }
+    let file = BufReader::new(tracked.reader(file));
     match format {
         Format::Tar => unpack_from(src, file, w),
         // Multi-member: `cat a.gz b.gz` is a valid gzip stream too.

@@ -40,6 +40,7 @@ pub mod layers;
 mod limits;
 mod oci;
 mod path;
+mod progress;
 mod staging;
 mod tarstream;
 #[cfg(any(test, feature = "test-util"))]
@@ -74,6 +75,7 @@ pub use self::layers::{LayerInfo, LayerStore};
 pub use self::overlay::Layer;
 pub use self::stack::{Lookup, LowerStack};
 pub use self::limits::{ImportLimits, SizeBound, DEFAULT_MAX_EXPANDED_SIZE, DEFAULT_MAX_LOGICAL_SIZE};
+pub use self::progress::ImportProgress;
 pub(crate) use self::limits::too_large_reason;
 pub(crate) use self::path::{quoted, short};
 pub use self::oci::{choose_host_platform, host_arch, image_from_documents, OciImage, RunConfig};
@@ -263,6 +265,7 @@ pub struct ImageStore {
     root: PathBuf,
     layers: LayerStore,
     limits: ImportLimits,
+    imports: progress::Imports,
 }
 
 impl ImageStore {
@@ -272,7 +275,7 @@ impl ImageStore {
     pub fn new(root: impl Into<PathBuf>) -> Self {
         let root = root.into();
         let layers = LayerStore::new(root.with_file_name("layers"));
-        let store = ImageStore { root, layers, limits: ImportLimits::default() };
+        let store = ImageStore { root, layers, limits: ImportLimits::default(), imports: progress::Imports::default() };
         if let Err(e) = store.cleanup() {
             tracing::warn!(root = %store.root.display(), "cannot clean up the image store: {e}");
         }
@@ -322,6 +325,12 @@ impl ImageStore {
 
     pub fn root(&self) -> &Path {
         &self.root
+    }
+
+    /// How far the import of image `name` going on has got; `None` when
+    /// none is.
+    pub fn import_progress(&self, name: &str) -> Option<ImportProgress> {
+        self.imports.get(name)
     }
 
     /// Deletes the `.tmp-*` directories of imports and removals that did
@@ -393,6 +402,7 @@ impl ImageStore {
         if name == HOST_IMAGE || self.image_dir(name).exists() {
             return Err(Error::ImageExists(name.to_owned()));
         }
+        let tracked = self.imports.start(name);
         if oci::is_layout(src) {
             return self.import_oci(name, src, tag);
         }
@@ -411,10 +421,12 @@ impl ImageStore {
             self.check_not_ancestor(src)?;
         }
         let staging = Staging::new(&self.root)?;
-        let mut w = TreeWriter::new(&staging.rootfs(), src, self.budget(&self.root)?)?;
+        let budget = self.budget(&self.root)?;
+        self.imports.track_budget(name, &budget);
+        let mut w = TreeWriter::new(&staging.rootfs(), src, budget)?;
         match format {
             Format::Directory => copy_tree(src, &RelPath::root(), &mut w, CopyPolicy::EXACT)?,
-            _ => archive::unpack(src, format, &mut w)?,
+            _ => archive::unpack(src, format, &mut w, &tracked)?,
         }
         let dropped = w.finish()?;
         if format != Format::Directory {
@@ -447,6 +459,7 @@ impl ImageStore {
         let chosen = archive.image(tag)?;
         let _lock = self.layers.lock(false)?;
         let budget = self.budget(self.layers.root())?;
+        self.imports.track_budget(name, &budget);
         archive.unpack_layers(&chosen, &self.layers, &budget)?;
         let mut layers = Vec::with_capacity(chosen.layers.len());
         for layer in &chosen.layers {
@@ -515,6 +528,7 @@ impl ImageStore {
         let _lock = self.layers.lock(false)?;
         // One budget for all the layers this import unpacks.
         let budget = self.budget(self.layers.root())?;
+        self.imports.track_budget(name, &budget);
         let mut layers = Vec::with_capacity(chosen.layers.len());
         for want in &chosen.layers {
             layers.push(self.layers.ensure(want, origin, &budget, || open(want))?);

@@ -79,6 +79,11 @@ impl Budget {
         Ok(Budget::new(limits, Some(spare(dir)?)))
     }
 
+    /// Bytes written so far.
+    pub(super) fn written(&self) -> u64 {
+        self.0.written.load(Ordering::Relaxed)
+    }
+
     /// Before a file is written: it will take `data` bytes and read as
     /// `logical` bytes (more, for a sparse file). Fails if either would
     /// take the import past its bounds; nothing is written then.

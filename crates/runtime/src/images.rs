@@ -127,6 +127,12 @@ impl Runtime {
         Ok(self.images.remove(name).await??)
     }
 
+    /// How far the import of image `name` going on has got.
+    pub fn import_progress(&self, name: &str) -> Result<cairn_api::images::ImportProgress, Error> {
+        let p = self.images.store().import_progress(name).ok_or_else(|| Error::not_found(format!("no import of {name:?} is going on")))?;
+        Ok(cairn_api::images::ImportProgress { name: name.to_owned(), read: p.read, source_bytes: p.source_bytes, written: p.written })
+    }
+
     /// The downloads so far of the pull of image `name` going on.
     pub fn pull_progress(&self, name: &str) -> Result<cairn_api::images::PullProgress, Error> {
         self.images.pulls.get(name).ok_or_else(|| Error::not_found(format!("no pull of {name:?} is going on")))

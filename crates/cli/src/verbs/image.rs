@@ -95,7 +95,8 @@ pub(crate) async fn inspect(client: &Client, name: String, out: Out) -> Result<u
 pub(crate) async fn import(client: &Client, name: String, path: std::path::PathBuf, tag: Option<String>, out: Out) -> Result<u8> {
     let abs = std::fs::canonicalize(&path).with_context(|| format!("cannot import {}", path.display()))?;
     let path = abs.to_str().ok_or_else(|| anyhow!("cannot import {}: the path is not UTF-8", abs.display()))?.to_owned();
-    let v: Answer<Image> = client.post("/v1/images", &api::images::ImportRequest { name, path, tag }).await?;
+    let req = api::images::ImportRequest { name: name.clone(), path, tag };
+    let v: Answer<Image> = progress::while_importing(client, &name, client.post("/v1/images", &req)).await?;
     out.print(&v, |v| {
         let d = &v.dropped;
         let layers = if v.layers.is_empty() { String::new() } else { format!("{} layers, ", v.layers.len()) };

@@ -4,7 +4,7 @@ use axum::extract::{Path, Query};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use cairn_api::images::{CommitRequest, Image, ImageDetail, ImportRequest, PullProgress, PullRequest, Removed};
+use cairn_api::images::{CommitRequest, Image, ImageDetail, ImportProgress, ImportRequest, PullProgress, PullRequest, Removed};
 use cairn_api::ErrorBody;
 
 use super::served::Routes;
@@ -17,6 +17,7 @@ pub(super) fn routes() -> Routes {
         .post("/v1/images", import)
         .post("/v1/images/pull", pull)
         .get("/v1/images/pull/progress", pull_progress)
+        .get("/v1/images/import/progress", import_progress)
         .post("/v1/images/commit", commit)
         .delete("/v1/images/{name}", remove)
         .get("/v1/images/{name}", show)
@@ -107,11 +108,13 @@ async fn commit(rt: Rt, headers: HeaderMap, b: axum::body::Bytes) -> Result<Resp
     Ok((StatusCode::CREATED, Json(image)).into_response())
 }
 
-/// Which pull `GET /v1/images/pull/progress` reports.
+/// Which pull or import `GET /v1/images/pull/progress` or
+/// `GET /v1/images/import/progress` reports.
 #[derive(serde::Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
 struct PullQuery {
-    /// The image's name: the pull's `name`, or its reference.
+    /// The image's name: the import's or pull's `name` (a pull's
+    /// reference when it gave none).
     name: String,
 }
 
@@ -128,6 +131,21 @@ struct PullQuery {
 )]
 async fn pull_progress(rt: Rt, Query(q): Query<PullQuery>) -> Result<Json<PullProgress>, ApiError> {
     Ok(Json(rt.pull_progress(&q.name)?))
+}
+
+#[utoipa::path(
+    get,
+    path = "/v1/images/import/progress",
+    operation_id = "import_progress",
+    tag = "images",
+    params(PullQuery),
+    responses(
+        (status = 200, description = "How far the import has got", body = ImportProgress),
+        (status = 404, description = "No import of this name is going on", body = ErrorBody),
+    )
+)]
+async fn import_progress(rt: Rt, Query(q): Query<PullQuery>) -> Result<Json<ImportProgress>, ApiError> {
+    Ok(Json(rt.import_progress(&q.name)?))
 }
 
 #[utoipa::path(

@@ -38,7 +38,7 @@ use super::{admin, api_keys, deliver, outgoing_hooks, port_links, processes, sec
         waits::create, waits::cancel, waits::show, waits::approve, waits::inbox, waits::operator_event, waits::suspend, waits::resume,
         egress::show, egress::update,
         deliver::deliver, deliver::complete, deliver::deliverable, deliver::record, deliver::ledger, deliver::checkpoint, deliver::keys, deliver::rotate_key,
-        images::list, images::import, images::pull, images::pull_progress, images::commit, images::remove,
+        images::list, images::import, images::pull, images::pull_progress, images::import_progress, images::commit, images::remove,
         images::show,
         gateway::hook, gateway::approval_page, gateway::approval_form,
         mcp::mcp,
