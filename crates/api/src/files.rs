@@ -59,8 +59,14 @@ pub enum EntryKind {
 /// One entry of `GET /v1/tasks/{id}/dir?path=P`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct DirEntry {
-    /// The entry's name (not valid UTF-8 is replaced lossily).
+    /// The entry's name; one that is not UTF-8 is shown with each byte
+    /// outside valid UTF-8 written `\xNN`, and given exactly in `name_b64`.
     pub name: String,
+    /// The name's bytes in base64, when they are not UTF-8 (absent
+    /// otherwise): what a path naming this entry is made of (percent-encode
+    /// the bytes in a `path=` query).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name_b64: Option<String>,
     pub kind: EntryKind,
     /// Bytes, as `lstat` reports them.
     pub size: u64,
@@ -77,8 +83,11 @@ pub struct DirEntry {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct DirListing {
     /// The directory as resolved in the sandbox (symlinks followed inside
-    /// it).
+    /// it), shown as `name` is.
     pub path: String,
+    /// The path's bytes in base64, when they are not UTF-8.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path_b64: Option<String>,
     pub entries: Vec<DirEntry>,
     /// True when the directory holds more than the listing's limit of
     /// entries, and the rest were left out.
@@ -116,11 +125,12 @@ mod tests {
 
     #[test]
     fn a_listing_names_kinds_in_snake_case_and_leaves_out_absent_targets() {
-        let entry = DirEntry { name: "a".into(), kind: EntryKind::Symlink, size: 1, mode: 0o777, mtime_ms: 5, target: Some("b".into()) };
+        let entry = DirEntry { name: "a".into(), name_b64: None, kind: EntryKind::Symlink, size: 1, mode: 0o777, mtime_ms: 5, target: Some("b".into()) };
         let v = serde_json::to_value(&entry).unwrap();
         assert_eq!(v["kind"], "symlink");
         let file = DirEntry { kind: EntryKind::File, target: None, ..entry };
         assert!(serde_json::to_value(&file).unwrap().get("target").is_none());
-        crate::assert_wire_shape(&DirListing { path: "/w".into(), entries: vec![file], truncated: false }, &["entries", "path", "truncated"]);
+        assert!(serde_json::to_value(&file).unwrap().get("name_b64").is_none(), "a UTF-8 name has no bytes beside it");
+        crate::assert_wire_shape(&DirListing { path: "/w".into(), path_b64: None, entries: vec![file], truncated: false }, &["entries", "path", "truncated"]);
     }
 }

@@ -417,7 +417,7 @@ fn a_snapshot_diff_shows_the_tree_text_diffs_and_binary_files_by_hash() {
     let (code, _, err) = d.sh(
         &id,
         "printf 'one\\n2\\nthree\\n' > /workspace/src/a.txt && rm /workspace/old.txt && printf 'bin\\000ary' > '/workspace/<i>x.bin' \
-         && head -c 2097152 /dev/zero | tr '\\0' x > /workspace/big.txt",
+         && head -c 2097152 /dev/zero | tr '\\0' x > /workspace/big.txt && printf latin1 > /workspace/caf$(printf '\\351')",
     );
     assert_eq!(code, 0, "{err}");
     let b = d.json(&["snapshot", &id, "--note", "after"])["id"].as_str().unwrap().to_owned();
@@ -444,6 +444,11 @@ fn a_snapshot_diff_shows_the_tree_text_diffs_and_binary_files_by_hash() {
     assert!(binary.contains(&hash), "the binary file's BLAKE3: {binary}");
     let big = get(&d, &cookie, &format!("/console/tasks/{id}/diff?a={a}&b={b}&path=/workspace/big.txt")).body;
     assert!(big.contains("2097152 B") && big.contains("not read (over the read limit)"), "a large file by its size, unread: {big}");
+    // A name that is not UTF-8 is shown with its bytes escaped, never as
+    // U+FFFD, and its link opens its change.
+    assert!(t.contains(">caf\\xe9</a>") && !t.contains('\u{fffd}'), "{t}");
+    let latin1 = get(&d, &cookie, &format!("/console/tasks/{id}/diff?a={a}&b={b}&path=/workspace/caf%5Cxe9")).body;
+    assert!(latin1.contains("<span class=\"add\">+latin1</span>"), "{latin1}");
     let deleted = get(&d, &cookie, &format!("/console/tasks/{id}/diff?a={a}&b={b}&path=/workspace/old.txt")).body;
     assert!(deleted.contains("<span class=\"del\">-gone</span>"), "{deleted}");
 

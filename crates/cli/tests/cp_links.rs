@@ -88,16 +88,21 @@ fn links_out_of_the_copied_tree_are_refused_followed_or_kept() {
 }
 
 #[test]
-fn copying_in_to_a_path_ending_in_slash_needs_a_directory_there() {
+fn copying_in_to_a_path_ending_in_slash_makes_or_needs_a_directory_there() {
     let d = Daemon::start();
     let id = d.create(&[]);
     let local = tempfile::tempdir().expect("tempdir");
     let file = local.path().join("f.txt");
     std::fs::write(&file, "x").expect("write");
-    let err = d.fails(&["cp", file.to_str().unwrap_or_default(), &format!("{id}:/workspace/nodir/")]);
-    assert!(err.contains("/workspace/nodir/") && err.contains("not a directory"), "{err}");
-    let (code, out, _) = d.sh(&id, "ls -A /workspace");
-    assert!(code == 0 && !out.contains("nodir"), "nothing created: {out}");
+    // A file there is no directory: refused, and the file is untouched.
+    let (code, _, err) = d.sh(&id, "printf keep > /workspace/afile");
+    assert_eq!(code, 0, "{err}");
+    let err = d.fails(&["cp", file.to_str().unwrap_or_default(), &format!("{id}:/workspace/afile/")]);
+    assert!(err.contains("/workspace/afile/") && err.to_lowercase().contains("not a directory"), "{err}");
+    assert_eq!(d.sh(&id, "cat /workspace/afile").1, "keep");
+    // Missing, it is made (as mkdir -p would) and the file lands inside.
+    d.ok(&["cp", file.to_str().unwrap_or_default(), &format!("{id}:/workspace/made/")]);
+    assert_eq!(d.sh(&id, "cat /workspace/made/f.txt").1, "x");
     // Positive controls: without the slash it is the file's new name, and
     // into an existing directory (or a link to one) it keeps its own.
     d.ok(&["cp", file.to_str().unwrap_or_default(), &format!("{id}:/workspace/nodir")]);

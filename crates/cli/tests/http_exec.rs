@@ -215,3 +215,48 @@ fn a_directory_lists_its_entries_without_following_links_out() {
         assert!(!message.contains('\n') && (message.contains("sandbox path") || message.contains(path)), "{path}: {message}");
     }
 }
+
+/// A name that is not UTF-8 (Latin-1 `café`) is listed losslessly (shown
+/// `caf\xe9`, its bytes in `name_b64`), read and written back by its bytes
+/// percent-encoded, and shown the same way in a snapshot diff; the
+/// replacement character names nothing.
+#[test]
+fn a_name_that_is_not_utf8_is_listed_losslessly_and_read_back_by_its_bytes() {
+    common::require_root();
+    let d = Daemon::start();
+    let t = d.create(&[]);
+    let before = d.json(&["snapshot", &t])["id"].as_str().unwrap().to_owned();
+    d.sh(&t, r"mkdir -p /workspace/n && printf latin1 > /workspace/n/caf$(printf '\351') && printf plain > /workspace/n/plain");
+    let (code, body) = d.http_dir(&t, "/workspace/n");
+    assert_eq!(code, 200, "{}", String::from_utf8_lossy(&body));
+    let listing: Value = serde_json::from_slice(&body).unwrap();
+    let entries = listing["entries"].as_array().unwrap();
+    let latin1 = entries.iter().find(|e| e["name"] == r"caf\xe9").unwrap_or_else(|| panic!("{listing}"));
+    assert_eq!(latin1["name_b64"], "Y2Fm6Q==", "{listing}");
+    let plain = entries.iter().find(|e| e["name"] == "plain").unwrap();
+    assert!(plain.get("name_b64").is_none(), "a UTF-8 name has no bytes beside it: {plain}");
+    let token = std::fs::read_to_string(d.home().join("token")).unwrap();
+    let raw = |method: &str, query: &str, data: Option<&str>| {
+        let mut cmd = Command::new("curl");
+        cmd.args(["-s", "-w", "\n%{http_code}", "-X", method, "-H", &format!("authorization: Bearer {}", token.trim())]);
+        if let Some(data) = data {
+            cmd.args(["--data-binary", data]);
+        }
+        let out = common::output_within(cmd.arg(format!("{}/v1/tasks/{t}/file?path={query}", d.url)), Duration::from_secs(30));
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let (body, code) = text.rsplit_once('\n').unwrap();
+        (code.to_owned(), body.to_owned())
+    };
+    assert_eq!(raw("GET", "/workspace/n/caf%E9", None), ("200".to_owned(), "latin1".to_owned()));
+    let (code, answer) = raw("PUT", "/workspace/n/caf%E9.copy", Some("again"));
+    assert_eq!(code, "200", "{answer}");
+    assert_eq!(serde_json::from_str::<Value>(&answer).unwrap()["path"], r"/workspace/n/caf\xe9.copy");
+    assert_eq!(d.sh(&t, r"cat /workspace/n/caf$(printf '\351').copy").1, "again");
+    // U+FFFD, as a lossy client would send it, names nothing.
+    assert_eq!(raw("GET", "/workspace/n/caf%EF%BF%BD", None).0, "404");
+    // A snapshot diff shows the name escaped, and its file diff reads it.
+    let after = d.json(&["snapshot", &t])["id"].as_str().unwrap().to_owned();
+    let diff = d.json(&["snapshot", "diff", &t, &before, &after]);
+    let added: Vec<&str> = diff["added"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+    assert!(added.contains(&r"/workspace/n/caf\xe9") && !added.iter().any(|p| p.contains('\u{fffd}')), "{diff}");
+}

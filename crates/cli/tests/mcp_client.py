@@ -10,6 +10,7 @@ non-zero naming the first check that failed.
 """
 
 import asyncio
+import base64
 import contextlib
 import json
 import os
@@ -132,6 +133,16 @@ async def scenario(session, api, token, label):
     check(rel_back["content"] == "HELLO FROM MCP\n" and rel_back["path"] == f"{workdir}/upper.txt", f"a relative read: {rel_back}")
     nested = await t.ok("write_file", {"task": task, "path": "made/on/the/way.txt", "content": "nested\n"})
     check(nested["path"] == f"{workdir}/made/on/the/way.txt", f"a write makes its missing directories: {nested}")
+    # A name that is not UTF-8: listed with its bytes, read back by them.
+    await t.ok("run_command", {"task": task, "cmd": "mkdir latin && printf latin1 > latin/caf$(printf '\\351')"})
+    latin = await t.ok("list_files", {"task": task, "path": "latin"})
+    [entry] = latin["entries"]
+    check(entry["name"] == "caf\\xe9" and base64.b64decode(entry["name_b64"]) == b"caf\xe9", f"a Latin-1 name: {latin}")
+    full = base64.b64encode(workdir.encode() + b"/latin/" + base64.b64decode(entry["name_b64"])).decode()
+    back = await t.ok("read_file", {"task": task, "path_b64": full})
+    check(back["content"] == "latin1" and back["path"] == f"{workdir}/latin/caf\\xe9", f"read back by its bytes: {back}")
+    both = await t.error("read_file", {"task": task, "path": "x", "path_b64": full})
+    check(both.startswith("invalid:") and "not both" in both, f"path and path_b64: {both}")
     absolute = await t.ok("run_command", {"task": task, "cmd": ["cat", f"{workdir}/rel.txt"]})
     check(absolute["stdout"] == "relative\n", f"the relative write, read by its absolute path: {absolute}")
 

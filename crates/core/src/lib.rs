@@ -9,6 +9,7 @@ mod error;
 mod event;
 mod id;
 mod limits;
+pub mod name;
 mod risk;
 mod snapshot;
 mod state;

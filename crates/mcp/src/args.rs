@@ -3,6 +3,8 @@
 //! requests. A bad argument is an [`Error::Invalid`] naming it.
 
 use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::os::unix::ffi::OsStringExt;
 use std::time::Duration;
 
 use base64::Engine;
@@ -142,7 +144,24 @@ pub struct ReadFile {
     pub task: String,
     /// The file's path in the sandbox; a relative path starts at the
     /// task's working directory.
-    pub path: String,
+    pub path: Option<String>,
+    /// The path's bytes in base64, instead of `path`: for a name that is
+    /// not UTF-8 (a listing gives its `name_b64`).
+    pub path_b64: Option<String>,
+}
+
+/// A sandbox path from `path` or `path_b64` (its bytes in base64), at most
+/// one of them; `None` when neither is given.
+pub fn sandbox_path(path: Option<String>, path_b64: Option<String>) -> Result<Option<OsString>, Error> {
+    match (path, path_b64) {
+        (Some(_), Some(_)) => Err(Error::invalid("give path or path_b64, not both")),
+        (Some(p), None) => Ok(Some(p.into())),
+        (None, Some(b)) => base64::engine::general_purpose::STANDARD
+            .decode(b.trim())
+            .map(|bytes| Some(OsString::from_vec(bytes)))
+            .map_err(|e| Error::invalid(format!("path_b64 is not valid base64: {e}"))),
+        (None, None) => Ok(None),
+    }
 }
 
 /// How file content is written in an argument or an answer.
@@ -182,7 +201,10 @@ pub struct WriteFile {
     /// The file's path in the sandbox (a relative path starts at the
     /// task's working directory); missing directories are made. An existing
     /// regular file is replaced.
-    pub path: String,
+    pub path: Option<String>,
+    /// The path's bytes in base64, instead of `path`: for a name that is
+    /// not UTF-8.
+    pub path_b64: Option<String>,
     /// The file's content.
     pub content: String,
     /// How `content` is written: "utf8" (default) or "base64" for
@@ -210,6 +232,9 @@ pub struct ListFiles {
     /// The directory in the sandbox (default: the task's working
     /// directory, where a relative path starts too).
     pub path: Option<String>,
+    /// The path's bytes in base64, instead of `path`: for a name that is
+    /// not UTF-8.
+    pub path_b64: Option<String>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -404,6 +429,15 @@ mod tests {
     }
 
     #[test]
+    fn a_path_is_text_or_its_bytes_in_base64_never_both() {
+        assert_eq!(sandbox_path(Some("/w/a".into()), None).unwrap(), Some(OsString::from("/w/a")));
+        assert_eq!(sandbox_path(None, Some("L3cvY2Fm6Q==".into())).unwrap(), Some(OsString::from_vec(b"/w/caf\xe9".to_vec())));
+        assert_eq!(sandbox_path(None, None).unwrap(), None);
+        assert!(message(sandbox_path(Some("/a".into()), Some("L2E=".into()))).contains("not both"));
+        assert!(message(sandbox_path(None, Some("%%".into()))).contains("path_b64"));
+    }
+
+    #[test]
     fn a_string_cmd_runs_in_a_shell_and_the_timeout_defaults_under_a_minute() {
         let run = |args: serde_json::Value| serde_json::from_value::<RunCommand>(args).unwrap().into_request();
         let line = run(serde_json::json!({"task": "t", "cmd": "ls | wc -l"}));
@@ -419,7 +453,7 @@ mod tests {
     fn file_content_is_text_when_utf8_and_base64_otherwise() {
         assert_eq!(encode_content(b"hi\n".to_vec()), (Encoding::Utf8, "hi\n".to_owned()));
         assert_eq!(encode_content(vec![0xff, 0x00]), (Encoding::Base64, "/wA=".to_owned()));
-        let w = WriteFile { task: "t".into(), path: "/a".into(), content: "/wA=".into(), encoding: Encoding::Base64 };
+        let w = WriteFile { task: "t".into(), path: Some("/a".into()), path_b64: None, content: "/wA=".into(), encoding: Encoding::Base64 };
         assert_eq!(w.bytes().unwrap(), [0xff, 0x00]);
         let bad = WriteFile { content: "not base64!".into(), ..w };
         assert!(message(bad.bytes()).contains("base64"));

@@ -3,6 +3,8 @@
 //! the same as text). A failure is a tool result with `is_error` whose one
 //! line starts with the runtime's error code, e.g. `not_found: ...`.
 
+use std::ffi::{OsStr, OsString};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -113,15 +115,16 @@ impl CairnTools {
     #[tool(description = "Read one regular file of a task's sandbox (at most 64 MiB). Answers `content` as text with `encoding` \
         \"utf8\" when the file is valid UTF-8, else its bytes in base64 with `encoding` \"base64\".", annotations(read_only_hint = true))]
     async fn read_file(&self, Parameters(a): Parameters<args::ReadFile>) -> CallToolResult {
-        let path = match self.absolute(&a.task, a.path).await {
+        let path = match self.path_of(&a.task, a.path, a.path_b64, false).await {
             Ok(p) => p,
             Err(e) => return failure(&e),
         };
-        let read = cairn_runtime::files::read_one(self.rt.clone(), &a.task, path.clone(), ACTOR.to_owned()).await;
+        let shown = shown(&path);
+        let read = cairn_runtime::files::read_one(self.rt.clone(), &a.task, path, ACTOR.to_owned()).await;
         answer(read.map(|data| {
             let size = data.len();
             let (encoding, content) = args::encode_content(data);
-            json!({ "path": path, "size": size, "encoding": encoding.as_str(), "content": content })
+            json!({ "path": shown, "size": size, "encoding": encoding.as_str(), "content": content })
         }))
     }
 
@@ -133,18 +136,18 @@ impl CairnTools {
             Err(e) => return failure(&e),
         };
         let size = data.len();
-        let path = match self.absolute(&a.task, a.path).await {
+        let path = match self.path_of(&a.task, a.path, a.path_b64, false).await {
             Ok(p) => p,
             Err(e) => return failure(&e),
         };
-        let written = cairn_runtime::files::write_one(self.rt.clone(), &a.task, path.clone(), data.into(), ACTOR.to_owned()).await;
-        answer(written.map(|()| json!({ "path": path, "size": size })))
+        let written = cairn_runtime::files::write_one(self.rt.clone(), &a.task, path, data.into(), ACTOR.to_owned()).await;
+        answer(written.map(|shown| json!({ "path": shown, "size": size })))
     }
 
     #[tool(description = "List a directory of a task's sandbox: each entry's name, kind (file, dir, symlink, other), size, mode, \
         modification time and link target.", annotations(read_only_hint = true))]
     async fn list_files(&self, Parameters(a): Parameters<args::ListFiles>) -> CallToolResult {
-        let path = match self.absolute(&a.task, a.path.unwrap_or_default()).await {
+        let path = match self.path_of(&a.task, a.path, a.path_b64, true).await {
             Ok(p) => p,
             Err(e) => return failure(&e),
         };
@@ -236,15 +239,21 @@ impl CairnTools {
 }
 
 impl CairnTools {
-    /// A sandbox path as the tools take it, made absolute: a relative one
-    /// (or none) starts at the task's working directory, as a command's
-    /// would.
-    async fn absolute(&self, task: &str, path: String) -> Result<String, Error> {
-        if path.starts_with('/') {
+    /// A sandbox path as the tools take it (`path`, or its bytes in
+    /// `path_b64`), made absolute: a relative one starts at the task's
+    /// working directory, as a command's would, and so does none when
+    /// `none_is_workdir`.
+    async fn path_of(&self, task: &str, path: Option<String>, path_b64: Option<String>, none_is_workdir: bool) -> Result<OsString, Error> {
+        let path = match args::sandbox_path(path, path_b64)? {
+            Some(p) => p,
+            None if none_is_workdir => OsString::new(),
+            None => return Err(Error::invalid("give the file's path (path, or path_b64 for a name that is not UTF-8)")),
+        };
+        if path.as_bytes().starts_with(b"/") {
             return Ok(path);
         }
         let workdir = self.rt.show(task).await?.task.config.workdir;
-        Ok(join_relative(&workdir, &path))
+        Ok(join_relative(workdir.as_ref(), &path))
     }
 
     /// Blocks on the wait for at most `block`, then answers where it is.
@@ -255,12 +264,26 @@ impl CairnTools {
 }
 
 /// `path` (relative, or empty for the directory itself) under `workdir`.
-fn join_relative(workdir: &str, path: &str) -> String {
-    let path = path.trim_start_matches("./");
-    match (workdir.trim_end_matches('/'), path) {
-        (dir, "" | ".") => if dir.is_empty() { "/".to_owned() } else { dir.to_owned() },
-        (dir, rel) => format!("{dir}/{rel}"),
+fn join_relative(workdir: &OsStr, path: &OsStr) -> OsString {
+    let mut path = path.as_bytes();
+    while let Some(rest) = path.strip_prefix(b"./") {
+        path = rest;
     }
+    let mut dir = workdir.as_bytes();
+    while let Some(rest) = dir.strip_suffix(b"/") {
+        dir = rest;
+    }
+    let joined = match path {
+        b"" | b"." if dir.is_empty() => b"/".to_vec(),
+        b"" | b"." => dir.to_vec(),
+        rel => [dir, b"/", rel].concat(),
+    };
+    OsString::from_vec(joined)
+}
+
+/// A sandbox path as answers show it (bytes that are not UTF-8 as `\xNN`).
+fn shown(path: &OsStr) -> String {
+    cairn_core::name::escaped(path.as_bytes()).into_owned()
 }
 
 /// A wait as `wait_for_approval` answers it: satisfied with the decision,
@@ -356,12 +379,15 @@ mod tests {
 
     #[test]
     fn a_relative_path_starts_at_the_working_directory() {
-        assert_eq!(join_relative("/workspace", "a/b.txt"), "/workspace/a/b.txt");
-        assert_eq!(join_relative("/workspace/", "./a"), "/workspace/a");
-        assert_eq!(join_relative("/workspace", ""), "/workspace");
-        assert_eq!(join_relative("/workspace", "."), "/workspace");
-        assert_eq!(join_relative("/", "etc/hosts"), "/etc/hosts");
-        assert_eq!(join_relative("/", ""), "/");
+        let j = |w: &str, p: &str| join_relative(OsStr::new(w), OsStr::new(p));
+        assert_eq!(j("/workspace", "a/b.txt"), "/workspace/a/b.txt");
+        assert_eq!(j("/workspace/", "./a"), "/workspace/a");
+        assert_eq!(j("/workspace", ""), "/workspace");
+        assert_eq!(j("/workspace", "."), "/workspace");
+        assert_eq!(j("/", "etc/hosts"), "/etc/hosts");
+        assert_eq!(j("/", ""), "/");
+        let latin1 = join_relative(OsStr::new("/w"), OsStr::from_bytes(b"caf\xe9"));
+        assert_eq!((latin1.as_bytes(), shown(&latin1).as_str()), (&b"/w/caf\xe9"[..], "/w/caf\\xe9"));
     }
 
     #[test]

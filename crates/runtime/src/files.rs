@@ -5,7 +5,8 @@
 //! in unpacks a tar whose top entry is N: into P/N when P is a directory,
 //! else as P.
 
-use std::ffi::OsStr;
+use std::ffi::{OsStr, OsString};
+use std::os::unix::ffi::OsStrExt;
 use std::io::Write;
 use std::path::Path;
 use std::sync::Arc;
@@ -62,6 +63,14 @@ async fn record(tasks: &Runtime, task: &cairn_core::TaskId, actor: &str, args: s
     }
 }
 
+/// A sandbox path as a caller gave it (bytes, not always UTF-8), and as
+/// messages and the task's log show it.
+fn as_given(path: impl Into<OsString>) -> (OsString, String) {
+    let raw = path.into();
+    let shown = files::shown(&raw);
+    (raw, shown)
+}
+
 /// A tar of a sandbox path, as a stream of chunks.
 pub type TarStream = tokio_stream::wrappers::ReceiverStream<Result<Vec<u8>, std::io::Error>>;
 
@@ -76,19 +85,20 @@ fn link_policy(links: Links) -> LinkPolicy {
 
 /// Resolves `path` in the sandbox, then streams it out as a tar; a bad path
 /// is an error here, before any byte of the stream.
-pub async fn download(tasks: Arc<Runtime>, id: &str, path: String, links: Links, actor: String) -> Result<TarStream, Error> {
+pub async fn download(tasks: Arc<Runtime>, id: &str, path: impl Into<OsString>, links: Links, actor: String) -> Result<TarStream, Error> {
     let begun = Instant::now();
+    let (p, path) = as_given(path);
     let links = link_policy(links);
     let (task, live) = tasks.running(id, &actor).await?;
     let tid = task.id.to_string();
-    let p = path.clone();
+    let shown = path.clone();
     // Resolve first, so a bad path is a clean error status, not a broken body.
     let located = tasks.driver.run(move |driver| -> Result<_, cairn_sandbox::Error> {
         let root = SandboxRoot::new(driver.open_root(&tid, live.init)?);
         let l = root.locate(&p)?;
         if files::kind_at(&l.dir, &l.name)? == Kind::Missing {
             return Err(cairn_sandbox::Error::Io(
-                format!("sandbox path {p}"),
+                format!("sandbox path {shown}"),
                 files::in_the_sandbox(std::io::Error::from(std::io::ErrorKind::NotFound)),
             ));
         }
@@ -131,12 +141,13 @@ pub async fn download(tasks: Arc<Runtime>, id: &str, path: String, links: Links,
 
 /// Unpacks the tar read from `body` at `path` in the sandbox, its top entry
 /// named `name`.
-pub async fn upload<S, B>(tasks: Arc<Runtime>, id: &str, path: String, name: String, body: S, actor: String) -> Result<cairn_api::files::CopiedIn, Error>
+pub async fn upload<S, B>(tasks: Arc<Runtime>, id: &str, path: impl Into<OsString>, name: String, body: S, actor: String) -> Result<cairn_api::files::CopiedIn, Error>
 where
     S: Stream<Item = Result<B, std::io::Error>> + Send + Unpin + 'static,
     B: bytes::Buf + Send + 'static,
 {
     let begun = Instant::now();
+    let (p, path) = as_given(path);
     let (task, live) = tasks.running(id, &actor).await?;
     if name.is_empty() || name.contains('/') || name == "." || name == ".." {
         return Err(Error::invalid(format!("invalid top-level name {name:?} for the copied tree")));
@@ -144,11 +155,10 @@ where
     let tid = task.id.to_string();
     let owner = Owner { uid: live.ids.host_id(0), gid: live.ids.host_id(0) };
     let reader = tokio_util::io::SyncIoBridge::new(tokio_util::io::StreamReader::new(body));
-    let p = path.clone();
     let result = tasks.driver.run(move |driver| -> Result<(u64, String), cairn_sandbox::Error> {
         let root = SandboxRoot::new(driver.open_root(&tid, live.init)?);
         let (n, at) = files::copy_in(&root, &p, OsStr::new(&name), reader, owner)?;
-        Ok((n, at.display().to_string()))
+        Ok((n, files::shown(at.as_os_str())))
     })
     .await?;
     match result {
@@ -169,13 +179,15 @@ pub const MAX_LISTING: usize = 10_000;
 
 /// The entries of the sandbox directory `path`, resolved inside the sandbox
 /// (symlinks on the way followed there, never out of it).
-pub async fn list_dir(tasks: Arc<Runtime>, id: &str, path: String, actor: String) -> Result<cairn_api::files::DirListing, Error> {
+pub async fn list_dir(tasks: Arc<Runtime>, id: &str, path: impl Into<OsString>, actor: String) -> Result<cairn_api::files::DirListing, Error> {
     use cairn_api::files::{DirEntry, DirListing, EntryKind};
+    use cairn_core::name::{bytes_if_not_utf8, escaped};
+    let (raw, path) = as_given(path);
     let (task, live) = tasks.running(id, &actor).await?;
     let tid = task.id.to_string();
     let listed = tasks.driver.run(move |driver| -> Result<_, cairn_sandbox::Error> {
         let root = SandboxRoot::new(driver.open_root(&tid, live.init)?);
-        let (dir, resolved) = root.resolve(&path)?;
+        let (dir, resolved) = root.resolve(&raw)?;
         let (entries, truncated) = files::list_dir(&dir, MAX_LISTING).map_err(|e| match e {
             cairn_sandbox::Error::Io(_, io) => cairn_sandbox::Error::Io(format!("sandbox path {path}"), files::in_the_sandbox(io)),
             e => e,
@@ -185,11 +197,12 @@ pub async fn list_dir(tasks: Arc<Runtime>, id: &str, path: String, actor: String
     .await?
     .map_err(file_error)?;
     let (resolved, entries, truncated) = listed;
-    let lossy = |s: &OsStr| s.to_string_lossy().into_owned();
+    let shown = |s: &OsStr| escaped(s.as_bytes()).into_owned();
     let entries = entries
         .into_iter()
         .map(|e| DirEntry {
-            name: lossy(&e.name),
+            name: shown(&e.name),
+            name_b64: bytes_if_not_utf8(e.name.as_bytes()),
             kind: match e.kind {
                 Kind::File => EntryKind::File,
                 Kind::Dir => EntryKind::Dir,
@@ -199,10 +212,11 @@ pub async fn list_dir(tasks: Arc<Runtime>, id: &str, path: String, actor: String
             size: e.size,
             mode: e.mode,
             mtime_ms: e.mtime_ms,
-            target: e.link_target.as_deref().map(lossy),
+            target: e.link_target.as_deref().map(shown),
         })
         .collect();
-    Ok(DirListing { path: resolved.to_string_lossy().into_owned(), entries, truncated })
+    let path_b64 = bytes_if_not_utf8(resolved.as_os_str().as_bytes());
+    Ok(DirListing { path: shown(resolved.as_os_str()), path_b64, entries, truncated })
 }
 
 /// Most bytes [`read_one`] returns and [`write_one`] takes: larger files
@@ -211,13 +225,14 @@ pub const MAX_FILE: u64 = 64 << 20;
 
 /// One regular file of the sandbox, whole (a final symlink is refused, not
 /// followed; so is anything but a regular file, or one over [`MAX_FILE`]).
-pub async fn read_one(tasks: Arc<Runtime>, id: &str, path: String, actor: String) -> Result<Vec<u8>, Error> {
+pub async fn read_one(tasks: Arc<Runtime>, id: &str, path: impl Into<OsString>, actor: String) -> Result<Vec<u8>, Error> {
     let begun = Instant::now();
+    let (raw, path) = as_given(path);
     let (task, live) = tasks.running(id, &actor).await?;
     let (tid, p) = (task.id.to_string(), path.clone());
     let result = tasks.driver.run(move |driver| -> Result<Vec<u8>, cairn_sandbox::Error> {
         let root = SandboxRoot::new(driver.open_root(&tid, live.init)?);
-        let l = root.locate(&p)?;
+        let l = root.locate(&raw)?;
         // Named for the message only: a swap after this check is still
         // refused by the read itself (no symlink followed, fstat'd type).
         let refuse = |why: &str| cairn_sandbox::Error::Io(format!("sandbox path {p}"), std::io::Error::other(why.to_owned()));
@@ -246,16 +261,18 @@ pub async fn read_one(tasks: Arc<Runtime>, id: &str, path: String, actor: String
 
 /// Writes `data` as the regular file at sandbox path `path` (made, or
 /// replaced when it is a regular file), owned by the sandbox's root; its
-/// missing directories are made, as `mkdir -p` would. Written through the same descriptor-relative
+/// missing directories are made, as `mkdir -p` would; answers the path as
+/// shown. Written through the same descriptor-relative
 /// unpacking as `cp` in.
-pub async fn write_one(tasks: Arc<Runtime>, id: &str, path: String, data: bytes::Bytes, actor: String) -> Result<(), Error> {
+pub async fn write_one(tasks: Arc<Runtime>, id: &str, path: impl Into<OsString>, data: bytes::Bytes, actor: String) -> Result<String, Error> {
     let begun = Instant::now();
+    let (raw, path) = as_given(path);
     if data.len() as u64 > MAX_FILE {
         return Err(Error::TooLarge(format!("the file is {} bytes; the limit is {MAX_FILE} (copy larger ones with cairn cp)", data.len())));
     }
     let (task, live) = tasks.running(id, &actor).await?;
-    let name = match path.rsplit('/').next() {
-        Some(n) if !n.is_empty() && n != "." && n != ".." => n.to_owned(),
+    let name = match raw.as_bytes().rsplit(|b| *b == b'/').next() {
+        Some(n) if !n.is_empty() && n != b"." && n != b".." => OsStr::from_bytes(n).to_owned(),
         _ => return Err(Error::invalid(format!("path {path:?} does not name a file"))),
     };
     let (tid, p) = (task.id.to_string(), path.clone());
@@ -271,10 +288,10 @@ pub async fn write_one(tasks: Arc<Runtime>, id: &str, path: String, data: bytes:
         tar.append_data(&mut header, &name, &data[..]).map_err(|e| cairn_sandbox::Error::Io("tar of one file".into(), e))?;
         let tar = tar.into_inner().map_err(|e| cairn_sandbox::Error::Io("tar of one file".into(), e))?;
         let root = SandboxRoot::new(driver.open_root(&tid, live.init)?);
-        root.make_parents(&p, owner)?;
+        root.make_parents(&raw, owner)?;
         // A path that is a directory would receive the file inside it:
         // refused, the caller named a file.
-        let l = root.locate(&p)?;
+        let l = root.locate(&raw)?;
         let refuse = |why: &str| cairn_sandbox::Error::Io(format!("sandbox path {p}"), std::io::Error::other(why.to_owned()));
         match files::kind_at(&l.dir, &l.name)? {
             Kind::Dir => return Err(refuse("is a directory; name a file")),
@@ -282,7 +299,7 @@ pub async fn write_one(tasks: Arc<Runtime>, id: &str, path: String, data: bytes:
             Kind::Other => return Err(refuse("is not a regular file")),
             Kind::File | Kind::Missing => {}
         }
-        files::copy_in(&root, &p, OsStr::new(&name), &tar[..], owner).map(drop)
+        files::copy_in(&root, &raw, &name, &tar[..], owner).map(drop)
     })
     .await?;
     let args = match &result {
@@ -290,5 +307,5 @@ pub async fn write_one(tasks: Arc<Runtime>, id: &str, path: String, data: bytes:
         Err(e) => json!({ "direction": "in", "path": path, "error": e.to_string(), "single_file": true }),
     };
     record(&tasks, &task.id, &actor, args, result.is_ok(), begun).await;
-    result.map_err(file_error)
+    result.map(|()| path).map_err(file_error)
 }

@@ -40,12 +40,15 @@ pub const DIFF_READ_LIMIT: u64 = 1 << 20;
 /// The entry a sandbox path names in a manifest: in the layer mounted
 /// deepest above it.
 fn entry_at<'m>(m: &'m Manifest, path: &str) -> Option<&'m cairn_snapshot::Entry> {
+    use std::os::unix::ffi::OsStrExt;
     let path = std::path::Path::new(path);
     let mut layers: Vec<_> = m.layers.iter().filter(|l| path.starts_with(&l.at)).collect();
     layers.sort_by_key(|l| std::cmp::Reverse(l.at.components().count()));
     layers.into_iter().find_map(|l| {
         let rel = path.strip_prefix(&l.at).ok()?;
-        l.entries.iter().find(|e| e.path == rel)
+        // The path as the diff showed it: a name that is not UTF-8 with
+        // its bytes written \xNN.
+        l.entries.iter().find(|e| e.path == rel).or_else(|| l.entries.iter().find(|e| cairn_core::name::escaped(e.path.as_os_str().as_bytes()) == rel.to_string_lossy()))
     })
 }
 
@@ -494,7 +497,7 @@ impl Runtime {
         let (kind, size, target) = match &e.kind {
             EntryKind::File { size, .. } => ("file", *size, None),
             EntryKind::Dir => ("dir", 0, None),
-            EntryKind::Symlink { target } => ("symlink", 0, Some(target.to_string_lossy().into_owned())),
+            EntryKind::Symlink { target } => ("symlink", 0, Some(cairn_core::name::escaped(std::os::unix::ffi::OsStrExt::as_bytes(target.as_os_str())).into_owned())),
             EntryKind::Whiteout => ("whiteout", 0, None),
             _ => ("other", 0, None),
         };

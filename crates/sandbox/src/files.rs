@@ -76,21 +76,28 @@ pub struct SandboxRoot {
 }
 
 /// Splits a user-given absolute in-sandbox path into normal components.
-/// `..` is refused outright: a cp target is named from the root.
-pub fn components(path: &str) -> Result<Vec<OsString>> {
+/// `..` is refused outright: a cp target is named from the root. A path is
+/// bytes, as a Linux name is; it need not be UTF-8.
+pub fn components(path: impl AsRef<OsStr>) -> Result<Vec<OsString>> {
+    let path = path.as_ref();
     let p = Path::new(path);
-    if !p.is_absolute() || path.contains('\0') {
-        return Err(Error::PathEscape(path.to_owned()));
+    if !p.is_absolute() || path.as_bytes().contains(&0) {
+        return Err(Error::PathEscape(shown(path)));
     }
     let mut out = Vec::new();
     for c in p.components() {
         match c {
             Component::RootDir | Component::CurDir => {}
             Component::Normal(n) => out.push(n.to_owned()),
-            Component::ParentDir | Component::Prefix(_) => return Err(Error::PathEscape(path.to_owned())),
+            Component::ParentDir | Component::Prefix(_) => return Err(Error::PathEscape(shown(path))),
         }
     }
     Ok(out)
+}
+
+/// A sandbox path as messages show it: bytes that are not UTF-8 as `\xNN`.
+pub fn shown(path: &OsStr) -> String {
+    cairn_core::name::escaped(path.as_bytes()).into_owned()
 }
 
 fn cstr(name: &OsStr) -> Result<CString> {
@@ -117,19 +124,23 @@ impl SandboxRoot {
 
     /// Resolves every component but the last, following symlinks inside the
     /// sandbox. The root itself (`/`) has no final name and is refused.
-    pub fn locate(&self, path: &str) -> Result<Located> {
+    pub fn locate(&self, path: impl AsRef<OsStr>) -> Result<Located> {
+        let path = path.as_ref();
+        let orig = shown(path);
         let mut comps = components(path)?;
-        let name = comps.pop().ok_or_else(|| Error::PathEscape(path.to_owned()))?;
-        let (dir, resolved) = self.walk(path, comps, None)?;
-        check_fs(&dir, path)?;
+        let name = comps.pop().ok_or_else(|| Error::PathEscape(orig.clone()))?;
+        let (dir, resolved) = self.walk(&orig, comps, None)?;
+        check_fs(&dir, &orig)?;
         Ok(Located { dir, resolved: resolved.join(&name), name })
     }
 
     /// Resolves the whole path, following a final symlink too, to a
     /// directory.
-    pub fn resolve(&self, path: &str) -> Result<(OwnedFd, PathBuf)> {
-        let (fd, p) = self.walk(path, components(path)?, None)?;
-        check_fs(&fd, path)?;
+    pub fn resolve(&self, path: impl AsRef<OsStr>) -> Result<(OwnedFd, PathBuf)> {
+        let path = path.as_ref();
+        let orig = shown(path);
+        let (fd, p) = self.walk(&orig, components(path)?, None)?;
+        check_fs(&fd, &orig)?;
         Ok((fd, p))
     }
 
@@ -139,29 +150,30 @@ impl SandboxRoot {
     /// the directory the walk holds open and then walked into like any
     /// other step, so a name swapped for a link meanwhile is resolved
     /// inside the sandbox, never on the host.
-    pub fn make_parents(&self, path: &str, owner: Owner) -> Result<()> {
+    pub fn make_parents(&self, path: impl AsRef<OsStr>, owner: Owner) -> Result<()> {
+        let path = path.as_ref();
         let mut comps = components(path)?;
-        if !path.ends_with('/') {
+        if !path.as_bytes().ends_with(b"/") {
             comps.pop();
         }
-        self.walk(path, comps, Some(owner)).map(drop)
+        self.walk(&shown(path), comps, Some(owner)).map(drop)
     }
 
     /// Like [`Self::locate`], but a final symlink is followed (inside the
     /// sandbox) until the name is not one.
-    pub fn locate_following(&self, path: &str) -> Result<Located> {
-        let mut path = PathBuf::from(path);
+    pub fn locate_following(&self, path: impl AsRef<OsStr>) -> Result<Located> {
+        let mut path = PathBuf::from(path.as_ref());
         for _ in 0..MAX_SYMLINKS {
-            let shown = path.to_string_lossy().into_owned();
-            let l = self.locate(&shown)?;
+            let l = self.locate(&path)?;
             if kind_at(&l.dir, &l.name)? != Kind::Symlink {
                 return Ok(l);
             }
-            let target = PathBuf::from(OsString::from_vec(fsat::readlink_at(&l.dir, &cstr(&l.name)?).map_err(|e| io_err(&shown, e))?));
+            let orig = shown(path.as_os_str());
+            let target = PathBuf::from(OsString::from_vec(fsat::readlink_at(&l.dir, &cstr(&l.name)?).map_err(|e| io_err(&orig, e))?));
             let parent = l.resolved.parent().unwrap_or(Path::new("/")).to_owned();
-            path = lexical(&parent.join(target)).ok_or_else(|| Error::PathEscape(shown.clone()))?;
+            path = lexical(&parent.join(target)).ok_or_else(|| Error::PathEscape(orig.clone()))?;
         }
-        Err(io_err(&path.to_string_lossy(), io::Error::from_raw_os_error(rustix::io::Errno::LOOP.raw_os_error())))
+        Err(io_err(&shown(path.as_os_str()), io::Error::from_raw_os_error(rustix::io::Errno::LOOP.raw_os_error())))
     }
 
     /// Walks `comps` from the root; each step is one `openat(O_NOFOLLOW)`.
@@ -407,7 +419,7 @@ pub fn check_links(root: &SandboxRoot, l: &Located, top: &Path, links: LinkPolic
                     let target = fsat::readlink_at(dir, &cstr(name)?).map_err(|e| io_err(&at.to_string_lossy(), e))?;
                     refuse_escaping(at, &target, depth)
                 }
-                LinkPolicy::Follow => root.locate_following(&in_sandbox.to_string_lossy()).map(drop),
+                LinkPolicy::Follow => root.locate_following(in_sandbox).map(drop),
             },
             Kind::Dir => {
                 if depth > MAX_DEPTH {
@@ -465,8 +477,7 @@ impl TarOut<'_> {
                     LinkPolicy::Keep => {}
                     LinkPolicy::Refuse => refuse_escaping(at, &target, depth)?,
                     LinkPolicy::Follow => {
-                        let shown = in_sandbox.to_string_lossy().into_owned();
-                        let to = self.root.locate_following(&shown)?;
+                        let to = self.root.locate_following(in_sandbox)?;
                         return self.add(b, &to.dir, &to.name, at, &to.resolved, depth);
                     }
                 }
@@ -522,14 +533,16 @@ impl TarOut<'_> {
 /// The directory is opened once and written through that descriptor, so a
 /// swap after the check cannot redirect the copy. Returns the entries
 /// written and where, as resolved in the sandbox.
-pub fn copy_in(root: &SandboxRoot, path: &str, name: &OsStr, input: impl Read, owner: Owner) -> Result<(u64, PathBuf)> {
+pub fn copy_in(root: &SandboxRoot, path: impl AsRef<OsStr>, name: &OsStr, input: impl Read, owner: Owner) -> Result<(u64, PathBuf)> {
+    let path = path.as_ref();
     root.make_parents(path, owner)?;
     let l = root.locate_following(path)?;
-    let path_err = |e: io::Error| io_err(path, e);
+    let orig = shown(path);
+    let path_err = |e: io::Error| io_err(&orig, e);
     let not_there = |e: &io::Error| e.kind() == io::ErrorKind::NotFound || e.raw_os_error() == Some(rustix::io::Errno::NOTDIR.raw_os_error());
     match fsat::open_dir_at(&l.dir, &cstr(&l.name)?) {
         Ok(dir) => Ok((read_tar(&dir, name, input, owner, &l.resolved)?, l.resolved.join(name))),
-        Err(e) if not_there(&e) && path.ends_with('/') => {
+        Err(e) if not_there(&e) && path.as_bytes().ends_with(b"/") => {
             Err(path_err(io::Error::new(io::ErrorKind::NotADirectory, "not a directory (the path ends in /)")))
         }
         Err(e) if not_there(&e) => {

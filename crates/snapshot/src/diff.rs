@@ -1,6 +1,7 @@
 //! What changed between two manifests, as the sandbox sees it.
 
 use std::collections::{BTreeSet, HashMap};
+use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
@@ -29,7 +30,8 @@ pub fn diff(a: &Manifest, b: &Manifest) -> Diff {
     for name in names {
         let (la, lb) = (a.layer(name), b.layer(name));
         let Some(at) = lb.or(la).map(|l| l.at.as_path()) else { continue };
-        let show = |e: &Entry| at.join(&e.path).to_string_lossy().into_owned();
+        // A name that is not UTF-8 is shown with its bytes written \xNN.
+        let show = |e: &Entry| cairn_core::name::escaped(at.join(&e.path).as_os_str().as_bytes()).into_owned();
         let before: HashMap<&Path, &Entry> = la.map(entries).unwrap_or_default();
         let after: HashMap<&Path, &Entry> = lb.map(entries).unwrap_or_default();
         for e in lb.iter().flat_map(|l| &l.entries) {

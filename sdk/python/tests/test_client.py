@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
 import threading
 import time
 
@@ -65,6 +66,22 @@ def test_files_are_written_read_and_listed(task):
     assert e.value.code == "not_found" and e.value.status == 404
     with pytest.raises(cairn.InvalidRequest, match="symlink"):
         task.files.read("/workspace/link")
+
+
+def test_a_name_that_is_not_utf8_is_listed_losslessly_and_read_back(task):
+    # Latin-1 "café" and a name with a space, both made inside the sandbox.
+    task.exec("mkdir -p /workspace/n && printf latin1 > \"$(printf '/workspace/n/caf\\351')\" && printf plain > '/workspace/n/a b'")
+    entries = {e.name: e for e in task.files.list("/workspace/n")}
+    latin1 = os.fsdecode(b"caf\xe9")
+    assert set(entries) == {latin1, "a b"}, entries
+    assert task.files.read(f"/workspace/n/{latin1}") == b"latin1"
+    assert task.files.read(b"/workspace/n/caf\xe9") == b"latin1"
+    assert task.files.read("/workspace/n/a b") == b"plain"
+    task.files.write(f"/workspace/n/{latin1}.copy", b"again")
+    assert task.exec("cat /workspace/n/caf$(printf '\\351').copy").stdout == "again"
+    # Never the replacement character: that name does not exist.
+    with pytest.raises(cairn.NotFound):
+        task.files.read("/workspace/n/caf\ufffd")
 
 
 def test_a_rollback_undoes_the_work_and_hands_the_reason_back(task):

@@ -8,7 +8,10 @@
 //! - A directory's entries: `GET /v1/tasks/{id}/dir?path=P`.
 
 use axum::body::Body;
-use axum::extract::{Path, Query};
+use std::ffi::OsString;
+use std::os::unix::ffi::OsStringExt;
+
+use axum::extract::{Path, Query, RawQuery};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::Response;
 use axum::Json;
@@ -29,9 +32,23 @@ pub(super) fn routes() -> Routes {
     Routes::new().get("/v1/tasks/{id}/files", download).put("/v1/tasks/{id}/files", upload).get("/v1/tasks/{id}/dir", list_dir).merge(one_file)
 }
 
+/// The `path` parameter of the query, decoded to its bytes: a sandbox path
+/// is a Linux name, which need not be UTF-8 (`%E9` stays the byte 0xE9,
+/// where a text parameter would turn it into U+FFFD).
+fn path_param(query: Option<&str>) -> Result<OsString, ApiError> {
+    for pair in query.unwrap_or_default().split('&') {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        if key == "path" {
+            let value = value.replace('+', " ");
+            return Ok(OsString::from_vec(percent_encoding::percent_decode_str(&value).collect()));
+        }
+    }
+    Err(ApiError::bad_request("missing path= (the sandbox path)"))
+}
+
+/// The text parameters of a copy ([`path_param`] reads the path).
 #[derive(Deserialize)]
 struct FileQuery {
-    path: String,
     name: Option<String>,
     /// Copying out: `refuse` (default), `keep` or `follow` symlinks.
     links: Option<String>,
@@ -73,12 +90,12 @@ struct TarInQuery {
         (status = 404, description = "No such task or path", body = ErrorBody),
     )
 )]
-async fn download(rt: Rt, Path(id): Path<String>, headers: HeaderMap, Query(q): Query<FileQuery>) -> Result<Response, ApiError> {
+async fn download(rt: Rt, Path(id): Path<String>, headers: HeaderMap, Query(q): Query<FileQuery>, RawQuery(raw): RawQuery) -> Result<Response, ApiError> {
     let links = match q.links.as_deref() {
         None => Links::Refuse,
         Some(l) => Links::parse(l).ok_or_else(|| ApiError::bad_request(format!("links={l:?}: expected refuse, keep or follow")))?,
     };
-    let tar = cairn_runtime::files::download(rt.0.clone(), &id, q.path, links, actor(&headers)).await?;
+    let tar = cairn_runtime::files::download(rt.0.clone(), &id, path_param(raw.as_deref())?, links, actor(&headers)).await?;
     Response::builder()
         .status(StatusCode::OK)
         .header(header::CONTENT_TYPE, "application/x-tar")
@@ -99,16 +116,21 @@ async fn download(rt: Rt, Path(id): Path<String>, headers: HeaderMap, Query(q): 
         (status = 404, description = "No such task", body = ErrorBody),
     )
 )]
-async fn upload(rt: Rt, Path(id): Path<String>, headers: HeaderMap, Query(q): Query<FileQuery>, body: Body) -> Result<Json<CopiedIn>, ApiError> {
+async fn upload(rt: Rt, Path(id): Path<String>, headers: HeaderMap, Query(q): Query<FileQuery>, RawQuery(raw): RawQuery, body: Body) -> Result<Json<CopiedIn>, ApiError> {
     let name = q.name.ok_or_else(|| ApiError::bad_request("missing name= (the top-level entry of the tar)"))?;
+    let path = path_param(raw.as_deref())?;
     let stream = body.into_data_stream().map_err(std::io::Error::other);
-    Ok(Json(cairn_runtime::files::upload(rt.0.clone(), &id, q.path, name, stream, actor(&headers)).await?))
+    Ok(Json(cairn_runtime::files::upload(rt.0.clone(), &id, path, name, stream, actor(&headers)).await?))
 }
 
-#[derive(Deserialize, utoipa::IntoParams)]
+/// The query of the one-file and directory routes, as documented
+/// ([`path_param`] reads it as bytes).
+#[derive(utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
+#[allow(dead_code)]
 struct OneFile {
-    /// The file's path in the sandbox.
+    /// The path in the sandbox, percent-encoded as bytes (a name that is
+    /// not UTF-8 is given byte for byte, e.g. `caf%E9`).
     path: String,
 }
 
@@ -125,8 +147,8 @@ struct OneFile {
         (status = 413, description = "The file is over 64 MiB", body = ErrorBody),
     )
 )]
-async fn read_one(rt: Rt, Path(id): Path<String>, headers: HeaderMap, Query(q): Query<OneFile>) -> Result<Response, ApiError> {
-    let data = cairn_runtime::files::read_one(rt.0.clone(), &id, q.path, actor(&headers)).await?;
+async fn read_one(rt: Rt, Path(id): Path<String>, headers: HeaderMap, RawQuery(raw): RawQuery) -> Result<Response, ApiError> {
+    let data = cairn_runtime::files::read_one(rt.0.clone(), &id, path_param(raw.as_deref())?, actor(&headers)).await?;
     Response::builder()
         .status(StatusCode::OK)
         .header(header::CONTENT_TYPE, "application/octet-stream")
@@ -148,10 +170,11 @@ async fn read_one(rt: Rt, Path(id): Path<String>, headers: HeaderMap, Query(q): 
         (status = 413, description = "The body is over 64 MiB", body = ErrorBody),
     )
 )]
-async fn write_one(rt: Rt, Path(id): Path<String>, headers: HeaderMap, Query(q): Query<OneFile>, body: axum::body::Bytes) -> Result<Json<Written>, ApiError> {
+async fn write_one(rt: Rt, Path(id): Path<String>, headers: HeaderMap, RawQuery(raw): RawQuery, body: axum::body::Bytes) -> Result<Json<Written>, ApiError> {
     let bytes = body.len() as u64;
-    cairn_runtime::files::write_one(rt.0.clone(), &id, q.path.clone(), body, actor(&headers)).await?;
-    Ok(Json(Written { path: q.path, bytes }))
+    let path = path_param(raw.as_deref())?;
+    let shown = cairn_runtime::files::write_one(rt.0.clone(), &id, path, body, actor(&headers)).await?;
+    Ok(Json(Written { path: shown, bytes }))
 }
 
 #[utoipa::path(
@@ -168,6 +191,6 @@ async fn write_one(rt: Rt, Path(id): Path<String>, headers: HeaderMap, Query(q):
         (status = 409, description = "The task has no running sandbox", body = ErrorBody),
     )
 )]
-async fn list_dir(rt: Rt, Path(id): Path<String>, headers: HeaderMap, Query(q): Query<OneFile>) -> Result<Json<DirListing>, ApiError> {
-    Ok(Json(cairn_runtime::files::list_dir(rt.0.clone(), &id, q.path, actor(&headers)).await?))
+async fn list_dir(rt: Rt, Path(id): Path<String>, headers: HeaderMap, RawQuery(raw): RawQuery) -> Result<Json<DirListing>, ApiError> {
+    Ok(Json(cairn_runtime::files::list_dir(rt.0.clone(), &id, path_param(raw.as_deref())?, actor(&headers)).await?))
 }

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import base64
+import os
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -90,6 +92,9 @@ class ExecResult:
 @dataclass(frozen=True)
 class DirEntry:
     name: str
+    """The name; one that is not UTF-8 holds its other bytes as surrogates,
+    as `os.listdir` gives them (`os.fsencode(name)` is its bytes), so it
+    can be read back by joining it into a path."""
     kind: str
     """`file`, `dir`, `symlink` or `other`."""
     size: int
@@ -99,7 +104,16 @@ class DirEntry:
 
     @classmethod
     def from_json(cls, v: dict[str, Any]) -> DirEntry:
-        return cls(v["name"], v["kind"], v.get("size", 0), v.get("mode", 0), v.get("mtime_ms", 0), v.get("target"))
+        return cls(_name(v), v["kind"], v.get("size", 0), v.get("mode", 0), v.get("mtime_ms", 0), v.get("target"))
+
+
+def _name(v: dict[str, Any]) -> str:
+    """An entry's exact name: from `name_b64` when the daemon gave one (the
+    name is not UTF-8), else `name`."""
+    try:
+        return os.fsdecode(base64.b64decode(v["name_b64"], validate=True)) if v.get("name_b64") else v["name"]
+    except ValueError:  # binascii.Error: not base64, so not the daemon's
+        return v["name"]
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import time
+import urllib.parse
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
@@ -174,17 +175,25 @@ def port_url(task: str, port: int, ttl: str | None = None) -> Op[str]:
     return (yield Call("POST", f"/v1/tasks/{task}/port-links/{port}", params=params, json={}))["url"]
 
 
-def read_file(task: str, path: str) -> Op[bytes]:
-    return (yield Call("GET", f"/v1/tasks/{task}/file", params={"path": path}, answer="bytes"))
+def _path_query(path: str | bytes) -> str:
+    """`path=` with the path's bytes percent-encoded: a sandbox name need not
+    be UTF-8, and a str from a listing carries such bytes as surrogates
+    (`os.fsencode` gives them back), as `os.listdir` names do."""
+    raw = path if isinstance(path, bytes) else os.fsencode(path)
+    return "path=" + urllib.parse.quote(raw, safe="/")
 
 
-def write_file(task: str, path: str, data: bytes | str) -> Op[None]:
+def read_file(task: str, path: str | bytes) -> Op[bytes]:
+    return (yield Call("GET", f"/v1/tasks/{task}/file?{_path_query(path)}", answer="bytes"))
+
+
+def write_file(task: str, path: str | bytes, data: bytes | str) -> Op[None]:
     content = data.encode() if isinstance(data, str) else bytes(data)
-    yield Call("PUT", f"/v1/tasks/{task}/file", params={"path": path}, content=content)
+    yield Call("PUT", f"/v1/tasks/{task}/file?{_path_query(path)}", content=content)
 
 
-def list_files(task: str, path: str) -> Op[list[DirEntry]]:
-    v = yield Call("GET", f"/v1/tasks/{task}/dir", params={"path": path})
+def list_files(task: str, path: str | bytes) -> Op[list[DirEntry]]:
+    v = yield Call("GET", f"/v1/tasks/{task}/dir?{_path_query(path)}")
     return [DirEntry.from_json(e) for e in v["entries"]]
 
 
