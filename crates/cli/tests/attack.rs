@@ -666,7 +666,10 @@ const ABUSES: &[Abuse] = &[
         name: "fork bomb",
         limits: &["--pids", "64"],
         opts: &["--timeout", "6s"],
-        script: "f() { f | f & }; f; sleep 30",
+        // `exec sleep`: the shell waits without a fork of its own, which
+        // the bomb may already have made impossible (dash then exits 2 at
+        // once, and the abuse ends before the neighbour is measured).
+        script: "f() { f | f & }; f; exec sleep 30",
         // The bomb never ends by itself; the deadline ends it.
         reported: |exit, _, err| assert!(exit["timed_out"] == true || exit["oom_killed"] == true || exit["exit_code"] != 0, "{exit} {err}"),
         http: false,
@@ -702,7 +705,10 @@ const ABUSES: &[Abuse] = &[
         name: "inodes",
         limits: &["--disk", "64M"],
         opts: &["--timeout", "120s"],
-        script: "python3 -c '\nimport os\nos.mkdir(\"/workspace/i\")\nn = 0\ntry:\n    while True:\n        os.close(os.open(\"/workspace/i/%d\" % n, os.O_CREAT | os.O_WRONLY))\n        n += 1\nexcept OSError as e:\n    print(\"errno\", e.errno, \"after\", n)\n'",
+        // The inodes stay taken for 3 s after the last one went, so the
+        // neighbour is measured while they are (a fast disk fills them in
+        // a quarter of a second).
+        script: "python3 -c '\nimport os\nos.mkdir(\"/workspace/i\")\nn = 0\ntry:\n    while True:\n        os.close(os.open(\"/workspace/i/%d\" % n, os.O_CREAT | os.O_WRONLY))\n        n += 1\nexcept OSError as e:\n    print(\"errno\", e.errno, \"after\", n, flush=True)\n    import time; time.sleep(3)\n'",
         reported: |exit, out, err| {
             assert_eq!(exit["exit_code"], 0, "{exit} {err}");
             assert!(out.starts_with("errno 28 after "), "{out}");
