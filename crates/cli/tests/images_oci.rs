@@ -409,7 +409,7 @@ fn an_import_reports_its_progress_while_it_runs() {
         std::thread::sleep(Duration::from_millis(50));
     }
     let took = began.elapsed();
-    let out = child.wait_with_output().unwrap();
+    let out = common::output_of(child, Duration::from_secs(30)).unwrap();
     let shown = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(out.status.success() && shown.contains("imported big"), "{shown}");
     assert!(seen.iter().any(|p| p["read"].as_u64() > Some(0)), "no progress seen during the import ({took:?}): {seen:?}");
