@@ -92,6 +92,30 @@ impl Write for ChannelWriter {
 /// Runs `request` (a snapshot, rollback or fork of `task`) while showing
 /// the daemon's progress of it on a terminal: files, bytes, rate.
 pub async fn while_running<T>(client: &crate::client::Client, task: &str, request: impl std::future::Future<Output = T>) -> T {
+    let path = format!("/v1/tasks/{task}/progress");
+    while_showing(request, |_| async {
+        let p = client.get::<Option<cairn_api::snapshots::OpProgress>>(&path).await.ok()??;
+        let secs = (p.elapsed_ms as f64 / 1000.0).max(0.001);
+        let bytes = p.bytes_done as f64;
+        let total = p.bytes_total as f64;
+        let counts = if total > 0.0 || p.files_total > 0 {
+            format!(": {}/{} files, {} of {} at {}/s", p.files_done, p.files_total, human(bytes), human(total), human(bytes / secs))
+        } else {
+            String::new()
+        };
+        Some(format!("{} ({}){counts}, {secs:.1}s", p.op, p.phase))
+    })
+    .await
+}
+
+/// Runs `request`, and on a terminal, once it has run for a second, draws
+/// the line `line` gives (from how long it has run) every 200 ms over the
+/// last one; `None` leaves the last line as it is.
+async fn while_showing<T, F, L>(request: impl std::future::Future<Output = T>, line: L) -> T
+where
+    L: Fn(Duration) -> F,
+    F: std::future::Future<Output = Option<String>>,
+{
     if !std::io::stderr().is_terminal() {
         return request.await;
     }
@@ -106,17 +130,9 @@ pub async fn while_running<T>(client: &crate::client::Client, task: &str, reques
                 if began.elapsed() < SHOW_AFTER {
                     continue;
                 }
-                let Ok(Some(p)) = client.get::<Option<cairn_api::snapshots::OpProgress>>(&format!("/v1/tasks/{task}/progress")).await else { continue };
-                let secs = (p.elapsed_ms as f64 / 1000.0).max(0.001);
-                let bytes = p.bytes_done as f64;
-                let total = p.bytes_total as f64;
-                let counts = if total > 0.0 || p.files_total > 0 {
-                    format!(": {}/{} files, {} of {} at {}/s", p.files_done, p.files_total, human(bytes), human(total), human(bytes / secs))
-                } else {
-                    String::new()
-                };
+                let Some(text) = line(began.elapsed()).await else { continue };
                 // \x1b[K clears what a longer earlier line left.
-                eprint!("\r{} ({}){counts}, {secs:.1}s\x1b[K", p.op, p.phase);
+                eprint!("\r{text}\x1b[K");
                 let _ = std::io::stderr().flush();
                 shown = true;
             }
@@ -180,32 +196,15 @@ pub async fn while_pulling<T>(client: &crate::client::Client, name: &str, reques
 /// how far it has got: the source archive read (bytes, rate, ETA) when it
 /// is one, and the bytes written into the image.
 pub async fn while_importing<T>(client: &crate::client::Client, name: &str, request: impl std::future::Future<Output = T>) -> T {
-    if !std::io::stderr().is_terminal() {
-        return request.await;
-    }
-    tokio::pin!(request);
     let path = format!("/v1/images/import/progress?name={}", crate::client::query_escape(name));
-    let began = Instant::now();
-    let mut shown = false;
-    let mut tick = tokio::time::interval(EVERY);
-    let result = loop {
-        tokio::select! {
-            r = &mut request => break r,
-            _ = tick.tick() => {
-                if began.elapsed() < SHOW_AFTER {
-                    continue;
-                }
-                let Ok(p) = client.get::<cairn_api::images::ImportProgress>(&path).await else { continue };
-                eprint!("\rimport {name}: {}\x1b[K", import_line(&p, began.elapsed()));
-                let _ = std::io::stderr().flush();
-                shown = true;
-            }
+    while_showing(request, |elapsed| {
+        let path = &path;
+        async move {
+            let p = client.get::<cairn_api::images::ImportProgress>(path).await.ok()?;
+            Some(format!("import {name}: {}", import_line(&p, elapsed)))
         }
-    };
-    if shown {
-        eprintln!();
-    }
-    result
+    })
+    .await
 }
 
 /// One progress line of an import `elapsed` into it.
