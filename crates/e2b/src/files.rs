@@ -148,8 +148,9 @@ async fn upload(State(ctx): State<Ctx>, headers: HeaderMap, Query(q): Query<File
                 let path = absolute(&target, &wd)?;
                 let (tx, rx) = mpsc::channel(8);
                 let feed = async move {
+                    let mut drain = Drain::default();
                     while let Some(chunk) = field.chunk().await.map_err(|e| E2bError::bad_request(format!("the upload broke off: {e}")))? {
-                        if tx.send(chunk).await.is_err() {
+                        if drain.give(&tx, chunk).await {
                             break;
                         }
                     }
@@ -168,9 +169,10 @@ async fn upload(State(ctx): State<Ctx>, headers: HeaderMap, Query(q): Query<File
             let (tx, rx) = mpsc::channel(8);
             let mut body = req.into_body().into_data_stream();
             let feed = async move {
+                let mut drain = Drain::default();
                 while let Some(chunk) = futures_util::StreamExt::next(&mut body).await {
                     let chunk = chunk.map_err(|e| E2bError::bad_request(format!("the upload broke off: {e}")))?;
-                    if tx.send(chunk).await.is_err() {
+                    if drain.give(&tx, chunk).await {
                         break;
                     }
                 }
@@ -190,6 +192,37 @@ async fn upload(State(ctx): State<Ctx>, headers: HeaderMap, Query(q): Query<File
     match written {
         Ok(w) => Json(w).into_response(),
         Err(e) => e.into_response(),
+    }
+}
+
+/// Most bytes of an upload read and dropped after its write failed.
+const MAX_DRAIN: u64 = 1 << 30;
+
+/// Feeds an upload's chunks to its write; once the write has ended (a full
+/// disk, say), reads the rest of the body and drops it, so that the client,
+/// still sending, gets the answer instead of a reset connection: up to
+/// [`MAX_DRAIN`] bytes, then the connection may go.
+#[derive(Default)]
+struct Drain {
+    dropped: Option<u64>,
+}
+
+impl Drain {
+    /// Gives `chunk` to the write, or drops it once the write is gone;
+    /// true when no more of the body need be read.
+    async fn give(&mut self, tx: &mpsc::Sender<axum::body::Bytes>, chunk: axum::body::Bytes) -> bool {
+        let len = chunk.len() as u64;
+        match &mut self.dropped {
+            None if tx.send(chunk).await.is_ok() => false,
+            None => {
+                self.dropped = Some(len);
+                false
+            }
+            Some(n) => {
+                *n += len;
+                *n > MAX_DRAIN
+            }
+        }
     }
 }
 
