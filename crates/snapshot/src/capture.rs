@@ -7,8 +7,9 @@
 //! what changed during the first. Reading is incremental by (inode, ctime,
 //! mtime, size): any write, chmod, chown or xattr change moves the ctime.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
-use std::ffi::OsStr;
+use std::ffi::{CStr, OsStr};
 use std::io::{self, Read};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
@@ -25,6 +26,7 @@ use crate::manifest::{encode, Entry, EntryKind, Extent, Index, LayerTree, Manife
 use crate::meta::{self, IdShift};
 use crate::progress::{Progress, Reporter};
 use crate::sys::{self, XattrAt};
+use crate::watch::ChangeWatch;
 use crate::{Error, Result};
 
 /// One writable layer of the sandbox.
@@ -56,6 +58,8 @@ pub struct CaptureStats {
     pub stored_bytes: u64,
     /// How long the sandbox was frozen.
     pub freeze_ms: f64,
+    /// Both passes looked only where the change tracking saw changes.
+    pub tracked: bool,
     pub duration_ms: f64,
 }
 
@@ -76,29 +80,123 @@ pub fn capture(
     freezer: &dyn Freezer,
     progress: &mut dyn FnMut(&Progress),
 ) -> Result<(ObjectId, Manifest, CaptureStats)> {
+    run(repo, disk, layers, baseline.map(Cow::Borrowed), None, ids, freezer, progress)
+}
+
+/// [`capture`] that looks only at the directories `watch` saw change since
+/// `baseline` was made, in both passes. `watch` must have been watching the
+/// disk since then (started before the capture that made `baseline`, or
+/// before this one, whose first pass then walks everything). Falls back to
+/// walking everything when the watch lost an event or the layers hold a
+/// file with more than one link.
+#[allow(clippy::too_many_arguments)]
+pub fn capture_tracked(
+    repo: &Arc<Repository>,
+    disk: &Path,
+    layers: &[LayerSpec],
+    baseline: Option<Manifest>,
+    watch: &mut ChangeWatch,
+    ids: IdShift,
+    freezer: &dyn Freezer,
+    progress: &mut dyn FnMut(&Progress),
+) -> Result<(ObjectId, Manifest, CaptureStats)> {
+    run(repo, disk, layers, baseline.map(Cow::Owned), Some(watch), ids, freezer, progress)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run(
+    repo: &Arc<Repository>,
+    disk: &Path,
+    layers: &[LayerSpec],
+    baseline: Option<Cow<'_, Manifest>>,
+    mut watch: Option<&mut ChangeWatch>,
+    ids: IdShift,
+    freezer: &dyn Freezer,
+    progress: &mut dyn FnMut(&Progress),
+) -> Result<(ObjectId, Manifest, CaptureStats)> {
     let started = Instant::now();
     let mut report = Reporter::new(progress);
     let mut stats = CaptureStats::default();
     let mut writer = repo.writer();
-
-    let mut pass = |writer: &mut PackWriter, frozen: bool, base: Option<&Index<'_>>| {
-        let looked_at = SystemTime::now();
-        Pass { writer, ids, stats: &mut stats, report: &mut report, frozen, looked_at }.run(disk, layers, base)
+    let names: Vec<&str> = layers.iter().map(|l| l.name.as_str()).collect();
+    let changed_since = |watch: &mut Option<&mut ChangeWatch>| match watch.as_deref_mut().map(|w| w.take(&names)) {
+        Some(Ok(changed)) => changed,
+        Some(Err(e)) => {
+            tracing::warn!(disk = %disk.display(), "change tracking failed, walking everything: {e}");
+            None
+        }
+        None => None,
     };
-    let base = baseline.map(Index::new);
-    let draft = pass(&mut writer, false, base.as_ref())?;
-    let draft_base = Index::new(&draft);
+
+    // A pass borrows the writer, statistics and progress for its duration.
+    macro_rules! pass {
+        ($frozen:expr) => {
+            Pass {
+                writer: &mut writer,
+                ids,
+                stats: &mut stats,
+                report: &mut report,
+                frozen: $frozen,
+                looked_at: SystemTime::now(),
+                hard_links_seen: false,
+            }
+        };
+    }
+    // Taken even when the baseline cannot use it: what it held is walked now.
+    let changed = changed_since(&mut watch);
+    let mut first_tracked = false;
+    let draft = match (baseline, changed) {
+        (Some(base), Some(changed)) if !base.has_hard_links() => match pass!(false).rescan(disk, layers, &base, &changed)? {
+            Some(changes) => {
+                first_tracked = true;
+                rescan::apply(base.into_owned(), changes)?
+            }
+            None => pass!(false).run(disk, layers, Some(&Index::new(&base)))?,
+        },
+        (base, _) => pass!(false).run(disk, layers, base.as_deref().map(Index::new).as_ref())?,
+    };
+    let tracked = watch.is_some() && !draft.has_hard_links();
+    let draft_base = if tracked { None } else { Some(Index::new(&draft)) };
 
     // Compression of what pass 1 read must not share the CPU with the
     // frozen pass.
     writer.settle()?;
     let freeze_start = Instant::now();
     let frozen = Frozen::new(freezer)?;
-    let result = pass(&mut writer, true, Some(&draft_base));
+    // Tracked, the frozen pass only finds what to change; the change is
+    // made once the sandbox runs again.
+    let result: Result<Second<'_>> = 'frozen: {
+        if tracked {
+            if let Some(changed) = changed_since(&mut watch) {
+                match pass!(true).rescan(disk, layers, &draft, &changed) {
+                    Ok(Some(changes)) => break 'frozen Ok(Second::Edits(changes)),
+                    // A file with more links appeared meanwhile.
+                    Ok(None) => {}
+                    Err(e) => break 'frozen Err(e),
+                }
+            }
+        }
+        let built;
+        let index = match &draft_base {
+            Some(index) => index,
+            None => {
+                built = Index::new(&draft);
+                &built
+            }
+        };
+        pass!(true).run(disk, layers, Some(index)).map(Second::Whole)
+    };
     fail::fail_point!("snapshot.frozen");
     let thawed = frozen.thaw();
     stats.freeze_ms = ms(freeze_start);
-    let manifest = result?;
+    drop(draft_base);
+    let manifest = match result? {
+        Second::Edits(changes) => {
+            stats.tracked = first_tracked;
+            rescan::apply(draft, changes)?
+        }
+        Second::Whole(manifest) => manifest,
+    };
     thawed?;
 
     report.phase("store", 0, 0);
@@ -130,9 +228,18 @@ pub fn capture(
     Ok((id, manifest, stats))
 }
 
+/// What the frozen pass found: changes to the first pass's manifest, or a
+/// whole new one.
+enum Second<'s> {
+    Edits(Vec<(&'s LayerSpec, rescan::LayerChange)>),
+    Whole(Manifest),
+}
+
 fn ms(since: Instant) -> f64 {
     since.elapsed().as_secs_f64() * 1000.0
 }
+
+mod rescan;
 
 struct Pass<'a, 'r> {
     writer: &'a mut PackWriter,
@@ -144,6 +251,19 @@ struct Pass<'a, 'r> {
     frozen: bool,
     /// Taken before the pass looks at anything (see [`meta::trusted_ctime`]).
     looked_at: SystemTime,
+    /// A file with more than one link was looked at: the other names'
+    /// directories may have changed unseen, so a partial pass cannot be
+    /// trusted (see [`crate::watch`]).
+    hard_links_seen: bool,
+}
+
+/// What [`Pass::look`] found at one name.
+struct Looked {
+    entry: Entry,
+    /// A regular file whose contents must be read.
+    read: bool,
+    /// A directory, to walk below.
+    below: Option<Frame>,
 }
 
 /// A directory being walked: its descriptor, path and sorted names.
@@ -202,10 +322,8 @@ impl Pass<'_, '_> {
     ) -> Result<(Vec<Entry>, Vec<usize>)> {
         let read_err = |p: &Path, e| Error::Read(upper.join(p), e);
         let st = sys::fstat(root).map_err(|e| read_err(Path::new(""), e))?;
-        let dev = st.st_dev;
         let mut entries = Vec::with_capacity(prev.map_or(64, HashMap::len));
         let mut to_read = Vec::new();
-        let mut links: HashMap<(u64, u64), PathBuf> = HashMap::new();
 
         let root_prev = prev.and_then(|p| p.get(Path::new(""))).copied();
         let xattrs = match root_prev.filter(|p| meta::unchanged(p, &st, libc::S_IFDIR)) {
@@ -215,94 +333,140 @@ impl Pass<'_, '_> {
         entries.push(self.entry(PathBuf::new(), EntryKind::Dir, &st, xattrs));
         let names = sys::read_dir(root).map_err(|e| read_err(Path::new(""), e))?;
         let root_fd = root.try_clone_to_owned().map_err(|e| read_err(Path::new(""), e))?;
-        let mut stack = vec![Frame { fd: root_fd, path: PathBuf::new(), names: names.into_iter() }];
+        let dir = Frame { fd: root_fd, path: PathBuf::new(), names: names.into_iter() };
+        let lookup = |p: &Path| prev.and_then(|m| m.get(p).copied());
+        self.walk_below(dir, upper, st.st_dev, &lookup, &mut entries, &mut to_read)?;
+        Ok((entries, to_read))
+    }
 
+    /// Appends everything below the directory `top` to `entries` (depth
+    /// first, in path order) and the indexes of the files to read to
+    /// `to_read`; `prev` gives the baseline's entry at a path.
+    fn walk_below<'p>(
+        &mut self,
+        top: Frame,
+        upper: &Path,
+        dev: u64,
+        prev: &dyn Fn(&Path) -> Option<&'p Entry>,
+        entries: &mut Vec<Entry>,
+        to_read: &mut Vec<usize>,
+    ) -> Result<()> {
+        let mut links: HashMap<(u64, u64), PathBuf> = HashMap::new();
+        let mut stack = vec![top];
         while let Some(top) = stack.last_mut() {
             let Some(name) = top.names.next() else {
                 stack.pop();
                 continue;
             };
-            let dir = top.fd.as_fd();
             let path = top.path.join(OsStr::from_bytes(name.to_bytes()));
-            let Some(st) = self.vanished_is_ok(sys::lstat_at(dir, &name), upper, &path)? else { continue };
-            let ft = meta::file_type(&st);
-            if ft == libc::S_IFDIR && st.st_dev != dev {
-                tracing::warn!(path = %upper.join(&path).display(), "mount point in a layer left out of the snapshot");
-                continue;
-            }
-            let whiteout = ft == libc::S_IFCHR && st.st_rdev == 0;
-            let linked = ft != libc::S_IFDIR && !whiteout && st.st_nlink > 1;
-            if let Some(first) = links.get(&(st.st_dev, st.st_ino)).filter(|_| linked) {
-                let kind = EntryKind::HardLink { to: first.clone() };
-                let xattrs = XattrAt::name_in(dir, &name).and_then(|at| meta::read_xattrs(&at));
-                let Some(xattrs) = self.vanished_is_ok(xattrs, upper, &path)? else { continue };
-                entries.push(self.entry(path, kind, &st, xattrs));
-                continue;
-            }
-
-            // A file is reused only while all its chunks are still stored: a
-            // lost pack must not be carried silently into every later snapshot.
-            let same = prev
-                .and_then(|p| p.get(path.as_path()))
-                .copied()
-                .filter(|p| meta::unchanged(p, &st, ft))
-                .filter(|p| match &p.kind {
-                    EntryKind::File { extents, .. } => extents.iter().flat_map(|e| &e.chunks).all(|c| self.writer.knows(c)),
-                    _ => true,
-                });
-            let mut child = None;
-            let mut read = false;
-            let kind = match (ft, same) {
-                (libc::S_IFDIR, _) => {
-                    let Some(fd) = self.vanished_is_ok(sys::open_dir_at(dir, &name), upper, &path)? else { continue };
-                    child = Some(fd);
-                    EntryKind::Dir
-                }
-                (libc::S_IFREG | libc::S_IFLNK, Some(p)) => p.kind.clone(),
-                (libc::S_IFREG, None) => {
-                    read = true;
-                    EntryKind::File { size: st.st_size as u64, extents: Vec::new() }
-                }
-                (libc::S_IFLNK, None) => {
-                    let Some(target) = self.vanished_is_ok(sys::readlink_at(dir, &name), upper, &path)? else { continue };
-                    EntryKind::Symlink { target: PathBuf::from(std::ffi::OsString::from_vec(target)) }
-                }
-                (libc::S_IFCHR, _) if whiteout => EntryKind::Whiteout,
-                (libc::S_IFCHR, _) => EntryKind::CharDev { rdev: st.st_rdev },
-                (libc::S_IFBLK, _) => EntryKind::BlockDev { rdev: st.st_rdev },
-                (libc::S_IFIFO, _) => EntryKind::Fifo,
-                _ => EntryKind::Socket,
-            };
-            let xattrs = match (same, &child) {
-                (Some(p), _) => Ok(p.xattrs.clone()),
-                (None, Some(fd)) => meta::read_xattrs(&XattrAt::Fd(fd.as_fd())),
-                (None, None) => XattrAt::name_in(dir, &name).and_then(|at| meta::read_xattrs(&at)),
-            };
-            let Some(xattrs) = self.vanished_is_ok(xattrs, upper, &path)? else { continue };
-            let names = match &child {
-                Some(fd) => match self.vanished_is_ok(sys::read_dir(fd.as_fd()), upper, &path)? {
-                    Some(names) => names,
-                    None => continue,
-                },
-                None => Vec::new(),
-            };
-            if linked {
-                links.insert((st.st_dev, st.st_ino), path.clone());
-            }
-            if read {
+            let dir = top.fd.as_fd();
+            let old = prev(&path);
+            let Some(looked) = self.look(dir, &name, path, upper, dev, old, &mut links, true)? else { continue };
+            if looked.read {
                 to_read.push(entries.len());
             }
-            let mut entry = self.entry(path, kind, &st, xattrs);
-            if let Some(fd) = child {
+            if let Some(frame) = looked.below {
+                stack.push(frame);
+            }
+            entries.push(looked.entry);
+        }
+        Ok(())
+    }
+
+    /// Looks at `name` in `dir` (at `path` in the layer): its entry, reusing
+    /// `prev`'s when the stat says it is unchanged, and for a directory an
+    /// open descriptor and its names, to walk below (unless it is the
+    /// directory `prev` describes and `open_known_dirs` is false). None: it vanished while
+    /// the sandbox ran (or is a mount point, left out).
+    #[allow(clippy::too_many_arguments)]
+    fn look(
+        &mut self,
+        dir: BorrowedFd<'_>,
+        name: &CStr,
+        path: PathBuf,
+        upper: &Path,
+        dev: u64,
+        prev: Option<&Entry>,
+        links: &mut HashMap<(u64, u64), PathBuf>,
+        open_known_dirs: bool,
+    ) -> Result<Option<Looked>> {
+        let Some(st) = self.vanished_is_ok(sys::lstat_at(dir, name), upper, &path)? else { return Ok(None) };
+        let ft = meta::file_type(&st);
+        if ft == libc::S_IFDIR && st.st_dev != dev {
+            tracing::warn!(path = %upper.join(&path).display(), "mount point in a layer left out of the snapshot");
+            return Ok(None);
+        }
+        let whiteout = ft == libc::S_IFCHR && st.st_rdev == 0;
+        let linked = ft != libc::S_IFDIR && !whiteout && st.st_nlink > 1;
+        if linked {
+            self.hard_links_seen = true;
+        }
+        if let Some(first) = links.get(&(st.st_dev, st.st_ino)).filter(|_| linked) {
+            let kind = EntryKind::HardLink { to: first.clone() };
+            let xattrs = XattrAt::name_in(dir, name).and_then(|at| meta::read_xattrs(&at));
+            let Some(xattrs) = self.vanished_is_ok(xattrs, upper, &path)? else { return Ok(None) };
+            return Ok(Some(Looked { entry: self.entry(path, kind, &st, xattrs), read: false, below: None }));
+        }
+
+        // A file is reused only while all its chunks are still stored: a
+        // lost pack must not be carried silently into every later snapshot.
+        let same = prev.filter(|p| meta::unchanged(p, &st, ft)).filter(|p| match &p.kind {
+            EntryKind::File { extents, .. } => extents.iter().flat_map(|e| &e.chunks).all(|c| self.writer.knows(c)),
+            _ => true,
+        });
+        let mut child = None;
+        let mut read = false;
+        let kind = match (ft, same) {
+            // The same directory as before: the caller keeps what is below.
+            (libc::S_IFDIR, _) if !open_known_dirs && prev.is_some_and(|p| p.kind == EntryKind::Dir && p.ino == st.st_ino) => EntryKind::Dir,
+            (libc::S_IFDIR, _) => {
+                let Some(fd) = self.vanished_is_ok(sys::open_dir_at(dir, name), upper, &path)? else { return Ok(None) };
+                child = Some(fd);
+                EntryKind::Dir
+            }
+            (libc::S_IFREG | libc::S_IFLNK, Some(p)) => p.kind.clone(),
+            (libc::S_IFREG, None) => {
+                read = true;
+                EntryKind::File { size: st.st_size as u64, extents: Vec::new() }
+            }
+            (libc::S_IFLNK, None) => {
+                let Some(target) = self.vanished_is_ok(sys::readlink_at(dir, name), upper, &path)? else { return Ok(None) };
+                EntryKind::Symlink { target: PathBuf::from(std::ffi::OsString::from_vec(target)) }
+            }
+            (libc::S_IFCHR, _) if whiteout => EntryKind::Whiteout,
+            (libc::S_IFCHR, _) => EntryKind::CharDev { rdev: st.st_rdev },
+            (libc::S_IFBLK, _) => EntryKind::BlockDev { rdev: st.st_rdev },
+            (libc::S_IFIFO, _) => EntryKind::Fifo,
+            _ => EntryKind::Socket,
+        };
+        let xattrs = match (same, &child) {
+            (Some(p), _) => Ok(p.xattrs.clone()),
+            (None, Some(fd)) => meta::read_xattrs(&XattrAt::Fd(fd.as_fd())),
+            (None, None) => XattrAt::name_in(dir, name).and_then(|at| meta::read_xattrs(&at)),
+        };
+        let Some(xattrs) = self.vanished_is_ok(xattrs, upper, &path)? else { return Ok(None) };
+        let names = match &child {
+            Some(fd) => match self.vanished_is_ok(sys::read_dir(fd.as_fd()), upper, &path)? {
+                Some(names) => names,
+                None => return Ok(None),
+            },
+            None => Vec::new(),
+        };
+        if linked {
+            links.insert((st.st_dev, st.st_ino), path.clone());
+        }
+        let mut entry = self.entry(path, kind, &st, xattrs);
+        let below = match child {
+            Some(fd) => {
                 // Replaced between the stat and the open: look again next pass.
                 if sys::fstat(fd.as_fd()).map_or(true, |s| s.st_ino != st.st_ino) {
                     entry.ctime = Timestamp::UNKNOWN;
                 }
-                stack.push(Frame { fd, path: entry.path.clone(), names: names.into_iter() });
+                Some(Frame { fd, path: entry.path.clone(), names: names.into_iter() })
             }
-            entries.push(entry);
-        }
-        Ok((entries, to_read))
+            None => None,
+        };
+        Ok(Some(Looked { entry, read, below }))
     }
 
     /// While the sandbox runs, an entry may vanish or change type between

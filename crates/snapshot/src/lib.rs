@@ -4,7 +4,8 @@
 //! own disk. This crate owns turning those uppers into a content-addressed
 //! [`Manifest`] (file contents as chunks in a `cairn-blob` repository),
 //! incrementally against the last one ([`capture`], with a short freeze of
-//! the sandbox), making the uppers a manifest's tree again ([`restore`]:
+//! the sandbox; with a [`ChangeWatch`], only where the sandbox changed
+//! something: [`capture_tracked`]), making the uppers a manifest's tree again ([`restore`]:
 //! rollback, fork, wake) and comparing two manifests ([`diff`]).
 //!
 //! It reads and writes the uppers as host root while the sandbox is frozen
@@ -19,10 +20,11 @@ mod manifest;
 mod meta;
 mod progress;
 mod restore;
+mod watch;
 pub(crate) use cairn_fsat as sys;
 
 pub use bytes::ByteBuf;
-pub use capture::{capture, CaptureStats, LayerSpec};
+pub use capture::{capture, capture_tracked, CaptureStats, LayerSpec};
 pub use diff::{diff, Diff};
 pub use error::{Error, Result};
 pub use freeze::{Freezer, NoFreeze};
@@ -33,3 +35,4 @@ pub use manifest::decode;
 pub use meta::{IdShift, NOBODY};
 pub use progress::Progress;
 pub use restore::{restore, RestoreStats};
+pub use watch::{ChangeWatch, Changed, MAX_DIRS};

@@ -139,6 +139,11 @@ impl Manifest {
         self.entries().filter(|e| matches!(e.kind, EntryKind::File { .. })).count() as u64
     }
 
+    /// Whether an entry is another name of an earlier one.
+    pub fn has_hard_links(&self) -> bool {
+        self.entries().any(|e| matches!(e.kind, EntryKind::HardLink { .. }))
+    }
+
     pub fn layer(&self, name: &str) -> Option<&LayerTree> {
         self.layers.iter().find(|l| l.name == name)
     }

@@ -1,5 +1,6 @@
 //! Random edits of a small random tree, then a restore of the snapshot taken
-//! before them: the tree is back exactly.
+//! before them: the tree is back exactly. And the same edits captured with
+//! change tracking give what a full walk gives.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -8,7 +9,7 @@ use std::fs;
 use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
 
-use cairn_snapshot::{capture, restore, NoFreeze};
+use cairn_snapshot::{capture, capture_tracked, restore, ChangeWatch, Manifest, NoFreeze};
 use common::*;
 use proptest::prelude::*;
 
@@ -145,4 +146,127 @@ proptest! {
         restore(&repo, &s2, &other, None, X, &mut |_| {}).unwrap();
         assert_same(&listing(&u, X), &listing(&other.join("root/upper"), X));
     }
+}
+
+/// A tmpfs mounted for one test: change tracking needs the layer on a
+/// filesystem of its own, as a task disk is. Unmounted on drop.
+struct OwnMount(PathBuf);
+
+impl OwnMount {
+    fn new(at: &Path) -> OwnMount {
+        fs::create_dir_all(at).unwrap();
+        let ok = std::process::Command::new("mount").args(["-t", "tmpfs", "-o", "size=64m", "tmpfs"]).arg(at).status().unwrap();
+        assert!(ok.success(), "mount a tmpfs (the test runs as root)");
+        OwnMount(at.to_owned())
+    }
+}
+
+impl Drop for OwnMount {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+/// The manifest without what only says when to look again (ctimes, which
+/// a reused entry keeps from when it was read).
+fn comparable(m: &Manifest) -> Manifest {
+    let mut m = m.clone();
+    for e in m.layers.iter_mut().flat_map(|l| l.entries.iter_mut()) {
+        e.ctime = Default::default();
+    }
+    m
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+
+    /// Two rounds of random edits, each captured with change tracking: the
+    /// manifest is the one a full walk makes, and it restores to the tree.
+    #[test]
+    fn tracked_capture_matches_a_full_walk(
+        init in prop::collection::vec(op(), 0..14),
+        edits in prop::collection::vec(op(), 1..10),
+        more in prop::collection::vec(op(), 1..10),
+    ) {
+        let t = tempfile::tempdir().unwrap();
+        let repo = repo(t.path());
+        let disk = t.path().join("d");
+        let _mounted = OwnMount::new(&disk);
+        let u = upper(&disk, "root", X);
+        for o in &init {
+            apply(&u, o);
+        }
+        let mut watch = ChangeWatch::start(&disk).unwrap();
+        let (_, mut base, _) = capture_tracked(&repo, &disk, &root_layer(), None, &mut watch, X, &NoFreeze, &mut |_| {}).unwrap();
+        for (round, ops) in [&edits, &more].into_iter().enumerate() {
+            for o in ops {
+                apply(&u, o);
+            }
+            let had_links = base.has_hard_links();
+            let (_, tracked, stats) = capture_tracked(&repo, &disk, &root_layer(), Some(base), &mut watch, X, &NoFreeze, &mut |_| {}).unwrap();
+            let (_, full, _) = capture(&repo, &disk, &root_layer(), None, X, &NoFreeze, &mut |_| {}).unwrap();
+            prop_assert_eq!(comparable(&tracked), comparable(&full), "round {}", round);
+            if !had_links && !tracked.has_hard_links() {
+                prop_assert!(stats.tracked, "round {}: without hard links both passes are tracked", round);
+            }
+            let other = t.path().join(format!("other{round}"));
+            fs::create_dir(&other).unwrap();
+            restore(&repo, &tracked, &other, None, X, &mut |_| {}).unwrap();
+            assert_same(&listing(&u, X), &listing(&other.join("root/upper"), X));
+            base = tracked;
+        }
+    }
+}
+
+/// A change deep in a tree of 2,000 files is found by looking at its
+/// directory only; a hard link makes the capture walk everything.
+#[test]
+fn tracking_reads_only_what_changed() {
+    let t = tempfile::tempdir().unwrap();
+    let repo = repo(t.path());
+    let disk = t.path().join("d");
+    let _mounted = OwnMount::new(&disk);
+    let u = upper(&disk, "root", X);
+    for d in 0..20 {
+        fs::create_dir_all(u.join(format!("d{d}/sub"))).unwrap();
+        for f in 0..100 {
+            fs::write(u.join(format!("d{d}/sub/f{f}")), noise(d * 100 + f, 64)).unwrap();
+        }
+    }
+    let mut watch = ChangeWatch::start(&disk).unwrap();
+    let run = |base, watch: &mut ChangeWatch| capture_tracked(&repo, &disk, &root_layer(), base, watch, X, &NoFreeze, &mut |_| {}).unwrap();
+    let (_, base, first) = run(None, &mut watch);
+    assert!(!first.tracked, "the first capture walks everything");
+    assert_eq!(first.files_read, 2000);
+
+    fs::write(u.join("d7/sub/f3"), b"changed").unwrap();
+    fs::create_dir(u.join("d9/new")).unwrap();
+    fs::write(u.join("d9/new/g"), b"new").unwrap();
+    let (_, base, second) = run(Some(base), &mut watch);
+    assert!(second.tracked);
+    assert_eq!(second.files_read, 2, "the changed file and the new one");
+    assert_eq!(base.file_count(), 2001);
+
+    // The positive control for the fallback: the same change beside a hard link.
+    fs::hard_link(u.join("d1/sub/f1"), u.join("d2/link")).unwrap();
+    fs::write(u.join("d7/sub/f4"), b"changed too").unwrap();
+    let (_, with_link, third) = run(Some(base), &mut watch);
+    assert!(!third.tracked, "a hard link makes the capture walk everything");
+    assert!(with_link.has_hard_links());
+    let (_, full, _) = capture(&repo, &disk, &root_layer(), None, X, &NoFreeze, &mut |_| {}).unwrap();
+    assert_eq!(comparable(&with_link), comparable(&full));
+}
+
+#[test]
+fn a_watch_needs_a_filesystem_of_its_own() {
+    let t = tempfile::tempdir().unwrap();
+    let err = ChangeWatch::start(t.path()).unwrap_err();
+    assert!(err.to_string().contains("is not a mount of its own"), "{err}");
+    let disk = t.path().join("d");
+    let mounted = OwnMount::new(&disk);
+    let watch = ChangeWatch::start(&disk).unwrap();
+    assert!(watch.watches(&disk));
+    drop(mounted);
+    let _again = OwnMount::new(&disk);
+    assert!(!watch.watches(&disk), "a mount made again is another filesystem");
 }
