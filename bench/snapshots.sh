@@ -7,10 +7,11 @@
 #   bench/snapshots.sh                 # 3 rounds, prints the markdown section
 #   bench/snapshots.sh --write-docs    # ... and puts it into docs/benchmarks.md
 #   ROUNDS=5 bench/snapshots.sh        # more rounds
+#   FILES=100000 bench/snapshots.sh    # a workspace of 100,000 files (default 10,000)
 #   DAEMON_LOG=FILE bench/snapshots.sh # keep the daemon logs (RUST_LOG applies)
 #   RAW=FILE bench/snapshots.sh        # keep every measurement (round, key, value)
 #
-# The workspace (10,000 files, ~500 MB, fixed seed) is generated inside the
+# The workspace (10,000 files, ~500 MB, fixed seed; FILES sets the count) is generated inside the
 # sandbox. Every round starts from nothing: a new daemon home (so an empty
 # blob store), a new task, a new restic repository and cache. Needs root,
 # restic, zstd and python3 (installed when missing) and a release build of
@@ -19,6 +20,7 @@ set -euo pipefail
 shopt -s inherit_errexit
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 ROUNDS=${ROUNDS:-3}
+FILES=${FILES:-10000}
 CAIRN=$ROOT/target/release/cairn
 WRITE_DOCS=()
 for a in "$@"; do
@@ -53,8 +55,8 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# The workspace: argv = seed, directory. 100 directories (10 packages of 9
-# modules); 9,900 source-like text files of 1-40 KB (log-uniform, so most are
+# The workspace: argv = seed, directory, files. One directory per 100 files
+# (packages of 9 modules); all but 100 of the files are source-like text files of 1-40 KB (log-uniform, so most are
 # small), 90 medium files of 1-3 MB and 10 large ones of 16-24 MB, each of
 # those half random (incompressible) and half log-like records (compressible,
 # but no two chunks alike). Prints the totals as JSON.
@@ -98,13 +100,15 @@ def blob(f, size):
     for off in range(0, rest, 4 * MB):
         f.write(text(min(4 * MB, rest - off), records))
 
-dirs = [f"pkg{p:02d}" for p in range(10)] + [f"pkg{p:02d}/mod{m:02d}" for p in range(10) for m in range(9)]
+files = int(sys.argv[3])
+pkgs = max(1, files // 1000)
+dirs = [f"pkg{p:02d}" for p in range(pkgs)] + [f"pkg{p:02d}/mod{m:02d}" for p in range(pkgs) for m in range(9)]
 for d in dirs:
     os.makedirs(os.path.join(root, d), exist_ok=True)
 exts = [".rs", ".py", ".js", ".md", ".toml", ".json", ".txt"]
 totals = {"dirs": len(dirs), "files": 0, "bytes": 0, "small": 0, "small_bytes": 0,
           "medium": 0, "medium_bytes": 0, "large": 0, "large_bytes": 0}
-for i in range(9900):
+for i in range(files - 100):
     size = int(math.exp(rng.uniform(math.log(1 * KB), math.log(40 * KB))))
     path = os.path.join(root, dirs[i % len(dirs)], f"src{i:05d}{exts[i % len(exts)]}")
     with open(path, "wb") as f:
@@ -122,14 +126,15 @@ totals["bytes"] = totals["small_bytes"] + totals["medium_bytes"] + totals["large
 print(json.dumps(totals))
 PY
 
-# The change: argv = seed, directory, mode. mode "change": append ~2 KB to 5
+# The change: argv = seed, directory, mode, files. mode "change": append ~2 KB to 5
 # small files and overwrite 5 medium files with new random data of the same
 # size; mode "hash": print a digest of those 10 files (to check a rollback).
 cat >"$WORK/change.py" <<'PY'
 import hashlib, os, random, sys
 rng = random.Random(int(sys.argv[1]))
 root, mode = sys.argv[2], sys.argv[3]
-dirs = [f"pkg{p:02d}" for p in range(10)] + [f"pkg{p:02d}/mod{m:02d}" for p in range(10) for m in range(9)]
+pkgs = max(1, int(sys.argv[4]) // 1000)
+dirs = [f"pkg{p:02d}" for p in range(pkgs)] + [f"pkg{p:02d}/mod{m:02d}" for p in range(pkgs) for m in range(9)]
 exts = [".rs", ".py", ".js", ".md", ".toml", ".json", ".txt"]
 small = [os.path.join(root, dirs[i % len(dirs)], f"src{i:05d}{exts[i % len(exts)]}") for i in (17, 2003, 4111, 6007, 9871)]
 medium = [os.path.join(root, dirs[(i * 7) % len(dirs)], f"medium{i:03d}.dat") for i in (3, 21, 40, 58, 77)]
@@ -215,7 +220,7 @@ for ROUND in $(seq "$ROUNDS"); do
   for _ in $(seq 100); do [[ -s $CAIRN_HOME/url ]] && "$CAIRN" task list >/dev/null 2>&1 && break; sleep 0.1; done
   TASK=$("$CAIRN" task create --disk 4G --memory 1G)
   SRC=$CAIRN_HOME/run/$TASK/disk/root/upper/workspace
-  shape=$(inside python3 -c "$(cat "$WORK/gen.py")" 42 /workspace)
+  shape=$(inside python3 -c "$(cat "$WORK/gen.py")" 42 /workspace "$FILES")
   [[ $ROUND == 1 ]] && printf '%s\n' "$shape" >"$WORK/shape.json"
   [[ -d $SRC ]] || { echo "no workspace at the task's upper layer" >&2; exit 1; }
   restic -r "$REPO" init -q >/dev/null
@@ -228,11 +233,11 @@ for ROUND in $(seq "$ROUNDS"); do
   else
     tar_zstd; restic_backup first; FULL=$(cairn_snapshot full)
   fi
-  before_hash=$(inside python3 -c "$(cat "$WORK/change.py")" 7 /workspace hash)
+  before_hash=$(inside python3 -c "$(cat "$WORK/change.py")" 7 /workspace hash "$FILES")
 
   # The same 10-file change seen by both the incremental snapshot and
   # restic's second run; the order alternates the same way.
-  rec changed_bytes "$(inside python3 -c "$(cat "$WORK/change.py")" 7 /workspace change)"
+  rec changed_bytes "$(inside python3 -c "$(cat "$WORK/change.py")" 7 /workspace change "$FILES")"
   if ((ROUND % 2)); then
     cairn_snapshot incr >/dev/null; restic_backup second
   else
@@ -246,7 +251,7 @@ for ROUND in $(seq "$ROUNDS"); do
   rec cairn_rollback_daemon_ms "$(jget duration_ms <<<"$out")"
   rec cairn_rollback_files_written "$(jget restore.files_written <<<"$out")"
   rec cairn_rollback_bytes_written "$(jget restore.bytes_written <<<"$out")"
-  after_hash=$(inside python3 -c "$(cat "$WORK/change.py")" 7 /workspace hash)
+  after_hash=$(inside python3 -c "$(cat "$WORK/change.py")" 7 /workspace hash "$FILES")
   if [[ $before_hash != "$after_hash" ]]; then
     echo "round $ROUND: the rollback did not restore the changed files" >&2
     exit 1

@@ -16,6 +16,11 @@ fuzz_target!(|data: &[u8]| {
         data.to_vec()
     };
     let id = ObjectId::of(&json);
+    // The other two stored forms: a format-2 manifest object and a segment.
+    if let Ok(root) = cairn_snapshot::decode_root(&id, &json) {
+        assert_eq!(root.version, cairn_snapshot::VERSION);
+    }
+    let _ = cairn_snapshot::decode_segment(&id, &json);
     let Ok(m) = cairn_snapshot::decode(&id, &json) else { return };
     let valid = m.validate().is_ok();
     let _ = cairn_snapshot::referenced_chunks(&m);

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use cairn_api::snapshots::OpProgress;
 use cairn_core::TaskId;
-use cairn_snapshot::Manifest;
+use cairn_snapshot::{ChangeWatch, Manifest};
 use tokio::sync::watch;
 
 use crate::admission::Kind;
@@ -60,6 +60,9 @@ struct CellState {
     /// The manifest the task's disk matches, by id, so an incremental
     /// snapshot does not parse its parent's manifest again.
     baseline: Option<(String, Arc<Manifest>)>,
+    /// The change watch on the task's disk that has seen every change since
+    /// the baseline of this id was captured.
+    tracker: Option<(String, ChangeWatch)>,
     proxy: Option<Proxy>,
 }
 
@@ -172,8 +175,23 @@ impl TaskCell {
         self.state().baseline.as_ref().filter(|(h, _)| h == hex).map(|(_, m)| m.clone())
     }
 
+    /// Another baseline also ends the change watch kept for the last one.
     pub(crate) fn set_baseline(&self, b: Option<(String, Arc<Manifest>)>) {
-        self.state().baseline = b;
+        let mut state = self.state();
+        if state.tracker.as_ref().is_some_and(|(hex, _)| b.as_ref().is_none_or(|(h, _)| h != hex)) {
+            state.tracker = None;
+        }
+        state.baseline = b;
+    }
+
+    /// Takes the change watch if it has seen every change since baseline
+    /// `hex` (any other is dropped).
+    pub(crate) fn take_watch(&self, hex: &str) -> Option<ChangeWatch> {
+        self.state().tracker.take().filter(|(h, _)| h == hex).map(|(_, w)| w)
+    }
+
+    pub(crate) fn set_watch(&self, hex: String, watch: ChangeWatch) {
+        self.state().tracker = Some((hex, watch));
     }
 }
 

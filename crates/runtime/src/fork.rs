@@ -4,7 +4,6 @@
 //! writable layer, so a fork copies nothing however large the snapshot.
 //! Each gets a `branch` snapshot as its first: no change over that base.
 
-use std::sync::Arc;
 use std::time::Instant;
 
 use cairn_core::{EventKind, NewEvent, Snapshot, SnapshotId, SnapshotKind, Task, TaskId, TaskState};
@@ -77,11 +76,10 @@ impl Runtime {
             .iter()
             .map(|l| match l.name.as_str() {
                 cairn_core::MEMORY_LAYER => l.clone(),
-                _ => LayerTree { name: l.name.clone(), at: l.at.clone(), entries: l.entries.iter().take(1).cloned().collect() },
+                _ => LayerTree::new(l.name.clone(), l.at.clone(), l.entries.iter().take(1).cloned().collect()),
             })
             .collect();
-        let empty = Manifest::new(layers);
-        let id = self.snaps.store_manifest(Arc::new(empty.clone()), "branch manifest").await?;
+        let (id, empty) = self.snaps.store_manifest(Manifest::new(layers), "branch manifest").await?;
         Ok((id.to_hex(), empty))
     }
 

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use cairn_blob::{ObjectId, Repository};
 use cairn_core::{EventKind, NewEvent, RiskPolicy, Snapshot, SnapshotId, SnapshotKind, Task, TaskId};
 use cairn_sandbox::SandboxDriver;
-use cairn_snapshot::{IdShift, LayerSpec, Manifest};
+use cairn_snapshot::{ChangeWatch, IdShift, LayerSpec, Manifest};
 use cairn_store::now_ms;
 use serde_json::json;
 
@@ -80,9 +80,12 @@ impl Snapshots {
         self.run(move |repo| cairn_snapshot::load(repo, &id)).await?.map_err(|e| snapshot_error(&format!("cannot read manifest {hex}"), e))
     }
 
-    /// Stores `manifest` (`what` names it in an error); returns its id.
-    pub(crate) async fn store_manifest(&self, manifest: Arc<Manifest>, what: &str) -> Result<ObjectId, Error> {
-        self.run(move |repo| cairn_snapshot::store(repo, &manifest)).await?.map_err(|e| snapshot_error(&format!("cannot store the {what}"), e))
+    /// Stores `manifest` (`what` names it in an error); returns its id and
+    /// the manifest, which now knows how it was stored.
+    pub(crate) async fn store_manifest(&self, mut manifest: Manifest, what: &str) -> Result<(ObjectId, Manifest), Error> {
+        self.run(move |repo| cairn_snapshot::store(repo, &mut manifest).map(|id| (id, manifest)))
+            .await?
+            .map_err(|e| snapshot_error(&format!("cannot store the {what}"), e))
     }
 
     /// Checks that `chunks` (each with the manifest naming it) are indexed
@@ -210,15 +213,20 @@ impl Runtime {
 
     /// The manifest describing the task's disk as it is now, if known.
     pub(crate) async fn baseline_manifest(&self, task: &TaskId) -> Option<Arc<Manifest>> {
+        self.baseline_with_id(task).await.map(|(_, m)| m)
+    }
+
+    /// The baseline manifest and its id.
+    async fn baseline_with_id(&self, task: &TaskId) -> Option<(String, Arc<Manifest>)> {
         let hex = self.store.baseline(task).await.ok()??;
         if let Some(m) = self.cells.get(task).and_then(|c| c.baseline(&hex)) {
-            return Some(m);
+            return Some((hex, m));
         }
         match self.load_manifest(&hex).await {
             Ok(m) => {
                 let m = Arc::new(m);
-                self.cache_baseline(task, hex, m.clone());
-                Some(m)
+                self.cache_baseline(task, hex.clone(), m.clone());
+                Some((hex, m))
             }
             Err(e) => {
                 // Only a speed-up: without it every file is read again.
@@ -297,8 +305,15 @@ impl Runtime {
         let _no_gc = self.hold_blobs().await?;
         let image = self.image(&task.config.image).await?;
         let mut layers = Self::layer_specs(&image);
-        let baseline = self.baseline_manifest(&task.id).await;
+        let baseline = self.baseline_with_id(&task.id).await;
         let disk = self.driver.layers(task.id.as_str(), task.config.isolation).await?;
+        // The watch that saw every change since the baseline, if the disk
+        // is still the one it watches; the cached baseline is let go, so the
+        // capture edits it instead of a copy.
+        let cell = self.cells.of(&task.id);
+        let watch = baseline.as_ref().and_then(|(hex, _)| cell.take_watch(hex)).filter(|w| w.watches(disk.root()));
+        cell.set_baseline(None);
+        let baseline = baseline.map(|(_, m)| Arc::try_unwrap(m).unwrap_or_else(|shared| (*shared).clone()));
         let ids = IdShift { base: live.ids.host_base, len: live.ids.count };
         let repo = self.snaps.repo.clone();
         let sink = self.progress_sink(&task.id, "snapshot");
@@ -328,11 +343,26 @@ impl Runtime {
             .run(move |driver| {
                 let sandbox = SandboxFreezer { driver, task: &tid };
                 let freezer: &dyn cairn_snapshot::Freezer = if freeze { &sandbox } else { &cairn_snapshot::NoFreeze };
-                cairn_snapshot::capture(&repo, disk.root(), &layers, baseline.as_deref(), ids, freezer, &mut |p| sink.update(p))
+                // A new watch starts before the capture that makes its baseline.
+                let watch = watch.or_else(|| match ChangeWatch::start(disk.root()) {
+                    Ok(w) => Some(w),
+                    Err(e) => {
+                        tracing::debug!(disk = %disk.root().display(), "no change tracking: {e}");
+                        None
+                    }
+                });
+                match watch {
+                    Some(mut watch) => {
+                        cairn_snapshot::capture_tracked(&repo, disk.root(), &layers, baseline, &mut watch, ids, freezer, &mut |p| sink.update(p))
+                            .map(|c| (c, Some(watch)))
+                    }
+                    None => cairn_snapshot::capture(&repo, disk.root(), &layers, baseline.as_ref(), ids, freezer, &mut |p| sink.update(p))
+                        .map(|c| (c, None)),
+                }
             })
             .await?;
         let duration_ms = begun.elapsed().as_secs_f64() * 1000.0;
-        let (mid, manifest, stats) = match captured {
+        let ((mid, manifest, stats), watch) = match captured {
             Ok(c) => c,
             Err(e) => {
                 let err = snapshot_error("snapshot failed", e);
@@ -372,7 +402,7 @@ impl Runtime {
             args: json!({
                 "snapshot": snap.id, "kind": kind, "note": snap.note, "healthy": healthy, "step": snap.step,
                 "files_read": stats.files_read, "bytes_read": stats.bytes_read, "added_bytes": stats.stored_bytes,
-                "freeze_ms": stats.freeze_ms, "with_memory": with_memory.is_some(), "checkpoint_ms": checkpoint_ms,
+                "freeze_ms": stats.freeze_ms, "tracked": stats.tracked, "with_memory": with_memory.is_some(), "checkpoint_ms": checkpoint_ms,
             }),
             exit_code: Some(0),
             duration_ms: Some(duration_ms as u64),
@@ -382,6 +412,9 @@ impl Runtime {
         self.metrics.snapshot_seconds.observe(duration_ms / 1000.0);
         self.metrics.snapshot_bytes_added.inc_by(stats.stored_bytes);
         self.cache_baseline(&task.id, snap.manifest.clone(), Arc::new(manifest));
+        if let Some(watch) = watch {
+            cell.set_watch(snap.manifest.clone(), watch);
+        }
         tracing::debug!(task = %task.id, snapshot = %snap.id, freeze_ms = stats.freeze_ms, files_read = stats.files_read, "snapshot taken");
         if let Err(e) = self.apply_retention(&task.id, false).await {
             tracing::warn!(task = %task.id, "retention: {e}");
@@ -609,9 +642,8 @@ impl Runtime {
 
     /// Stores a refreshed manifest as the task's baseline; returns its id.
     pub(crate) async fn store_baseline(&self, task: &TaskId, m: Manifest) -> Result<String, Error> {
-        let m = Arc::new(m);
-        let id = self.snaps.store_manifest(m.clone(), "baseline manifest").await?;
-        self.cache_baseline(task, id.to_hex(), m);
+        let (id, m) = self.snaps.store_manifest(m, "baseline manifest").await?;
+        self.cache_baseline(task, id.to_hex(), Arc::new(m));
         Ok(id.to_hex())
     }
 

@@ -22,7 +22,7 @@ use cairn_blob::{chunker, ObjectId, PackWriter, Repository};
 use serde::Serialize;
 
 use crate::freeze::{Freezer, Frozen};
-use crate::manifest::{encode, Entry, EntryKind, Extent, Index, LayerTree, Manifest, Timestamp};
+use crate::manifest::{Entry, EntryKind, Extent, Index, LayerTree, Manifest, Timestamp};
 use crate::meta::{self, IdShift};
 use crate::progress::{Progress, Reporter};
 use crate::sys::{self, XattrAt};
@@ -200,17 +200,14 @@ fn run(
     thawed?;
 
     report.phase("store", 0, 0);
-    // Encode the manifest on another core while the packs and the index are
-    // made durable; it is written only after them.
-    let (written, encoded) = std::thread::scope(|scope| {
-        let encoding = scope.spawn(|| -> Result<cairn_blob::PreparedManifest> { Ok(cairn_blob::prepare_manifest(&encode(&manifest)?)?) });
-        let written = writer.finish();
-        (written, encoding.join())
-    });
-    let written = written?;
+    // Only the segments of the manifest that changed are encoded; they go
+    // into the packs with the file contents, and the manifest object that
+    // lists them is written once every pack is durable.
+    let mut manifest = manifest;
+    let root = crate::manifest::encode_root(&mut manifest, &mut |data| Ok(writer.add_chunk(data)?.0))?;
+    let written = writer.finish()?;
     fail::fail_point!("snapshot.packs_written");
-    let prepared = encoded.map_err(|_| Error::Encode("the manifest encoder panicked".into()))??;
-    let id = repo.put_prepared_manifest(prepared)?;
+    let id = repo.put_manifest(&root)?;
 
     for e in manifest.layers.iter().flat_map(|l| &l.entries) {
         stats.entries += 1;
@@ -305,7 +302,7 @@ impl Pass<'_, '_> {
             for i in to_read {
                 self.read_file(root.as_fd(), &upper, &mut entries[i])?;
             }
-            trees.push(LayerTree { name: spec.name.clone(), at: spec.at.clone(), entries });
+            trees.push(LayerTree::new(spec.name.clone(), spec.at.clone(), entries));
         }
         self.report.force();
         Ok(Manifest::new(trees))

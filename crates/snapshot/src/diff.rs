@@ -106,7 +106,7 @@ mod tests {
 
     fn m(layers: Vec<(&str, &str, Vec<Entry>)>) -> Manifest {
         Manifest::new(
-            layers.into_iter().map(|(name, at, entries)| LayerTree { name: name.into(), at: at.into(), entries }).collect(),
+            layers.into_iter().map(|(name, at, entries)| LayerTree::new(name.into(), at.into(), entries)).collect(),
         )
     }
 

@@ -20,6 +20,7 @@ mod manifest;
 mod meta;
 mod progress;
 mod restore;
+mod segments;
 mod watch;
 pub(crate) use cairn_fsat as sys;
 
@@ -31,7 +32,10 @@ pub use freeze::{Freezer, NoFreeze};
 pub use manifest::{encode, load, referenced_chunks, store, Entry, EntryKind, Extent, LayerTree, Manifest, Timestamp, VERSION};
 // For the fuzz targets only.
 #[doc(hidden)]
-pub use manifest::decode;
+pub use manifest::{decode, decode_root, Root, RootLayer};
+#[doc(hidden)]
+pub use segments::decode_segment;
+pub use segments::{Segments, AVERAGE as SEGMENT_AVERAGE};
 pub use meta::{IdShift, NOBODY};
 pub use progress::Progress;
 pub use restore::{restore, RestoreStats};

@@ -1,6 +1,9 @@
 //! The manifest: one tree of entries per overlay layer, naming file contents
 //! by chunk ids. Stored in the blob repository as JSON (fields in a fixed
-//! order, entries sorted), so identical trees give identical ids.
+//! order, entries sorted), so identical trees give identical ids: format 2
+//! stores each layer's entries in segments (see [`crate::segments`]) and the
+//! manifest object lists them; format 1, which older daemons wrote, holds
+//! every entry in the one object and is still read.
 
 use std::collections::{HashMap, HashSet};
 use std::os::unix::ffi::OsStrExt;
@@ -10,10 +13,14 @@ use cairn_blob::{ObjectId, Repository};
 use serde::{Deserialize, Serialize};
 
 use crate::bytes::ByteBuf;
+use crate::segments::{self, Segments};
 use crate::{Error, Result};
 
-/// The manifest format this crate writes and reads.
-pub const VERSION: u32 = 1;
+/// The manifest format this crate writes (it reads 1 too).
+pub const VERSION: u32 = 2;
+
+/// The format with every entry in the manifest object ([`encode`]).
+const FLAT: u32 = 1;
 
 /// A snapshot of every writable layer of a task's sandbox.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
@@ -33,6 +40,17 @@ pub struct LayerTree {
     /// Sorted by path (component-wise, so parents come before children); the
     /// upper directory itself is the entry with the empty path.
     pub entries: Vec<Entry>,
+    /// How `entries` were cut when stored, so that storing them again
+    /// encodes only what changed. Code that changes `entries` in place
+    /// calls [`Segments::forget`].
+    #[serde(skip)]
+    pub segments: Segments,
+}
+
+impl LayerTree {
+    pub fn new(name: String, at: PathBuf, entries: Vec<Entry>) -> LayerTree {
+        LayerTree { name, at, entries, segments: Segments::default() }
+    }
 }
 
 /// One file, directory or other node of an upper directory.
@@ -245,37 +263,120 @@ fn is_relative_clean(p: &[u8]) -> bool {
     !p.is_empty() && !p.contains(&0) && p.split(|&b| b == b'/').all(|c| !c.is_empty() && c != b"." && c != b"..")
 }
 
-/// Reads and decodes a stored manifest.
+/// Reads and decodes a stored manifest (its segments too).
 pub fn load(repo: &Repository, id: &ObjectId) -> Result<Manifest> {
-    decode(id, &repo.get_manifest(id)?)
+    let data = repo.get_manifest(id)?;
+    #[derive(Deserialize)]
+    struct Version {
+        version: u32,
+    }
+    let v: Version = serde_json::from_slice(&data).map_err(|e| Error::Decode(*id, e.to_string()))?;
+    match v.version {
+        FLAT => decode(id, &data),
+        VERSION => load_segments(repo, id, decode_root(id, &data)?),
+        n => Err(Error::Version(n, VERSION)),
+    }
 }
 
-/// Decodes manifest `id` from the bytes the repository gave back; public
-/// (hidden) only for the fuzz targets.
+/// The manifest object of format 2: each layer's segments.
+#[derive(Serialize, Deserialize, Debug)]
+pub struct Root {
+    pub version: u32,
+    pub layers: Vec<RootLayer>,
+}
+
+#[derive(Serialize, Deserialize, Debug)]
+pub struct RootLayer {
+    pub name: String,
+    #[serde(with = "crate::bytes::path")]
+    pub at: PathBuf,
+    /// Entry count and chunk id of each segment, in order.
+    pub segments: Vec<(u64, ObjectId)>,
+}
+
+/// Decodes the object of a format-2 manifest; public (hidden) only for
+/// the fuzz targets.
+#[doc(hidden)]
+pub fn decode_root(id: &ObjectId, data: &[u8]) -> Result<Root> {
+    let root: Root = serde_json::from_slice(data).map_err(|e| Error::Decode(*id, e.to_string()))?;
+    if root.version != VERSION {
+        return Err(Error::Version(root.version, VERSION));
+    }
+    Ok(root)
+}
+
+fn load_segments(repo: &Repository, id: &ObjectId, root: Root) -> Result<Manifest> {
+    repo.prefetch(root.layers.iter().flat_map(|l| l.segments.iter().map(|(_, s)| s)));
+    let mut layers = Vec::with_capacity(root.layers.len());
+    for l in root.layers {
+        let total = l.segments.iter().map(|(n, _)| *n).fold(0u64, u64::saturating_add);
+        let mut entries = Vec::with_capacity(usize::try_from(total).unwrap_or(0).min(1 << 24));
+        let mut cut = Vec::with_capacity(l.segments.len());
+        for (n, seg) in l.segments {
+            let data = repo.read_chunk(&seg).map_err(|e| Error::Chunk(seg, PathBuf::from(format!("manifest {id}")), e))?;
+            let part = segments::decode_segment(&seg, &data)?;
+            if part.len() as u64 != n || n == 0 {
+                return Err(Error::Decode(*id, format!("segment {seg} holds {} entries, the manifest says {n}", part.len())));
+            }
+            cut.push((part.len(), seg));
+            entries.extend(part);
+        }
+        layers.push(LayerTree { name: l.name, at: l.at, entries, segments: Segments::stored(cut) });
+    }
+    Ok(Manifest::new(layers))
+}
+
+/// Decodes a manifest of format 1 (every entry in one object) from the
+/// bytes the repository gave back; public (hidden) only for the fuzz targets.
 #[doc(hidden)]
 pub fn decode(id: &ObjectId, data: &[u8]) -> Result<Manifest> {
-    let m: Manifest = serde_json::from_slice(data).map_err(|e| Error::Decode(*id, e.to_string()))?;
-    if m.version != VERSION {
+    let mut m: Manifest = serde_json::from_slice(data).map_err(|e| Error::Decode(*id, e.to_string()))?;
+    if m.version != FLAT {
         return Err(Error::Version(m.version, VERSION));
     }
+    m.version = VERSION;
     Ok(m)
 }
 
-/// Encodes and stores a manifest; returns its id (the hash of its encoding).
-pub fn store(repo: &Repository, m: &Manifest) -> Result<ObjectId> {
-    Ok(repo.put_manifest(&encode(m)?)?)
+/// Stores a manifest: the segments not stored yet, then the manifest
+/// object; returns its id. Every chunk it names is durable before it is
+/// written.
+pub fn store(repo: &std::sync::Arc<Repository>, m: &mut Manifest) -> Result<ObjectId> {
+    let mut writer = repo.writer();
+    let root = encode_root(m, &mut |data| Ok(writer.add_chunk(data)?.0))?;
+    writer.finish()?;
+    Ok(repo.put_manifest(&root)?)
 }
 
-/// The stored form: compact JSON.
+/// Stores the segments not stored yet with `put` and encodes the manifest
+/// object that lists them.
+pub(crate) fn encode_root(m: &mut Manifest, put: &mut dyn FnMut(&[u8]) -> Result<ObjectId>) -> Result<Vec<u8>> {
+    let mut layers = Vec::with_capacity(m.layers.len());
+    for l in &mut m.layers {
+        let cut = l.segments.store(&l.entries, put)?;
+        layers.push(RootLayer { name: l.name.clone(), at: l.at.clone(), segments: cut.into_iter().map(|(n, id)| (n as u64, id)).collect() });
+    }
+    serde_json::to_vec(&Root { version: VERSION, layers }).map_err(|e| Error::Encode(e.to_string()))
+}
+
+/// The whole manifest as one JSON document, as format 1 stored it (the
+/// fuzz targets' round trip, and a readable dump).
 pub fn encode(m: &Manifest) -> Result<Vec<u8>> {
-    serde_json::to_vec(m).map_err(|e| Error::Encode(e.to_string()))
+    #[derive(Serialize)]
+    struct Flat<'a> {
+        version: u32,
+        layers: &'a [LayerTree],
+    }
+    serde_json::to_vec(&Flat { version: FLAT, layers: &m.layers }).map_err(|e| Error::Encode(e.to_string()))
 }
 
-/// Every chunk the manifest needs (what `gc` must keep, `check` must find).
+/// Every chunk the manifest needs (what `gc` must keep, `check` must find):
+/// file contents, and the segments it was stored in.
 pub fn referenced_chunks(m: &Manifest) -> HashSet<ObjectId> {
     m.entries()
         .filter_map(|e| if let EntryKind::File { extents, .. } = &e.kind { Some(extents) } else { None })
         .flat_map(|xs| xs.iter().flat_map(|x| x.chunks.iter().copied()))
+        .chain(m.layers.iter().flat_map(|l| l.segments.ids()))
         .collect()
 }
 
@@ -306,7 +407,7 @@ mod tests {
     }
 
     fn manifest(entries: Vec<Entry>) -> Manifest {
-        Manifest::new(vec![LayerTree { name: "root".into(), at: "/".into(), entries }])
+        Manifest::new(vec![LayerTree::new("root".into(), "/".into(), entries)])
     }
 
     #[test]
@@ -350,7 +451,7 @@ mod tests {
     #[test]
     fn layers_are_found_by_name() {
         let mut m = manifest(vec![entry("", EntryKind::Dir)]);
-        m.layers.push(LayerTree { name: "at_usr".into(), at: "/usr".into(), entries: vec![entry("", EntryKind::Dir)] });
+        m.layers.push(LayerTree::new("at_usr".into(), "/usr".into(), vec![entry("", EntryKind::Dir)]));
         assert_eq!(m.layer("root").map(|l| l.at.as_path()), Some(Path::new("/")));
         assert_eq!(m.layer("at_usr").map(|l| l.at.as_path()), Some(Path::new("/usr")));
         assert_eq!(m.layer("at_opt"), None);
@@ -361,9 +462,10 @@ mod tests {
         let m = manifest(vec![entry("", EntryKind::Dir), entry("f", file(3, &[(0, 3)]))]);
         let a = encode(&m).unwrap();
         assert_eq!(a, encode(&m.clone()).unwrap());
-        assert_eq!(serde_json::from_slice::<Manifest>(&a).unwrap(), m);
+        assert_eq!(serde_json::from_slice::<Manifest>(&a).unwrap().layers, m.layers);
         let text = String::from_utf8(a).unwrap();
         assert!(text.starts_with(r#"{"version":1,"layers":[{"name":"root","at":"/","entries":[{"path":"","kind":"dir""#), "{text}");
+        assert_eq!(decode(&ObjectId::of(b""), text.as_bytes()).unwrap(), m, "format 1 decodes into the current model");
     }
 
     /// The reason `validate` gives for `entries`, if it refuses them.
@@ -408,21 +510,50 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let backend = cairn_blob::ObjectStoreBackend::local(&dir.path().join("repo")).unwrap();
         let repo = Repository::open(std::sync::Arc::new(backend)).unwrap();
-        let m = manifest(vec![entry("", EntryKind::Dir), entry("f", file(3, &[(0, 3)]))]);
-        let id = store(&repo, &m).unwrap();
-        assert_eq!(id, ObjectId::of(&encode(&m).unwrap()), "named by the hash of its encoding");
-        assert_eq!(load(&repo, &id).unwrap(), m);
-        let newer = Manifest { version: 2, ..m };
-        let id2 = store(&repo, &newer).unwrap();
-        assert!(matches!(load(&repo, &id2), Err(Error::Version(2, 1))));
+        let mut m = manifest(vec![entry("", EntryKind::Dir), entry("f", file(3, &[(0, 3)]))]);
+        let id = store(&repo, &mut m).unwrap();
+        let object = repo.get_manifest(&id).unwrap();
+        assert_eq!(id, ObjectId::of(&object), "named by the hash of its encoding");
+        let root = decode_root(&id, &object).unwrap();
+        assert_eq!(root.layers[0].segments.iter().map(|(n, _)| n).sum::<u64>(), 2);
+        let loaded = load(&repo, &id).unwrap();
+        assert_eq!(loaded, m);
+        assert!(loaded.layers[0].segments.ids().all(|s| repo.has_chunk(&s)), "segments are chunks");
+        assert!(referenced_chunks(&loaded).is_superset(&loaded.layers[0].segments.ids().collect()), "gc keeps the segments");
+
+        // Format 1 (one object) still loads.
+        let flat = repo.put_manifest(&encode(&m).unwrap()).unwrap();
+        assert_eq!(load(&repo, &flat).unwrap(), m);
+
+        let newer = repo.put_manifest(br#"{"version":3,"layers":[]}"#).unwrap();
+        assert!(matches!(load(&repo, &newer), Err(Error::Version(3, 2))));
         let not_json = repo.put_manifest(b"[1, 2]").unwrap();
         assert!(matches!(load(&repo, &not_json), Err(Error::Decode(id, _)) if id == not_json));
     }
 
     #[test]
+    fn a_segment_that_does_not_match_its_count_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let backend = cairn_blob::ObjectStoreBackend::local(&dir.path().join("repo")).unwrap();
+        let repo = Repository::open(std::sync::Arc::new(backend)).unwrap();
+        let mut m = manifest(vec![entry("", EntryKind::Dir), entry("f", file(3, &[(0, 3)]))]);
+        let id = store(&repo, &mut m).unwrap();
+        let mut root = decode_root(&id, &repo.get_manifest(&id).unwrap()).unwrap();
+        root.layers[0].segments[0].0 += 1;
+        let lying = repo.put_manifest(&serde_json::to_vec(&root).unwrap()).unwrap();
+        match load(&repo, &lying) {
+            Err(Error::Decode(at, why)) => assert!(at == lying && why.contains("the manifest says"), "{why}"),
+            other => panic!("{other:?}"),
+        }
+        root.layers[0].segments[0].1 = ObjectId::of(b"no such segment");
+        let missing = repo.put_manifest(&serde_json::to_vec(&root).unwrap()).unwrap();
+        assert!(matches!(load(&repo, &missing), Err(Error::Chunk(..))));
+    }
+
+    #[test]
     fn the_index_finds_entries_by_layer_and_path() {
         let mut m = manifest(vec![entry("", EntryKind::Dir), entry("a", EntryKind::Fifo)]);
-        m.layers.push(LayerTree { name: "at_usr".into(), at: "/usr".into(), entries: vec![entry("", EntryKind::Dir)] });
+        m.layers.push(LayerTree::new("at_usr".into(), "/usr".into(), vec![entry("", EntryKind::Dir)]));
         let index = Index::new(&m);
         let root = index.layer("root").expect("the root layer");
         assert_eq!(root.len(), 2);
@@ -470,7 +601,7 @@ mod tests {
         m.layers[0].name = "a/b".into();
         assert!(m.validate().is_err());
         m.layers[0].name = "root".into();
-        m.version = 2;
-        assert!(matches!(m.validate(), Err(Error::Version(2, 1))));
+        m.version = 1;
+        assert!(matches!(m.validate(), Err(Error::Version(1, 2))));
     }
 }

@@ -473,6 +473,7 @@ impl Writer<'_, '_> {
 fn refresh(upper: &Path, layer: &mut LayerTree, looked_at: SystemTime) -> Result<()> {
     let root = sys::open_dir(upper).map_err(|e| Error::Read(upper.into(), e))?;
     let mut stack: Vec<(PathBuf, OwnedFd)> = Vec::new();
+    layer.segments.forget();
     for e in &mut layer.entries {
         let full = upper.join(&e.path);
         let st = if e.path.as_os_str().is_empty() {

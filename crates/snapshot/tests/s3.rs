@@ -43,12 +43,13 @@ fn a_snapshot_taken_on_one_node_restores_on_another_and_downloads_once() {
     assert_eq!(cache_a.cache_stats().unwrap().objects, repo_a.stats().packs, "the writer keeps what it uploads");
     assert!(moto.keys("snapshots", "tenant-a/packs/").len() as u64 == repo_a.stats().packs);
 
-    // Node B has never seen the packs: the restore fetches them first.
+    // Node B has never seen the packs: loading the manifest (whose
+    // segments are chunks too) and the restore fetch them first.
     let (cache_b, repo_b) = node(&moto, &t.path().join("cache-b"));
+    moto.start_recording();
     let m_b = load(&repo_b, &id).unwrap();
     assert_eq!(m_b, m);
     fs::create_dir(&disk_b).unwrap();
-    moto.start_recording();
     let (restored, stats) = restore(&repo_b, &m_b, &disk_b, None, Y, &mut |_| {}).unwrap();
     let requests = moto.stop_recording();
     assert_eq!(stats.files_written, m.file_count());

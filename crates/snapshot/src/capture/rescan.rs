@@ -297,21 +297,28 @@ pub(crate) fn apply(base: Manifest, changes: Vec<(&LayerSpec, LayerChange)>) -> 
         let entries = match change {
             LayerChange::Absent => continue,
             LayerChange::Walked(entries) => entries,
-            LayerChange::Edited(edits) => {
+            LayerChange::Edited(mut edits) => {
                 let prev = old.remove(&spec.name).ok_or_else(|| Error::Invalid(spec.name.clone(), PathBuf::new(), "edits of a layer the baseline lacks"))?;
-                edited(&spec.name, prev.entries, edits)?
+                sort(&mut edits);
+                let segments = prev.segments.edited(edits.iter().map(|e| (e.range.clone(), e.with.len())));
+                let entries = edited(&spec.name, prev.entries, edits)?;
+                trees.push(LayerTree { name: spec.name.clone(), at: spec.at.clone(), entries, segments });
+                continue;
             }
         };
-        trees.push(LayerTree { name: spec.name.clone(), at: spec.at.clone(), entries });
+        trees.push(LayerTree::new(spec.name.clone(), spec.at.clone(), entries));
     }
     Ok(Manifest::new(trees))
 }
 
-/// `old` with `edits` made, in one pass.
-fn edited(layer: &str, old: Vec<Entry>, mut edits: Vec<Edit>) -> Result<Vec<Entry>> {
-    // Inserts sort before a replacement at the same place; two inserts at
-    // one place by path.
+/// Puts edits in the order they apply: inserts before a replacement at the
+/// same place, two inserts at one place by path.
+fn sort(edits: &mut [Edit]) {
     edits.sort_by(|a, b| (a.range.start, a.range.end).cmp(&(b.range.start, b.range.end)).then_with(|| first_path(a).cmp(first_path(b))));
+}
+
+/// `old` with `edits` (sorted) made, in one pass.
+fn edited(layer: &str, old: Vec<Entry>, edits: Vec<Edit>) -> Result<Vec<Entry>> {
     let grows: usize = edits.iter().map(|e| e.with.len()).sum();
     let mut out = Vec::with_capacity(old.len() + grows);
     let len = old.len();
