@@ -58,6 +58,9 @@ pub struct ChangeWatch {
     handles: HashSet<Vec<u8>>,
     /// An event was lost since the last take.
     lost: bool,
+    /// Taken from before: a watch cannot vouch for what changed before it
+    /// started, so its first take says "walk everything".
+    taken: bool,
     /// The mount watched: a mark ends with its filesystem's unmount, so a
     /// disk mounted again is not watched by this group.
     mount: u64,
@@ -91,7 +94,7 @@ impl ChangeWatch {
             return Err(io::Error::last_os_error());
         }
         let mount = mount_id(&disk)?;
-        Ok(ChangeWatch { fan, disk, handles: HashSet::new(), lost: false, mount })
+        Ok(ChangeWatch { fan, disk, handles: HashSet::new(), lost: false, taken: false, mount })
     }
 
     /// Whether this group still watches the filesystem mounted at `disk`
@@ -136,13 +139,15 @@ impl ChangeWatch {
         }
     }
 
-    /// The directories of `layers` changed since the last take (or since
-    /// the start), and forgets them; `None` when some change may have been
-    /// lost, so that everything must be walked.
+    /// The directories of `layers` changed since the last take, and forgets
+    /// them; `None` at the first take (what changed before the watch
+    /// started is unknown) and when some change may have been lost, so that
+    /// everything must be walked.
     pub fn take(&mut self, layers: &[&str]) -> io::Result<Option<Changed>> {
         self.drain()?;
         let handles = std::mem::take(&mut self.handles);
-        if std::mem::take(&mut self.lost) {
+        let first = !std::mem::replace(&mut self.taken, true);
+        if std::mem::take(&mut self.lost) || first {
             return Ok(None);
         }
         let mut changed = Changed::new();

@@ -270,3 +270,34 @@ fn a_watch_needs_a_filesystem_of_its_own() {
     let _again = OwnMount::new(&disk);
     assert!(!watch.watches(&disk), "a mount made again is another filesystem");
 }
+
+/// A watch started after the baseline was made knows nothing of the changes
+/// made before it: its first capture walks everything and misses nothing.
+#[test]
+fn a_new_watch_does_not_vouch_for_what_came_before_it() {
+    let t = tempfile::tempdir().unwrap();
+    let repo = repo(t.path());
+    let disk = t.path().join("d");
+    let _mounted = OwnMount::new(&disk);
+    let u = upper(&disk, "root", X);
+    fs::create_dir_all(u.join("src")).unwrap();
+    fs::write(u.join("src/a"), b"one").unwrap();
+    let (_, base, _) = capture(&repo, &disk, &root_layer(), None, X, &NoFreeze, &mut |_| {}).unwrap();
+    fs::write(u.join("src/a"), b"two").unwrap();
+    fs::write(u.join("src/b"), b"new").unwrap();
+    // Past the ctime tick: files read now are not re-read for being racy.
+    settle();
+
+    let mut watch = ChangeWatch::start(&disk).unwrap();
+    let (_, m, stats) = capture_tracked(&repo, &disk, &root_layer(), Some(base), &mut watch, X, &NoFreeze, &mut |_| {}).unwrap();
+    assert!(!stats.tracked);
+    assert_eq!(stats.files_read, 2, "both changes were read");
+    let (_, full, _) = capture(&repo, &disk, &root_layer(), None, X, &NoFreeze, &mut |_| {}).unwrap();
+    assert_eq!(comparable(&m), comparable(&full));
+
+    // From then on it vouches: the positive control.
+    fs::write(u.join("src/b"), b"newer").unwrap();
+    let (_, _, stats) = capture_tracked(&repo, &disk, &root_layer(), Some(m), &mut watch, X, &NoFreeze, &mut |_| {}).unwrap();
+    assert!(stats.tracked);
+    assert_eq!(stats.files_read, 1);
+}
