@@ -58,7 +58,12 @@ impl Runtime {
             .await;
 
         let image = self.image(&task.config.image).await?;
-        let baseline = self.baseline_manifest(&task.id).await;
+        let baseline = self.baseline_with_id(&task.id).await;
+        // The change watch stays on the disk through the restore (which it
+        // sees too), so the next snapshot looks only where things changed.
+        let watch = baseline.as_ref().and_then(|(hex, _)| self.cells.of(&task.id).take_watch(hex));
+        let baseline = baseline.map(|(_, m)| m);
+        let mut new_baseline = None;
         self.stop_sandbox_keep_disk(&task).await?;
         fail::fail_point!("rollback.sandbox_stopped");
         let slot = self.claim_slot(&task.id).await?;
@@ -87,6 +92,7 @@ impl Runtime {
                 };
                 self.store.record_rollback(&task.id, &target, &note, &restored.baseline, &event).await?;
                 fail::fail_point!("rollback.recorded");
+                new_baseline = Some(restored.baseline.clone());
                 Ok(())
             })
             .await;
@@ -101,6 +107,9 @@ impl Runtime {
             Err(e) => return Err(e),
         };
         let (note, duration_ms) = recorded.ok_or_else(|| Error::internal("rollback recorded nothing"))?;
+        if let (Some(hex), Some(watch)) = (new_baseline, watch) {
+            self.cells.of(&task.id).set_watch(hex, watch);
+        }
         let stats = made.restore.map(|r| r.stats);
         // Services run from the restored layer, as they did at the snapshot
         // (or go on from its checkpoint, which holds them running).

@@ -217,7 +217,7 @@ impl Runtime {
     }
 
     /// The baseline manifest and its id.
-    async fn baseline_with_id(&self, task: &TaskId) -> Option<(String, Arc<Manifest>)> {
+    pub(crate) async fn baseline_with_id(&self, task: &TaskId) -> Option<(String, Arc<Manifest>)> {
         let hex = self.store.baseline(task).await.ok()??;
         if let Some(m) = self.cells.get(task).and_then(|c| c.baseline(&hex)) {
             return Some((hex, m));

@@ -473,8 +473,9 @@ impl Writer<'_, '_> {
 fn refresh(upper: &Path, layer: &mut LayerTree, looked_at: SystemTime) -> Result<()> {
     let root = sys::open_dir(upper).map_err(|e| Error::Read(upper.into(), e))?;
     let mut stack: Vec<(PathBuf, OwnedFd)> = Vec::new();
-    layer.segments.forget();
-    for e in &mut layer.entries {
+    // Entries whose inode or ctime moved: only their segments are stored again.
+    let mut moved = Vec::new();
+    for (i, e) in layer.entries.iter_mut().enumerate() {
         let full = upper.join(&e.path);
         let st = if e.path.as_os_str().is_empty() {
             sys::fstat(root.as_fd())
@@ -493,8 +494,12 @@ fn refresh(upper: &Path, layer: &mut LayerTree, looked_at: SystemTime) -> Result
             st
         }
         .map_err(|err| Error::Read(full, err))?;
-        e.ino = st.st_ino;
-        e.ctime = meta::trusted_ctime(meta::ctime(&st), looked_at);
+        let (ino, ctime) = (st.st_ino, meta::trusted_ctime(meta::ctime(&st), looked_at));
+        if (e.ino, e.ctime) != (ino, ctime) {
+            (e.ino, e.ctime) = (ino, ctime);
+            moved.push(i);
+        }
     }
+    layer.segments = layer.segments.edited(moved.into_iter().map(|i| (i..i + 1, 1)));
     Ok(())
 }

@@ -198,6 +198,7 @@ proptest! {
         }
         let mut watch = ChangeWatch::start(&disk).unwrap();
         let (_, mut base, _) = capture_tracked(&repo, &disk, &root_layer(), None, &mut watch, X, &NoFreeze, &mut |_| {}).unwrap();
+        let first = base.clone();
         for (round, ops) in [&edits, &more].into_iter().enumerate() {
             for o in ops {
                 apply(&u, o);
@@ -215,6 +216,19 @@ proptest! {
             assert_same(&listing(&u, X), &listing(&other.join("root/upper"), X));
             base = tracked;
         }
+
+        // A rollback to the first capture keeps the watch: the restore's
+        // own writes are seen, and the next capture is tracked from the
+        // manifest the restore gives back, which stores as it is.
+        let (mut restored, _) = restore(&repo, &first, &disk, Some(&base), X, &mut |_| {}).unwrap();
+        let id = cairn_snapshot::store(&repo, &mut restored).unwrap();
+        prop_assert_eq!(&cairn_snapshot::load(&repo, &id).unwrap(), &restored, "the segments stored are the entries");
+        for o in &edits {
+            apply(&u, o);
+        }
+        let (_, tracked, _) = capture_tracked(&repo, &disk, &root_layer(), Some(restored), &mut watch, X, &NoFreeze, &mut |_| {}).unwrap();
+        let (_, full, _) = capture(&repo, &disk, &root_layer(), None, X, &NoFreeze, &mut |_| {}).unwrap();
+        prop_assert_eq!(comparable(&tracked), comparable(&full), "after the rollback");
     }
 }
 
