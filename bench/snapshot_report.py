@@ -1,11 +1,13 @@
 """Turns bench/snapshots.sh's measurements into the "## Snapshots" section
 of docs/benchmarks.md.
 
-    snapshot_report.py RESULTS.tsv SHAPE.json [--write-docs DOC]
+    snapshot_report.py RESULTS.tsv SHAPE.json [RESULTS.tsv SHAPE.json] [--write-docs DOC]
 
-RESULTS.tsv has one measurement a line: round, key, value. The section goes
-to stdout; with --write-docs it also replaces the "## Snapshots" section of
-DOC (or is appended to it), leaving the rest of DOC as it is.
+RESULTS.tsv has one measurement a line: round, key, value. The first pair
+is the main table; a second (a larger workspace) adds the table of how the
+times grow with the tree. The section goes to stdout; with --write-docs it
+also replaces the "## Snapshots" section of DOC (or is appended to it),
+leaving the rest of DOC as it is.
 """
 import datetime
 import json
@@ -24,16 +26,21 @@ if "--write-docs" in args:
     i = args.index("--write-docs")
     doc = args[i + 1]
     del args[i:i + 2]
-results_path, shape_path = args
 
-values = defaultdict(list)
-rounds = set()
-for line in open(results_path):
-    r, key, value = line.rstrip("\n").split("\t")
-    rounds.add(r)
-    values[key].append(float(value))
-shape = json.load(open(shape_path))
-n = len(rounds)
+
+def read(results_path):
+    values = defaultdict(list)
+    rounds = set()
+    for line in open(results_path):
+        r, key, value = line.rstrip("\n").split("\t")
+        rounds.add(r)
+        values[key].append(float(value))
+    return values, len(rounds)
+
+
+values, n = read(args[0])
+shape = json.load(open(args[1]))
+large = (read(args[2]), json.load(open(args[3]))) if len(args) >= 4 else None
 
 
 def med(key):
@@ -131,40 +138,86 @@ p("zstd (cairn level 3, restic's auto, tar's pipe level 3 on all cores); cairn a
 p("content and deduplicate; restic also encrypts. cairn and restic make their data durable")
 p("(fsync) before they return; `tar | zstd` does not.\n")
 
-p("This virtual machine is shared with other work: over four runs of this script when this")
-p("section was first written, medians moved by up to half between runs, less within one; the")
-p("incremental ratio to restic's second run was 6.7–8.5×, the full one 1.8–2.0×, and the worst")
-p("incremental freeze window of a run 42–54 ms. Compare the ratios within one run.\n")
+p("This virtual machine is shared with other work: medians move by up to half between runs,")
+p("less within one. Compare the ratios within one run.\n")
 
 restic_first, restic_second = med("restic_first_ms"), med("restic_second_ms")
-freeze_incr = values["cairn_incr_freeze_ms"]
 
 
 def met(ok):
     return "**met**" if ok else "**not met**"
 
 
+def lmed(key):
+    return statistics.median(large[0][0][key])
+
+
+if large:
+    (lv, ln), lshape = large
+    p(f"How the times grow with the tree: the same script on a workspace of {lshape['files']:,} files in "
+      f"{lshape['dirs']:,} directories ({mb(lshape['bytes'])}; the small files are 99% of them), the same")
+    p(f"kind of 10-file change ({mb(lmed('changed_bytes'))} in it: the files picked are other sizes in this tree), "
+      f"{ln} round{'s' if ln != 1 else ''}, each as above.\n")
+    p(f"| what | {shape['files']:,} files | {lshape['files']:,} files | ratio |")
+    p("|---|---:|---:|---:|")
+    for label, key in [
+        ("cairn snapshot, incremental (10 files changed)", "cairn_incr_ms"),
+        ("the same, the daemon's own time", "cairn_incr_daemon_ms"),
+        ("restic backup, second run", "restic_second_ms"),
+        ("cairn freeze window, full snapshot", "cairn_full_freeze_ms"),
+        ("cairn freeze window, incremental snapshot", "cairn_incr_freeze_ms"),
+        ("cairn rollback to the full snapshot", "cairn_rollback_ms"),
+        ("cairn snapshot, full", "cairn_full_ms"),
+        ("tar \\| zstd -3 -T0", "tar_zstd_ms"),
+    ]:
+        p(f"| {label} | {ms(med(key))} | {ms(lmed(key))} | {lmed(key) / med(key):.2f}× |")
+    p("")
+
+freezes = values["cairn_incr_freeze_ms"] + values["cairn_full_freeze_ms"]
+if large:
+    freezes += large[0][0]["cairn_incr_freeze_ms"] + large[0][0]["cairn_full_freeze_ms"]
 p("Against the goals:\n")
-p(f"- incremental snapshot at least 10× faster than restic's second backup: {ms(incr)} against "
-  f"{ms(restic_second)}, {restic_second / incr:.1f}× — {met(restic_second / incr >= 10)};")
-p(f"- full snapshot faster than restic's first backup: {ms(full)} against {ms(restic_first)}, "
-  f"{restic_first / full:.1f}× — {met(full < restic_first)};")
-p(f"- freeze window under 50 ms for the incremental case: median {ms(statistics.median(freeze_incr))}, "
-  f"worst {ms(max(freeze_incr))} of {n} — {met(max(freeze_incr) < 50)} (counted as met only if every round is under).")
+p(f"- incremental snapshot at least 30× faster than restic's second backup at {shape['files']:,} files: "
+  f"{ms(incr)} against {ms(restic_second)}, {restic_second / incr:.1f}× — {met(restic_second / incr >= 30)};")
+if large:
+    grow = lmed("cairn_incr_ms") / incr
+    p(f"- at {large[1]['files']:,} files within 1.5× of its own time at {shape['files']:,}: {ms(lmed('cairn_incr_ms'))}, "
+      f"{grow:.2f}× — {met(grow <= 1.5)} (restic's second run grew {lmed('restic_second_ms') / restic_second:.1f}×);")
+p(f"- freeze window under 5 ms, full and incremental, at every size: worst {ms(max(freezes))} of "
+  f"{len(freezes)} — {met(max(freezes) < 5)} (counted as met only if every one is under);")
+rb = med("cairn_rollback_ms")
+p(f"- rollback of the 10-file change under 100 ms: {ms(rb)} — {met(rb < 100)}" +
+  (f"; flat at {large[1]['files']:,} files: {ms(lmed('cairn_rollback_ms'))}, {lmed('cairn_rollback_ms') / rb:.1f}× — "
+   f"{met(lmed('cairn_rollback_ms') / rb <= 1.2)};" if large else ";"))
+p(f"- full snapshot at least as fast as `tar | zstd -T0`: {ms(full)} against {ms(med('tar_zstd_ms'))} — "
+  f"{met(full <= med('tar_zstd_ms'))}.")
 p("")
-p("Where an incremental snapshot's time goes (a `perf` profile of the daemon during one and a")
-p("trace of its fsyncs, taken once on this machine; redo them after changing the capture):")
-p("about a third of its CPU is the two walks of the layer, an `lstat` of each of the 10,000")
-p("entries, ~25 ms each; the second walk runs frozen and is the freeze window, which reaches")
-p("50 ms when it shares the two cores with the pack workers or anything else. About a quarter")
-p("is the new manifest: all 10,000 entries encoded as JSON (chunk ids as hex) and compressed,")
-p("~45 ms, and stored whole (~0.7 MB) on every snapshot however little changed. About a quarter")
-p("is reading, chunking, hashing and compressing the 8 MB that changed. Then eleven fsyncs")
-p("(packs, index, manifest and their directories), ~25 ms together, the SQLite commit, and the")
-p(f"CLI and HTTP around it (wall clock minus `duration_ms`: {ms(incr - med('cairn_incr_daemon_ms'))} here). "
-  "restic's second run")
-p("walks the same 10,000 entries but writes new trees only for the directories on the changed")
-p("files' paths.")
+p("How a snapshot finds what changed: the daemon puts a fanotify mark on the task disk's own")
+p("filesystem (`FAN_MARK_FILESYSTEM`, events reported as directory handles and names), drains it")
+p("at each capture, and both passes look only at the directories it names: list them, compare")
+p("each name's stat with the baseline, read what changed, walk new directories whole. The frozen")
+p("pass only lists and compares the directories changed during the first; its edits to the")
+p("manifest are made after the thaw. The manifest is stored in segments of about 64 entries, cut")
+p("where a path hashes to a boundary, each a chunk in the packs; a snapshot encodes and stores")
+p("only the segments its edits touched (about ten here, of ~160 at 10,000 files). A full walk")
+p("comes back when the watch cannot vouch (its first capture, a lost event, a file with more than")
+p("one link, a disk mounted again, a daemon restart): see docs/snapshots.md.\n")
+p("Where an incremental snapshot's time goes now (a `perf` profile of the daemon during three")
+p("of them at 10,000 files, and its debug log): the walk and the manifest no longer show. What is")
+p("left follows the 8.3 MB that changed: reading, chunking (fastcdc) and hashing (BLAKE3) it,")
+p("compressing it (zstd), and above all writing it: the kernel's copy of the new packs into the")
+p("page cache was 31% of the samples on this virtual machine (fresh memory is slow to touch the")
+p("first time), then the fsyncs of the packs, the index and the manifest. The CLI and HTTP around it")
+p(f"add {ms(incr - med('cairn_incr_daemon_ms'))} (wall clock minus `duration_ms`). restic's second run walks every "
+  "entry and grows with the tree.\n")
+p("Where a rollback's time goes (the daemon's debug log of one at 10,000 files, ~185 ms): about")
+p("90 ms to load the target's manifest, check that its chunks are stored and stop the sandbox;")
+p("~125 ms restoring, of which 22 ms is a wait for the kernel's coarse clock (so the ctimes read")
+p("back can be trusted), the rest a walk of every entry of the target against the layer and a")
+p("stat of every entry afterwards; ~20 ms for the fresh sandbox. Everything but the stop and the")
+p("start grows with the tree, which is why it is not flat: an O(changed) rollback restores only")
+p("the segments that differ from the disk's baseline, in place in the running sandbox.")
+p("")
 
 section = "\n".join(out) + "\n"
 sys.stdout.write(section)

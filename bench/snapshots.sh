@@ -7,11 +7,11 @@
 #   bench/snapshots.sh                 # 3 rounds, prints the markdown section
 #   bench/snapshots.sh --write-docs    # ... and puts it into docs/benchmarks.md
 #   ROUNDS=5 bench/snapshots.sh        # more rounds
-#   FILES=100000 bench/snapshots.sh    # a workspace of 100,000 files (default 10,000)
+#   SIZES=10000 bench/snapshots.sh     # one workspace size (default: 10,000 and 100,000 files)
 #   DAEMON_LOG=FILE bench/snapshots.sh # keep the daemon logs (RUST_LOG applies)
-#   RAW=FILE bench/snapshots.sh        # keep every measurement (round, key, value)
+#   RAW=FILE bench/snapshots.sh        # keep every measurement (FILE.<size>: round, key, value)
 #
-# The workspace (10,000 files, ~500 MB, fixed seed; FILES sets the count) is generated inside the
+# The workspace (10,000 files, ~500 MB, and 100,000 files, ~1.5 GB; fixed seed) is generated inside the
 # sandbox. Every round starts from nothing: a new daemon home (so an empty
 # blob store), a new task, a new restic repository and cache. Needs root,
 # restic, zstd and python3 (installed when missing) and a release build of
@@ -20,7 +20,7 @@ set -euo pipefail
 shopt -s inherit_errexit
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 ROUNDS=${ROUNDS:-3}
-FILES=${FILES:-10000}
+SIZES=${SIZES:-10000 100000}
 CAIRN=$ROOT/target/release/cairn
 WRITE_DOCS=()
 for a in "$@"; do
@@ -40,8 +40,6 @@ fi
 [[ -x $CAIRN ]] || (cd "$ROOT" && cargo build --release -p cairn-cli)
 
 WORK=$(mktemp -d /var/tmp/cairn-snapbench.XXXXXX)
-RESULTS=$WORK/results.tsv # round, key, value
-: >"$RESULTS"
 TASK=
 DAEMON=
 stop_daemon() {
@@ -210,6 +208,10 @@ tar_zstd() {
   rm -f "$WORK/ws.tar.zst"
 }
 
+REPORT_ARGS=()
+for FILES in $SIZES; do
+RESULTS=$WORK/results-$FILES.tsv # round, key, value
+: >"$RESULTS"
 for ROUND in $(seq "$ROUNDS"); do
   export CAIRN_HOME=$WORK/home$ROUND
   REPO=$WORK/restic$ROUND
@@ -221,7 +223,7 @@ for ROUND in $(seq "$ROUNDS"); do
   TASK=$("$CAIRN" task create --disk 4G --memory 1G)
   SRC=$CAIRN_HOME/run/$TASK/disk/root/upper/workspace
   shape=$(inside python3 -c "$(cat "$WORK/gen.py")" 42 /workspace "$FILES")
-  [[ $ROUND == 1 ]] && printf '%s\n' "$shape" >"$WORK/shape.json"
+  [[ $ROUND == 1 ]] && printf '%s\n' "$shape" >"$WORK/shape-$FILES.json"
   [[ -d $SRC ]] || { echo "no workspace at the task's upper layer" >&2; exit 1; }
   restic -r "$REPO" init -q >/dev/null
   echo "round $ROUND/$ROUNDS: workspace $(jget files <<<"$shape") files, $(jget bytes <<<"$shape") bytes" >&2
@@ -262,5 +264,7 @@ for ROUND in $(seq "$ROUNDS"); do
   rm -rf "$CAIRN_HOME" "$REPO" "$RESTIC_CACHE_DIR"
 done
 
-if [[ -n ${RAW:-} ]]; then cp "$RESULTS" "$RAW"; fi
-python3 "$ROOT/bench/snapshot_report.py" "$RESULTS" "$WORK/shape.json" "${WRITE_DOCS[@]}"
+if [[ -n ${RAW:-} ]]; then cp "$RESULTS" "$RAW.$FILES"; fi
+REPORT_ARGS+=("$RESULTS" "$WORK/shape-$FILES.json")
+done
+python3 "$ROOT/bench/snapshot_report.py" "${REPORT_ARGS[@]}" "${WRITE_DOCS[@]}"

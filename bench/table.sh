@@ -33,7 +33,9 @@ DAEMON=
 source "$ROOT/bench/lib.sh"
 cleanup() {
   if [[ -n $DAEMON ]]; then
-    for id in $("$CAIRN" task list -q 2>/dev/null); do "$CAIRN" destroy "$id" >/dev/null 2>&1 || true; done
+    for id in $("$CAIRN" --json task list 2>/dev/null | python3 -c 'import json, sys; print(*(t["id"] for t in json.load(sys.stdin) if t["state"] != "destroyed"))'); do
+      "$CAIRN" destroy "$id" >/dev/null 2>&1 || true
+    done
     kill "$DAEMON" 2>/dev/null && wait "$DAEMON" 2>/dev/null || true
   fi
   rm -rf "$WORK"
@@ -43,7 +45,7 @@ trap 'exit 130' INT TERM
 
 busybox_rootfs "$WORK/rootfs"
 for t in dd seq mkdir echo cat; do ln -sf busybox "$WORK/rootfs/bin/$t"; done
-ulimit -n 65536
+ulimit -n "$(ulimit -Hn)"
 start_daemon
 "$CAIRN" image import table "$WORK/rootfs" >/dev/null
 for iso in $ISOLATIONS; do

@@ -45,7 +45,7 @@ rows = [
     ("create at that density, avg / p95 (20 clients)", lambda r: f"{ms(r['density_create_c20']['avg'])} / {ms(r['density_create_c20']['p95'])}", ""),
     ("exec p50 with 1 task / with all of them", lambda r: f"{ms(r['exec_p50_at_1'])} / {ms(r['exec_p50_at_density'])} ({r['exec_p50_at_density'] / r['exec_p50_at_1']:.2f}×)", ""),
     ("daemon memory per idle task", lambda r: f"{r['daemon_kib_per_idle_task']:.1f} KiB", ""),
-    ("host memory per idle sandbox", lambda r: f"{r['host_kib_per_idle_sandbox'] / 1024:.2f} MiB", ""),
+    ("memory per idle sandbox: its cgroup / the host's MemAvailable fall", lambda r: f"{r['cgroup_kib_per_idle_sandbox'] / 1024:.2f} MiB / {r['host_kib_per_idle_sandbox'] / 1024:.2f} MiB", ""),
 ]
 isos = [r["isolation"] for r in runs]
 lines = [
@@ -72,8 +72,10 @@ lines += [
     "a wake makes a fresh sandbox restored from that snapshot; a fork is a new task on the",
     "snapshot's shared fork base; a rollback restores the layer in place and starts a fresh",
     "sandbox on it; a snapshot's time is the client's, its freeze the daemon's. Daemon memory is",
-    "the growth of its resident set over the idle tasks, host memory the fall of `MemAvailable`,",
-    "both divided by their count.",
+    "the growth of its resident set over the idle tasks; a sandbox's memory is what its memory",
+    "cgroup holds (its processes and the page cache they made), averaged, next to the fall of the",
+    "host's `MemAvailable` divided by their count (which also moves with the host's page cache, so",
+    "it is noisy at small counts).",
     "",
     "Raw results:",
     "",
