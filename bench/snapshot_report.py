@@ -155,8 +155,8 @@ def lmed(key):
 if large:
     (lv, ln), lshape = large
     p(f"How the times grow with the tree: the same script on a workspace of {lshape['files']:,} files in "
-      f"{lshape['dirs']:,} directories ({mb(lshape['bytes'])}; the small files are 99% of them), the same")
-    p(f"kind of 10-file change ({mb(lmed('changed_bytes'))} in it: the files picked are other sizes in this tree), "
+      f"{lshape['dirs']:,} directories ({mb(lshape['bytes'])}): the same 100 large files and first 9,900 small")
+    p(f"ones, 90,000 small ones more, and the same 10-file change ({mb(lmed('changed_bytes'))}); "
       f"{ln} round{'s' if ln != 1 else ''}, each as above.\n")
     p(f"| what | {shape['files']:,} files | {lshape['files']:,} files | ratio |")
     p("|---|---:|---:|---:|")

@@ -54,7 +54,8 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 # The workspace: argv = seed, directory, files. One directory per 100 files
-# (packages of 9 modules); all but 100 of the files are source-like text files of 1-40 KB (log-uniform, so most are
+# (packages of 9 modules); all but 100 of the files are source-like text files
+# (the 100 others, and the first 9,900 of these, the same in every size) of 1-40 KB (log-uniform, so most are
 # small), 90 medium files of 1-3 MB and 10 large ones of 16-24 MB, each of
 # those half random (incompressible) and half log-like records (compressible,
 # but no two chunks alike). Prints the totals as JSON.
@@ -106,12 +107,7 @@ for d in dirs:
 exts = [".rs", ".py", ".js", ".md", ".toml", ".json", ".txt"]
 totals = {"dirs": len(dirs), "files": 0, "bytes": 0, "small": 0, "small_bytes": 0,
           "medium": 0, "medium_bytes": 0, "large": 0, "large_bytes": 0}
-for i in range(files - 100):
-    size = int(math.exp(rng.uniform(math.log(1 * KB), math.log(40 * KB))))
-    path = os.path.join(root, dirs[i % len(dirs)], f"src{i:05d}{exts[i % len(exts)]}")
-    with open(path, "wb") as f:
-        f.write(text(size, source))
-    totals["small"] += 1; totals["small_bytes"] += size
+# The large files first: the same bytes whatever the count of small files.
 for kind, count, lo, hi in (("medium", 90, 1 * MB, 3 * MB), ("large", 10, 16 * MB, 24 * MB)):
     for i in range(count):
         size = rng.randint(lo, hi)
@@ -119,6 +115,12 @@ for kind, count, lo, hi in (("medium", 90, 1 * MB, 3 * MB), ("large", 10, 16 * M
         with open(path, "wb") as f:
             blob(f, size)
         totals[kind] += 1; totals[kind + "_bytes"] += size
+for i in range(files - 100):
+    size = int(math.exp(rng.uniform(math.log(1 * KB), math.log(40 * KB))))
+    path = os.path.join(root, dirs[i % len(dirs)], f"src{i:05d}{exts[i % len(exts)]}")
+    with open(path, "wb") as f:
+        f.write(text(size, source))
+    totals["small"] += 1; totals["small_bytes"] += size
 totals["files"] = totals["small"] + totals["medium"] + totals["large"]
 totals["bytes"] = totals["small_bytes"] + totals["medium_bytes"] + totals["large_bytes"]
 print(json.dumps(totals))

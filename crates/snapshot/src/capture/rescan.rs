@@ -317,8 +317,28 @@ fn sort(edits: &mut [Edit]) {
     edits.sort_by(|a, b| (a.range.start, a.range.end).cmp(&(b.range.start, b.range.end)).then_with(|| first_path(a).cmp(first_path(b))));
 }
 
-/// `old` with `edits` (sorted) made, in one pass.
-fn edited(layer: &str, old: Vec<Entry>, edits: Vec<Edit>) -> Result<Vec<Entry>> {
+/// `old` with `edits` (sorted) made: in place when every edit replaces as
+/// many entries as it removes (files and directories changed, none added
+/// or removed: the common case, and no cost for the entries around them),
+/// else in one pass that moves every entry.
+fn edited(layer: &str, mut old: Vec<Entry>, edits: Vec<Edit>) -> Result<Vec<Entry>> {
+    let overlapping = |edit: &Edit| {
+        let at = edit.with.first().map(|e| e.path.clone()).unwrap_or_default();
+        Error::Invalid(layer.to_owned(), at, "overlapping edits of a tracked capture")
+    };
+    if edits.iter().all(|e| e.range.len() == e.with.len()) {
+        let mut next = 0;
+        for edit in edits {
+            if edit.range.start < next || edit.range.end > old.len() {
+                return Err(overlapping(&edit));
+            }
+            next = edit.range.end;
+            for (slot, entry) in old[edit.range].iter_mut().zip(edit.with) {
+                *slot = entry;
+            }
+        }
+        return Ok(old);
+    }
     let grows: usize = edits.iter().map(|e| e.with.len()).sum();
     let mut out = Vec::with_capacity(old.len() + grows);
     let len = old.len();
@@ -326,8 +346,7 @@ fn edited(layer: &str, old: Vec<Entry>, edits: Vec<Edit>) -> Result<Vec<Entry>> 
     let mut next = 0;
     for edit in edits {
         if edit.range.start < next || edit.range.end > len {
-            let at = edit.with.first().map(|e| e.path.clone()).unwrap_or_default();
-            return Err(Error::Invalid(layer.to_owned(), at, "overlapping edits of a tracked capture"));
+            return Err(overlapping(&edit));
         }
         out.extend(old.by_ref().take(edit.range.start - next));
         old.by_ref().take(edit.range.len()).for_each(drop);
