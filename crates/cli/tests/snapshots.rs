@@ -260,7 +260,9 @@ fn snapshots_are_incremental_and_forks_share_data() {
     let forks = d.json(&["fork", &id, "--from", first["id"].as_str().unwrap(), "--count", "2"]);
     let kids: Vec<String> = forks.as_array().unwrap().iter().map(|t| t["id"].as_str().unwrap().to_owned()).collect();
     assert_eq!(kids.len(), 2);
-    assert_eq!(dir_size(&packs), before, "a fork stores no new chunk data");
+    // No file data: only the branch manifest's segments (a few entries each).
+    let grown = dir_size(&packs) - before;
+    assert!(grown < 16 * 1024, "a fork stores no new file data, {grown} bytes of packs");
     for k in &kids {
         assert_eq!(must(&d, k, "wc -l < /workspace/numbers").trim(), "100000", "the fork starts from the chosen snapshot");
         let snaps = d.json(&["snapshot", "list", k]);
