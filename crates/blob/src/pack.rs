@@ -55,6 +55,10 @@ pub struct FinishedPack {
     pub entries: Vec<PackEntry>,
 }
 
+/// How much of a large chunk is compressed first to tell whether the rest is
+/// worth compressing.
+const SAMPLE: usize = 16 * 1024;
+
 /// Assembles a pack from chunks.
 pub struct PackBuilder {
     data: Vec<u8>,
@@ -78,14 +82,32 @@ impl PackBuilder {
     /// Appends a chunk whose id is `id` (the caller hashed it).
     pub fn add(&mut self, id: ObjectId, chunk: &[u8]) -> Result<()> {
         let raw_length = u32::try_from(chunk.len()).map_err(|_| Error::ChunkTooLarge(chunk.len(), u32::MAX.into()))?;
-        self.scratch.clear();
-        self.scratch.reserve(zstd::zstd_safe::compress_bound(chunk.len()));
-        self.compressor.compress_to_buffer(chunk, &mut self.scratch).map_err(|e| Error::Compress(format!("chunk {id}"), e.to_string()))?;
-        let compressed = self.scratch.len() < chunk.len();
+        let compressed = !self.incompressible(id, chunk)? && {
+            self.scratch.clear();
+            self.scratch.reserve(zstd::zstd_safe::compress_bound(chunk.len()));
+            self.compressor.compress_to_buffer(chunk, &mut self.scratch).map_err(|e| Error::Compress(format!("chunk {id}"), e.to_string()))?;
+            self.scratch.len() < chunk.len()
+        };
         let stored: &[u8] = if compressed { &self.scratch } else { chunk };
         self.entries.push(PackEntry { id, offset: self.data.len() as u64, length: stored.len() as u32, raw_length, compressed });
         self.data.extend_from_slice(stored);
         Ok(())
+    }
+
+    /// Whether a large chunk's first [`SAMPLE`] bytes barely compress:
+    /// then it is random data (an archive, media, encrypted bytes) and is
+    /// stored as it is without spending the time to compress it all, which
+    /// on such data gains nothing.
+    fn incompressible(&mut self, id: ObjectId, chunk: &[u8]) -> Result<bool> {
+        if chunk.len() < 4 * SAMPLE {
+            return Ok(false);
+        }
+        self.scratch.clear();
+        self.scratch.reserve(zstd::zstd_safe::compress_bound(SAMPLE));
+        self.compressor
+            .compress_to_buffer(&chunk[..SAMPLE], &mut self.scratch)
+            .map_err(|e| Error::Compress(format!("chunk {id}"), e.to_string()))?;
+        Ok(self.scratch.len() >= SAMPLE - SAMPLE / 32)
     }
 
     /// Bytes so far (without the trailer).
@@ -271,6 +293,22 @@ mod tests {
         let e = pack.entries[0];
         assert_eq!((e.compressed, e.length, e.raw_length), (false, 81, 81));
         assert_eq!(&pack.data[..81], &chunk[..]);
+    }
+
+    #[test]
+    fn a_large_chunk_that_starts_random_is_stored_raw_and_text_still_compresses() {
+        let random = crate::testutil::noise(3, 256 * 1024);
+        let text = b"2026-01-01T00:00:00Z INFO request took 12 ms\n".repeat(6000);
+        // Random at the start, text after: the sample decides, stored raw.
+        let mut mixed = random[..SAMPLE].to_vec();
+        mixed.extend_from_slice(&text);
+        let pack = build(&[&random, &text, &mixed]);
+        let kinds: Vec<bool> = pack.entries.iter().map(|e| e.compressed).collect();
+        assert_eq!(kinds, [false, true, false]);
+        for (e, want) in pack.entries.iter().zip([&random[..], &text[..], &mixed[..]]) {
+            let stored = &pack.data[e.offset as usize..(e.offset + u64::from(e.length)) as usize];
+            assert_eq!(decode_chunk(e, stored).unwrap(), want);
+        }
     }
 
     #[test]
