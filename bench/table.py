@@ -57,10 +57,10 @@ def destroy_all(ids: list[str]) -> None:
             made.remove(i)
 
 
-def creates_at(concurrency: int, n: int) -> tuple[dict, float, list[str]]:
+def creates_at(concurrency: int, n: int, disk: str = "64M") -> tuple[dict, float, list[str]]:
     t0 = time.perf_counter()
     with cf.ThreadPoolExecutor(concurrency) as pool:
-        done = list(pool.map(lambda _: create(), range(n)))
+        done = list(pool.map(lambda _: create(disk), range(n)))
     wall = time.perf_counter() - t0
     return summary([d[1] for d in done]), round(n / wall, 1), [d[0] for d in done]
 

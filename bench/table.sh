@@ -46,7 +46,8 @@ trap 'exit 130' INT TERM
 busybox_rootfs "$WORK/rootfs"
 for t in dd seq mkdir echo cat; do ln -sf busybox "$WORK/rootfs/bin/$t"; done
 ulimit -n "$(ulimit -Hn)"
-start_daemon
+# A small reserve: a thousand 64 MiB task disks need most of the free space.
+start_daemon --disk-reserve 1G
 "$CAIRN" image import table "$WORK/rootfs" >/dev/null
 for iso in $ISOLATIONS; do
   n=$DENSITY
