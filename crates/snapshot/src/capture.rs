@@ -200,12 +200,16 @@ fn run(
     thawed?;
 
     report.phase("store", 0, 0);
-    // Only the segments of the manifest that changed are encoded; they go
-    // into the packs with the file contents, and the manifest object that
-    // lists them is written once every pack is durable.
+    // Only the segments of the manifest that changed are encoded. They go
+    // into packs of their own: a pack of file contents then dies with
+    // them, not kept whole by a segment that later snapshots still share.
+    // The manifest object that lists them is written once every pack is
+    // durable.
     let mut manifest = manifest;
-    let root = crate::manifest::encode_root(&mut manifest, &mut |data| Ok(writer.add_chunk(data)?.0))?;
+    let mut segments = repo.writer();
+    let root = crate::manifest::encode_root(&mut manifest, &mut |data| Ok(segments.add_chunk(data)?.0))?;
     let written = writer.finish()?;
+    let segments = segments.finish()?;
     fail::fail_point!("snapshot.packs_written");
     let id = repo.put_manifest(&root)?;
 
@@ -218,8 +222,8 @@ fn run(
         }
     }
     stats.bytes = manifest.total_bytes();
-    stats.new_chunks = written.new_chunks;
-    stats.stored_bytes = written.stored_bytes;
+    stats.new_chunks = written.new_chunks + segments.new_chunks;
+    stats.stored_bytes = written.stored_bytes + segments.stored_bytes;
     stats.duration_ms = ms(started);
     report.phase("done", stats.files_read, stats.bytes_read);
     Ok((id, manifest, stats))
