@@ -198,7 +198,7 @@ p("at each capture, and both passes look only at the directories it names: list 
 p("each name's stat with the baseline, read what changed, walk new directories whole. The frozen")
 p("pass only lists and compares the directories changed during the first; its edits to the")
 p("manifest are made after the thaw. The manifest is stored in segments of about 64 entries, cut")
-p("where a path hashes to a boundary, each a chunk in the packs; a snapshot encodes and stores")
+p("where a path hashes to a boundary, each a chunk in packs of their own; a snapshot encodes and stores")
 p("only the segments its edits touched (about ten here, of ~160 at 10,000 files). A full walk")
 p("comes back when the watch cannot vouch (its first capture, a lost event, a file with more than")
 p("one link, a disk mounted again, a daemon restart): see docs/snapshots.md.\n")

@@ -1,7 +1,8 @@
 //! The stored form of a manifest's entries (format 2): each layer's sorted
 //! entries are cut into segments, about [`AVERAGE`] entries each, and each
 //! segment is stored as one chunk of the repository (packed, compressed,
-//! deduplicated like file contents). The manifest object lists the segments.
+//! deduplicated like file contents, in packs of their own). The manifest
+//! object lists the segments.
 //!
 //! A segment ends after an entry whose path hashes to a boundary, so where
 //! the cuts fall depends on the paths near them only: a change to a few
