@@ -412,7 +412,10 @@ impl Runtime {
         self.metrics.snapshot_seconds.observe(duration_ms / 1000.0);
         self.metrics.snapshot_bytes_added.inc_by(stats.stored_bytes);
         self.cache_baseline(&task.id, snap.manifest.clone(), Arc::new(manifest));
-        if let Some(watch) = watch {
+        // A suspend's disk goes away next: its watch (a fanotify group, of
+        // which the kernel allows few) is let go now, not held while the
+        // task sleeps.
+        if let Some(watch) = watch.filter(|_| kind != SnapshotKind::Suspend) {
             cell.set_watch(snap.manifest.clone(), watch);
         }
         tracing::debug!(task = %task.id, snapshot = %snap.id, freeze_ms = stats.freeze_ms, files_read = stats.files_read, "snapshot taken");
