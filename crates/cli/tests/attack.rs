@@ -817,7 +817,11 @@ fn abuse_is_contained_and_reported_while_a_neighbour_stays_responsive() {
         samples.sort_unstable();
         let busy = samples[samples.len() / 2];
         report.push(format!("{}: {busy:?}", abuse.name));
-        if busy > quiet * 3 {
+        // Three times its quiet time, with 100 ms of slack: on two cores a
+        // fork bomb's kernel work (forks and exits by the thousand) is not
+        // all charged to its cgroup, and a neighbour answering in 0.1 s is
+        // responsive; a stall is seconds.
+        if busy > (quiet * 3).max(quiet + Duration::from_millis(100)) {
             slow.push(abuse.name);
         }
         match abuse.name {
@@ -853,6 +857,6 @@ fn abuse_is_contained_and_reported_while_a_neighbour_stays_responsive() {
         d.ok(&["destroy", &attacker]);
     }
     eprintln!("neighbour exec median: {}", report.join(", "));
-    assert!(slow.is_empty(), "the neighbour's exec took more than 3x its quiet time during {slow:?}: {}", report.join(", "));
+    assert!(slow.is_empty(), "the neighbour's exec took more than 3x its quiet time (and 100 ms more) during {slow:?}: {}", report.join(", "));
     d.ok(&["destroy", &neighbour]);
 }
