@@ -60,6 +60,10 @@ pub struct CaptureStats {
     pub freeze_ms: f64,
     /// Both passes looked only where the change tracking saw changes.
     pub tracked: bool,
+    /// Entries the first pass could not take as they were (they changed or
+    /// vanished while it looked): the frozen pass then walks everything,
+    /// since no event may point at them again.
+    pub unsettled: u64,
     pub duration_ms: f64,
 }
 
@@ -155,7 +159,9 @@ fn run(
         },
         (base, _) => pass!(false).run(disk, layers, base.as_deref().map(Index::new).as_ref())?,
     };
-    let tracked = watch.is_some() && !draft.has_hard_links();
+    // Tracked, the frozen pass looks only where events point; an entry the
+    // first pass left unsettled may have none, so then it walks everything.
+    let tracked = watch.is_some() && !draft.has_hard_links() && stats.unsettled == 0;
     let draft_base = if tracked { None } else { Some(Index::new(&draft)) };
 
     // Compression of what pass 1 read must not share the CPU with the
@@ -462,6 +468,7 @@ impl Pass<'_, '_> {
                 // Replaced between the stat and the open: look again next pass.
                 if sys::fstat(fd.as_fd()).map_or(true, |s| s.st_ino != st.st_ino) {
                     entry.ctime = Timestamp::UNKNOWN;
+                    self.stats.unsettled += 1;
                 }
                 Some(Frame { fd, path: entry.path.clone(), names: names.into_iter() })
             }
@@ -473,11 +480,14 @@ impl Pass<'_, '_> {
     /// While the sandbox runs, an entry may vanish or change type between
     /// two calls: the first pass leaves it to the second (None). Frozen,
     /// every error is one.
-    fn vanished_is_ok<T>(&self, r: io::Result<T>, upper: &Path, path: &Path) -> Result<Option<T>> {
+    fn vanished_is_ok<T>(&mut self, r: io::Result<T>, upper: &Path, path: &Path) -> Result<Option<T>> {
         const VANISHED: [i32; 5] = [libc::ENOENT, libc::ENOTDIR, libc::ELOOP, libc::EINVAL, libc::ENODATA];
         match r {
             Ok(v) => Ok(Some(v)),
-            Err(e) if !self.frozen && e.raw_os_error().is_some_and(|n| VANISHED.contains(&n)) => Ok(None),
+            Err(e) if !self.frozen && e.raw_os_error().is_some_and(|n| VANISHED.contains(&n)) => {
+                self.stats.unsettled += 1;
+                Ok(None)
+            }
             Err(e) => Err(Error::Read(upper.join(path), e)),
         }
     }
@@ -514,6 +524,7 @@ impl Pass<'_, '_> {
             Ok(fd) => fd,
             Err(_) if !self.frozen => {
                 e.ctime = Timestamp::UNKNOWN;
+                self.stats.unsettled += 1;
                 return Ok(());
             }
             Err(err) => return Err(Error::Read(full, err)),
@@ -525,6 +536,7 @@ impl Pass<'_, '_> {
                 return Err(Error::Read(full, io::Error::other("replaced while the sandbox was frozen")));
             }
             e.ctime = Timestamp::UNKNOWN;
+            self.stats.unsettled += 1;
             return Ok(());
         }
         let size = before.st_size as u64;
@@ -554,6 +566,9 @@ impl Pass<'_, '_> {
         }
         let after = sys::fstat(file.as_fd()).map_err(|err| Error::Read(full.clone(), err))?;
         let stable = meta::ctime(&after) == meta::ctime(&before) && after.st_size == before.st_size;
+        if !stable {
+            self.stats.unsettled += 1;
+        }
         e.kind = EntryKind::File { size, extents };
         // The descriptor's stat is what the contents read correspond to.
         e.mode = before.st_mode & 0o7777;

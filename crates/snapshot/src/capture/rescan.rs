@@ -145,7 +145,10 @@ impl Pass<'_, '_> {
             let fd = match opened {
                 Ok(fd) => fd,
                 // Gone or moved: the rescan of its parent says where.
-                Err(e) if e.raw_os_error().is_some_and(|n| VANISHED.contains(&n)) => continue,
+                Err(e) if e.raw_os_error().is_some_and(|n| VANISHED.contains(&n)) => {
+                    self.stats.unsettled += 1;
+                    continue;
+                }
                 Err(e) => return Err(Error::Read(upper.join(d), e)),
             };
             let read_err = |e| Error::Read(upper.join(d), e);
