@@ -67,6 +67,18 @@ fn serve_tells_systemd_when_it_is_ready_and_when_it_stops() {
         assert!(lone.try_wait().unwrap().is_none(), "the daemon exited");
         std::thread::sleep(Duration::from_millis(50));
     }
+    // The URL is written before the daemon serves and handles signals: wait
+    // until it answers, as systemd's READY=1 says above.
+    let lone_url = std::fs::read_to_string(home.join("url")).unwrap().trim().to_owned();
+    loop {
+        let health = common::run(Command::new("curl").args(["-s", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "5", &format!("{lone_url}/v1/openapi.json")])).unwrap();
+        if String::from_utf8_lossy(&health.stdout) == "200" {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the daemon did not answer");
+        assert!(lone.try_wait().unwrap().is_none(), "the daemon exited");
+        std::thread::sleep(Duration::from_millis(50));
+    }
     // SAFETY: as above.
     assert_eq!(unsafe { libc::kill(lone.id() as i32, libc::SIGTERM) }, 0);
     let out = common::output_of(lone, Duration::from_secs(60)).unwrap();
