@@ -381,10 +381,11 @@ pub fn referenced_chunks(m: &Manifest) -> HashSet<ObjectId> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn entry(path: &str, kind: EntryKind) -> Entry {
+    /// An entry with fixed metadata (the segment tests use it too).
+    pub(crate) fn entry(path: &str, kind: EntryKind) -> Entry {
         Entry {
             path: path.into(),
             kind,
@@ -505,11 +506,15 @@ mod tests {
         }
     }
 
+    fn local_repo(dir: &Path) -> std::sync::Arc<Repository> {
+        let backend = cairn_blob::ObjectStoreBackend::local(&dir.join("repo")).unwrap();
+        Repository::open(std::sync::Arc::new(backend)).unwrap()
+    }
+
     #[test]
     fn a_stored_manifest_loads_back_and_another_version_is_refused() {
         let dir = tempfile::tempdir().unwrap();
-        let backend = cairn_blob::ObjectStoreBackend::local(&dir.path().join("repo")).unwrap();
-        let repo = Repository::open(std::sync::Arc::new(backend)).unwrap();
+        let repo = local_repo(dir.path());
         let mut m = manifest(vec![entry("", EntryKind::Dir), entry("f", file(3, &[(0, 3)]))]);
         let id = store(&repo, &mut m).unwrap();
         let object = repo.get_manifest(&id).unwrap();
@@ -534,8 +539,7 @@ mod tests {
     #[test]
     fn a_segment_that_does_not_match_its_count_is_refused() {
         let dir = tempfile::tempdir().unwrap();
-        let backend = cairn_blob::ObjectStoreBackend::local(&dir.path().join("repo")).unwrap();
-        let repo = Repository::open(std::sync::Arc::new(backend)).unwrap();
+        let repo = local_repo(dir.path());
         let mut m = manifest(vec![entry("", EntryKind::Dir), entry("f", file(3, &[(0, 3)]))]);
         let id = store(&repo, &mut m).unwrap();
         let mut root = decode_root(&id, &repo.get_manifest(&id).unwrap()).unwrap();

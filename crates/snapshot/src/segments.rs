@@ -183,20 +183,10 @@ pub fn decode_segment(id: &ObjectId, data: &[u8]) -> Result<Vec<Entry>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::manifest::{EntryKind, Timestamp};
+    use crate::manifest::EntryKind;
 
     fn entry(path: &str) -> Entry {
-        Entry {
-            path: path.into(),
-            kind: EntryKind::Fifo,
-            mode: 0o644,
-            uid: 0,
-            gid: 0,
-            mtime: Timestamp { sec: 1, nsec: 2 },
-            xattrs: vec![],
-            ino: 3,
-            ctime: Timestamp { sec: 4, nsec: 5 },
-        }
+        crate::manifest::tests::entry(path, EntryKind::Fifo)
     }
 
     fn entries(n: usize) -> Vec<Entry> {
